@@ -1,0 +1,1 @@
+//! The DatabaseCluster operator: CRD types, pure child builders, status and reconcile.

@@ -1,0 +1,12 @@
+//! dbcluster-operator: a PostgreSQL `DatabaseCluster` operator whose controller runtime is written
+//! here, in the open.
+//!
+//! - [`runtime`] is generic over any Kubernetes resource: work queue, reflector, cache, informer,
+//!   controller, leader election and the HTTP server. It knows nothing about Postgres.
+//! - [`databasecluster`] is the operator: the CRD types, pure builders of child objects, status
+//!   computation and the reconcile function.
+//! - [`sim`] is an embedded simulated Kubernetes API server used by `demo` and by the tests.
+
+pub mod databasecluster;
+pub mod runtime;
+pub mod sim;

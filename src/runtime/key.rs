@@ -1,0 +1,100 @@
+//! The key the runtime passes around: a `namespace/name` pair, cheap to clone and hash.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Identifies one object of a kind: `namespace/name`, or `name` for cluster-scoped objects.
+///
+/// The queue and the cache carry only keys, never objects. The text is held once in an
+/// `Arc<str>` so that cloning a key (which the queue does on every add) is one atomic increment.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// `namespace/name`, or `name` when there is no namespace.
+    full: Arc<str>,
+    /// Byte length of the namespace part (0 for cluster-scoped objects).
+    ns_len: u32,
+}
+
+impl ObjectKey {
+    /// The key of a namespaced object.
+    pub fn namespaced(namespace: &str, name: &str) -> Self {
+        if namespace.is_empty() {
+            return Self::cluster(name);
+        }
+        let full: Arc<str> = format!("{namespace}/{name}").into();
+        Self { full, ns_len: namespace.len() as u32 }
+    }
+
+    /// The key of a cluster-scoped object.
+    pub fn cluster(name: &str) -> Self {
+        Self { full: name.into(), ns_len: 0 }
+    }
+
+    /// The key of an object from its namespace (if any) and name.
+    pub fn new(namespace: Option<&str>, name: &str) -> Self {
+        match namespace {
+            Some(ns) => Self::namespaced(ns, name),
+            None => Self::cluster(name),
+        }
+    }
+
+    /// The key of a Kubernetes object, from its metadata.
+    pub fn of<K: kube::Resource>(obj: &K) -> Self {
+        let meta = obj.meta();
+        Self::new(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default())
+    }
+
+    /// The namespace, or `None` for a cluster-scoped object.
+    pub fn namespace(&self) -> Option<&str> {
+        (self.ns_len > 0).then(|| &self.full[..self.ns_len as usize])
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        if self.ns_len == 0 { &self.full } else { &self.full[self.ns_len as usize + 1..] }
+    }
+
+    /// The key as `namespace/name` text.
+    pub fn as_str(&self) -> &str {
+        &self.full
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectKey({})", self.full)
+    }
+}
+
+impl std::str::FromStr for ObjectKey {
+    type Err = std::convert::Infallible;
+
+    /// Parses `namespace/name` or `name`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.split_once('/') {
+            Some((ns, name)) => Self::namespaced(ns, name),
+            None => Self::cluster(s),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaced_and_cluster_keys_split_back_into_their_parts() {
+        let k = ObjectKey::namespaced("production", "pg");
+        assert_eq!((k.namespace(), k.name(), k.as_str()), (Some("production"), "pg", "production/pg"));
+        let c = ObjectKey::cluster("node-1");
+        assert_eq!((c.namespace(), c.name(), c.to_string()), (None, "node-1", "node-1".to_string()));
+        assert_eq!("a/b".parse::<ObjectKey>().unwrap(), ObjectKey::namespaced("a", "b"));
+        assert_eq!(ObjectKey::namespaced("", "x"), ObjectKey::cluster("x"));
+    }
+}

@@ -1,0 +1,7 @@
+//! The controller runtime: everything between the API server's watch streams and `reconcile`.
+//! Generic over any Kubernetes resource; nothing here knows about Postgres.
+
+pub mod key;
+pub mod workqueue;
+
+pub use key::ObjectKey;

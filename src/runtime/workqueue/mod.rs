@@ -1,0 +1,1 @@
+//! A deduplicating, delaying, rate-limited work queue of keys (client-go's guarantees).

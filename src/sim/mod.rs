@@ -1,0 +1,1 @@
+//! An embedded simulated Kubernetes API server (hyper) for the tests and the `demo` command.
