@@ -1,1 +1,2 @@
 //! An embedded simulated Kubernetes API server (hyper) for the tests and the `demo` command.
+pub mod schema;
