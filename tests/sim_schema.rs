@@ -151,23 +151,43 @@ fn int_or_string_accepts_both_and_nothing_else() {
 }
 
 #[test]
-fn any_of_without_int_or_string_reports_the_composite_error() {
-    let schema = spec_with(json!({"type": "string", "anyOf": [{"pattern": "^a"}, {"pattern": "^b"}]}));
+fn composite_keywords_report_as_the_apiserver_does() {
+    let schema = spec_with(json!({"type": "string", "anyOf": [{"pattern": "^a"}, {"maxLength": 3}]}));
     assert!(errors_for(&schema, json!("apple")).is_empty());
-    let errors = errors_for(&schema, json!("cherry"));
-    assert!(
-        errors.iter().any(|e| e.message.ends_with("\"spec.x\" must validate at least one schema (anyOf)")),
-        "{errors:#?}"
+    assert!(errors_for(&schema, json!("ch")).is_empty());
+    let shown: Vec<String> =
+        errors_for(&schema, json!("cherry")).iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+    assert_eq!(
+        shown,
+        vec![
+            "<nil>: Invalid value: \"\": \"spec.x\" must validate at least one schema (anyOf)".to_owned(),
+            "spec.x: Invalid value: \"cherry\": spec.x in body should match '^a'".to_owned(),
+        ],
+        "the composite error has no field; the closest branch's errors follow"
     );
     let one_of = spec_with(json!({"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "e$"}]}));
     assert!(errors_for(&one_of, json!("ab")).is_empty());
-    assert!(
-        errors_for(&one_of, json!("apple"))[0]
-            .message
-            .contains("must validate one and only one schema (oneOf)")
+    assert_eq!(
+        errors_for(&one_of, json!("apple"))[0].message,
+        "Invalid value: \"\": \"spec.x\" must validate one and only one schema (oneOf). Found 2 valid alternatives"
     );
     let all_of = spec_with(json!({"type": "string", "allOf": [{"minLength": 2}, {"pattern": "^a"}]}));
-    assert_eq!(errors_for(&all_of, json!("b")).len(), 2);
+    let errors = errors_for(&all_of, json!("b"));
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+    assert_eq!(
+        errors[2].message,
+        "Invalid value: \"\": \"spec.x\" must validate all the schemas (allOf). None validated"
+    );
+    let one_field_of = spec_with(json!({
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}]
+    }));
+    assert!(errors_for(&one_field_of, json!({"a": "x"})).is_empty());
+    assert!(!errors_for(&one_field_of, json!({"a": "x", "b": "y"})).is_empty());
+    let neither = errors_for(&one_field_of, json!({}));
+    assert_eq!(neither[1].field, "spec.x.a", "{neither:#?}");
+    assert_eq!(neither[1].reason, FieldErrorReason::Required);
 }
 
 #[test]
@@ -242,11 +262,12 @@ fn nested_paths_name_list_items_and_map_values() {
     }));
     let errors = errors_for(&schema, json!([{"name": "a"}, {"labels": {"app": "long"}}]));
     let shown: Vec<String> = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+    // As kube-openapi orders them: a property's own errors, then the object's missing required fields.
     assert_eq!(
         shown,
         vec![
-            "spec.x[1].name: Required value".to_owned(),
             "spec.x[1].labels.app: Too long: may not be more than 3 bytes".to_owned(),
+            "spec.x[1].name: Required value".to_owned(),
             "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; \
              correct the existing errors to complete validation"
                 .to_owned(),

@@ -120,6 +120,7 @@ pub(super) fn schema_errors(
         }
         _ => {}
     }
+    required_errors(node, value, path.as_str(), errors);
 }
 
 /// The keyword checks of one node on one value (not its children). Returns false when the value's
@@ -150,19 +151,19 @@ fn value_errors(node: &SchemaNode, value: &Value, path: &str, errors: &mut Vec<F
         errors.push(FieldError::type_invalid(path, value, &detail));
         return false;
     }
-    keyword_errors(node, value, path, errors);
     composition_errors(node, value, path, errors);
-    true
+    keyword_errors(node, value, path, errors)
 }
 
-fn keyword_errors(node: &SchemaNode, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+/// Keywords on the value itself; false when an object's property count stops further checks.
+fn keyword_errors(node: &SchemaNode, value: &Value, path: &str, errors: &mut Vec<FieldError>) -> bool {
     if let Some(allowed) = &node.enumeration
         && !allowed.contains(value)
     {
         errors.push(FieldError::not_supported(path, value, allowed));
     }
     match value {
-        Value::Object(fields) => object_errors(node, fields, path, errors),
+        Value::Object(fields) => return object_errors(node, fields, path, errors),
         Value::Array(items) => array_errors(node, items, path, errors),
         Value::String(s) => string_errors(node, s, value, path, errors),
         Value::Number(n) => {
@@ -172,25 +173,40 @@ fn keyword_errors(node: &SchemaNode, value: &Value, path: &str, errors: &mut Vec
         }
         _ => {}
     }
+    true
 }
 
-fn object_errors(node: &SchemaNode, fields: &Map<String, Value>, path: &str, errors: &mut Vec<FieldError>) {
-    for name in &node.required {
-        if !fields.contains_key(name) {
-            let field = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
-            errors.push(FieldError::required(&field, ""));
-        }
-    }
-    if let Some(max) = node.max_properties
-        && fields.len() as u64 > max
-    {
-        errors.push(FieldError::too_many(path, fields.len(), max));
-    }
+/// Property counts; false when they fail, which stops kube-openapi from looking inside the object.
+fn object_errors(
+    node: &SchemaNode,
+    fields: &Map<String, Value>,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) -> bool {
     if let Some(min) = node.min_properties
         && (fields.len() as u64) < min
     {
         let detail = format!("{path} in body should have at least {min} properties");
         errors.push(FieldError::invalid(path, &Value::from(fields.len()), &detail));
+        return false;
+    }
+    if let Some(max) = node.max_properties
+        && fields.len() as u64 > max
+    {
+        errors.push(FieldError::too_many(path, fields.len(), max));
+        return false;
+    }
+    true
+}
+
+/// Missing required properties, reported (as kube-openapi does) after the properties' own errors.
+fn required_errors(node: &SchemaNode, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    let Value::Object(fields) = value else { return };
+    for name in &node.required {
+        if !fields.contains_key(name) {
+            let field = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+            errors.push(FieldError::required(&field, ""));
+        }
     }
 }
 
@@ -280,39 +296,67 @@ fn number_errors(node: &SchemaNode, n: f64, value: &Value, path: &str, errors: &
     }
 }
 
-/// `allOf`, `anyOf`, `oneOf` and `not`: value-only schemas (CRDs use them for int-or-string and for
-/// "one of these fields" constraints).
-fn composition_errors(node: &SchemaNode, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
-    let branch_errors = |branch: &SchemaNode| {
-        let mut found = Vec::new();
-        value_errors(branch, value, path, &mut found);
-        found
-    };
-    for branch in &node.all_of {
-        errors.extend(branch_errors(branch));
+/// A composite keyword's failure: kube-openapi reports it without a field, and the apiserver shows it
+/// under `<nil>` with an empty value.
+fn composite_error(detail: String) -> FieldError {
+    FieldError::invalid("<nil>", &Value::from(""), &detail)
+}
+
+/// All errors of a value-only sub-schema (an `allOf`/`anyOf`/`oneOf`/`not` branch) on `value`.
+fn branch_errors(branch: &SchemaNode, value: &Value, path: &str) -> Vec<FieldError> {
+    let mut found = Vec::new();
+    if value_errors(branch, value, path, &mut found) {
+        required_errors(branch, value, path, &mut found);
     }
+    found
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not`: value-only schemas (CRDs use them for int-or-string and for
+/// "one of these fields" constraints). A failing `anyOf`/`oneOf` also reports the errors of the branch
+/// that came closest (the first with the fewest errors).
+fn composition_errors(node: &SchemaNode, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
     if !node.any_of.is_empty() {
-        let results: Vec<Vec<FieldError>> = node.any_of.iter().map(branch_errors).collect();
+        let results: Vec<Vec<FieldError>> =
+            node.any_of.iter().map(|b| branch_errors(b, value, path)).collect();
         if results.iter().all(|r| !r.is_empty()) {
-            let detail = format!("\"{path}\" must validate at least one schema (anyOf)");
-            errors.push(FieldError::invalid(path, value, &detail));
-            if let Some(fewest) = results.into_iter().min_by_key(Vec::len) {
-                errors.extend(fewest);
-            }
+            errors.push(composite_error(format!("\"{path}\" must validate at least one schema (anyOf)")));
+            errors.extend(results.into_iter().min_by_key(Vec::len).unwrap_or_default());
         }
     }
     if !node.one_of.is_empty() {
-        let passing = node.one_of.iter().filter(|b| branch_errors(b).is_empty()).count();
+        let results: Vec<Vec<FieldError>> =
+            node.one_of.iter().map(|b| branch_errors(b, value, path)).collect();
+        let passing = results.iter().filter(|r| r.is_empty()).count();
         if passing != 1 {
-            let detail = format!("\"{path}\" must validate one and only one schema (oneOf)");
-            errors.push(FieldError::invalid(path, value, &detail));
+            let found = if passing == 0 {
+                "Found none valid".to_owned()
+            } else {
+                format!("Found {passing} valid alternatives")
+            };
+            errors.push(composite_error(format!(
+                "\"{path}\" must validate one and only one schema (oneOf). {found}"
+            )));
+            if passing == 0 {
+                errors.extend(results.into_iter().min_by_key(Vec::len).unwrap_or_default());
+            }
+        }
+    }
+    if !node.all_of.is_empty() {
+        let mut passing = 0;
+        for branch in &node.all_of {
+            let found = branch_errors(branch, value, path);
+            passing += usize::from(found.is_empty());
+            errors.extend(found);
+        }
+        if passing != node.all_of.len() {
+            let none = if passing == 0 { ". None validated" } else { "" };
+            errors.push(composite_error(format!("\"{path}\" must validate all the schemas (allOf){none}")));
         }
     }
     if let Some(not) = &node.not
-        && branch_errors(not).is_empty()
+        && branch_errors(not, value, path).is_empty()
     {
-        let detail = format!("\"{path}\" must not validate the schema (not)");
-        errors.push(FieldError::invalid(path, value, &detail));
+        errors.push(composite_error(format!("\"{path}\" must not validate the schema (not)")));
     }
 }
 
