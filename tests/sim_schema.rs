@@ -268,7 +268,7 @@ fn nested_paths_name_list_items_and_map_values() {
         vec![
             "spec.x[1].labels.app: Too long: may not be more than 3 bytes".to_owned(),
             "spec.x[1].name: Required value".to_owned(),
-            "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; \
+            "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; \
              correct the existing errors to complete validation"
                 .to_owned(),
         ]
@@ -306,7 +306,7 @@ fn nullable_allows_null_and_non_nullable_refuses_it() {
     assert_eq!(errors[0].reason, FieldErrorReason::TypeInvalid);
     assert_eq!(
         only_error(&errors),
-        "spec.x: Invalid value: null: spec.x in body must be of type string: \"null\""
+        "spec.x: Invalid value: \"null\": spec.x in body must be of type string: \"null\""
     );
 }
 
@@ -514,7 +514,7 @@ fn schema_errors_that_block_rules_add_the_apiservers_note() {
     );
     assert_eq!(
         errors[1].message,
-        "Invalid value: null: some validation rules were not checked because the object was invalid; correct \
+        "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct \
          the existing errors to complete validation"
     );
     // A non-blocking error (a minimum) lets the rules run.
@@ -651,7 +651,7 @@ fn list_type_set_and_map_reject_duplicates() {
     }));
     assert_eq!(
         only_error(&errors_for(&map, json!([{"name": "a"}, {"name": "a"}]))),
-        "spec.x[1]: Duplicate value: {\"name\":\"a\"}"
+        "spec.x[1]: Duplicate value: map[string]interface {}{\"name\":\"a\"}"
     );
 }
 

@@ -66,19 +66,45 @@ impl FieldErrorReason {
     }
 }
 
-/// The value an error shows: as Go's `%v`/`%q` print it for scalars, JSON otherwise.
+/// The value an error shows, as the apiserver (Kubernetes 1.33) prints it: Go's `%v` for numbers and
+/// booleans, a quoted string for strings and for null, Go's `%#v` for lists and maps.
 pub(super) fn render_value(value: &Value) -> String {
     match value {
-        Value::Null => "null".to_owned(),
+        Value::Null => "\"null\"".to_owned(),
         Value::Bool(b) => b.to_string(),
-        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-            (Some(i), _, _) => i.to_string(),
-            (None, Some(u), _) => u.to_string(),
-            (None, None, Some(f)) => render_float(f),
-            _ => n.to_string(),
-        },
+        Value::Number(n) => render_number(n),
         Value::String(s) => format!("{s:?}"),
-        Value::Array(_) | Value::Object(_) => value.to_string(),
+        Value::Array(_) | Value::Object(_) => go_syntax(value),
+    }
+}
+
+fn render_number(n: &serde_json::Number) -> String {
+    match (n.as_i64(), n.as_u64(), n.as_f64()) {
+        (Some(i), _, _) => i.to_string(),
+        (None, Some(u), _) => u.to_string(),
+        (None, None, Some(f)) => render_float(f),
+        _ => n.to_string(),
+    }
+}
+
+/// A decoded JSON value as Go's `%#v` prints it (`map[string]interface {}{"a":1}`), map keys sorted.
+fn go_syntax(value: &Value) -> String {
+    match value {
+        Value::Null => "interface {}(nil)".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => render_number(n),
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(go_syntax).collect();
+            format!("[]interface {{}}{{{}}}", items.join(", "))
+        }
+        Value::Object(fields) => {
+            let mut entries: Vec<(&String, &Value)> = fields.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let entries: Vec<String> =
+                entries.iter().map(|(k, v)| format!("{k:?}:{}", go_syntax(v))).collect();
+            format!("map[string]interface {{}}{{{}}}", entries.join(", "))
+        }
     }
 }
 
@@ -134,8 +160,7 @@ impl FieldError {
     }
 
     pub(super) fn too_long(field: &str, max: u64) -> Self {
-        let unit = if max == 1 { "byte" } else { "bytes" };
-        Self::new(field, FieldErrorReason::TooLong, None, &format!("may not be more than {max} {unit}"))
+        Self::new(field, FieldErrorReason::TooLong, None, &format!("may not be more than {max} bytes"))
     }
 
     pub(super) fn too_many(field: &str, actual: usize, max: u64) -> Self {
@@ -163,8 +188,11 @@ mod tests {
         assert_eq!(FieldError::forbidden("spec.x", "no").message, "Forbidden: no");
         assert_eq!(render_value(&json!(1.5)), "1.5");
         assert_eq!(render_value(&json!(2.0)), "2");
-        assert_eq!(render_value(&Value::Null), "null");
-        assert_eq!(render_value(&json!({"a": [1]})), r#"{"a":[1]}"#);
+        assert_eq!(render_value(&Value::Null), "\"null\"");
+        assert_eq!(
+            render_value(&json!({"b": [1, "x", null], "a": true})),
+            r#"map[string]interface {}{"a":true, "b":[]interface {}{1, "x", interface {}(nil)}}"#
+        );
     }
 
     #[test]
