@@ -64,7 +64,8 @@ fn errors_for(schema: &StructuralSchema, x: Value) -> Vec<FieldError> {
 
 /// The only error, as `field: message`, ignoring the "rules not checked" note.
 fn only_error(errors: &[FieldError]) -> String {
-    let real: Vec<&FieldError> = errors.iter().filter(|e| e.field != "<nil>").collect();
+    let real: Vec<&FieldError> =
+        errors.iter().filter(|e| !e.message.contains("rules were not checked")).collect();
     assert_eq!(real.len(), 1, "expected one error, got {errors:#?}");
     format!("{}: {}", real[0].field, real[0].message)
 }
@@ -616,8 +617,38 @@ fn transition_rules_in_lists_correlate_only_by_list_map_keys() {
     let new = json!({"spec": {"x": [{"name": "b", "size": 4}, {"name": "a", "size": 6}, {"name": "c", "size": 1}]}});
     let errors = map_list.validate(&new, Some(&old));
     assert_eq!(only_error(&errors), "spec.x[0]: Invalid value: \"object\": size may not shrink");
-    let atomic_list = spec_with(json!({"type": "array", "items": item}));
-    assert_eq!(atomic_list.validate(&new, Some(&old)), vec![], "no correlation in atomic lists");
+    let atomic_list = json!({"type": "array", "items": item});
+    let SchemaError::Invalid { path, message } = StructuralSchema::compile(&atomic_list).unwrap_err();
+    assert_eq!(path, "openAPIV3Schema.items.x-kubernetes-validations[0]");
+    assert_eq!(message, "oldSelf cannot be used on the uncorrelatable portion of the schema");
+    let plain_rule_in_atomic_list = spec_with(json!({
+        "type": "array",
+        "items": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]}
+    }));
+    assert_eq!(
+        only_error(&errors_for(&plain_rule_in_atomic_list, json!([1, 0]))),
+        "spec.x[1]: Invalid value: \"integer\": failed rule: self > 0",
+        "rules without oldSelf still run on list items"
+    );
+}
+
+#[test]
+fn root_rules_see_only_name_and_generate_name_of_metadata() {
+    let schema = compile(json!({
+        "type": "object",
+        "properties": {"metadata": {"type": "object"}, "spec": {"type": "object"}},
+        "x-kubernetes-validations": [
+            {"rule": "self.metadata.name.startsWith('pg-')", "message": "name must start with pg-"},
+            {"rule": "!has(self.metadata.labels)", "message": "labels are hidden from rules"}
+        ]
+    }));
+    let obj = json!({"metadata": {"name": "pg-1", "labels": {"a": "b"}}, "spec": {}});
+    assert_eq!(schema.validate(&obj, None), vec![]);
+    let bad = json!({"metadata": {"name": "db-1"}, "spec": {}});
+    assert_eq!(
+        only_error(&schema.validate(&bad, None)),
+        "<nil>: Invalid value: \"object\": name must start with pg-"
+    );
 }
 
 #[test]

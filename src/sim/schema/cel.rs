@@ -202,8 +202,14 @@ fn compile_program(source: &str, path: &str, what: &str) -> Result<Program, Sche
 }
 
 impl CelRule {
-    /// Compiles one `x-kubernetes-validations` entry of `node`; `path` names it in errors.
-    pub(super) fn compile(rule: &Value, node: &SchemaNode, path: &str) -> Result<CelRule, SchemaError> {
+    /// Compiles one `x-kubernetes-validations` entry of `node`; `path` names it in errors, and
+    /// `correlatable` says whether old values exist there (transition rules are refused where not).
+    pub(super) fn compile(
+        rule: &Value,
+        node: &SchemaNode,
+        correlatable: bool,
+        path: &str,
+    ) -> Result<CelRule, SchemaError> {
         let rule = rule.as_object().ok_or_else(|| rule_error(path, "a validation rule must be an object"))?;
         let source =
             optional_string(rule, "rule", path)?.ok_or_else(|| rule_error(path, "rule is required"))?;
@@ -222,6 +228,12 @@ impl CelRule {
             .map(|fp| normalize_field_path(fp, node, path))
             .transpose()?;
         let uses_old_self = program.references().has_variable("oldSelf");
+        if uses_old_self && !correlatable {
+            return Err(rule_error(
+                path,
+                "oldSelf cannot be used on the uncorrelatable portion of the schema",
+            ));
+        }
         Ok(CelRule {
             source: source.trim().to_owned(),
             program,
@@ -286,6 +298,31 @@ fn to_cel(node: Option<&SchemaNode>, value: &Value) -> cel::Value {
     }
 }
 
+/// The resource root as rules see it: like [`to_cel`], but of `metadata` only `name` and
+/// `generateName`, as the apiserver exposes them.
+fn root_to_cel(node: &SchemaNode, value: &Value) -> cel::Value {
+    let Value::Object(fields) = value else { return to_cel(Some(node), value) };
+    let map: HashMap<Key, cel::Value> = fields
+        .iter()
+        .map(|(k, v)| {
+            let converted = if k == "metadata" {
+                let visible: serde_json::Map<String, Value> = v
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(mk, _)| matches!(mk.as_str(), "name" | "generateName"))
+                    .map(|(mk, mv)| (mk.clone(), mv.clone()))
+                    .collect();
+                to_cel(None, &Value::Object(visible))
+            } else {
+                to_cel(node.property(k), v)
+            };
+            (Key::String(Arc::new(k.clone())), converted)
+        })
+        .collect();
+    cel::Value::Map(Map { map: Arc::new(map) })
+}
+
 /// A runtime error as cel-go words it, which is what the apiserver's messages quote.
 fn describe_runtime_error(error: &ExecutionError) -> String {
     match error {
@@ -308,10 +345,11 @@ pub(super) fn evaluate_rules(
     errors: &mut Vec<FieldError>,
 ) {
     let old = old.filter(|_| node.rules.iter().any(|r| r.uses_old_self));
+    let convert = |v| if path.is_empty() { root_to_cel(node, v) } else { to_cel(Some(node), v) };
     let mut context = Context::with_env(Arc::clone(&ENV));
-    context.add_variable_from_value("self", to_cel(Some(node), value));
+    context.add_variable_from_value("self", convert(value));
     if let Some(old) = old {
-        context.add_variable_from_value("oldSelf", to_cel(Some(node), old));
+        context.add_variable_from_value("oldSelf", convert(old));
     }
     let type_value = Value::from(node.type_name());
     for rule in &node.rules {
@@ -421,8 +459,8 @@ mod tests {
 
     #[test]
     fn numbers_convert_as_the_schema_types_them() {
-        let int_node = SchemaNode::compile(&serde_json::json!({"type": "integer"}), "s").unwrap();
-        let num_node = SchemaNode::compile(&serde_json::json!({"type": "number"}), "s").unwrap();
+        let int_node = SchemaNode::compile(&serde_json::json!({"type": "integer"}), "s", true).unwrap();
+        let num_node = SchemaNode::compile(&serde_json::json!({"type": "number"}), "s", true).unwrap();
         assert_eq!(to_cel(Some(&int_node), &serde_json::json!(3)), cel::Value::Int(3));
         assert_eq!(to_cel(Some(&num_node), &serde_json::json!(3)), cel::Value::Float(3.0));
         assert_eq!(to_cel(None, &serde_json::json!(3)), cel::Value::Int(3));

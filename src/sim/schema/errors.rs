@@ -124,6 +124,8 @@ impl FieldError {
             message.push_str(": ");
             message.push_str(detail);
         }
+        // The apiserver's root path is nil, which prints as `<nil>`.
+        let field = if field.is_empty() { "<nil>" } else { field };
         FieldError { field: field.to_owned(), reason, message }
     }
 

@@ -49,7 +49,7 @@ const RULES_NOT_CHECKED: &str = "some validation rules were not checked because 
 impl StructuralSchema {
     /// Compiles `open_api_v3_schema` (the CRD version's `schema.openAPIV3Schema`).
     pub fn compile(open_api_v3_schema: &Value) -> Result<Self, SchemaError> {
-        Ok(StructuralSchema { root: SchemaNode::compile(open_api_v3_schema, "openAPIV3Schema")? })
+        Ok(StructuralSchema { root: SchemaNode::compile(open_api_v3_schema, "openAPIV3Schema", true)? })
     }
 
     /// Applies the schema's defaults to `obj` in place: absent fields (and nulls where null is not

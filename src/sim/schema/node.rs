@@ -152,15 +152,17 @@ fn sub_schemas(schema: &Map<String, Value>, key: &str, path: &str) -> Result<Vec
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
-            .map(|(i, item)| SchemaNode::compile(item, &format!("{path}.{key}[{i}]")))
+            .map(|(i, item)| SchemaNode::compile(item, &format!("{path}.{key}[{i}]"), false))
             .collect(),
         Some(_) => Err(invalid(path, format!("{key} must be a list of schemas"))),
     }
 }
 
 impl SchemaNode {
-    /// Compiles the schema at `path` (used only to name where a compile error is).
-    pub(super) fn compile(schema: &Value, path: &str) -> Result<SchemaNode, SchemaError> {
+    /// Compiles the schema at `path` (used only to name where a compile error is). `correlatable` says
+    /// whether an old value can be found for values here (not under the items of a list that is not a
+    /// `listType=map`), which transition rules need.
+    pub(super) fn compile(schema: &Value, path: &str, correlatable: bool) -> Result<SchemaNode, SchemaError> {
         let schema = schema.as_object().ok_or_else(|| invalid(path, "a schema must be an object"))?;
         let json_type = match schema.get("type") {
             None => None,
@@ -174,7 +176,10 @@ impl SchemaNode {
             Some(Value::Object(props)) => props
                 .iter()
                 .map(|(name, prop)| {
-                    Ok((name.clone(), SchemaNode::compile(prop, &format!("{path}.properties.{name}"))?))
+                    Ok((
+                        name.clone(),
+                        SchemaNode::compile(prop, &format!("{path}.properties.{name}"), correlatable)?,
+                    ))
                 })
                 .collect::<Result<_, SchemaError>>()?,
             Some(_) => return Err(invalid(path, "properties must be an object")),
@@ -185,12 +190,28 @@ impl SchemaNode {
             Some(Value::Bool(true)) => Some(Box::new(SchemaNode::compile(
                 &serde_json::json!({"x-kubernetes-preserve-unknown-fields": true}),
                 &additional_path,
+                correlatable,
             )?)),
-            Some(sub) => Some(Box::new(SchemaNode::compile(sub, &additional_path)?)),
+            Some(sub) => Some(Box::new(SchemaNode::compile(sub, &additional_path, correlatable)?)),
+        };
+        let list_type = match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            None | Some("atomic") => ListType::Atomic,
+            Some("set") => ListType::Set,
+            Some("map") => {
+                let keys = string_list(schema, "x-kubernetes-list-map-keys", path)?;
+                if keys.is_empty() {
+                    return Err(invalid(path, "x-kubernetes-list-type map needs x-kubernetes-list-map-keys"));
+                }
+                ListType::Map(keys)
+            }
+            Some(other) => return Err(invalid(path, format!("unknown x-kubernetes-list-type {other:?}"))),
         };
         let items = match schema.get("items") {
             None => None,
-            Some(sub) => Some(Box::new(SchemaNode::compile(sub, &format!("{path}.items"))?)),
+            Some(sub) => {
+                let items_correlatable = correlatable && matches!(list_type, ListType::Map(_));
+                Some(Box::new(SchemaNode::compile(sub, &format!("{path}.items"), items_correlatable)?))
+            }
         };
         let pattern = match schema.get("pattern") {
             None => None,
@@ -206,21 +227,9 @@ impl SchemaNode {
             Some(Value::Array(values)) => Some(values.clone()),
             Some(_) => return Err(invalid(path, "enum must be a list")),
         };
-        let list_type = match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
-            None | Some("atomic") => ListType::Atomic,
-            Some("set") => ListType::Set,
-            Some("map") => {
-                let keys = string_list(schema, "x-kubernetes-list-map-keys", path)?;
-                if keys.is_empty() {
-                    return Err(invalid(path, "x-kubernetes-list-type map needs x-kubernetes-list-map-keys"));
-                }
-                ListType::Map(keys)
-            }
-            Some(other) => return Err(invalid(path, format!("unknown x-kubernetes-list-type {other:?}"))),
-        };
         let not = match schema.get("not") {
             None => None,
-            Some(sub) => Some(Box::new(SchemaNode::compile(sub, &format!("{path}.not"))?)),
+            Some(sub) => Some(Box::new(SchemaNode::compile(sub, &format!("{path}.not"), false)?)),
         };
         let node = SchemaNode {
             json_type,
@@ -257,7 +266,12 @@ impl SchemaNode {
                 .iter()
                 .enumerate()
                 .map(|(i, rule)| {
-                    CelRule::compile(rule, &node, &format!("{path}.x-kubernetes-validations[{i}]"))
+                    CelRule::compile(
+                        rule,
+                        &node,
+                        correlatable,
+                        &format!("{path}.x-kubernetes-validations[{i}]"),
+                    )
                 })
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(invalid(path, "x-kubernetes-validations must be a list")),
