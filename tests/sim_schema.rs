@@ -712,3 +712,55 @@ fn the_compiled_schema_can_be_shared_across_tasks() {
     fn assert_send_sync<T: Send + Sync + 'static>() {}
     assert_send_sync::<StructuralSchema>();
 }
+
+#[test]
+fn a_call_with_no_matching_overload_is_reported_as_the_apiserver_does() {
+    let schema = spec_with(json!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [{"rule": "self.startsWith('a')"}]
+    }));
+    assert!(errors_for(&schema, json!("abc")).is_empty());
+    let message = only_error(&errors_for(&schema, json!(5)));
+    assert!(message.starts_with("spec.x: Invalid value: \"\": 'no such overload"), "{message}");
+    assert!(
+        message.ends_with(
+            "': call arguments did not match a supported operator, function or macro signature for rule: \
+             self.startsWith('a')"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_usual_cel_features_work_on_custom_resources() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "properties": {
+            "members": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "weight": {"type": "number"}}}
+            },
+            "mode": {"type": "string"}
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.members.all(m, m.name.matches('^[a-z]+$'))", "message": "lower-case names"},
+            {"rule": "size(self.members) <= 2", "message": "at most two members"},
+            {"rule": "!has(self.mode) || self.mode in ['a', 'b']", "message": "mode a or b"},
+            {"rule": "self.members.exists(m, m.weight > 0.5)", "message": "one heavy member"},
+            {"rule": "self.members.map(m, m.name).join(',').lowerAscii().size() < 20", "message": "short names"}
+        ]
+    }));
+    let good = json!({"members": [{"name": "a", "weight": 1}, {"name": "b", "weight": 0}], "mode": "a"});
+    assert_eq!(errors_for(&schema, good), vec![], "an integer in a number field is a double to CEL");
+    let bad = json!({"members": [{"name": "A", "weight": 0}, {"name": "b", "weight": 0}, {"name": "c", "weight": 0}], "mode": "z"});
+    let messages: Vec<String> = errors_for(&schema, bad).into_iter().map(|e| e.message).collect();
+    assert_eq!(
+        messages,
+        vec![
+            "Invalid value: \"object\": lower-case names",
+            "Invalid value: \"object\": at most two members",
+            "Invalid value: \"object\": mode a or b",
+            "Invalid value: \"object\": one heavy member",
+        ]
+    );
+}
