@@ -500,6 +500,8 @@ fn transition_rules_are_skipped_on_create_and_for_new_fields() {
     let old = cluster(json!({"version": "15.4"}));
     let new = cluster(json!({"version": "15.4", "storageSize": "1Mi"}));
     assert_eq!(schema.validate(&new, Some(&old)), vec![], "no old storageSize to compare with");
+    let null_old = cluster(json!({"version": "15.4", "storageSize": null}));
+    assert_eq!(schema.validate(&new, Some(&null_old)), vec![], "a null old value is no old value");
 }
 
 #[test]

@@ -344,7 +344,8 @@ pub(super) fn evaluate_rules(
     path: &str,
     errors: &mut Vec<FieldError>,
 ) {
-    let old = old.filter(|_| node.rules.iter().any(|r| r.uses_old_self));
+    // A null old value is no old value, as for the apiserver's decoded (nil) objects.
+    let old = old.filter(|o| !o.is_null() && node.rules.iter().any(|r| r.uses_old_self));
     let convert = |v| if path.is_empty() { root_to_cel(node, v) } else { to_cel(Some(node), v) };
     let mut context = Context::with_env(Arc::clone(&ENV));
     context.add_variable_from_value("self", convert(value));
