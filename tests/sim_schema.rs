@@ -674,8 +674,20 @@ fn transition_rules_correlate_map_values_by_key() {
 fn list_type_set_and_map_reject_duplicates() {
     let set =
         spec_with(json!({"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"}));
-    let errors = errors_for(&set, json!(["a", "b", "a"]));
-    assert_eq!(only_error(&errors), "spec.x[2]: Duplicate value: \"a\"");
+    let errors = errors_for(&set, json!(["a", "b", "a", "a"]));
+    assert_eq!(only_error(&errors), "spec.x[2]: Duplicate value: \"a\"", "only the second appearance");
+    let short_set = spec_with(json!({
+        "type": "array", "items": {"type": "string", "maxLength": 1}, "x-kubernetes-list-type": "set"
+    }));
+    let fields: Vec<String> = errors_for(&short_set, json!(["a", "bb", "a"]))
+        .into_iter()
+        .map(|e| format!("{} {}", e.field, e.reason.as_cause_type()))
+        .collect();
+    assert_eq!(
+        fields[..2],
+        ["spec.x[1] FieldValueTooLong".to_owned(), "spec.x[2] FieldValueDuplicate".to_owned()],
+        "uniqueness is checked after the schema"
+    );
     assert_eq!(errors[0].reason.as_cause_type(), "FieldValueDuplicate");
     let map = spec_with(json!({
         "type": "array",

@@ -74,6 +74,8 @@ impl StructuralSchema {
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = Vec::new();
         validate::schema_errors(&self.root, obj, old, &mut PathBuf::root(), &mut errors);
+        // The apiserver checks list-set and list-map uniqueness in a pass of its own, after the schema.
+        errors.sort_by_key(|e| e.reason == FieldErrorReason::Duplicate);
         if errors.iter().any(|e| cel::blocks_rules(e.reason)) {
             errors.push(FieldError::invalid("<nil>", &Value::Null, RULES_NOT_CHECKED));
         } else {

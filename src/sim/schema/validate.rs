@@ -224,9 +224,10 @@ fn array_errors(node: &SchemaNode, items: &[Value], path: &str, errors: &mut Vec
     }
     match &node.list_type {
         ListType::Atomic => {}
+        // As the apiserver does, only the second appearance of a repeated value is reported.
         ListType::Set => {
             for (i, item) in items.iter().enumerate() {
-                if items[..i].contains(item) {
+                if items[..i].iter().filter(|earlier| *earlier == item).count() == 1 {
                     errors.push(FieldError::duplicate(&format!("{path}[{i}]"), item));
                 }
             }
@@ -234,7 +235,7 @@ fn array_errors(node: &SchemaNode, items: &[Value], path: &str, errors: &mut Vec
         ListType::Map(keys) => {
             let seen: Vec<Option<String>> = items.iter().map(|item| list_map_key(item, keys)).collect();
             for (i, key) in seen.iter().enumerate() {
-                if key.is_some() && seen[..i].contains(key) {
+                if key.is_some() && seen[..i].iter().filter(|earlier| *earlier == key).count() == 1 {
                     let key_value: Map<String, Value> =
                         keys.iter().filter_map(|k| items[i].get(k).map(|v| (k.clone(), v.clone()))).collect();
                     errors.push(FieldError::duplicate(&format!("{path}[{i}]"), &Value::Object(key_value)));
