@@ -778,3 +778,28 @@ fn the_usual_cel_features_work_on_custom_resources() {
         ]
     );
 }
+
+#[test]
+fn date_time_fields_are_timestamps_to_cel() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "properties": {
+            "start": {"type": "string", "format": "date-time"},
+            "end": {"type": "string", "format": "date-time"}
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.end > self.start", "message": "end must follow start"},
+            {"rule": "self.start > timestamp('2020-01-01T00:00:00Z')", "message": "too early"},
+            {"rule": "timestamp(self.end) == self.end", "message": "timestamp() of a timestamp is itself"}
+        ]
+    }));
+    // As text, end sorts before start; as instants (23:00Z and 00:30Z) it follows it.
+    let good = json!({"start": "2026-01-01T01:00:00+02:00", "end": "2026-01-01T00:30:00Z"});
+    assert_eq!(errors_for(&schema, good), vec![], "compared as instants, not as text");
+    let bad = json!({"start": "2019-01-01T10:00:00Z", "end": "2019-01-01T09:00:00Z"});
+    let messages: Vec<String> = errors_for(&schema, bad).into_iter().map(|e| e.message).collect();
+    assert_eq!(
+        messages,
+        vec!["Invalid value: \"object\": end must follow start", "Invalid value: \"object\": too early"]
+    );
+}

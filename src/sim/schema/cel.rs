@@ -270,7 +270,7 @@ impl CelRule {
 }
 
 /// `value` as CEL sees it under `node`: `number` fields are doubles even when written as integers,
-/// integers stay integers, objects become maps.
+/// integers stay integers, `date-time` strings are timestamps, objects become maps.
 fn to_cel(node: Option<&SchemaNode>, value: &Value) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
@@ -283,7 +283,14 @@ fn to_cel(node: Option<&SchemaNode>, value: &Value) -> cel::Value {
                 _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
             }
         }
-        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::String(s) => {
+            let is_date_time =
+                matches!(node.and_then(|n| n.format.as_deref()), Some("date-time" | "datetime"));
+            is_date_time
+                .then(|| as_timestamp(s))
+                .flatten()
+                .unwrap_or_else(|| cel::Value::String(Arc::new(s.clone())))
+        }
         Value::Array(items) => {
             let item_node = node.and_then(|n| n.items.as_deref());
             cel::Value::List(Arc::new(items.iter().map(|v| to_cel(item_node, v)).collect()))
@@ -295,6 +302,20 @@ fn to_cel(node: Option<&SchemaNode>, value: &Value) -> cel::Value {
                 .collect();
             cel::Value::Map(Map { map: Arc::new(map) })
         }
+    }
+}
+
+/// A `date-time` string as the CEL timestamp the apiserver binds it as, parsed by CEL's own
+/// `timestamp()`; `None` if it does not parse (schema validation reports that).
+fn as_timestamp(text: &str) -> Option<cel::Value> {
+    // Invariant: a constant, valid expression; every test that converts a date-time parses it.
+    static TIMESTAMP: LazyLock<Program> =
+        LazyLock::new(|| ENV.compile("timestamp(text)").expect("constant expression parses"));
+    let mut context = Context::with_env(Arc::clone(&ENV));
+    context.add_variable_from_value("text", text.to_owned());
+    match TIMESTAMP.execute(&context) {
+        Ok(timestamp @ cel::Value::Timestamp(_)) => Some(timestamp),
+        _ => None,
     }
 }
 
