@@ -16,6 +16,11 @@ impl PathBuf {
         PathBuf(String::new())
     }
 
+    /// A path starting at `name` (e.g. `default`, for checking a schema's default value).
+    pub(super) fn at(name: &str) -> Self {
+        PathBuf(name.to_owned())
+    }
+
     pub(super) fn as_str(&self) -> &str {
         &self.0
     }
