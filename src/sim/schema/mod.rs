@@ -24,8 +24,9 @@ use validate::PathBuf;
 /// Why an `openAPIV3Schema` could not be compiled (the apiserver would refuse such a CRD).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
-    /// A keyword is malformed, a pattern does not compile, or a CEL rule does not parse; `path` names
-    /// the schema node, e.g. `openAPIV3Schema.properties.spec.x-kubernetes-validations[0]`.
+    /// A keyword is malformed, a pattern does not compile, a default fails its schema, a CEL rule does
+    /// not parse or uses `oldSelf` where no old value can be found; `path` names the schema node, e.g.
+    /// `openAPIV3Schema.properties.spec.x-kubernetes-validations[0]`.
     #[error("{path}: {message}")]
     Invalid {
         /// Where in the schema the problem is.
