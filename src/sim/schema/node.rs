@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::SchemaError;
 use super::cel::CelRule;
-use super::validate::{self, PathBuf};
+use super::validate::{self, FieldPath};
 use super::{defaults, prune};
 
 /// The JSON type a schema node declares with `type`.
@@ -291,12 +291,18 @@ impl SchemaNode {
         let mut defaulted = default.clone();
         defaults::apply(self, &mut defaulted);
         let mut errors = Vec::new();
-        validate::schema_errors(self, &defaulted, None, &mut PathBuf::at("default"), &mut errors);
+        validate::schema_errors(self, &defaulted, None, &mut FieldPath::at("default"), &mut errors);
         if let Some(error) = errors.first() {
             return Err(invalid(path, format!("default is invalid: {}: {}", error.field, error.message)));
         }
         let mut removed = Vec::new();
-        prune::prune(self, &mut defaulted, self.embedded_resource, &mut PathBuf::at("default"), &mut removed);
+        prune::prune(
+            self,
+            &mut defaulted,
+            self.embedded_resource,
+            &mut FieldPath::at("default"),
+            &mut removed,
+        );
         if !removed.is_empty() {
             return Err(invalid(
                 path,
