@@ -1,1 +1,4 @@
 //! The DatabaseCluster operator: CRD types, pure child builders, status and reconcile.
+
+pub mod types;
+pub mod validation;
