@@ -1,4 +1,5 @@
 //! The DatabaseCluster operator: CRD types, pure child builders, status and reconcile.
 
+pub mod resources;
 pub mod types;
 pub mod validation;
