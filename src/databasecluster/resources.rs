@@ -24,7 +24,14 @@
 //!
 //! Either way, reconcile writes only when [`needs_update`] says the live object differs from the
 //! desired one in a field the operator owns, so a pass over an unchanged cluster makes no write
-//! (and triggers no watch event, so no further pass).
+//! (and triggers no watch event, so no further pass). For the StatefulSet, reconcile first calls
+//! [`keep_immutable_fields`] with the live object.
+//!
+//! The Secret is the exception to "apply whenever": its password must never change. When the
+//! cache holds no `<name>-app`, reconcile draws a password and **creates** the Secret (POST, not
+//! apply); `409 AlreadyExists` means the cache lagged behind an earlier pass, and the pass ends
+//! with a requeue instead of overwriting. When the Secret exists, reconcile rebuilds it with the
+//! password read back by [`app_secret_password`] and applies it like any other child.
 
 use std::collections::BTreeMap;
 
@@ -321,6 +328,8 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
         ])
     };
     // `-c name=value` per parameter, in name order so the template (and so the revision) is stable.
+    // Always present, even empty: an explicit `[]` is what lets `needs_update` see that parameters
+    // removed from the spec must go (the server stores it as an absent field).
     let args: Vec<String> = spec
         .postgres_config
         .iter()
@@ -329,7 +338,7 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
     Container {
         name: POSTGRES_CONTAINER.to_owned(),
         image: Some(format!("postgres:{}", spec.version.as_str())),
-        args: (!args.is_empty()).then_some(args),
+        args: Some(args),
         ports: Some(vec![ContainerPort {
             name: Some(POSTGRES_PORT_NAME.to_owned()),
             container_port: POSTGRES_PORT,
@@ -443,9 +452,10 @@ pub fn keep_immutable_fields(desired: &mut StatefulSet, live: &StatefulSet) {
 ///
 /// Fields `desired` leaves out belong to others (server defaults, users, other controllers) and
 /// are ignored. Lists of objects match entry by entry in any order and may hold extra entries
-/// (another manager's container or env var); lists of scalars (commands, access modes) must be
-/// equal. An empty value (`null`, `false`, `0`, `""`, `[]`, `{}`) in `desired` matches an absent
-/// field, since the API server drops such values.
+/// (another manager's container or env var); lists of scalars (commands, access modes) and empty
+/// lists must be equal. An empty value (`null`, `false`, `0`, `""`, `[]`, `{}`) in `desired` also
+/// matches an absent field, since the API server drops such values; so a builder marks an owned
+/// list that is now empty with `[]` rather than leaving it out.
 pub fn needs_update<K: Serialize>(desired: &K, live: &K) -> bool {
     match (serde_json::to_value(desired), serde_json::to_value(live)) {
         (Ok(desired), Ok(live)) => !covers(&live, &desired),
@@ -464,7 +474,9 @@ fn covers(live: &Value, desired: &Value) -> bool {
                 None => is_empty(want),
             })
         }
-        (Value::Array(live), Value::Array(desired)) if desired.iter().all(Value::is_object) => {
+        (Value::Array(live), Value::Array(desired))
+            if !desired.is_empty() && desired.iter().all(Value::is_object) =>
+        {
             desired.iter().all(|want| live.iter().any(|have| covers(have, want)))
         }
         (Value::Null, want) => is_empty(want),
@@ -714,7 +726,7 @@ mod tests {
     #[test]
     fn postgres_config_becomes_sorted_server_arguments() {
         let sts = statefulset();
-        assert_eq!(container(&sts).args, None);
+        assert_eq!(container(&sts).args, Some(Vec::new()));
         let mut cluster = cluster();
         cluster.spec.postgres_config = Some(BTreeMap::from([
             ("shared_buffers".to_owned(), "256MB".to_owned()),
@@ -853,6 +865,18 @@ mod tests {
             live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("1Gi")
         }));
         assert!(drifted(&|live| live["metadata"]["ownerReferences"] = json!([])));
+    }
+
+    #[test]
+    fn removing_postgres_config_needs_a_write() {
+        let mut configured = cluster();
+        configured.spec.postgres_config = Some(BTreeMap::from([("work_mem".to_owned(), "8MB".to_owned())]));
+        let live = stored(as_stored(&statefulset_for(&configured)));
+        let desired = statefulset();
+        assert!(needs_update(&desired, &live), "the old -c arguments must be removed");
+        let mut without_args = as_stored(&desired);
+        without_args["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("args");
+        assert!(!needs_update(&desired, &stored(without_args)), "the server drops an empty args list");
     }
 
     #[test]
