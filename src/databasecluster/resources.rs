@@ -215,7 +215,7 @@ pub fn build_headless_service(owner: &Owner) -> Service {
 
 /// The host applications connect to: the first instance through the headless Service. The
 /// instances do not replicate, so pointing at one fixed instance is the only consistent choice.
-pub fn primary_host(owner: &Owner) -> String {
+fn primary_host(owner: &Owner) -> String {
     let service = headless_service_name(&owner.name);
     format!("{}-0.{service}.{}.svc", statefulset_name(&owner.name), owner.namespace)
 }

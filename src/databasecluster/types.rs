@@ -13,10 +13,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-/// The API group of the DatabaseCluster resource.
-pub const GROUP: &str = "databases.madmmas.dev";
-/// The API version of the DatabaseCluster resource.
-pub const VERSION: &str = "v1alpha1";
 /// The storage size used when the spec leaves `storageSize` out.
 pub const DEFAULT_STORAGE_SIZE: &str = "10Gi";
 
@@ -69,7 +65,7 @@ pub struct DatabaseClusterSpec {
     /// The major version cannot change once set.
     #[schemars(regex(pattern = r"^[1-9][0-9]*(\.[0-9]+)?$"), length(max = 16))]
     #[x_kube(validation = Rule::new("self.split('.')[0] == oldSelf.split('.')[0]")
-        .message("changing the major version is not supported: create a new cluster and migrate the data"))]
+        .message(MAJOR_VERSION_CHANGE_MESSAGE))]
     pub version: String,
 
     /// Size of each instance's data volume, a Kubernetes quantity such as `1Gi` or `500M`.
@@ -83,7 +79,7 @@ pub struct DatabaseClusterSpec {
     )]
     #[x_kube(validation = Rule::new(
         "!isQuantity(string(oldSelf)) || quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"
-    ).message("storageSize may not shrink"))]
+    ).message(STORAGE_SHRINK_MESSAGE))]
     pub storage_size: String,
 
     /// Cron schedule for backups (five fields, or a macro such as `@daily`).
