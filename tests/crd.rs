@@ -80,6 +80,14 @@ fn the_committed_manifest_is_the_generated_crd() {
 }
 
 #[test]
+fn the_crd_subcommand_prints_the_committed_manifest() {
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator")).arg("crd").output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.stdout == MANIFEST.as_bytes(), "`dbcluster-operator crd` differs from manifests/crd.yaml");
+}
+
+#[test]
 fn the_manifest_parses_back_into_the_same_crd() {
     let parsed: Value = serde_saphyr::from_str(MANIFEST).unwrap();
     assert_eq!(parsed, crd_json());
