@@ -17,6 +17,7 @@ pub mod patch;
 pub mod request_log;
 pub mod resources;
 pub mod route;
+pub mod schema;
 pub mod selectors;
 mod server;
 pub mod state;
