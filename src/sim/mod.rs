@@ -5,6 +5,7 @@
 //! global resourceVersion ([`store`]) and feeds the watch hub ([`watch`]). The write rules live in
 //! [`ops`]; HTTP parsing in [`handlers`]; background garbage collection in [`gc`].
 
+pub mod admission;
 pub mod api_error;
 mod cluster;
 pub mod discovery;

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::sim::schema::StructuralSchema;
+
 /// One printer column of a kind's Table output (a CRD's `additionalPrinterColumns`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrinterColumn {
@@ -46,6 +48,8 @@ pub struct Kind {
     pub printer_columns: Vec<PrinterColumn>,
     /// For custom resources: whether the CRD served this kind (so deleting the CRD removes it).
     pub custom: bool,
+    /// For custom resources: the version's compiled `openAPIV3Schema`, if the CRD gave one.
+    pub schema: Option<Arc<StructuralSchema>>,
 }
 
 impl Kind {
@@ -136,6 +140,7 @@ impl Registry {
                 status_subresource: status,
                 printer_columns: vec![],
                 custom: false,
+                schema: None,
             };
             kinds.insert((group.into(), version.into(), plural.into()), Arc::new(k));
         }
@@ -173,40 +178,15 @@ impl Registry {
         groups
     }
 
-    /// Serves (or re-serves) the kinds a CRD asks for, replacing what it served before.
-    pub fn serve_crd(&mut self, crd: &Value) {
-        let spec = &crd["spec"];
-        let group = spec["group"].as_str().unwrap_or_default().to_string();
-        let names = &spec["names"];
-        let plural = names["plural"].as_str().unwrap_or_default().to_string();
-        self.unserve_crd(&group, &plural);
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
-                .unwrap_or_default()
-        };
-        for version in spec["versions"].as_array().into_iter().flatten() {
-            if version["served"] == Value::Bool(false) {
-                continue;
-            }
-            let name = version["name"].as_str().unwrap_or_default().to_string();
-            let kind = Kind {
-                group: group.clone(),
-                version: name.clone(),
-                kind: names["kind"].as_str().unwrap_or_default().to_string(),
-                plural: plural.clone(),
-                singular: names["singular"]
-                    .as_str()
-                    .map(String::from)
-                    .unwrap_or_else(|| names["kind"].as_str().unwrap_or_default().to_lowercase()),
-                namespaced: spec["scope"] != "Cluster",
-                short_names: strings(&names["shortNames"]),
-                categories: strings(&names["categories"]),
-                status_subresource: version.pointer("/subresources/status").is_some(),
-                printer_columns: printer_columns(&version["additionalPrinterColumns"]),
-                custom: true,
-            };
-            self.kinds.insert((group.clone(), name, plural.clone()), Arc::new(kind));
+    /// Serves the kinds of a CRD (from [`crd_kinds`]), replacing what the CRD served before.
+    pub fn serve_crd(&mut self, kinds: Vec<Kind>) {
+        if let Some(first) = kinds.first() {
+            let (group, plural) = (first.group.clone(), first.plural.clone());
+            self.unserve_crd(&group, &plural);
+        }
+        for kind in kinds {
+            let key = (kind.group.clone(), kind.version.clone(), kind.plural.clone());
+            self.kinds.insert(key, Arc::new(kind));
         }
     }
 
@@ -214,6 +194,55 @@ impl Registry {
     pub fn unserve_crd(&mut self, group: &str, plural: &str) {
         self.kinds.retain(|(g, _, p), k| !(k.custom && g == group && p == plural));
     }
+}
+
+/// The kinds a CRD serves, one per served version, each with its compiled schema; or the
+/// `(field, message)` of every schema that does not compile (the apiserver refuses such a CRD).
+pub fn crd_kinds(crd: &Value) -> Result<Vec<Kind>, Vec<(String, String)>> {
+    let spec = &crd["spec"];
+    let group = spec["group"].as_str().unwrap_or_default().to_string();
+    let names = &spec["names"];
+    let plural = names["plural"].as_str().unwrap_or_default().to_string();
+    let kind_name = names["kind"].as_str().unwrap_or_default().to_string();
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .unwrap_or_default()
+    };
+    let (mut kinds, mut errors) = (Vec::new(), Vec::new());
+    for (i, version) in spec["versions"].as_array().into_iter().flatten().enumerate() {
+        let schema = match version.pointer("/schema/openAPIV3Schema") {
+            None => None,
+            Some(s) => match StructuralSchema::compile(s) {
+                Ok(compiled) => Some(Arc::new(compiled)),
+                Err(e) => {
+                    errors.push((format!("spec.versions[{i}].schema"), e.to_string()));
+                    continue;
+                }
+            },
+        };
+        if version["served"] == Value::Bool(false) {
+            continue;
+        }
+        kinds.push(Kind {
+            group: group.clone(),
+            version: version["name"].as_str().unwrap_or_default().to_string(),
+            kind: kind_name.clone(),
+            plural: plural.clone(),
+            singular: names["singular"]
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| kind_name.to_lowercase()),
+            namespaced: spec["scope"] != "Cluster",
+            short_names: strings(&names["shortNames"]),
+            categories: strings(&names["categories"]),
+            status_subresource: version.pointer("/subresources/status").is_some(),
+            printer_columns: printer_columns(&version["additionalPrinterColumns"]),
+            custom: true,
+            schema,
+        });
+    }
+    if errors.is_empty() { Ok(kinds) } else { Err(errors) }
 }
 
 fn printer_columns(columns: &Value) -> Vec<PrinterColumn> {

@@ -17,7 +17,12 @@ fn body_json(call: &Call) -> Result<Value, ApiError> {
 }
 
 fn context(call: &Call, operation: &'static str) -> WriteContext {
-    WriteContext { manager: call.field_manager(), operation, dry_run: call.dry_run() }
+    WriteContext {
+        manager: call.field_manager(),
+        operation,
+        dry_run: call.dry_run(),
+        strict: call.query.get("fieldValidation").is_some_and(|v| v == "Strict"),
+    }
 }
 
 fn name(call: &Call) -> &str {
