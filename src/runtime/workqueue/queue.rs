@@ -4,7 +4,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
@@ -127,6 +127,8 @@ struct Shared<K> {
     /// Pokes the timer task (earlier timer, shutdown, queue dropped).
     timer_wake: Arc<Notify>,
     timer_started: AtomicBool,
+    /// When the timer task next samples outstanding claims (queue nanoseconds, a 500 ms grid).
+    next_sample: AtomicU64,
     epoch: Epoch,
     backoff: BackoffConfig,
     bucket: Option<RetryBucket>,
@@ -144,6 +146,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             drained: Notify::new(),
             timer_wake: Arc::new(Notify::new()),
             timer_started: AtomicBool::new(false),
+            next_sample: AtomicU64::new(0),
             epoch: Epoch::now(),
             backoff: config.backoff,
             bucket: config.retry_bucket.as_ref().map(RetryBucket::new),
@@ -427,8 +430,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
     fn release_due(&self) -> Next {
-        let now_instant = Instant::now();
-        let now = self.epoch.nanos(now_instant);
+        let now = self.epoch.nanos_now();
+        let period = nanos(UNFINISHED_WORK_PERIOD);
+        let sample_due = self.next_sample.load(Ordering::Relaxed);
+        let sample = self.metrics.is_some() && now >= sample_due;
+        if sample {
+            let next = sample_due.saturating_add(period);
+            self.next_sample.store(if next > now { next } else { now + period }, Ordering::Relaxed);
+        }
         let mut unfinished = None;
         let (released, retry_at, next_due) = {
             let mut state = self.state.lock();
@@ -437,7 +446,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
             }
             let take_token = self.bucket.as_ref().map(|bucket| || bucket.try_take());
             let (released, retry_at) = state.release_due(now, take_token);
-            if self.metrics.is_some() {
+            if sample {
                 let ages = state.processing().map(|slot| now.saturating_sub(slot.started_at));
                 let (total, longest) = ages.fold((0u64, 0u64), |(sum, max), age| (sum + age, max.max(age)));
                 unfinished = Some((Duration::from_nanos(total), Duration::from_nanos(longest)));
@@ -456,9 +465,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
             if let Some((total, longest)) = unfinished {
                 metrics.unfinished_work(total, longest);
             }
-            next[0] = Some(next[0].map_or(now_instant + UNFINISHED_WORK_PERIOD, |due| {
-                due.min(now_instant + UNFINISHED_WORK_PERIOD)
-            }));
+            let sample_at = self.epoch.instant(self.next_sample.load(Ordering::Relaxed));
+            next[0] = Some(next[0].map_or(sample_at, |due| due.min(sample_at)));
         }
         next.into_iter().flatten().min().map_or(Next::Idle, Next::At)
     }
