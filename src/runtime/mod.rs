@@ -1,7 +1,10 @@
 //! The controller runtime: everything between the API server's watch streams and `reconcile`.
 //! Generic over any Kubernetes resource; nothing here knows about Postgres.
 
+pub mod cache;
+pub mod informer;
 pub mod key;
+pub mod reflector;
 pub mod workqueue;
 
 pub use key::ObjectKey;
