@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod api_error;
+pub mod apply;
 mod cluster;
 pub mod discovery;
 pub mod faults;
