@@ -108,8 +108,11 @@ const BUILT_INS: &[BuiltIn] = &[
     ),
 ];
 
-/// Table columns of built-in kinds (besides NAME and AGE): plural, then (name, type, JSONPath).
-const BUILT_IN_COLUMNS: &[(&str, &[(&str, &str, &str)])] = &[
+/// One built-in Table column: name, type, JSONPath.
+type Column = (&'static str, &'static str, &'static str);
+
+/// Table columns of built-in kinds (besides NAME and AGE), by plural.
+const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
     ("pods", &[("Status", "string", ".status.phase"), ("IP", "string", ".status.podIP")]),
     (
         "statefulsets",
