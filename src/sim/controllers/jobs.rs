@@ -70,8 +70,9 @@ impl Jobs {
 
     /// One pass of both controllers; returns when the next Job finishes or CronJob is due.
     pub fn pass(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
-        let cron_due = self.cron_jobs(state, now);
+        // Jobs first: a Job that finishes is pruned by its CronJob in the same pass.
         let job_due = self.jobs(state, now);
+        let cron_due = self.cron_jobs(state, now);
         [cron_due, job_due].into_iter().flatten().min()
     }
 
