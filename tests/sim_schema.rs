@@ -803,3 +803,26 @@ fn date_time_fields_are_timestamps_to_cel() {
         vec!["Invalid value: \"object\": end must follow start", "Invalid value: \"object\": too early"]
     );
 }
+
+#[test]
+fn defaults_must_validate_and_survive_pruning() {
+    let below_minimum = json!({"type": "object", "properties": {
+        "replicas": {"type": "integer", "minimum": 1, "default": 0}
+    }});
+    let SchemaError::Invalid { path, message } = StructuralSchema::compile(&below_minimum).unwrap_err();
+    assert_eq!(path, "openAPIV3Schema.properties.replicas");
+    assert_eq!(
+        message,
+        "default is invalid: default: Invalid value: 0: default in body should be greater than or equal to 1"
+    );
+    let unknown_field = json!({"type": "object", "properties": {
+        "backup": {"type": "object", "properties": {"schedule": {"type": "string"}}, "default": {"cron": "x"}}
+    }});
+    let SchemaError::Invalid { message, .. } = StructuralSchema::compile(&unknown_field).unwrap_err();
+    assert_eq!(message, "default has fields the schema prunes: default.cron");
+    let completed_by_nested_defaults = json!({"type": "object", "properties": {"spec": {
+        "type": "object", "default": {}, "required": ["version"],
+        "properties": {"version": {"type": "string", "default": "16"}}
+    }}});
+    assert!(StructuralSchema::compile(&completed_by_nested_defaults).is_ok());
+}

@@ -1,7 +1,12 @@
 //! The controller runtime: everything between the API server's watch streams and `reconcile`.
 //! Generic over any Kubernetes resource; nothing here knows about Postgres.
 
+pub mod cache;
+pub mod controller;
+pub mod informer;
 pub mod key;
+pub mod metrics;
+pub mod reflector;
 pub mod workqueue;
 
 pub use key::ObjectKey;

@@ -19,13 +19,14 @@ use serde_json::Value;
 pub use errors::{FieldError, FieldErrorReason};
 
 use node::SchemaNode;
-use validate::PathBuf;
+use validate::FieldPath;
 
 /// Why an `openAPIV3Schema` could not be compiled (the apiserver would refuse such a CRD).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
-    /// A keyword is malformed, a pattern does not compile, or a CEL rule does not parse; `path` names
-    /// the schema node, e.g. `openAPIV3Schema.properties.spec.x-kubernetes-validations[0]`.
+    /// A keyword is malformed, a pattern does not compile, a default fails its schema, a CEL rule does
+    /// not parse or uses `oldSelf` where no old value can be found; `path` names the schema node, e.g.
+    /// `openAPIV3Schema.properties.spec.x-kubernetes-validations[0]`.
     #[error("{path}: {message}")]
     Invalid {
         /// Where in the schema the problem is.
@@ -64,7 +65,7 @@ impl StructuralSchema {
     /// `fieldValidation=Strict` request can be refused with them.
     pub fn prune(&self, obj: &mut Value) -> Vec<String> {
         let mut removed = Vec::new();
-        prune::prune(&self.root, obj, true, &mut PathBuf::root(), &mut removed);
+        prune::prune(&self.root, obj, true, &mut FieldPath::root(), &mut removed);
         removed
     }
 
@@ -73,13 +74,13 @@ impl StructuralSchema {
     /// re-judged). Returns every error, as the apiserver lists them in a 422's causes.
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = Vec::new();
-        validate::schema_errors(&self.root, obj, old, &mut PathBuf::root(), &mut errors);
+        validate::schema_errors(&self.root, obj, old, &mut FieldPath::root(), &mut errors);
         // The apiserver checks list-set and list-map uniqueness in a pass of its own, after the schema.
         errors.sort_by_key(|e| e.reason == FieldErrorReason::Duplicate);
         if errors.iter().any(|e| cel::blocks_rules(e.reason)) {
             errors.push(FieldError::invalid("<nil>", &Value::Null, RULES_NOT_CHECKED));
         } else {
-            validate::rule_errors(&self.root, obj, old, &mut PathBuf::root(), &mut errors);
+            validate::rule_errors(&self.root, obj, old, &mut FieldPath::root(), &mut errors);
         }
         errors
     }

@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 
 use super::SchemaError;
 use super::cel::CelRule;
+use super::validate::{self, FieldPath};
+use super::{defaults, prune};
 
 /// The JSON type a schema node declares with `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,7 +278,38 @@ impl SchemaNode {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(invalid(path, "x-kubernetes-validations must be a list")),
         };
-        Ok(SchemaNode { rules, ..node })
+        let node = SchemaNode { rules, ..node };
+        node.check_default(path)?;
+        Ok(node)
+    }
+
+    /// Refuses a default the apiserver would refuse: one that fails this node's schema, or that has
+    /// fields the schema would prune.
+    fn check_default(&self, path: &str) -> Result<(), SchemaError> {
+        let Some(default) = &self.default else { return Ok(()) };
+        // The default is judged with its own fields defaulted, as it will be stored.
+        let mut defaulted = default.clone();
+        defaults::apply(self, &mut defaulted);
+        let mut errors = Vec::new();
+        validate::schema_errors(self, &defaulted, None, &mut FieldPath::at("default"), &mut errors);
+        if let Some(error) = errors.first() {
+            return Err(invalid(path, format!("default is invalid: {}: {}", error.field, error.message)));
+        }
+        let mut removed = Vec::new();
+        prune::prune(
+            self,
+            &mut defaulted,
+            self.embedded_resource,
+            &mut FieldPath::at("default"),
+            &mut removed,
+        );
+        if !removed.is_empty() {
+            return Err(invalid(
+                path,
+                format!("default has fields the schema prunes: {}", removed.join(", ")),
+            ));
+        }
+        Ok(())
     }
 
     /// The schema for the value under `key` of an object this node describes.

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::node::SchemaNode;
-use super::validate::PathBuf;
+use super::validate::FieldPath;
 
 /// The fields every Kubernetes object (and every `x-kubernetes-embedded-resource`) keeps whatever its
 /// schema says; the server, not the schema, owns them.
@@ -16,7 +16,7 @@ pub(super) fn prune(
     node: &SchemaNode,
     value: &mut Value,
     keeps_object_fields: bool,
-    path: &mut PathBuf,
+    path: &mut FieldPath,
     removed: &mut Vec<String>,
 ) {
     match value {

@@ -9,11 +9,16 @@ use super::formats;
 use super::node::{JsonType, ListType, SchemaNode};
 
 /// A path under construction, shared down the walk: `spec`, `spec.members[0]`, `spec.labels.app`.
-pub(super) struct PathBuf(String);
+pub(super) struct FieldPath(String);
 
-impl PathBuf {
+impl FieldPath {
     pub(super) fn root() -> Self {
-        PathBuf(String::new())
+        FieldPath(String::new())
+    }
+
+    /// A path starting at `name` (e.g. `default`, for checking a schema's default value).
+    pub(super) fn at(name: &str) -> Self {
+        FieldPath(name.to_owned())
     }
 
     pub(super) fn as_str(&self) -> &str {
@@ -91,7 +96,7 @@ pub(super) fn schema_errors(
     node: &SchemaNode,
     value: &Value,
     old: Option<&Value>,
-    path: &mut PathBuf,
+    path: &mut FieldPath,
     errors: &mut Vec<FieldError>,
 ) {
     if old == Some(value) {
@@ -366,7 +371,7 @@ pub(super) fn rule_errors(
     node: &SchemaNode,
     value: &Value,
     old: Option<&Value>,
-    path: &mut PathBuf,
+    path: &mut FieldPath,
     errors: &mut Vec<FieldError>,
 ) {
     if old == Some(value) {

@@ -1,0 +1,323 @@
+//! One kind's shared watch: a [`Reflector`] task feeding a [`Cache`], and the event handlers
+//! (the controllers' key mappers) told about every change.
+//!
+//! The reflector task applies each event to the cache and then calls every handler, in
+//! registration order, with the resulting [`InformerEvent`]: the new object and, for an update, the
+//! old one, both as the `Arc`s the cache holds. Handlers run on the informer's task, so they must be
+//! quick and must not block: map the event to keys and hand those to a work queue. A handler that
+//! panics is logged and the informer goes on. A handler registered after the informer started is
+//! first told about every cached object as `Added` (as client-go does), so none is missed.
+
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kube::{Api, Resource};
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+use crate::runtime::ObjectKey;
+use crate::runtime::cache::{Cache, Change, Relist, Transform};
+use crate::runtime::reflector::{InitialList, Reflector, ReflectorConfig, ReflectorEvent, ReflectorStats};
+
+/// A change to the cache, as handlers see it.
+#[derive(Debug)]
+pub enum InformerEvent<K> {
+    /// An object appeared.
+    Added(Arc<K>),
+    /// An object changed (its resourceVersion differs from the cached one).
+    Updated {
+        /// The state cached before.
+        old: Arc<K>,
+        /// The state cached now.
+        new: Arc<K>,
+    },
+    /// An object is gone; this is its last known state.
+    Deleted(Arc<K>),
+}
+
+impl<K: Resource> InformerEvent<K> {
+    /// The object as it is now (or was last, for a delete).
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            Self::Added(obj) | Self::Deleted(obj) => obj,
+            Self::Updated { new, .. } => new,
+        }
+    }
+
+    /// The previous state, for an update.
+    pub fn old(&self) -> Option<&Arc<K>> {
+        match self {
+            Self::Updated { old, .. } => Some(old),
+            _ => None,
+        }
+    }
+
+    /// False only for an update that left `metadata.generation` as it was (a status-only or
+    /// metadata-only write), so a handler can skip those.
+    pub fn generation_changed(&self) -> bool {
+        match self {
+            Self::Updated { old, new } => old.meta().generation != new.meta().generation,
+            _ => true,
+        }
+    }
+}
+
+/// Something told about every change an informer applies to its cache.
+pub trait EventHandler<K>: Send + Sync + 'static {
+    /// Called once per change, on the informer's task; must return quickly.
+    fn on_event(&self, event: &InformerEvent<K>);
+}
+
+impl<K, F> EventHandler<K> for F
+where
+    F: Fn(&InformerEvent<K>) + Send + Sync + 'static,
+{
+    fn on_event(&self, event: &InformerEvent<K>) {
+        self(event)
+    }
+}
+
+/// Counts of what the informer applied, updated on its task.
+#[derive(Debug, Default)]
+struct EventCounters {
+    added: AtomicU64,
+    updated: AtomicU64,
+    deleted: AtomicU64,
+    bookmarks: AtomicU64,
+    handler_panics: AtomicU64,
+}
+
+/// A snapshot of an informer's figures, for metrics and the debug endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InformerStats {
+    /// `Added` events handed to handlers.
+    pub added: u64,
+    /// `Updated` events handed to handlers.
+    pub updated: u64,
+    /// `Deleted` events handed to handlers (from watches and from relists).
+    pub deleted: u64,
+    /// Bookmarks received.
+    pub bookmarks: u64,
+    /// Full lists started, the first one included.
+    pub relists: u64,
+    /// Watches started again from a known resourceVersion after the previous one ended.
+    pub watch_restarts: u64,
+    /// `410 Gone` answers.
+    pub gone: u64,
+    /// Objects that failed to decode and were skipped.
+    pub malformed_skipped: u64,
+    /// Failed requests or streams retried after a backoff delay.
+    pub failures: u64,
+    /// Handler calls that panicked.
+    pub handler_panics: u64,
+    /// The last resourceVersion seen.
+    pub last_resource_version: Option<String>,
+    /// Objects in the cache.
+    pub objects: usize,
+    /// Whether the first list has been applied.
+    pub synced: bool,
+    /// `"streaming"` or `"paginated"` once the reflector has chosen.
+    pub initial_list: Option<&'static str>,
+}
+
+type Handlers<K> = Arc<RwLock<Vec<Arc<dyn EventHandler<K>>>>>;
+
+/// A kind's reflector, cache and handlers. Share one per kind (wrap it in an `Arc`); dropping it
+/// stops the reflector task.
+pub struct Informer<K> {
+    cache: Arc<Cache<K>>,
+    handlers: Handlers<K>,
+    counters: Arc<EventCounters>,
+    reflector_stats: Arc<ReflectorStats>,
+    reflector: Mutex<Option<Reflector<K>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<K> fmt::Debug for Informer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Informer")
+            .field("cache", &self.cache)
+            .field("handlers", &self.handlers.read().len())
+            .finish()
+    }
+}
+
+impl<K> Informer<K>
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+{
+    /// An informer over the objects `api` addresses, with the default reflector settings and a
+    /// cache that strips `managedFields`. Call [`Informer::start`] to begin.
+    pub fn new(api: Api<K>) -> Self {
+        Self::with_config(
+            api,
+            ReflectorConfig::default(),
+            Arc::new(crate::runtime::cache::strip_managed_fields::<K>),
+        )
+    }
+
+    /// An informer with explicit reflector settings and cache transform.
+    pub fn with_config(api: Api<K>, config: ReflectorConfig, transform: Transform<K>) -> Self {
+        let reflector = Reflector::new(api, config);
+        Self {
+            cache: Arc::new(Cache::with_transform(transform)),
+            handlers: Arc::default(),
+            counters: Arc::default(),
+            reflector_stats: reflector.stats(),
+            reflector: Mutex::new(Some(reflector)),
+            task: Mutex::new(None),
+        }
+    }
+
+    /// The cache this informer keeps current (reads hand out `Arc`s).
+    pub fn cache(&self) -> &Arc<Cache<K>> {
+        &self.cache
+    }
+
+    /// Registers a handler. If the informer already holds objects, the handler is first told
+    /// about each of them as `Added`. Must not be called from inside a handler.
+    pub fn add_handler(&self, handler: impl EventHandler<K>) {
+        let mut handlers = self.handlers.write();
+        for obj in self.cache.list() {
+            call(&handler, &InformerEvent::Added(obj), &self.counters);
+        }
+        handlers.push(Arc::new(handler));
+    }
+
+    /// Registers a key mapper: for every change, `sink` receives each key `mapper` returns for the
+    /// object (for an update, for the old and the new state, without repeats — so a child whose
+    /// controller owner changed wakes both owners). The controller's `For`/`Owns`/`Watches`
+    /// wiring is built on this.
+    pub fn add_key_mapper<I>(
+        &self,
+        mapper: impl Fn(&K) -> I + Send + Sync + 'static,
+        sink: impl Fn(ObjectKey) + Send + Sync + 'static,
+    ) where
+        I: IntoIterator<Item = ObjectKey>,
+    {
+        self.add_handler(move |event: &InformerEvent<K>| {
+            let mut keys: Vec<ObjectKey> = mapper(event.object()).into_iter().collect();
+            if let Some(old) = event.old() {
+                for key in mapper(old) {
+                    if !keys.contains(&key) {
+                        keys.push(key);
+                    }
+                }
+            }
+            keys.into_iter().for_each(&sink);
+        });
+    }
+
+    /// Starts the reflector task (once; later calls do nothing). Needs a tokio runtime.
+    pub fn start(&self) {
+        let Some(reflector) = self.reflector.lock().take() else { return };
+        let cache = Arc::clone(&self.cache);
+        let handlers = Arc::clone(&self.handlers);
+        let counters = Arc::clone(&self.counters);
+        let mut relist: Option<Relist> = None;
+        let sink = move |event: ReflectorEvent<K>| {
+            let handlers = handlers.read();
+            let notify = |event: InformerEvent<K>| {
+                let counter = match &event {
+                    InformerEvent::Added(_) => &counters.added,
+                    InformerEvent::Updated { .. } => &counters.updated,
+                    InformerEvent::Deleted(_) => &counters.deleted,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                for handler in handlers.iter() {
+                    call(handler.as_ref(), &event, &counters);
+                }
+            };
+            match event {
+                ReflectorEvent::RelistStarted => relist = Some(cache.start_relist()),
+                ReflectorEvent::Listed(obj) => {
+                    let change = relist.get_or_insert_with(Relist::default).apply(&cache, obj);
+                    notify_change(change, notify);
+                }
+                ReflectorEvent::RelistDone { resource_version } => {
+                    let removed = match relist.take() {
+                        Some(relist) => relist.finish(&cache, &resource_version),
+                        None => Vec::new(),
+                    };
+                    removed.into_iter().for_each(|obj| notify(InformerEvent::Deleted(obj)));
+                }
+                ReflectorEvent::Applied(obj) => {
+                    let resource_version = obj.meta().resource_version.clone();
+                    notify_change(cache.apply(obj), notify);
+                    if let Some(rv) = resource_version {
+                        cache.set_resource_version(&rv);
+                    }
+                }
+                ReflectorEvent::Deleted(obj) => {
+                    let resource_version = obj.meta().resource_version.clone();
+                    notify(InformerEvent::Deleted(cache.delete(obj)));
+                    if let Some(rv) = resource_version {
+                        cache.set_resource_version(&rv);
+                    }
+                }
+                ReflectorEvent::Bookmark { resource_version } => {
+                    counters.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    cache.set_resource_version(&resource_version);
+                }
+            }
+        };
+        *self.task.lock() = Some(tokio::spawn(reflector.run(sink)));
+    }
+
+    /// Resolves once the first list has been applied.
+    pub async fn synced(&self) {
+        self.cache.synced().await
+    }
+
+    /// A snapshot of the informer's figures.
+    pub fn stats(&self) -> InformerStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let (c, r) = (&self.counters, &self.reflector_stats);
+        InformerStats {
+            added: load(&c.added),
+            updated: load(&c.updated),
+            deleted: load(&c.deleted),
+            bookmarks: load(&c.bookmarks),
+            relists: load(&r.relists),
+            watch_restarts: load(&r.watch_restarts),
+            gone: load(&r.gone),
+            malformed_skipped: load(&r.malformed_skipped),
+            failures: load(&r.failures),
+            handler_panics: load(&c.handler_panics),
+            last_resource_version: self.cache.resource_version().map(|rv| rv.to_string()),
+            objects: self.cache.len(),
+            synced: self.cache.is_synced(),
+            initial_list: r.initial_list_mode().map(|mode| match mode {
+                InitialList::StreamingWithFallback => "streaming",
+                InitialList::Paginated => "paginated",
+            }),
+        }
+    }
+}
+
+impl<K> Drop for Informer<K> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+fn notify_change<K>(change: Change<K>, notify: impl Fn(InformerEvent<K>)) {
+    match change {
+        Change::Added(obj) => notify(InformerEvent::Added(obj)),
+        Change::Updated { old, new } => notify(InformerEvent::Updated { old, new }),
+        Change::Unchanged => {}
+    }
+}
+
+fn call<K>(handler: &(impl EventHandler<K> + ?Sized), event: &InformerEvent<K>, counters: &EventCounters) {
+    if catch_unwind(AssertUnwindSafe(|| handler.on_event(event))).is_err() {
+        counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!("an informer event handler panicked; the informer goes on");
+    }
+}
