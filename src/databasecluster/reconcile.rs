@@ -253,7 +253,7 @@ async fn report<K>(
     outcome: &Outcome<K>,
     extra: Option<EventNote>,
 ) {
-    tracing::info!(kind, name = %key.name(), result = outcome.as_str(), "child reconciled");
+    tracing::info!(kind = %kind, name = %key.name(), result = %outcome.as_str(), "child reconciled");
     let note = match outcome {
         Outcome::Created => Some(EventNote::created(kind, key.name())),
         _ => extra,
