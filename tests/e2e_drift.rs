@@ -39,12 +39,9 @@ async fn a_hand_edit_of_replicas_is_corrected_and_a_users_annotation_is_kept() {
     let writes_before = cluster.writes().len();
     let annotate = Patch::Merge(json!({"metadata": {"annotations": {"team.example.com/owner": "payments"}}}));
     statefulsets.patch(NAME, &user_patch(), &annotate).await.unwrap();
-    within("the annotation in the operator's cache", async {
-        while !operator.handles.statefulsets.cache().get(&key(NAME)).is_some_and(|sts| {
-            sts.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("team.example.com/owner"))
-        }) {
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+    let cache = operator.handles.statefulsets.cache();
+    await_cached(cache, &key(NAME), "the annotation in the operator's cache", |sts| {
+        sts.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("team.example.com/owner"))
     })
     .await;
     reconcile_now(&operator, &key(NAME)).await;

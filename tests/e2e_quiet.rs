@@ -20,13 +20,8 @@ async fn a_running_cluster_costs_no_writes_and_no_passes() {
     await_object(&api, NAME, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;
 
     // The operator has seen its own Running write and has finished the pass it brought.
-    within("Running in the operator's cache", async {
-        while !operator.handles.clusters.cache().get(&key(NAME)).is_some_and(|c| phase(&c) == Some("Running"))
-        {
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-    })
-    .await;
+    let cache = operator.handles.clusters.cache();
+    await_cached(cache, &key(NAME), "Running in the operator's cache", |c| phase(c) == Some("Running")).await;
     reconcile_now(&operator, &key(NAME)).await;
     let passes = operator.passes();
     assert!(passes <= 15, "{passes} passes from apply to Running 3/3 (a self-triggered loop?)");

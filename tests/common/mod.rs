@@ -13,6 +13,7 @@ use dbcluster_operator::databasecluster::operator::{
 };
 use dbcluster_operator::databasecluster::types::{self, DatabaseCluster};
 use dbcluster_operator::runtime::ObjectKey;
+use dbcluster_operator::runtime::cache::Cache;
 use dbcluster_operator::runtime::metrics::Metrics;
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
@@ -218,6 +219,19 @@ where
 {
     within(what, async {
         while api.get_opt(name).await.expect("get").is_some() {
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await
+}
+
+/// Waits until the operator's cache holds `key` in a state satisfying `done`.
+pub async fn await_cached<K>(cache: &Cache<K>, key: &ObjectKey, what: &str, done: impl Fn(&K) -> bool)
+where
+    K: Resource + Send + Sync + 'static,
+{
+    within(what, async {
+        while cache.get(key).is_none_or(|obj| !done(&obj)) {
             tokio::time::sleep(POLL_INTERVAL).await;
         }
     })
