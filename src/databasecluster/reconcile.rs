@@ -162,14 +162,15 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     };
     let owner = Owner::of(cluster)?;
 
-    let service = &ctx.services;
     let service_key = child_key(cluster, headless_service_name);
+    let cached = ctx.services.get(&service_key);
     let (_, outcome) =
-        ensure_child(ctx, &owner, service.get(&service_key), |_| build_headless_service(&owner)).await?;
+        ensure_child(ctx, &owner, "Service", cached, |_| build_headless_service(&owner)).await?;
     report(ctx, cluster, "Service", &service_key, &outcome, None).await;
 
     let secret_key = child_key(cluster, app_secret_name);
-    let (_, outcome) = ensure_child(ctx, &owner, ctx.secrets.get(&secret_key), |live: Option<&Secret>| {
+    let cached = ctx.secrets.get(&secret_key);
+    let (_, outcome) = ensure_child(ctx, &owner, "Secret", cached, |live: Option<&Secret>| {
         let password = live.and_then(app_secret_password).unwrap_or_else(|| {
             if live.is_some() {
                 tracing::warn!(secret = %secret_key, "the app Secret holds no password; generating a new one");
@@ -182,7 +183,8 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     report(ctx, cluster, "Secret", &secret_key, &outcome, None).await;
 
     let sts_key = child_key(cluster, statefulset_name);
-    let (sts, outcome) = ensure_child(ctx, &owner, ctx.statefulsets.get(&sts_key), |live| {
+    let cached = ctx.statefulsets.get(&sts_key);
+    let (sts, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
         let mut desired = build_statefulset(&owner, &spec);
         if let Some(live) = live {
             keep_immutable_fields(&mut desired, live);
@@ -265,10 +267,12 @@ async fn report<K>(
 
 /// Brings one child to its desired state: creates it when absent, applies it when an owned field
 /// differs, and otherwise leaves it alone. `build` makes the desired object from the live one (if
-/// any). Returns the child as the server now has it, and what was done.
+/// any); `kind` names the child in logs and errors. Returns the child as the server now has it,
+/// and what was done.
 async fn ensure_child<K>(
     ctx: &Context,
     owner: &Owner,
+    kind: &'static str,
     cached: Option<Arc<K>>,
     build: impl Fn(Option<&K>) -> K,
 ) -> Result<(Arc<K>, Outcome<K>), Error>
@@ -279,7 +283,6 @@ where
         + Serialize
         + DeserializeOwned,
 {
-    let kind = kind_of::<K>();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let live = match cached {
         Some(live) => live,
@@ -318,16 +321,6 @@ where
         .await
         .map_err(|source| child_error("applying", kind, &name, source))?;
     Ok((Arc::new(applied), Outcome::Updated { before: live }))
-}
-
-fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
-    // The three child kinds; anything else is named generically (logs and errors only).
-    match K::kind(&()).as_ref() {
-        "StatefulSet" => "StatefulSet",
-        "Service" => "Service",
-        "Secret" => "Secret",
-        _ => "child",
-    }
 }
 
 fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {
