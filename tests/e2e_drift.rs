@@ -12,6 +12,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const NAME: &str = "production-postgres";
+/// The pod-template annotation `kubectl rollout restart` sets.
+const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 
 fn replicas(sts: &StatefulSet) -> Option<i32> {
     sts.spec.as_ref()?.replicas
@@ -37,7 +39,11 @@ async fn a_hand_edit_of_replicas_is_corrected_and_a_users_annotation_is_kept() {
 
     // An annotation alone is someone else's field: the operator writes nothing.
     let writes_before = cluster.writes().len();
-    let annotate = Patch::Merge(json!({"metadata": {"annotations": {"team.example.com/owner": "payments"}}}));
+    // (and `kubectl rollout restart`'s annotation on the pod template, another manager's field).
+    let annotate = Patch::Merge(json!({
+        "metadata": {"annotations": {"team.example.com/owner": "payments"}},
+        "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: "2026-11-29T17:00:00Z"}}}}
+    }));
     statefulsets.patch(NAME, &user_patch(), &annotate).await.unwrap();
     let cache = operator.handles.statefulsets.cache();
     await_cached(cache, &key(NAME), "the annotation in the operator's cache", |sts| {
@@ -52,8 +58,15 @@ async fn a_hand_edit_of_replicas_is_corrected_and_a_users_annotation_is_kept() {
     statefulsets.patch(NAME, &user_patch(), &scale).await.unwrap();
     let corrected =
         await_object(&statefulsets, NAME, "replicas back to 3", |sts| replicas(sts) == Some(3)).await;
-    let annotations = corrected.metadata.annotations.unwrap_or_default();
+    let annotations = corrected.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(annotations.get("team.example.com/owner").map(String::as_str), Some("payments"));
+    let template = corrected.spec.unwrap().template.metadata.unwrap();
+    assert!(template.annotations.unwrap_or_default().contains_key(RESTARTED_AT), "the restart was reverted");
+    let owner = &corrected.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller, owner.block_owner_deletion),
+        ("DatabaseCluster", Some(true), Some(true))
+    );
     let writes = cluster.writes();
     let correction = writes.iter().rev().find(|r| r.resource == "statefulsets" && r.verb == "patch").unwrap();
     assert_eq!(correction.subresource, None);

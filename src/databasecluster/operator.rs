@@ -157,14 +157,21 @@ impl Operator {
         self.handles.clone()
     }
 
-    /// Starts the informers and reconciles until `shutdown` resolves; passes in flight then get
-    /// the controller's shutdown deadline to finish.
+    /// Starts the informers' list and watch without reconciling, e.g. to warm the caches of a
+    /// standby replica before it wins the leader election. [`Operator::run`] calls it too; a
+    /// second call does nothing.
+    pub fn start_informers(&self) {
+        self.handles.clusters.start();
+        self.handles.statefulsets.start();
+        self.handles.services.start();
+        self.handles.secrets.start();
+    }
+
+    /// Starts the informers (if not yet started) and reconciles until `shutdown` resolves; passes
+    /// in flight then get the controller's shutdown deadline to finish.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), OperatorError> {
-        let Operator { controller, context, handles } = self;
-        handles.clusters.start();
-        handles.statefulsets.start();
-        handles.services.start();
-        handles.secrets.start();
+        self.start_informers();
+        let Operator { controller, context, .. } = self;
         controller.run(reconcile, context, shutdown).await?;
         Ok(())
     }
