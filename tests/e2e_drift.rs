@@ -1,14 +1,14 @@
-//! Drift, end to end: the operator corrects a hand edit of a field it owns, keeps what users and
-//! other controllers add, and never changes the app Secret's password — not across passes, not
-//! across a restart of the operator.
+//! Drift, end to end: the operator corrects a hand edit of a field it owns, recreates a deleted
+//! child, keeps what users and other controllers add, and never changes the app Secret's
+//! password — not across passes, not across a restart of the operator.
 
 mod common;
 
 use common::*;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const NAME: &str = "production-postgres";
@@ -70,6 +70,12 @@ async fn a_hand_edit_of_replicas_is_corrected_and_a_users_annotation_is_kept() {
     let writes = cluster.writes();
     let correction = writes.iter().rev().find(|r| r.resource == "statefulsets" && r.verb == "patch").unwrap();
     assert_eq!(correction.subresource, None);
+
+    // A child deleted by hand comes back.
+    let services = cluster.api::<Service>();
+    let uid = services.get(NAME).await.unwrap().metadata.uid;
+    services.delete(NAME, &DeleteParams::default()).await.unwrap();
+    await_object(&services, NAME, "the Service recreated", |svc| svc.metadata.uid != uid).await;
     operator.stop().await;
 }
 

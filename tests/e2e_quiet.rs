@@ -1,6 +1,6 @@
 //! Quiet at rest, end to end: the number of passes from apply to Running is bounded, the pass a
 //! status write brings writes nothing, and once Running, 30 simulated seconds pass with no API
-//! write (and, after a leftover requeue timer, no pass at all).
+//! write (and, after a leftover requeue timer, no pass at all); a restarted operator writes nothing.
 
 mod common;
 
@@ -45,4 +45,12 @@ async fn a_running_cluster_costs_no_writes_and_no_passes() {
     assert!(cluster.writes().len() == writes.len(), "no write at rest");
     assert_eq!(operator.errors(), 0);
     operator.stop().await;
+
+    // A restarted operator lists everything again and finds nothing to write.
+    let restarted = cluster.start_operator().await;
+    reconcile_now(&restarted, &key(NAME)).await;
+    assert!(restarted.passes() >= 1);
+    let after_restart: Vec<_> = cluster.writes().into_iter().skip(writes.len()).collect();
+    assert!(after_restart.is_empty(), "writes after a restart: {after_restart:?}");
+    restarted.stop().await;
 }
