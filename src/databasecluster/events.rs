@@ -3,10 +3,14 @@
 //! The notes are pure data computed elsewhere (status transitions, created children, scaling);
 //! this module only turns one into an Event ([`build_event`], pure) and creates it. Publishing is
 //! best effort: an Event that cannot be written is logged and the pass goes on, since Events are
-//! history, not state. Repeated reconcile errors are aggregated client-side: a `ReconcileError`
-//! Event is published only when a cluster's error message changes, not on every retry.
+//! history, not state. Repeats are aggregated client-side: an Event identical to one published
+//! about the same cluster within [`REPEAT_WINDOW`] is not published again (a pass that read a
+//! child from a cache one write behind may otherwise report the same scaling twice), and a
+//! `ReconcileError` Event is published only when a cluster's error message changes, not on every
+//! retry.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use dashmap::DashMap;
 use jiff::Timestamp;
@@ -15,11 +19,15 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client, Resource};
+use tokio::time::Instant;
 
 use super::resources::FIELD_MANAGER;
 use super::status::EventNote;
 use super::types::DatabaseCluster;
 use crate::runtime::ObjectKey;
+
+/// How long an identical Event is not repeated (kube-runtime's recorder aggregates for 6 minutes).
+pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
 
 /// The `reportingController` of every Event the operator writes.
 pub const REPORTING_CONTROLLER: &str = "databases.madmmas.dev/dbcluster-operator";
@@ -60,16 +68,31 @@ pub struct EventPublisher {
     client: Client,
     instance: String,
     last_error: DashMap<ObjectKey, Arc<str>>,
+    recent: DashMap<(ObjectKey, String, String), Instant>,
 }
 
 impl EventPublisher {
     /// A publisher writing with `client`, naming `instance` (e.g. the pod name) as the reporter.
     pub fn new(client: Client, instance: impl Into<String>) -> Self {
-        EventPublisher { client, instance: instance.into(), last_error: DashMap::new() }
+        EventPublisher {
+            client,
+            instance: instance.into(),
+            last_error: DashMap::new(),
+            recent: DashMap::new(),
+        }
     }
 
-    /// Creates the Event for `note`; a failure is logged, never returned.
+    /// Creates the Event for `note`, unless the same one was published about `cluster` within
+    /// [`REPEAT_WINDOW`]; a failure is logged, never returned.
     pub async fn publish(&self, cluster: &DatabaseCluster, note: &EventNote) {
+        let now = Instant::now();
+        self.recent.retain(|_, published| now.duration_since(*published) < REPEAT_WINDOW);
+        let identity = (ObjectKey::of(cluster), note.reason.clone(), note.note.clone());
+        let repeated = self.recent.insert(identity, now).is_some();
+        if repeated {
+            tracing::debug!(reason = %note.reason, "an identical event was published recently; not repeating it");
+            return;
+        }
         let event = build_event(cluster, note, &self.instance, Timestamp::now());
         let namespace = cluster.metadata.namespace.as_deref().unwrap_or("default");
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
@@ -107,8 +130,7 @@ mod tests {
     use super::*;
     use crate::databasecluster::types::DatabaseClusterSpec;
 
-    #[test]
-    fn an_event_regards_the_cluster_and_names_the_reporter() {
+    fn cluster() -> DatabaseCluster {
         let mut cluster = DatabaseCluster::new(
             "pg",
             DatabaseClusterSpec {
@@ -119,12 +141,18 @@ mod tests {
                 postgres_config: None,
             },
         );
-        cluster.metadata.namespace = Some("prod".into());
+        cluster.metadata.namespace = Some("default".into());
         cluster.metadata.uid = Some("uid-1".into());
+        cluster
+    }
+
+    #[test]
+    fn an_event_regards_the_cluster_and_names_the_reporter() {
+        let cluster = cluster();
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let event = build_event(&cluster, &EventNote::created("Service", "pg"), "op-0", now);
         assert_eq!(event.metadata.generate_name.as_deref(), Some("pg."));
-        assert_eq!(event.metadata.namespace.as_deref(), Some("prod"));
+        assert_eq!(event.metadata.namespace.as_deref(), Some("default"));
         assert_eq!(event.type_.as_deref(), Some("Normal"));
         assert_eq!(event.reason.as_deref(), Some("CreatedService"));
         assert_eq!(event.action.as_deref(), Some("Create"));
@@ -135,5 +163,34 @@ mod tests {
         assert_eq!(regarding.kind.as_deref(), Some("DatabaseCluster"));
         assert_eq!(regarding.api_version.as_deref(), Some("databases.madmmas.dev/v1alpha1"));
         assert_eq!(regarding.uid.as_deref(), Some("uid-1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn identical_events_are_published_once_per_window_and_errors_once_per_message() {
+        let sim = crate::sim::SimServer::start().await.unwrap();
+        let publisher = EventPublisher::new(sim.client(), "test");
+        let count = || async {
+            let api: Api<Event> = Api::namespaced(sim.client(), "default");
+            api.list(&Default::default()).await.unwrap().items.len()
+        };
+        let cluster = cluster();
+        let scaling = EventNote::created("StatefulSet", "pg");
+        publisher.publish(&cluster, &scaling).await;
+        publisher.publish(&cluster, &scaling).await;
+        assert_eq!(count().await, 1);
+        publisher.publish(&cluster, &EventNote::created("Service", "pg")).await;
+        assert_eq!(count().await, 2);
+        tokio::time::sleep(REPEAT_WINDOW).await;
+        publisher.publish(&cluster, &scaling).await;
+        assert_eq!(count().await, 3, "repeated after the window");
+
+        let error = std::io::Error::other("boom");
+        publisher.publish_error(&cluster, &error).await;
+        tokio::time::sleep(REPEAT_WINDOW).await;
+        publisher.publish_error(&cluster, &error).await;
+        assert_eq!(count().await, 4, "the same error is reported once until it clears");
+        publisher.clear_error(&ObjectKey::of(&cluster));
+        publisher.publish_error(&cluster, &error).await;
+        assert_eq!(count().await, 5);
     }
 }
