@@ -1,1 +1,169 @@
-//! An embedded simulated Kubernetes API server (hyper) for the tests and the `demo` command.
+//! An embedded simulated Kubernetes API server (hyper, plain HTTP on loopback) for the tests and
+//! the `demo` command: the unmodified `kube` client and kubectl talk to it as to a cluster.
+//!
+//! One lock guards the state ([`state`]): every request is atomic and every write takes the next
+//! global resourceVersion ([`store`]) and feeds the watch hub ([`watch`]). The write rules live in
+//! [`ops`]; HTTP parsing in [`handlers`]; background garbage collection in [`gc`].
+
+pub mod api_error;
+mod cluster;
+pub mod discovery;
+pub mod faults;
+mod gc;
+mod handlers;
+pub mod meta;
+pub mod ops;
+pub mod patch;
+pub mod request_log;
+pub mod resources;
+pub mod route;
+pub mod selectors;
+mod server;
+pub mod state;
+pub mod store;
+pub mod table;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use faults::Faults;
+pub use request_log::RequestRecord;
+
+use cluster::Cluster;
+
+/// How the simulated server behaves.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Where to listen; the default `127.0.0.1:0` picks a free port.
+    pub addr: SocketAddr,
+    /// How long a simulated pod takes to become Ready.
+    pub pod_ready_delay: Duration,
+    /// How many change events the watch history keeps (older resourceVersions answer 410).
+    pub history_limit: usize,
+    /// Whether watches honour `sendInitialEvents` (streaming lists).
+    pub streaming_lists: bool,
+    /// Watch duration when the request gives no `timeoutSeconds`.
+    pub default_watch_timeout: Duration,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            pod_ready_delay: Duration::from_millis(200),
+            history_limit: 10_000,
+            streaming_lists: true,
+            default_watch_timeout: Duration::from_secs(1800),
+            bookmark_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// Binding the listening socket failed.
+    #[error("binding the simulated API server to {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Namespaces every cluster starts with.
+const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// The running simulated API server; it shuts down when dropped.
+#[derive(Debug)]
+pub struct SimServer {
+    cluster: Arc<Cluster>,
+    addr: SocketAddr,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl SimServer {
+    /// Starts a server with [`SimConfig::default`].
+    pub async fn start() -> Result<SimServer, SimError> {
+        Self::start_with(SimConfig::default()).await
+    }
+
+    /// Starts a server with the given configuration.
+    pub async fn start_with(mut config: SimConfig) -> Result<SimServer, SimError> {
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| SimError::Bind { addr: config.addr, source })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind { addr: config.addr, source })?;
+        config.addr = addr;
+        let cluster = Arc::new(Cluster::new(config));
+        cluster.write(|s| {
+            let kind = s.registry.get("", "v1", "namespaces").expect("namespaces are a built-in kind");
+            for ns in INITIAL_NAMESPACES {
+                let obj = serde_json::json!({"metadata": {"name": ns}});
+                // Invariant: a fresh store has none of these names, so creation cannot fail.
+                ops::create(s, &kind, None, obj, &ops::WriteContext::update("kube-apiserver"))
+                    .expect("a fresh cluster accepts its initial namespaces");
+            }
+        });
+        let tasks = vec![
+            tokio::spawn(server::serve(cluster.clone(), listener)),
+            tokio::spawn(cluster.clone().run_gc()),
+        ];
+        tracing::info!(%addr, "simulated API server listening");
+        Ok(SimServer { cluster, addr, tasks })
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `kube` client for this server (default namespace `default`).
+    pub fn client(&self) -> kube::Client {
+        let url = self.base_url().parse().expect("http://IP:PORT is a valid URI");
+        // Invariant: a plain-HTTP config without auth or TLS always builds a client.
+        kube::Client::try_from(kube::Config::new(url)).expect("a plain-HTTP kube config builds a client")
+    }
+
+    /// A kubeconfig pointing at this server, for kubectl or the operator's `run`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\nusers:\n- name: sim\n  user: {{}}\n",
+            self.base_url()
+        )
+    }
+
+    /// Fault injection for tests.
+    pub fn faults(&self) -> &Faults {
+        &self.cluster.faults
+    }
+
+    /// Every resource request so far, oldest first.
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        self.cluster.log.snapshot()
+    }
+
+    /// Stops accepting connections, ends every watch and background task, and waits for them.
+    pub async fn shutdown(mut self) {
+        self.cluster.shutdown.cancel();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        self.cluster.shutdown.cancel();
+    }
+}

@@ -1,0 +1,86 @@
+//! Fault injection controlled by tests: end open watches, fail the next requests for a resource,
+//! answer the next watch with 410, add latency, forget the watch history.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::sim::state::State;
+
+#[derive(Debug, Default)]
+struct Pending {
+    failures: HashMap<String, (usize, u16)>,
+    gone_watches: HashSet<String>,
+    latency: Duration,
+}
+
+/// The faults to inject, shared by the server's request handlers.
+#[derive(Debug)]
+pub struct Faults {
+    pending: Mutex<Pending>,
+    close_watches: watch::Sender<u64>,
+    state: Arc<Mutex<State>>,
+}
+
+impl Faults {
+    pub(crate) fn new(state: Arc<Mutex<State>>) -> Self {
+        Self { pending: Mutex::default(), close_watches: watch::Sender::new(0), state }
+    }
+
+    /// Ends every open watch now (clients see the stream end and re-watch).
+    pub fn close_watches(&self) {
+        self.close_watches.send_modify(|generation| *generation += 1);
+    }
+
+    /// Answers the next `n` requests for `resource` (plural name) with `status`: 429 comes with
+    /// `Retry-After: 1`, anything else is an internal error with that code.
+    pub fn fail_next(&self, resource: &str, n: usize, status: u16) {
+        self.pending.lock().failures.insert(resource.to_string(), (n, status));
+    }
+
+    /// Answers the next watch of `resource` with a 410 Gone error event.
+    pub fn gone_next_watch(&self, resource: &str) {
+        self.pending.lock().gone_watches.insert(resource.to_string());
+    }
+
+    /// Delays every request by `d` before it is handled.
+    pub fn set_latency(&self, d: Duration) {
+        self.pending.lock().latency = d;
+    }
+
+    /// Forgets all watch history: a watch from any earlier resourceVersion answers 410.
+    pub fn compact_history(&self) {
+        let mut state = self.state.lock();
+        let current = state.store.resource_version();
+        state.store.hub.compact(current);
+    }
+
+    pub(crate) fn latency(&self) -> Duration {
+        self.pending.lock().latency
+    }
+
+    /// The injected status for this request of `resource`, if one is pending (and consumes it).
+    pub(crate) fn take_failure(&self, resource: &str) -> Option<u16> {
+        let mut pending = self.pending.lock();
+        let entry = pending.failures.get_mut(resource)?;
+        let status = entry.1;
+        entry.0 -= 1;
+        if entry.0 == 0 {
+            pending.failures.remove(resource);
+        }
+        Some(status)
+    }
+
+    /// Whether this watch of `resource` must answer 410 (and consumes the fault).
+    pub(crate) fn take_gone_watch(&self, resource: &str) -> bool {
+        self.pending.lock().gone_watches.remove(resource)
+    }
+
+    /// A receiver that changes whenever `close_watches` is called.
+    pub(crate) fn watch_closer(&self) -> watch::Receiver<u64> {
+        self.close_watches.subscribe()
+    }
+}

@@ -1,0 +1,454 @@
+//! The write rules every create, update and delete goes through, whoever makes it (a request
+//! handler, a simulated controller, the garbage collector): metadata, conflicts, the status
+//! subresource, generation, finalizers and deletion.
+
+use serde_json::{Value, json};
+
+use crate::sim::api_error::{ApiError, Cause};
+use crate::sim::gc::GcWork;
+use crate::sim::meta::{self, Manager};
+use crate::sim::resources::{Kind, established_crd_status};
+use crate::sim::state::State;
+
+/// Who writes, and how.
+#[derive(Debug, Clone)]
+pub struct WriteContext {
+    /// Field manager recorded in `managedFields`.
+    pub manager: String,
+    /// `Update`, or `Apply` for server-side apply.
+    pub operation: &'static str,
+    /// `dryRun=All`: run every check, store nothing.
+    pub dry_run: bool,
+}
+
+impl WriteContext {
+    /// An `Update` by `manager`.
+    pub fn update(manager: &str) -> Self {
+        Self { manager: manager.to_string(), operation: "Update", dry_run: false }
+    }
+}
+
+/// How dependents are treated when their owner is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// Delete the owner now, its dependents afterwards.
+    #[default]
+    Background,
+    /// Delete the dependents first, then the owner.
+    Foreground,
+    /// Delete the owner, keep the dependents (without the ownerReference).
+    Orphan,
+}
+
+/// The parts of `DeleteOptions` the server honours.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// `propagationPolicy`.
+    pub propagation: Propagation,
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+}
+
+/// The outcome of a delete.
+#[derive(Debug, Clone)]
+pub enum Deletion {
+    /// The object is gone; its final state.
+    Gone(Value),
+    /// Finalizers keep the object; it now carries a deletionTimestamp.
+    Marked(Value),
+}
+
+const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+fn name_of(obj: &Value) -> &str {
+    obj["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn store_namespace<'a>(kind: &Kind, namespace: Option<&'a str>) -> &'a str {
+    if kind.namespaced { namespace.unwrap_or_default() } else { "" }
+}
+
+/// Creates an object as POST does.
+pub fn create(
+    state: &mut State,
+    kind: &Kind,
+    namespace: Option<&str>,
+    mut obj: Value,
+    cx: &WriteContext,
+) -> Result<Value, ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+    }
+    if let Some(k) = obj["kind"].as_str().filter(|k| *k != kind.kind) {
+        return Err(ApiError::bad_request(format!(
+            "the kind {k:?} does not match the resource {}",
+            kind.plural
+        )));
+    }
+    obj["apiVersion"] = json!(kind.api_version());
+    obj["kind"] = json!(kind.kind);
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    let ns = store_namespace(kind, namespace);
+    if kind.namespaced {
+        match obj["metadata"]["namespace"].as_str() {
+            Some(given) if !given.is_empty() && given != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => obj["metadata"]["namespace"] = json!(ns),
+        }
+        if state.store.get("namespaces", "", ns).is_none() {
+            return Err(ApiError::namespace_not_found(ns));
+        }
+    } else if let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("namespace");
+    }
+    let name = match (obj["metadata"]["name"].as_str(), obj["metadata"]["generateName"].as_str()) {
+        (Some(n), _) if !n.is_empty() => n.to_string(),
+        (_, Some(prefix)) if !prefix.is_empty() => meta::generated_name(prefix),
+        _ => {
+            return Err(ApiError::invalid(
+                kind,
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value: name or generateName is required".into(),
+                    field: "metadata.name".into(),
+                }],
+            ));
+        }
+    };
+    if state.store.get(&kind.storage_key(), ns, &name).is_some() {
+        return Err(ApiError::already_exists(kind, &name));
+    }
+    let now = meta::now();
+    {
+        let m = obj["metadata"].as_object_mut().expect("metadata was made an object above");
+        m.insert("name".into(), json!(name));
+        m.insert("uid".into(), json!(meta::new_uid()));
+        m.insert("creationTimestamp".into(), json!(now));
+        m.insert("generation".into(), json!(1));
+        for f in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+        ] {
+            m.remove(f);
+        }
+    }
+    if kind.status_subresource {
+        obj.as_object_mut().expect("checked above").remove("status");
+    }
+    initialise_kind(kind, &mut obj, &now)?;
+    let written = obj.clone();
+    record_write(kind, cx, None, &mut obj, &written);
+    if cx.dry_run {
+        return Ok(obj);
+    }
+    let stored = state.store.put(&kind.storage_key(), obj);
+    if is_crd(kind) {
+        state.registry.serve_crd(&stored);
+    }
+    Ok(stored)
+}
+
+/// What a real server fills in on create for the kinds whose controllers are not simulated.
+fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) -> Result<(), ApiError> {
+    match (kind.group.as_str(), kind.plural.as_str()) {
+        ("", "namespaces") => {
+            obj["spec"]["finalizers"] = json!(["kubernetes"]);
+            obj["status"] = json!({"phase": "Active"});
+        }
+        ("", "pods") => obj["status"] = json!({"phase": "Pending"}),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            check_crd_name(kind, obj)?;
+            obj["status"] = established_crd_status(obj, now);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn is_crd(kind: &Kind) -> bool {
+    kind.group == "apiextensions.k8s.io" && kind.plural == "customresourcedefinitions"
+}
+
+fn check_crd_name(kind: &Kind, crd: &Value) -> Result<(), ApiError> {
+    let spec = &crd["spec"];
+    let (group, plural) = (spec["group"].as_str().unwrap_or_default(), spec["names"]["plural"].as_str());
+    let mut causes = Vec::new();
+    let mut cause = |field: &str, reason: &str, message: String| {
+        causes.push(Cause { reason: reason.into(), message, field: field.into() })
+    };
+    if group.is_empty() {
+        cause("spec.group", "FieldValueRequired", "Required value".into());
+    }
+    match plural {
+        None | Some("") => cause("spec.names.plural", "FieldValueRequired", "Required value".into()),
+        Some(p) if name_of(crd) != format!("{p}.{group}") => cause(
+            "metadata.name",
+            "FieldValueInvalid",
+            format!("Invalid value: {:?}: must be spec.names.plural+\".\"+spec.group", name_of(crd)),
+        ),
+        Some(_) => {}
+    }
+    if spec["names"]["kind"].as_str().unwrap_or_default().is_empty() {
+        cause("spec.names.kind", "FieldValueRequired", "Required value".into());
+    }
+    if spec["versions"].as_array().is_none_or(|v| v.is_empty()) {
+        cause(
+            "spec.versions",
+            "FieldValueInvalid",
+            "Invalid value: must have exactly one version marked as storage version".into(),
+        );
+    }
+    if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name_of(crd), causes)) }
+}
+
+/// Records the write in `managedFields`: the fields of `fields_of` owned by the context's manager.
+fn record_write(
+    kind: &Kind,
+    cx: &WriteContext,
+    subresource: Option<&str>,
+    obj: &mut Value,
+    fields_of: &Value,
+) {
+    let api_version = kind.api_version();
+    let manager =
+        Manager { name: &cx.manager, operation: cx.operation, api_version: &api_version, subresource };
+    meta::record_manager(obj, &manager, meta::field_set(fields_of));
+}
+
+/// Replaces an object as PUT does (on the main resource or the `status` subresource).
+pub fn update(
+    state: &mut State,
+    kind: &Kind,
+    namespace: Option<&str>,
+    name: &str,
+    mut obj: Value,
+    subresource: Option<&str>,
+    cx: &WriteContext,
+) -> Result<Value, ApiError> {
+    let ns = store_namespace(kind, namespace);
+    let key = kind.storage_key();
+    let old = state.store.get(&key, ns, name).cloned().ok_or_else(|| ApiError::not_found(kind, name))?;
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+    }
+    if let Some(body_name) = obj["metadata"]["name"].as_str().filter(|n| *n != name) {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if let Some(rv) = obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty())
+        && old["metadata"]["resourceVersion"] != rv
+    {
+        return Err(ApiError::stale(kind, name));
+    }
+    let mut new = if subresource == Some("status") {
+        let mut new = old.clone();
+        match obj.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                new.as_object_mut().expect("stored objects are objects").remove("status");
+            }
+        }
+        new
+    } else {
+        if kind.status_subresource {
+            match old.get("status") {
+                Some(s) => obj["status"] = s.clone(),
+                None => {
+                    obj.as_object_mut().expect("checked above").remove("status");
+                }
+            }
+        }
+        obj["apiVersion"] = json!(kind.api_version());
+        obj["kind"] = json!(kind.kind);
+        keep_server_metadata(&old, &mut obj);
+        obj
+    };
+    if new["metadata"]["deletionTimestamp"].is_string() && adds_finalizer(&old, &new) {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            vec![Cause {
+                reason: "FieldValueForbidden".into(),
+                message: "Forbidden: no new finalizers can be added if the object is being deleted".into(),
+                field: "metadata.finalizers".into(),
+            }],
+        ));
+    }
+    let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+    let bumped =
+        if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
+    new["metadata"]["generation"] = json!(bumped);
+    if is_crd(kind) {
+        check_crd_name(kind, &new)?;
+    }
+    if meta::same_content(&old, &new) {
+        return Ok(old);
+    }
+    let written = if subresource == Some("status") { json!({"status": new["status"]}) } else { new.clone() };
+    record_write(kind, cx, subresource, &mut new, &written);
+    if cx.dry_run {
+        return Ok(new);
+    }
+    if new["metadata"]["deletionTimestamp"].is_string() && finalizers(&new).is_empty() {
+        return Ok(remove(state, kind, ns, name).unwrap_or(new));
+    }
+    let stored = state.store.put(&key, new);
+    if is_crd(kind) {
+        state.registry.serve_crd(&stored);
+    }
+    Ok(stored)
+}
+
+/// Metadata the client cannot change on update: identity, creation and deletion marks.
+fn keep_server_metadata(old: &Value, new: &mut Value) {
+    if !new["metadata"].is_object() {
+        new["metadata"] = json!({});
+    }
+    for f in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "managedFields",
+    ] {
+        match old["metadata"].get(f) {
+            Some(v) => new["metadata"][f] = v.clone(),
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove(f);
+                }
+            }
+        }
+    }
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+fn adds_finalizer(old: &Value, new: &Value) -> bool {
+    let before = finalizers(old);
+    finalizers(new).iter().any(|f| !before.contains(f))
+}
+
+/// Deletes an object as DELETE does: removed now, or only marked while finalizers remain.
+pub fn delete(
+    state: &mut State,
+    kind: &Kind,
+    namespace: Option<&str>,
+    name: &str,
+    opts: &DeleteOptions,
+) -> Result<Deletion, ApiError> {
+    let ns = store_namespace(kind, namespace);
+    let key = kind.storage_key();
+    let old = state.store.get(&key, ns, name).cloned().ok_or_else(|| ApiError::not_found(kind, name))?;
+    if let Some(uid) = &opts.uid
+        && old["metadata"]["uid"] != uid.as_str()
+    {
+        return Err(ApiError::conflict(
+            kind,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                old["metadata"]["uid"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.resource_version
+        && old["metadata"]["resourceVersion"] != rv.as_str()
+    {
+        return Err(ApiError::conflict(
+            kind,
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                old["metadata"]["resourceVersion"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+    let is_namespace = kind.group.is_empty() && kind.plural == "namespaces";
+    let mut finals = finalizers(&old);
+    if opts.propagation == Propagation::Foreground && !finals.iter().any(|f| f == FOREGROUND_FINALIZER) {
+        finals.push(FOREGROUND_FINALIZER.to_string());
+    }
+    if finals.is_empty() && !is_namespace {
+        if opts.dry_run {
+            return Ok(Deletion::Gone(old));
+        }
+        let gone = remove(state, kind, ns, name).unwrap_or(old);
+        if opts.propagation == Propagation::Orphan
+            && let Some(uid) = gone["metadata"]["uid"].as_str()
+        {
+            state.gc_queue.retain(|w| *w != GcWork::Dependents(uid.to_string()));
+            state.gc_queue.push(GcWork::Orphan(uid.to_string()));
+        }
+        return Ok(Deletion::Gone(gone));
+    }
+    if old["metadata"]["deletionTimestamp"].is_string() {
+        return Ok(Deletion::Marked(old));
+    }
+    let mut marked = old.clone();
+    marked["metadata"]["deletionTimestamp"] = json!(meta::now());
+    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    if !finals.is_empty() {
+        marked["metadata"]["finalizers"] = json!(finals);
+    }
+    let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+    marked["metadata"]["generation"] = json!(generation + 1);
+    if is_namespace {
+        marked["status"]["phase"] = json!("Terminating");
+    }
+    if opts.dry_run {
+        return Ok(Deletion::Marked(marked));
+    }
+    let stored = state.store.put(&key, marked);
+    if is_namespace {
+        state.gc_queue.push(GcWork::Namespace(name.to_string()));
+    } else if opts.propagation == Propagation::Foreground
+        && let Some(uid) = stored["metadata"]["uid"].as_str()
+    {
+        state.gc_queue.push(GcWork::Foreground(uid.to_string()));
+    }
+    Ok(Deletion::Marked(stored))
+}
+
+/// Removes an object for good, queueing its dependents for the garbage collector (and, for a
+/// CRD, its custom resources and served kinds).
+pub fn remove(state: &mut State, kind: &Kind, namespace: &str, name: &str) -> Option<Value> {
+    let gone = state.store.remove(&kind.storage_key(), namespace, name)?;
+    if let Some(uid) = gone["metadata"]["uid"].as_str() {
+        state.gc_queue.push(GcWork::Dependents(uid.to_string()));
+    }
+    if is_crd(kind) {
+        let group = gone["spec"]["group"].as_str().unwrap_or_default().to_string();
+        let plural = gone["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string();
+        let key = crate::sim::resources::storage_key(&group, &plural);
+        let names: Vec<(String, String)> =
+            state.store.list(&key, None).map(crate::sim::store::object_name).collect();
+        for (ns, n) in names {
+            state.store.remove(&key, &ns, &n);
+        }
+        state.registry.unserve_crd(&group, &plural);
+    }
+    Some(gone)
+}

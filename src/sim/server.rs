@@ -1,0 +1,44 @@
+//! The HTTP/1 accept loop: one hyper connection task per client, all ended at shutdown.
+
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::sim::cluster::Cluster;
+use crate::sim::handlers;
+
+/// Accepts connections until the cluster shuts down.
+pub async fn serve(cluster: Arc<Cluster>, listener: TcpListener) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = cluster.shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    continue;
+                }
+            },
+        };
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            let service = {
+                let cluster = cluster.clone();
+                service_fn(move |req| {
+                    let cluster = cluster.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handlers::handle(cluster, req).await) }
+                })
+            };
+            let conn =
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                result = conn => if let Err(e) = result {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                },
+                _ = cluster.shutdown.cancelled() => {}
+            }
+        });
+    }
+}

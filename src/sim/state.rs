@@ -1,0 +1,23 @@
+//! The server's mutable state behind one lock: served kinds, stored objects, pending GC work.
+
+use crate::sim::gc::GcWork;
+use crate::sim::resources::Registry;
+use crate::sim::store::Store;
+
+/// Everything a request may read or change, guarded together so each request is atomic.
+#[derive(Debug)]
+pub struct State {
+    /// The served kinds.
+    pub registry: Registry,
+    /// The objects and the watch hub.
+    pub store: Store,
+    /// Work for the garbage collector, drained by its task.
+    pub gc_queue: Vec<GcWork>,
+}
+
+impl State {
+    /// Built-in kinds, no objects, a watch history of `history_limit` events.
+    pub fn new(history_limit: usize) -> Self {
+        Self { registry: Registry::with_built_ins(), store: Store::new(history_limit), gc_queue: Vec::new() }
+    }
+}

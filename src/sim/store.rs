@@ -1,0 +1,122 @@
+//! The object store: every object as JSON under its resource's storage key, one global
+//! resourceVersion counter, and an event for every change handed to the watch hub.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::sim::watch::{Event, EventType, WatchHub};
+
+/// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
+pub type ObjectName = (String, String);
+
+/// The objects of every resource, the resourceVersion counter and the watch hub fed by writes.
+#[derive(Debug)]
+pub struct Store {
+    objects: HashMap<String, BTreeMap<ObjectName, Value>>,
+    resource_version: u64,
+    /// Watch history and live subscribers.
+    pub hub: WatchHub,
+}
+
+impl Store {
+    /// An empty store whose watch hub keeps `history_limit` events.
+    pub fn new(history_limit: usize) -> Self {
+        Self { objects: HashMap::new(), resource_version: 1, hub: WatchHub::new(history_limit, 1) }
+    }
+
+    /// The resourceVersion of the latest write.
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
+    }
+
+    /// The stored object, if any.
+    pub fn get(&self, key: &str, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects.get(key)?.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// The objects of one resource (in one namespace, or all), ordered by namespace then name.
+    pub fn list<'a>(&'a self, key: &str, namespace: Option<&'a str>) -> impl Iterator<Item = &'a Value> + 'a {
+        self.objects
+            .get(key)
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .filter(move |((ns, _), _)| namespace.is_none_or(|want| ns == want))
+            .map(|(_, v)| v)
+    }
+
+    /// Every stored object with its storage key (for the garbage collector's scans).
+    pub fn all(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.objects.iter().flat_map(|(k, m)| m.values().map(move |v| (k.as_str(), v)))
+    }
+
+    /// Stores `obj` (added or replacing), stamping the next resourceVersion, and records the event.
+    pub fn put(&mut self, key: &str, mut obj: Value) -> Value {
+        let name = object_name(&obj);
+        self.resource_version += 1;
+        obj["metadata"]["resourceVersion"] = Value::String(self.resource_version.to_string());
+        let old = self.objects.entry(key.to_string()).or_default().insert(name.clone(), obj.clone());
+        let event_type = if old.is_some() { EventType::Modified } else { EventType::Added };
+        self.record(key, name.0, event_type, obj.clone(), old);
+        obj
+    }
+
+    /// Removes an object, stamping the deletion's resourceVersion on the final state it returns.
+    pub fn remove(&mut self, key: &str, namespace: &str, name: &str) -> Option<Value> {
+        let mut obj = self.objects.get_mut(key)?.remove(&(namespace.to_string(), name.to_string()))?;
+        let old = obj.clone();
+        self.resource_version += 1;
+        obj["metadata"]["resourceVersion"] = Value::String(self.resource_version.to_string());
+        self.record(key, namespace.to_string(), EventType::Deleted, obj.clone(), Some(old));
+        Some(obj)
+    }
+
+    fn record(
+        &mut self,
+        key: &str,
+        namespace: String,
+        event_type: EventType,
+        object: Value,
+        old: Option<Value>,
+    ) {
+        self.hub.publish(Arc::new(Event {
+            resource_version: self.resource_version,
+            key: key.to_string(),
+            namespace,
+            event_type,
+            object,
+            old,
+        }));
+    }
+}
+
+/// `(namespace, name)` of an object's metadata.
+pub fn object_name(obj: &Value) -> ObjectName {
+    let meta = &obj["metadata"];
+    (
+        meta["namespace"].as_str().unwrap_or_default().to_string(),
+        meta["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_write_takes_the_next_global_resource_version() {
+        let mut s = Store::new(10);
+        let a = s.put("pods", json!({"metadata": {"namespace": "ns", "name": "a"}}));
+        let b = s.put("configmaps", json!({"metadata": {"namespace": "ns", "name": "b"}}));
+        let ra: u64 = a["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        let rb: u64 = b["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        assert_eq!(rb, ra + 1);
+        let gone = s.remove("pods", "ns", "a").unwrap();
+        assert_eq!(gone["metadata"]["resourceVersion"], (rb + 1).to_string());
+        assert!(s.get("pods", "ns", "a").is_none());
+        assert_eq!(s.list("configmaps", Some("ns")).count(), 1);
+        assert_eq!(s.list("configmaps", Some("other")).count(), 0);
+    }
+}

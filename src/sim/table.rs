@@ -1,0 +1,175 @@
+//! kubectl's Table responses (`Accept: application/json;as=Table;g=meta.k8s.io;v=v1`): NAME,
+//! the kind's printer columns (a CRD's `additionalPrinterColumns`) and AGE.
+
+use serde_json::{Value, json};
+
+use crate::sim::handlers::Query;
+use crate::sim::resources::{Kind, PrinterColumn};
+
+/// What each row carries besides its cells (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IncludeObject {
+    /// No object.
+    None,
+    /// The object's metadata as `PartialObjectMetadata` (the default).
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+/// Table options of a request, if it asked for a Table.
+#[derive(Debug, Clone, Copy)]
+pub struct TableOptions {
+    /// The `includeObject` parameter.
+    pub include_object: IncludeObject,
+}
+
+/// `Some` when the Accept header prefers a Table.
+pub fn requested(accept: &str, query: &Query) -> Option<TableOptions> {
+    let first = accept.split(',').next().unwrap_or_default();
+    if !first.contains("as=Table") {
+        return None;
+    }
+    let include_object = match query.get("includeObject").map(String::as_str) {
+        Some("None") => IncludeObject::None,
+        Some("Object") => IncludeObject::Object,
+        _ => IncludeObject::Metadata,
+    };
+    Some(TableOptions { include_object })
+}
+
+fn column(name: &str, column_type: &str, format: &str, description: &str, priority: i64) -> Value {
+    json!({"name": name, "type": column_type, "format": format, "description": description, "priority": priority})
+}
+
+fn columns(kind: &Kind) -> Vec<Value> {
+    let mut cols = vec![column("Name", "string", "name", "Name must be unique within a namespace.", 0)];
+    let has_age = kind.printer_columns.iter().any(|c| c.name.eq_ignore_ascii_case("age"));
+    for c in &kind.printer_columns {
+        cols.push(column(&c.name, &c.column_type, "", &c.description, c.priority));
+    }
+    if !has_age {
+        cols.push(column(
+            "Age",
+            "date",
+            "",
+            "CreationTimestamp is a timestamp representing the server time when this object was created.",
+            0,
+        ));
+    }
+    cols
+}
+
+/// A Table of the objects (already presented in the requested version).
+pub fn table(kind: &Kind, objects: &[Value], opts: &TableOptions, resource_version: Value) -> Value {
+    let now = jiff::Timestamp::now();
+    let rows: Vec<Value> = objects.iter().map(|o| row(kind, o, opts, now)).collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": columns(kind),
+        "rows": rows,
+    })
+}
+
+fn row(kind: &Kind, obj: &Value, opts: &TableOptions, now: jiff::Timestamp) -> Value {
+    let mut cells = vec![obj["metadata"]["name"].clone()];
+    let has_age = kind.printer_columns.iter().any(|c| c.name.eq_ignore_ascii_case("age"));
+    for c in &kind.printer_columns {
+        cells.push(cell(c, obj, now));
+    }
+    if !has_age {
+        cells.push(json!(age(obj["metadata"]["creationTimestamp"].as_str(), now)));
+    }
+    let mut row = json!({"cells": cells});
+    match opts.include_object {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]});
+        }
+        IncludeObject::Object => row["object"] = obj.clone(),
+    }
+    row
+}
+
+fn cell(c: &PrinterColumn, obj: &Value, now: jiff::Timestamp) -> Value {
+    let v = json_path(obj, &c.json_path);
+    match (c.column_type.as_str(), v) {
+        (_, None) => Value::Null,
+        ("date", Some(Value::String(s))) => json!(age(Some(&s), now)),
+        (_, Some(v)) => v,
+    }
+}
+
+/// Evaluates a simple JSONPath: `.a.b`, `.a[0]`, `.a[?(@.type=="Ready")].status`.
+pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
+    let mut cur = obj.clone();
+    let path = path.trim().trim_start_matches('{').trim_end_matches('}');
+    let mut rest = path.trim_start_matches('$');
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            cur = cur.get(&r[..end])?.clone();
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let inner = &r[..end];
+            rest = &r[end + 1..];
+            if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                let (field, want) = filter.split_once("==")?;
+                let want = want.trim().trim_matches(|c| c == '\'' || c == '"');
+                cur = cur.as_array()?.iter().find(|e| e[field.trim()].as_str() == Some(want))?.clone();
+            } else {
+                cur = cur.get(inner.parse::<usize>().ok()?)?.clone();
+            }
+        } else {
+            return None;
+        }
+    }
+    Some(cur)
+}
+
+/// kubectl's short human age: `45s`, `3m20s`, `5h`, `2d3h`, `400d`.
+pub fn age(created: Option<&str>, now: jiff::Timestamp) -> String {
+    let Some(created) = created.and_then(|c| c.parse::<jiff::Timestamp>().ok()) else {
+        return "<unknown>".into();
+    };
+    let secs = now.as_second() - created.as_second();
+    if secs < 0 {
+        return "0s".into();
+    }
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
+    let with = |big: i64, bu: &str, small: i64, su: &str| {
+        if small == 0 { format!("{big}{bu}") } else { format!("{big}{bu}{small}{su}") }
+    };
+    match () {
+        _ if secs < 120 => format!("{secs}s"),
+        _ if m < 10 => with(m, "m", secs % 60, "s"),
+        _ if h < 3 => format!("{m}m"),
+        _ if h < 8 => with(h, "h", m % 60, "m"),
+        _ if h < 48 => format!("{h}h"),
+        _ if h < 192 => with(d, "d", h % 24, "h"),
+        _ if d < 365 * 2 => format!("{d}d"),
+        _ => format!("{}y", d / 365),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_paths_and_ages() {
+        let obj = json!({"status": {"phase": "Running", "conditions": [{"type": "A", "status": "x"}, {"type": "Ready", "status": "True"}]}, "spec": {"l": [1, 2]}});
+        assert_eq!(json_path(&obj, ".status.phase"), Some(json!("Running")));
+        assert_eq!(json_path(&obj, ".status.conditions[?(@.type==\"Ready\")].status"), Some(json!("True")));
+        assert_eq!(json_path(&obj, ".spec.l[1]"), Some(json!(2)));
+        assert_eq!(json_path(&obj, ".spec.missing"), None);
+        let now: jiff::Timestamp = "2026-01-01T10:00:00Z".parse().unwrap();
+        assert_eq!(age(Some("2026-01-01T09:59:15Z"), now), "45s");
+        assert_eq!(age(Some("2026-01-01T09:56:40Z"), now), "3m20s");
+        assert_eq!(age(Some("2026-01-01T05:00:00Z"), now), "5h");
+        assert_eq!(age(Some("2025-12-29T07:00:00Z"), now), "3d3h");
+    }
+}
