@@ -6,8 +6,9 @@
 //! 1. **Initial list.** First a *streaming list*: a watch with `sendInitialEvents=true`,
 //!    `resourceVersionMatch=NotOlderThan` and bookmarks, whose synthetic ADDED events are the list
 //!    and whose bookmark annotated `k8s.io/initial-events-end` closes it; the same stream then goes on
-//!    as the watch. A server that refuses it (400/422, as Kubernetes before 1.32 does with the
-//!    feature off) gets a paginated LIST (`limit=500`) from then on. The choice is logged once.
+//!    as the watch. A server that refuses it (400/422, as Kubernetes 1.27–1.31 do with the
+//!    feature off) or ignores it (a plain bookmark arrives before the closing one, as from servers
+//!    before 1.27) gets a paginated LIST (`limit=500`) from then on. The choice is logged once.
 //! 2. **Watch** from the last resourceVersion with bookmarks; bookmarks advance the resourceVersion.
 //!    The server ending a watch at its timeout is normal: the reflector watches again from the same
 //!    resourceVersion, without relisting.
@@ -186,8 +187,10 @@ pub struct ReflectorStats {
     pub failures: AtomicU64,
     /// The initial-list method in use: 0 not yet known, 1 streaming, 2 paginated.
     mode: AtomicU8,
-    /// The last backoff delay, in milliseconds.
+    /// The last backoff delay, in milliseconds (stored before `failures` is incremented).
     pub last_backoff_ms: AtomicU64,
+    /// Ticks whenever a figure changes, so a reader can await a condition on them.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl ReflectorStats {
@@ -200,8 +203,20 @@ impl ReflectorStats {
         }
     }
 
-    fn bump(counter: &AtomicU64) {
+    /// Adds one to `counter` and signals a change.
+    pub fn bump(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// Signals that a figure (this struct's or its owner's) changed.
+    pub fn touch(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that sees every later change signal.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 
@@ -254,6 +269,13 @@ pub enum ReflectorError {
         /// The request's path and query.
         url: String,
     },
+    /// A bookmark without the `k8s.io/initial-events-end` annotation came during the initial
+    /// events: the server ignores `sendInitialEvents` (as servers before 1.27 do).
+    #[error("{url} ignores sendInitialEvents: a plain bookmark came before the initial-events-end one")]
+    StreamingListIgnored {
+        /// The request's path and query.
+        url: String,
+    },
     /// The watch ended at once without a single event: treated as a failure so a server that
     /// keeps closing watches is not hammered.
     #[error("the watch {url} ended at once without an event")]
@@ -278,7 +300,7 @@ impl ReflectorError {
 
     /// Whether the server refused a streaming list (the fallback to LIST applies).
     fn refuses_streaming(&self) -> bool {
-        matches!(self.code(), Some(400 | 422))
+        matches!(self.code(), Some(400 | 422)) || matches!(self, Self::StreamingListIgnored { .. })
     }
 
     fn retry_after(&self) -> Option<Duration> {
@@ -580,6 +602,9 @@ impl LineBuffer {
     }
 }
 
+/// A watch that ends sooner than this without a single event counts as a failure (backoff).
+const EMPTY_WATCH: Duration = Duration::from_millis(100);
+
 /// Where the reflector is in its cycle.
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
@@ -587,14 +612,6 @@ enum Phase {
     Relist,
     /// The view is current up to this resourceVersion: watch from it.
     Watch(String),
-}
-
-/// How a watch stream ended without an error.
-enum WatchEnd {
-    /// The server ended it (timeout) after this many events.
-    Closed { events: u64 },
-    /// An ERROR event or status said the resourceVersion is gone.
-    Gone,
 }
 
 /// Keeps one kind's view current: lists, watches, and recovers from failures (see module docs).
@@ -653,20 +670,21 @@ where
                     tracing::warn!(url = %self.url, error = %e, "server refused a streaming list; using paginated LIST");
                     self.streaming = false;
                     self.stats.mode.store(2, Ordering::Relaxed);
+                    self.stats.touch();
                     Phase::Relist
                 }
                 Err(e) if e.is_gone() => {
-                    ReflectorStats::bump(&self.stats.gone);
+                    self.stats.bump(&self.stats.gone);
                     tracing::info!(url = %self.url, error = %e, "resourceVersion expired; relisting");
                     Phase::Relist
                 }
                 Err(e) => {
-                    ReflectorStats::bump(&self.stats.failures);
                     let delay = self
                         .backoff
                         .next_delay(Instant::now(), rand::random::<f64>())
                         .max(e.retry_after().unwrap_or_default());
                     self.stats.last_backoff_ms.store(delay.as_millis() as u64, Ordering::Relaxed);
+                    self.stats.bump(&self.stats.failures);
                     tracing::warn!(url = %self.url, error = %e, delay_ms = delay.as_millis() as u64, "retrying after backoff");
                     tokio::time::sleep(delay).await;
                     phase
@@ -688,7 +706,7 @@ where
         sink: &mut impl FnMut(ReflectorEvent<K>),
     ) -> Result<String, ReflectorError> {
         self.note_mode(2);
-        ReflectorStats::bump(&self.stats.relists);
+        self.stats.bump(&self.stats.relists);
         let mut continue_token: Option<String> = None;
         let mut started = false;
         loop {
@@ -711,7 +729,6 @@ where
                 None => {
                     let resource_version = meta.resource_version.unwrap_or_default();
                     sink(ReflectorEvent::RelistDone { resource_version: resource_version.clone() });
-                    self.backoff = Backoff::new(self.config.backoff);
                     return Ok(resource_version);
                 }
             }
@@ -750,7 +767,7 @@ where
         let response = self.get(&url, idle_limit).await?;
         if streaming_list {
             self.note_mode(1);
-            ReflectorStats::bump(&self.stats.relists);
+            self.stats.bump(&self.stats.relists);
             sink(ReflectorEvent::RelistStarted);
         }
         let started = Instant::now();
@@ -759,12 +776,12 @@ where
         let mut events = 0u64;
         let mut lines = LineBuffer::default();
         let mut body = response.into_body();
-        let end = 'read: loop {
+        let events = loop {
             let frame = match tokio::time::timeout(idle_limit, body.frame()).await {
                 Err(_) => {
                     return Err(ReflectorError::Body { url, message: format!("no data for {idle_limit:?}") });
                 }
-                Ok(None) => break 'read WatchEnd::Closed { events },
+                Ok(None) => break events,
                 Ok(Some(Err(e))) => return Err(ReflectorError::Body { url, message: e.to_string() }),
                 Ok(Some(Ok(frame))) => frame,
             };
@@ -788,32 +805,25 @@ where
                         sink(ReflectorEvent::Deleted(obj));
                     }
                     Ok(WatchLine::Bookmark { resource_version: rv, initial_events_end }) => {
-                        if listing && initial_events_end {
+                        if listing && !initial_events_end {
+                            return Err(ReflectorError::StreamingListIgnored { url });
+                        }
+                        if listing {
                             listing = false;
                             sink(ReflectorEvent::RelistDone { resource_version: rv.clone() });
-                            self.backoff = Backoff::new(self.config.backoff);
-                        } else if !listing {
+                        } else {
                             sink(ReflectorEvent::Bookmark { resource_version: rv.clone() });
                         }
-                        if !listing && !rv.is_empty() {
+                        if !rv.is_empty() {
                             resource_version = Some(rv);
                         }
                     }
                     Ok(WatchLine::Error { code, reason, message }) => {
-                        let error = ReflectorError::Api {
-                            url: url.clone(),
-                            code,
-                            reason,
-                            message,
-                            retry_after: None,
-                        };
-                        if error.is_gone() {
-                            break 'read WatchEnd::Gone;
-                        }
-                        return Err(error);
+                        // A 410 here sends `run` to relist; anything else is retried after a backoff.
+                        return Err(ReflectorError::Api { url, code, reason, message, retry_after: None });
                     }
                     Err(malformed) => {
-                        ReflectorStats::bump(&self.stats.malformed_skipped);
+                        self.stats.bump(&self.stats.malformed_skipped);
                         tracing::warn!(url = %url, event_type = %malformed.event_type, object = %malformed.object,
                             error = %malformed.error, "skipping a watch event that does not decode");
                     }
@@ -821,21 +831,18 @@ where
             }
             lines.searched_all();
         };
-        match end {
-            WatchEnd::Gone => Ok(Phase::Relist),
-            WatchEnd::Closed { .. } if listing => Err(ReflectorError::StreamingListCut { url }),
-            WatchEnd::Closed { events } => {
-                if lines.has_partial() {
-                    tracing::debug!(url = %url, "watch ended inside an event; it will be seen again");
-                }
-                ReflectorStats::bump(&self.stats.watch_restarts);
-                if events == 0 && started.elapsed() < Duration::from_secs(1) {
-                    return Err(ReflectorError::EmptyWatch { url });
-                }
-                // `listing` is false here, so `resource_version` was set by the list's end or `from`.
-                Ok(resource_version.map_or(Phase::Relist, Phase::Watch))
-            }
+        if listing {
+            return Err(ReflectorError::StreamingListCut { url });
         }
+        if lines.has_partial() {
+            tracing::debug!(url = %url, "watch ended inside an event; it will be seen again");
+        }
+        self.stats.bump(&self.stats.watch_restarts);
+        if events == 0 && started.elapsed() < EMPTY_WATCH {
+            return Err(ReflectorError::EmptyWatch { url });
+        }
+        // `listing` is false here, so `resource_version` was set by the list's end or `from`.
+        Ok(resource_version.map_or(Phase::Relist, Phase::Watch))
     }
 
     /// The path and query of one LIST page.
@@ -928,7 +935,7 @@ pub fn decode_list_page<K: DeserializeOwned>(
                 match serde_json::from_value::<K>(item) {
                     Ok(obj) => on_item(obj),
                     Err(error) => {
-                        ReflectorStats::bump(&stats.malformed_skipped);
+                        stats.bump(&stats.malformed_skipped);
                         tracing::warn!(%error, "skipping a listed object that does not decode");
                     }
                 }
