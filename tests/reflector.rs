@@ -369,3 +369,16 @@ async fn a_malformed_object_in_the_stream_is_counted_and_skipped() {
     assert_eq!((stats.malformed_skipped, stats.added, stats.objects), (1, 1, 1));
     assert!(informer.cache().get(&"default/good".parse().unwrap()).is_some());
 }
+
+#[tokio::test]
+async fn a_server_that_goes_away_is_retried_with_growing_delays() {
+    let sim = SimServer::start().await.unwrap();
+    let informer = informer(sim.client(), settings());
+    informer.start();
+    informer.synced().await;
+    // The open watch ends; every attempt after that finds the port closed.
+    sim.shutdown().await;
+    informer.wait_for(|s| s.failures == 3).await;
+    let stats = informer.stats();
+    assert_eq!((stats.last_backoff_ms, stats.relists, stats.synced), (400, 1, true));
+}
