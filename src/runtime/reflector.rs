@@ -172,6 +172,9 @@ impl Default for ReflectorConfig {
     }
 }
 
+const MODE_STREAMING: u8 = 1;
+const MODE_PAGINATED: u8 = 2;
+
 /// Counters the reflector keeps for metrics and the debug endpoint.
 #[derive(Debug, Default)]
 pub struct ReflectorStats {
@@ -185,7 +188,7 @@ pub struct ReflectorStats {
     pub malformed_skipped: AtomicU64,
     /// Failed requests or streams that were retried after a backoff delay.
     pub failures: AtomicU64,
-    /// The initial-list method in use: 0 not yet known, 1 streaming, 2 paginated.
+    /// The initial-list method in use: 0 not yet known, else `MODE_STREAMING` or `MODE_PAGINATED`.
     mode: AtomicU8,
     /// The last backoff delay, in milliseconds (stored before `failures` is incremented).
     pub last_backoff_ms: AtomicU64,
@@ -197,8 +200,8 @@ impl ReflectorStats {
     /// How the reflector lists, once known.
     pub fn initial_list_mode(&self) -> Option<InitialList> {
         match self.mode.load(Ordering::Relaxed) {
-            1 => Some(InitialList::StreamingWithFallback),
-            2 => Some(InitialList::Paginated),
+            MODE_STREAMING => Some(InitialList::StreamingWithFallback),
+            MODE_PAGINATED => Some(InitialList::Paginated),
             _ => None,
         }
     }
@@ -622,6 +625,8 @@ pub struct Reflector<K> {
     stats: Arc<ReflectorStats>,
     backoff: Backoff,
     streaming: bool,
+    /// Where to pick up after a failure: the last resourceVersion the sink is current with.
+    resume: Phase,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -646,6 +651,7 @@ where
             config,
             stats: Arc::default(),
             streaming,
+            resume: Phase::Relist,
             _kind: PhantomData,
         }
     }
@@ -659,18 +665,17 @@ where
     pub async fn run(mut self, mut sink: impl FnMut(ReflectorEvent<K>)) {
         let mut phase = Phase::Relist;
         loop {
+            self.resume = phase.clone();
             let result = match &phase {
-                Phase::Relist if self.streaming => self.streaming_list(&mut sink).await,
+                Phase::Relist if self.streaming => self.watch_stream(None, &mut sink).await,
                 Phase::Relist => self.paginated_list(&mut sink).await.map(Phase::Watch),
-                Phase::Watch(rv) => self.watch(rv.clone(), &mut sink).await,
+                Phase::Watch(rv) => self.watch_stream(Some(rv.clone()), &mut sink).await,
             };
             phase = match result {
                 Ok(next) => next,
                 Err(e) if self.streaming && phase == Phase::Relist && e.refuses_streaming() => {
                     tracing::warn!(url = %self.url, error = %e, "server refused a streaming list; using paginated LIST");
                     self.streaming = false;
-                    self.stats.mode.store(2, Ordering::Relaxed);
-                    self.stats.touch();
                     Phase::Relist
                 }
                 Err(e) if e.is_gone() => {
@@ -687,16 +692,20 @@ where
                     self.stats.bump(&self.stats.failures);
                     tracing::warn!(url = %self.url, error = %e, delay_ms = delay.as_millis() as u64, "retrying after backoff");
                     tokio::time::sleep(delay).await;
-                    phase
+                    // A stream that broke after some events resumes after them.
+                    self.resume.clone()
                 }
             };
         }
     }
 
+    /// Records how lists are made; logs it the first time (and if it ever changes).
     fn note_mode(&self, mode: u8) {
         if self.stats.mode.swap(mode, Ordering::Relaxed) != mode {
-            let how = if mode == 1 { "streaming list (sendInitialEvents)" } else { "paginated LIST" };
+            let how =
+                if mode == MODE_STREAMING { "streaming list (sendInitialEvents)" } else { "paginated LIST" };
             tracing::info!(url = %self.url, initial_list = how, "initial list method chosen");
+            self.stats.touch();
         }
     }
 
@@ -705,7 +714,7 @@ where
         &mut self,
         sink: &mut impl FnMut(ReflectorEvent<K>),
     ) -> Result<String, ReflectorError> {
-        self.note_mode(2);
+        self.note_mode(MODE_PAGINATED);
         self.stats.bump(&self.stats.relists);
         let mut continue_token: Option<String> = None;
         let mut started = false;
@@ -735,23 +744,6 @@ where
         }
     }
 
-    /// A streaming list, continuing as a watch once its closing bookmark arrives.
-    async fn streaming_list(
-        &mut self,
-        sink: &mut impl FnMut(ReflectorEvent<K>),
-    ) -> Result<Phase, ReflectorError> {
-        self.watch_stream(None, sink).await
-    }
-
-    /// A watch from `resource_version`.
-    async fn watch(
-        &mut self,
-        resource_version: String,
-        sink: &mut impl FnMut(ReflectorEvent<K>),
-    ) -> Result<Phase, ReflectorError> {
-        self.watch_stream(Some(resource_version), sink).await
-    }
-
     /// One watch request, read to its end. `from == None` makes it a streaming list.
     async fn watch_stream(
         &mut self,
@@ -766,13 +758,11 @@ where
         let idle_limit = timeout + Duration::from_secs(30);
         let response = self.get(&url, idle_limit).await?;
         if streaming_list {
-            self.note_mode(1);
             self.stats.bump(&self.stats.relists);
             sink(ReflectorEvent::RelistStarted);
         }
         let started = Instant::now();
         let mut listing = streaming_list;
-        let mut resource_version = from;
         let mut events = 0u64;
         let mut lines = LineBuffer::default();
         let mut body = response.into_body();
@@ -795,12 +785,12 @@ where
                         sink(ReflectorEvent::Listed(obj));
                     }
                     Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) => {
-                        resource_version = obj.meta().resource_version.clone().or(resource_version);
+                        self.advance(obj.meta().resource_version.as_deref());
                         sink(ReflectorEvent::Applied(obj));
                     }
                     Ok(WatchLine::Deleted(obj)) => {
                         if !listing {
-                            resource_version = obj.meta().resource_version.clone().or(resource_version);
+                            self.advance(obj.meta().resource_version.as_deref());
                         }
                         sink(ReflectorEvent::Deleted(obj));
                     }
@@ -810,13 +800,12 @@ where
                         }
                         if listing {
                             listing = false;
+                            self.note_mode(MODE_STREAMING);
                             sink(ReflectorEvent::RelistDone { resource_version: rv.clone() });
                         } else {
                             sink(ReflectorEvent::Bookmark { resource_version: rv.clone() });
                         }
-                        if !rv.is_empty() {
-                            resource_version = Some(rv);
-                        }
+                        self.advance(Some(&rv));
                     }
                     Ok(WatchLine::Error { code, reason, message }) => {
                         // A 410 here sends `run` to relist; anything else is retried after a backoff.
@@ -841,8 +830,15 @@ where
         if events == 0 && started.elapsed() < EMPTY_WATCH {
             return Err(ReflectorError::EmptyWatch { url });
         }
-        // `listing` is false here, so `resource_version` was set by the list's end or `from`.
-        Ok(resource_version.map_or(Phase::Relist, Phase::Watch))
+        // Where this watch started, or the last resourceVersion it delivered.
+        Ok(self.resume.clone())
+    }
+
+    /// Notes that the sink is now current up to `rv` (if given and not empty).
+    fn advance(&mut self, rv: Option<&str>) {
+        if let Some(rv) = rv.filter(|rv| !rv.is_empty()) {
+            self.resume = Phase::Watch(rv.to_string());
+        }
     }
 
     /// The path and query of one LIST page.
