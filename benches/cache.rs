@@ -151,7 +151,7 @@ where
     drop(baseline_map);
     let (ours, cache) = retained_per_object(n, || cache_store::<K>(&lines));
     println!(
-        "retained/{kind}: json {:.1} KB; baseline HashMap<String, {kind}> {:.1} KB; cache {:.1} KB = {:.2}x baseline",
+        "retained/{kind}: json {:.1} KB; baseline HashMap<String, {kind}> {:.1} KB; cache {:.1} KB = {:.3}x baseline",
         json / 1000.0,
         baseline / 1000.0,
         ours / 1000.0,
