@@ -34,7 +34,8 @@ async fn stays_pending<F: Future>(future: F) -> bool {
 /// Claims the next key and returns it with how long that took.
 async fn next(q: &WorkQueue<ObjectKey>) -> (ObjectKey, Duration) {
     let start = Instant::now();
-    let claim = q.get().await.expect("queue is running");
+    let claim =
+        timeout(HOUR * 24, q.get()).await.expect("no key became ready within a day").expect("running");
     (claim.key().clone(), start.elapsed())
 }
 
@@ -272,7 +273,8 @@ async fn rule8_shutdown_returns_none_to_every_waiting_worker() {
     assert!(timeout(HOUR, q.get()).await.is_err(), "the queue is empty: workers wait");
     q.shutdown();
     for worker in workers {
-        assert_eq!(worker.await.unwrap(), None);
+        let outcome = timeout(ms(1), worker).await.expect("a waiting worker was not released");
+        assert_eq!(outcome.unwrap(), None);
     }
 }
 
@@ -365,7 +367,8 @@ async fn rule9_many_workers_never_share_a_key_and_every_key_runs_after_its_last_
     }
     q.shutdown();
     for worker in workers {
-        worker.await.unwrap();
+        // A safety net against a hang, not a synchronisation: the workers finish in milliseconds.
+        timeout(Duration::from_secs(60), worker).await.expect("a worker never saw the shutdown").unwrap();
     }
     assert_eq!(ledger.overlaps.load(Ordering::SeqCst), 0, "a key was processed by two workers at once");
     let stale: Vec<usize> = (0..KEYS)
