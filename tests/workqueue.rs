@@ -133,6 +133,33 @@ async fn rule3_a_delayed_key_already_queued_when_its_timer_fires_runs_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn rule3_a_delay_too_long_to_represent_waits_without_panicking() {
+    let q = queue();
+    q.add_after(key(1), Duration::MAX);
+    assert!(matches!(q.snapshot()[0].phase, KeyPhase::Waiting { .. }));
+    assert!(stays_pending(q.get()).await);
+    q.add(key(1));
+    assert_eq!(next(&q).await, (key(1), ms(0)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_getter_cancelled_after_being_woken_passes_the_key_to_another_waiting_getter() {
+    let q = queue();
+    let spawn_getter = || {
+        let q = q.clone();
+        tokio::spawn(async move { q.get().await.map(|claim| claim.key().clone()) })
+    };
+    let first = spawn_getter();
+    tokio::task::yield_now().await;
+    let second = spawn_getter();
+    tokio::task::yield_now().await;
+    q.add(key(1)); // wakes the getter that waited longest: the first
+    first.abort();
+    let got = timeout(HOUR, second).await.expect("the wake-up was lost with the cancelled getter");
+    assert_eq!(got.unwrap(), Some(key(1)));
+}
+
+#[tokio::test(start_paused = true)]
 async fn rule4_retries_back_off_exponentially_up_to_the_cap_and_forget_resets() {
     let q = queue();
     let k = key(1);

@@ -72,12 +72,23 @@ impl fmt::Debug for QueueConfig {
 /// Where a key stands, as `snapshot` reports it (for the `/debug/queue` endpoint).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyPhase {
-    /// Ready, waiting for a worker. `since` is known when the queue reports metrics.
-    Queued { since: Option<Instant> },
-    /// Handed out to a worker. `again`: added meanwhile, so it runs once more afterwards.
-    Processing { since: Option<Instant>, again: bool },
+    /// Ready, waiting for a worker.
+    Queued {
+        /// When it was added (known when the queue reports metrics).
+        since: Option<Instant>,
+    },
+    /// Handed out to a worker.
+    Processing {
+        /// When it was handed out (known when the queue reports metrics).
+        since: Option<Instant>,
+        /// Added meanwhile: it runs once more after the claim is dropped.
+        again: bool,
+    },
     /// Waiting for its timer.
-    Waiting { until: Instant },
+    Waiting {
+        /// When the timer fires.
+        until: Instant,
+    },
     /// Its retry is due and waits for a token of the overall retry budget.
     WaitingForRetryBudget,
     /// Nothing pending; only its failure count is kept (until `forget`).
@@ -87,7 +98,9 @@ pub enum KeyPhase {
 /// One tracked key in a `snapshot`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyState<K> {
+    /// The key.
     pub key: K,
+    /// Where it stands.
     pub phase: KeyPhase,
     /// A pending timer, also when the key is queued or processing meanwhile.
     pub timer: Option<Instant>,
