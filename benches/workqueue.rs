@@ -67,6 +67,10 @@ trait Harness: 'static {
     fn key(item: &Self::Item) -> &ObjectKey;
     /// Stops intake; consumers drain what is queued, then get `None`.
     fn close(producer: Self::Producer);
+    /// Holds `key` without making it ready (a long timer); false if the queue cannot.
+    fn add_delayed(_producer: &Self::Producer, _key: ObjectKey) -> bool {
+        false
+    }
 }
 
 struct Ours;
@@ -96,6 +100,11 @@ impl Harness for Ours {
 
     fn close(producer: Self::Producer) {
         producer.shutdown();
+    }
+
+    fn add_delayed(producer: &Self::Producer, key: ObjectKey) -> bool {
+        producer.add_after(key, Duration::from_secs(3600));
+        true
     }
 }
 
@@ -392,6 +401,75 @@ fn big_queue<H: Harness>(c: &mut Criterion) {
     drop(rt);
 }
 
+/// `add` latency with 1 000 workers parked in `get`: each add wakes one of them, which drops its
+/// claim at once and parks again. The work queue also holds 1 000 000 keys on timers (due in an
+/// hour); the baselines cannot hold keys that are not ready, so their backlog is empty.
+fn big_queue_waiting<H: Harness>(c: &mut Criterion) {
+    const DELAYED: usize = 1_000_000;
+    const WORKERS: usize = 1000;
+    const FRESH: usize = 100_000;
+    const TIMED: usize = 200_000;
+    let rt = multi_thread();
+    let _guard = rt.enter();
+    let (producer, consumer) = H::new();
+    let mut backlog = 0;
+    for key in keys(DELAYED) {
+        backlog += usize::from(H::add_delayed(&producer, key));
+    }
+    let fresh: Vec<ObjectKey> =
+        (0..FRESH).map(|i| ObjectKey::namespaced("fresh", &format!("pg-{i}"))).collect();
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let consumer = consumer.clone();
+            rt.spawn(async move {
+                while let Some(item) = H::get(&consumer).await {
+                    black_box(H::key(&item));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200)); // let every worker park
+    let mut next = 0usize;
+    let mut group = c.benchmark_group("big_queue_waiting");
+    group.sample_size(30);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function(H::NAME, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                next = (next + 1) % fresh.len();
+                H::add(&producer, fresh[next].clone());
+            }
+            start.elapsed()
+        });
+    });
+    group.finish();
+    let mut latencies: Vec<Duration> = (0..TIMED)
+        .map(|_| {
+            next = (next + 1) % fresh.len();
+            let key = fresh[next].clone();
+            let start = Instant::now();
+            H::add(&producer, key);
+            start.elapsed()
+        })
+        .collect();
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "big_queue_waiting/{}: {backlog} keys on timers, {WORKERS} parked workers: add latency over {TIMED} adds: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+        H::NAME,
+        at(0.50),
+        at(0.99),
+        at(0.999),
+        latencies[latencies.len() - 1]
+    );
+    H::close(producer);
+    drop(consumer);
+    for worker in workers {
+        worker.abort();
+    }
+}
+
 /// Heap bytes the queue itself holds per queued key (the key text is shared with the caller).
 fn memory<H: Harness>(_c: &mut Criterion) {
     const N: usize = 1_000_000;
@@ -416,11 +494,12 @@ fn memory<H: Harness>(_c: &mut Criterion) {
     drop((producer, consumer));
 }
 
-/// Whether a command-line filter (criterion's positional argument) selects `name`; used to skip
-/// the expensive set-up of benchmarks that are filtered out.
+/// Whether a command-line filter (criterion's positional argument, `group` or `group/queue`)
+/// selects the group `name`; used to skip the expensive set-up of benchmarks filtered out.
 fn selected(name: &str) -> bool {
     let filters: Vec<String> = std::env::args().skip(1).filter(|arg| !arg.starts_with('-')).collect();
-    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()) || f.contains(name))
+    filters.is_empty()
+        || filters.iter().any(|f| f.split('/').next().is_some_and(|group| name.contains(group)))
 }
 
 fn all(c: &mut Criterion) {
@@ -437,6 +516,11 @@ fn all(c: &mut Criterion) {
         big_queue::<Ours>(c);
         big_queue::<Baseline>(c);
         big_queue::<Channel>(c);
+    }
+    if selected("big_queue_waiting") {
+        big_queue_waiting::<Ours>(c);
+        big_queue_waiting::<Baseline>(c);
+        big_queue_waiting::<Channel>(c);
     }
     if selected("memory") {
         memory::<Ours>(c);
