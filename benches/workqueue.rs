@@ -9,13 +9,13 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::workqueue::{Claim, QueueConfig, WorkQueue};
+use dbcluster_operator::runtime::workqueue::{Claim, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
 
 /// Counts live heap bytes while `COUNTING` is on.
@@ -73,16 +73,45 @@ trait Harness: 'static {
     }
 }
 
-struct Ours;
+/// The work queue; `TIMED` turns metrics on (with [`CountingMetrics`], about what a Prometheus
+/// adapter costs), which adds the clock reads they need.
+struct Ours<const TIMED: bool>;
 
-impl Harness for Ours {
-    const NAME: &'static str = "workqueue";
+/// Metrics that only add to atomics.
+#[derive(Default)]
+struct CountingMetrics {
+    counters: [AtomicU64; 4],
+}
+
+impl QueueMetrics for CountingMetrics {
+    fn depth(&self, delta: i64) {
+        self.counters[0].fetch_add(delta as u64, Ordering::Relaxed);
+    }
+    fn added(&self) {
+        self.counters[1].fetch_add(1, Ordering::Relaxed);
+    }
+    fn queue_duration(&self, waited: Duration) {
+        self.counters[2].fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+    }
+    fn work_duration(&self, worked: Duration) {
+        self.counters[3].fetch_add(worked.as_nanos() as u64, Ordering::Relaxed);
+    }
+    fn unfinished_work(&self, _total: Duration, _longest: Duration) {}
+    fn retried(&self) {}
+}
+
+impl<const TIMED: bool> Harness for Ours<TIMED> {
+    const NAME: &'static str = if TIMED { "workqueue_with_metrics" } else { "workqueue" };
     type Producer = WorkQueue<ObjectKey>;
     type Consumer = WorkQueue<ObjectKey>;
     type Item = Claim<ObjectKey>;
 
     fn new() -> (Self::Producer, Self::Consumer) {
-        let queue = WorkQueue::new(QueueConfig::default());
+        let mut config = QueueConfig::default();
+        if TIMED {
+            config = config.with_metrics(Arc::new(CountingMetrics::default()));
+        }
+        let queue = WorkQueue::new(config);
         (queue.clone(), queue)
     }
 
@@ -503,27 +532,30 @@ fn selected(name: &str) -> bool {
 }
 
 fn all(c: &mut Criterion) {
-    add_get_done::<Ours>(c);
+    add_get_done::<Ours<false>>(c);
+    add_get_done::<Ours<true>>(c);
     add_get_done::<Baseline>(c);
     add_get_done::<Channel>(c);
-    add_duplicates::<Ours>(c);
+    add_duplicates::<Ours<false>>(c);
     add_duplicates::<Baseline>(c);
     add_duplicates::<Channel>(c);
-    contended::<Ours>(c);
+    contended::<Ours<false>>(c);
+    contended::<Ours<true>>(c);
     contended::<Baseline>(c);
     contended::<Channel>(c);
     if selected("big_queue") {
-        big_queue::<Ours>(c);
+        big_queue::<Ours<false>>(c);
         big_queue::<Baseline>(c);
         big_queue::<Channel>(c);
     }
     if selected("big_queue_waiting") {
-        big_queue_waiting::<Ours>(c);
+        big_queue_waiting::<Ours<false>>(c);
         big_queue_waiting::<Baseline>(c);
         big_queue_waiting::<Channel>(c);
     }
     if selected("memory") {
-        memory::<Ours>(c);
+        memory::<Ours<false>>(c);
+        memory::<Ours<true>>(c);
         memory::<Baseline>(c);
         memory::<Channel>(c);
     }

@@ -153,7 +153,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// An empty queue.
     pub fn new(config: QueueConfig) -> Self {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new()),
+            state: Mutex::new(State::new(config.metrics.is_some())),
             hasher: DefaultHashBuilder::default(),
             getters: Notify::new(),
             drained: Notify::new(),
@@ -347,12 +347,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let state = shared.state.lock();
         state
             .tracked()
-            .filter_map(|slot| {
+            .filter_map(|(slot, times)| {
                 let timer = (slot.due != NEVER).then(|| at(slot.due));
                 let phase = if slot.is_processing() {
-                    KeyPhase::Processing { since: since(slot.started_at), again: slot.is_dirty() }
+                    KeyPhase::Processing { since: since(times.started_at), again: slot.is_dirty() }
                 } else if slot.is_queued() {
-                    KeyPhase::Queued { since: since(slot.queued_at) }
+                    KeyPhase::Queued { since: since(times.queued_at) }
                 } else if slot.is_in_retry_line() {
                     KeyPhase::WaitingForRetryBudget
                 } else if let Some(until) = timer {
@@ -372,7 +372,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
     /// Keys with a failure count (the state `forget` drops).
     pub fn failure_entries(&self) -> usize {
-        self.shared.state.lock().tracked().filter(|slot| slot.failures > 0).count()
+        self.shared.state.lock().tracked().filter(|(slot, _)| slot.failures > 0).count()
     }
 
     /// Entries in the timer heap, including superseded ones not yet expired.
@@ -460,7 +460,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
             let take_token = self.bucket.as_ref().map(|bucket| || bucket.try_take());
             let (released, retry_at) = state.release_due(now, take_token);
             if sample {
-                let ages = state.processing().map(|slot| now.saturating_sub(slot.started_at));
+                let ages = state.processing_since().map(|started_at| now.saturating_sub(started_at));
                 let (total, longest) = ages.fold((0u64, 0u64), |(sum, max), age| (sum + age, max.max(age)));
                 unfinished = Some((Duration::from_nanos(total), Duration::from_nanos(longest)));
             }
