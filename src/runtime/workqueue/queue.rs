@@ -217,9 +217,6 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// counts for nothing: the pending due time stands.
     pub fn add_rate_limited(&self, key: K) {
         let shared = &*self.shared;
-        if let Some(metrics) = &shared.metrics {
-            metrics.retried();
-        }
         let hash = shared.hasher.hash_one(&key);
         let now = shared.epoch.nanos_now();
         let poke = {
@@ -230,6 +227,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             let id = state.find_or_insert(hash, key);
             state.fail(id, now, |failures| nanos(shared.backoff.delay(failures)))
         };
+        if let Some(metrics) = &shared.metrics {
+            metrics.retried();
+        }
         self.shared.after_scheduling(poke.unwrap_or(false));
     }
 
