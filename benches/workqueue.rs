@@ -537,6 +537,7 @@ fn all(c: &mut Criterion) {
     add_get_done::<Baseline>(c);
     add_get_done::<Channel>(c);
     add_duplicates::<Ours<false>>(c);
+    add_duplicates::<Ours<true>>(c);
     add_duplicates::<Baseline>(c);
     add_duplicates::<Channel>(c);
     contended::<Ours<false>>(c);

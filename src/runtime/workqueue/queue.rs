@@ -180,14 +180,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     pub fn add(&self, key: K) {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(&key);
-        let now = shared.timestamp();
         let added = {
             let mut state = shared.state.lock();
             if state.shut_down {
                 return;
             }
             let id = state.find_or_insert(hash, key);
-            state.enqueue(id, now)
+            state.enqueue(id, || shared.epoch.nanos_now())
         };
         shared.report_added(added);
     }

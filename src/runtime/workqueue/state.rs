@@ -190,15 +190,16 @@ impl<K: Eq> State<K> {
         self.free.push(id);
     }
 
-    /// Adds the key: queued unless already queued (dedup) or processing (then dirty).
-    pub(crate) fn enqueue(&mut self, id: u32, now: u64) -> Added {
+    /// Adds the key: queued unless already queued (dedup) or processing (then dirty). `now` is
+    /// read only when a timed queue records the add (never for a duplicate).
+    pub(crate) fn enqueue(&mut self, id: u32, now: impl FnOnce() -> u64) -> Added {
         let slot = &mut self.slots[id as usize];
         if slot.flags & (QUEUED | DIRTY) != 0 {
             return Added::Duplicate;
         }
         let processing = slot.flags & PROCESSING != 0;
         if let Some(times) = &mut self.times {
-            times[id as usize].queued_at = now;
+            times[id as usize].queued_at = now();
         }
         let slot = &mut self.slots[id as usize];
         if processing {
@@ -329,7 +330,7 @@ impl<K: Eq> State<K> {
     }
 
     fn release(&mut self, id: u32, now: u64, released: &mut Released) {
-        match self.enqueue(id, now) {
+        match self.enqueue(id, || now) {
             Added::Duplicate => {}
             Added::Dirty => released.added += 1,
             Added::Queued { wake } => {
