@@ -1,6 +1,7 @@
 //! The `dbcluster-operator` binary: `run` against a cluster, `demo` on the embedded simulated
 //! cluster, `crd` to print the CustomResourceDefinition.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -26,8 +27,21 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run | Command::Demo | Command::Crd => {
+        Command::Crd => print_crd(),
+        Command::Run | Command::Demo => {
             eprintln!("not implemented yet: {:?}", cli.command);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes the CRD YAML to stdout; a closed pipe (`| head`) is a failure, not a panic.
+fn print_crd() -> ExitCode {
+    let yaml = dbcluster_operator::databasecluster::types::crd_yaml();
+    match std::io::stdout().lock().write_all(yaml.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("writing the CRD to stdout: {error}");
             ExitCode::FAILURE
         }
     }

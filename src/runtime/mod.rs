@@ -2,8 +2,10 @@
 //! Generic over any Kubernetes resource; nothing here knows about Postgres.
 
 pub mod cache;
+pub mod controller;
 pub mod informer;
 pub mod key;
+pub mod metrics;
 pub mod reflector;
 pub mod workqueue;
 

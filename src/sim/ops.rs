@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::gc::GcWork;
 use crate::sim::meta::{self, Manager};
@@ -19,12 +20,22 @@ pub struct WriteContext {
     pub operation: &'static str,
     /// `dryRun=All`: run every check, store nothing.
     pub dry_run: bool,
+    /// `fieldValidation=Strict`: refuse unknown fields of custom resources instead of pruning them.
+    pub strict: bool,
+    /// For server-side apply: the applied configuration, whose fields the manager then owns.
+    pub applied: Option<Value>,
 }
 
 impl WriteContext {
     /// An `Update` by `manager`.
     pub fn update(manager: &str) -> Self {
-        Self { manager: manager.to_string(), operation: "Update", dry_run: false }
+        Self {
+            manager: manager.to_string(),
+            operation: "Update",
+            dry_run: false,
+            strict: false,
+            applied: None,
+        }
     }
 }
 
@@ -63,10 +74,6 @@ pub enum Deletion {
 }
 
 const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
-
-fn name_of(obj: &Value) -> &str {
-    obj["metadata"]["name"].as_str().unwrap_or_default()
-}
 
 fn store_namespace<'a>(kind: &Kind, namespace: Option<&'a str>) -> &'a str {
     if kind.namespaced { namespace.unwrap_or_default() } else { "" }
@@ -148,21 +155,25 @@ pub fn create(
     if kind.status_subresource {
         obj.as_object_mut().expect("checked above").remove("status");
     }
-    initialise_kind(kind, &mut obj, &now)?;
+    if kind.custom {
+        admission::admit_custom(kind, &mut obj, None, cx.strict)?;
+    }
+    let served = if is_crd(kind) { Some(admission::crd_serving(kind, &obj)?) } else { None };
+    initialise_kind(kind, &mut obj, &now);
     let written = obj.clone();
     record_write(kind, cx, None, &mut obj, &written);
     if cx.dry_run {
         return Ok(obj);
     }
     let stored = state.store.put(&kind.storage_key(), obj);
-    if is_crd(kind) {
-        state.registry.serve_crd(&stored);
+    if let Some(kinds) = served {
+        state.registry.serve_crd(kinds);
     }
     Ok(stored)
 }
 
 /// What a real server fills in on create for the kinds whose controllers are not simulated.
-fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) -> Result<(), ApiError> {
+fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
     match (kind.group.as_str(), kind.plural.as_str()) {
         ("", "namespaces") => {
             obj["spec"]["finalizers"] = json!(["kubernetes"]);
@@ -170,48 +181,14 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) -> Result<(), ApiErr
         }
         ("", "pods") => obj["status"] = json!({"phase": "Pending"}),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            check_crd_name(kind, obj)?;
             obj["status"] = established_crd_status(obj, now);
         }
         _ => {}
     }
-    Ok(())
 }
 
 fn is_crd(kind: &Kind) -> bool {
     kind.group == "apiextensions.k8s.io" && kind.plural == "customresourcedefinitions"
-}
-
-fn check_crd_name(kind: &Kind, crd: &Value) -> Result<(), ApiError> {
-    let spec = &crd["spec"];
-    let (group, plural) = (spec["group"].as_str().unwrap_or_default(), spec["names"]["plural"].as_str());
-    let mut causes = Vec::new();
-    let mut cause = |field: &str, reason: &str, message: String| {
-        causes.push(Cause { reason: reason.into(), message, field: field.into() })
-    };
-    if group.is_empty() {
-        cause("spec.group", "FieldValueRequired", "Required value".into());
-    }
-    match plural {
-        None | Some("") => cause("spec.names.plural", "FieldValueRequired", "Required value".into()),
-        Some(p) if name_of(crd) != format!("{p}.{group}") => cause(
-            "metadata.name",
-            "FieldValueInvalid",
-            format!("Invalid value: {:?}: must be spec.names.plural+\".\"+spec.group", name_of(crd)),
-        ),
-        Some(_) => {}
-    }
-    if spec["names"]["kind"].as_str().unwrap_or_default().is_empty() {
-        cause("spec.names.kind", "FieldValueRequired", "Required value".into());
-    }
-    if spec["versions"].as_array().is_none_or(|v| v.is_empty()) {
-        cause(
-            "spec.versions",
-            "FieldValueInvalid",
-            "Invalid value: must have exactly one version marked as storage version".into(),
-        );
-    }
-    if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name_of(crd), causes)) }
 }
 
 /// Records the write in `managedFields`: the fields of `fields_of` owned by the context's manager.
@@ -288,17 +265,18 @@ pub fn update(
             }],
         ));
     }
+    if kind.custom {
+        admission::admit_custom(kind, &mut new, Some(&old), cx.strict)?;
+    }
+    let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
     let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
     let bumped =
         if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
     new["metadata"]["generation"] = json!(bumped);
-    if is_crd(kind) {
-        check_crd_name(kind, &new)?;
-    }
     if meta::same_content(&old, &new) {
         return Ok(old);
     }
-    let written = if subresource == Some("status") { json!({"status": new["status"]}) } else { new.clone() };
+    let written = meta::changed_part(&old, &new);
     record_write(kind, cx, subresource, &mut new, &written);
     if cx.dry_run {
         return Ok(new);
@@ -307,8 +285,8 @@ pub fn update(
         return Ok(remove(state, kind, ns, name).unwrap_or(new));
     }
     let stored = state.store.put(&key, new);
-    if is_crd(kind) {
-        state.registry.serve_crd(&stored);
+    if let Some(kinds) = served {
+        state.registry.serve_crd(kinds);
     }
     Ok(stored)
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::sim::schema::StructuralSchema;
+
 /// One printer column of a kind's Table output (a CRD's `additionalPrinterColumns`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrinterColumn {
@@ -46,6 +48,8 @@ pub struct Kind {
     pub printer_columns: Vec<PrinterColumn>,
     /// For custom resources: whether the CRD served this kind (so deleting the CRD removes it).
     pub custom: bool,
+    /// For custom resources: the version's compiled `openAPIV3Schema`, if the CRD gave one.
+    pub schema: Option<Arc<StructuralSchema>>,
 }
 
 impl Kind {
@@ -104,6 +108,44 @@ const BUILT_INS: &[BuiltIn] = &[
     ),
 ];
 
+/// One built-in Table column: name, type, JSONPath.
+type Column = (&'static str, &'static str, &'static str);
+
+/// Table columns of built-in kinds (besides NAME and AGE), by plural.
+const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
+    ("pods", &[("Status", "string", ".status.phase"), ("IP", "string", ".status.podIP")]),
+    (
+        "statefulsets",
+        &[("Replicas", "integer", ".spec.replicas"), ("Ready", "integer", ".status.readyReplicas")],
+    ),
+    ("services", &[("Type", "string", ".spec.type"), ("Cluster-IP", "string", ".spec.clusterIP")]),
+    (
+        "persistentvolumeclaims",
+        &[("Status", "string", ".status.phase"), ("Capacity", "string", ".status.capacity.storage")],
+    ),
+    ("jobs", &[("Succeeded", "integer", ".status.succeeded"), ("Failed", "integer", ".status.failed")]),
+    (
+        "cronjobs",
+        &[("Schedule", "string", ".spec.schedule"), ("Last Schedule", "date", ".status.lastScheduleTime")],
+    ),
+    ("namespaces", &[("Status", "string", ".status.phase")]),
+];
+
+fn built_in_columns(plural: &str) -> Vec<PrinterColumn> {
+    BUILT_IN_COLUMNS
+        .iter()
+        .filter(|(p, _)| *p == plural)
+        .flat_map(|(_, cols)| cols.iter())
+        .map(|(name, column_type, json_path)| PrinterColumn {
+            name: name.to_string(),
+            column_type: column_type.to_string(),
+            json_path: json_path.to_string(),
+            priority: 0,
+            description: String::new(),
+        })
+        .collect()
+}
+
 /// Kinds kubectl lists for `kubectl get all`.
 const IN_CATEGORY_ALL: &[&str] = &["pods", "services", "statefulsets", "jobs", "cronjobs"];
 
@@ -134,8 +176,9 @@ impl Registry {
                 short_names: short_names.iter().map(|s| s.to_string()).collect(),
                 categories: if IN_CATEGORY_ALL.contains(&plural) { vec!["all".into()] } else { vec![] },
                 status_subresource: status,
-                printer_columns: vec![],
+                printer_columns: built_in_columns(plural),
                 custom: false,
+                schema: None,
             };
             kinds.insert((group.into(), version.into(), plural.into()), Arc::new(k));
         }
@@ -173,40 +216,15 @@ impl Registry {
         groups
     }
 
-    /// Serves (or re-serves) the kinds a CRD asks for, replacing what it served before.
-    pub fn serve_crd(&mut self, crd: &Value) {
-        let spec = &crd["spec"];
-        let group = spec["group"].as_str().unwrap_or_default().to_string();
-        let names = &spec["names"];
-        let plural = names["plural"].as_str().unwrap_or_default().to_string();
-        self.unserve_crd(&group, &plural);
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
-                .unwrap_or_default()
-        };
-        for version in spec["versions"].as_array().into_iter().flatten() {
-            if version["served"] == Value::Bool(false) {
-                continue;
-            }
-            let name = version["name"].as_str().unwrap_or_default().to_string();
-            let kind = Kind {
-                group: group.clone(),
-                version: name.clone(),
-                kind: names["kind"].as_str().unwrap_or_default().to_string(),
-                plural: plural.clone(),
-                singular: names["singular"]
-                    .as_str()
-                    .map(String::from)
-                    .unwrap_or_else(|| names["kind"].as_str().unwrap_or_default().to_lowercase()),
-                namespaced: spec["scope"] != "Cluster",
-                short_names: strings(&names["shortNames"]),
-                categories: strings(&names["categories"]),
-                status_subresource: version.pointer("/subresources/status").is_some(),
-                printer_columns: printer_columns(&version["additionalPrinterColumns"]),
-                custom: true,
-            };
-            self.kinds.insert((group.clone(), name, plural.clone()), Arc::new(kind));
+    /// Serves the kinds of a CRD (from [`crd_kinds`]), replacing what the CRD served before.
+    pub fn serve_crd(&mut self, kinds: Vec<Kind>) {
+        if let Some(first) = kinds.first() {
+            let (group, plural) = (first.group.clone(), first.plural.clone());
+            self.unserve_crd(&group, &plural);
+        }
+        for kind in kinds {
+            let key = (kind.group.clone(), kind.version.clone(), kind.plural.clone());
+            self.kinds.insert(key, Arc::new(kind));
         }
     }
 
@@ -214,6 +232,55 @@ impl Registry {
     pub fn unserve_crd(&mut self, group: &str, plural: &str) {
         self.kinds.retain(|(g, _, p), k| !(k.custom && g == group && p == plural));
     }
+}
+
+/// The kinds a CRD serves, one per served version, each with its compiled schema; or the
+/// `(field, message)` of every schema that does not compile (the apiserver refuses such a CRD).
+pub fn crd_kinds(crd: &Value) -> Result<Vec<Kind>, Vec<(String, String)>> {
+    let spec = &crd["spec"];
+    let group = spec["group"].as_str().unwrap_or_default().to_string();
+    let names = &spec["names"];
+    let plural = names["plural"].as_str().unwrap_or_default().to_string();
+    let kind_name = names["kind"].as_str().unwrap_or_default().to_string();
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .unwrap_or_default()
+    };
+    let (mut kinds, mut errors) = (Vec::new(), Vec::new());
+    for (i, version) in spec["versions"].as_array().into_iter().flatten().enumerate() {
+        let schema = match version.pointer("/schema/openAPIV3Schema") {
+            None => None,
+            Some(s) => match StructuralSchema::compile(s) {
+                Ok(compiled) => Some(Arc::new(compiled)),
+                Err(e) => {
+                    errors.push((format!("spec.versions[{i}].schema"), e.to_string()));
+                    continue;
+                }
+            },
+        };
+        if version["served"] == Value::Bool(false) {
+            continue;
+        }
+        kinds.push(Kind {
+            group: group.clone(),
+            version: version["name"].as_str().unwrap_or_default().to_string(),
+            kind: kind_name.clone(),
+            plural: plural.clone(),
+            singular: names["singular"]
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| kind_name.to_lowercase()),
+            namespaced: spec["scope"] != "Cluster",
+            short_names: strings(&names["shortNames"]),
+            categories: strings(&names["categories"]),
+            status_subresource: version.pointer("/subresources/status").is_some(),
+            printer_columns: printer_columns(&version["additionalPrinterColumns"]),
+            custom: true,
+            schema,
+        });
+    }
+    if errors.is_empty() { Ok(kinds) } else { Err(errors) }
 }
 
 fn printer_columns(columns: &Value) -> Vec<PrinterColumn> {

@@ -1,0 +1,838 @@
+//! The DatabaseCluster's status as a pure function of the cluster, its observed StatefulSet and the
+//! time, and the Events a change of status implies.
+//!
+//! Conditions follow `metav1.Condition`: `Ready` (the summary), `Degraded` and `Upgrading`, each
+//! with the cluster's generation as `observedGeneration`; `lastTransitionTime` moves only when a
+//! condition's status flips, so a status computed twice from the same facts is identical and
+//! reconcile can skip the write. Conditions of other types (another controller's) are kept.
+//!
+//! An upgrade is judged from the StatefulSet, not from the spec alone: `currentVersion` is the
+//! version of the pod template once the StatefulSet controller reports the rollout complete
+//! (generation observed, `currentRevision == updateRevision`, every replica updated), and
+//! `Upgrading` is True from the moment the spec or the template names another version until then.
+//! A simulated StatefulSet controller must therefore maintain `observedGeneration`,
+//! `currentRevision`, `updateRevision` and `updatedReplicas` as the real one does.
+
+use std::fmt::Display;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::resources::POSTGRES_CONTAINER;
+use super::types::{DatabaseCluster, DatabaseClusterStatus, Phase};
+use super::validation::validate;
+
+/// Condition types the operator owns.
+pub mod condition {
+    /// All desired replicas are ready (the summary condition).
+    pub const READY: &str = "Ready";
+    /// Fewer replicas are ready than desired.
+    pub const DEGRADED: &str = "Degraded";
+    /// A version change is rolling out.
+    pub const UPGRADING: &str = "Upgrading";
+}
+
+/// Condition reasons (CamelCase, one word).
+pub mod reason {
+    /// Ready=True.
+    pub const ALL_REPLICAS_READY: &str = "AllReplicasReady";
+    /// Ready=False: replicas are missing or not ready.
+    pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+    /// Ready=False: the spec cannot be acted on.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Degraded=False.
+    pub const REPLICAS_READY: &str = "ReplicasReady";
+    /// Degraded=True.
+    pub const INSUFFICIENT_REPLICAS: &str = "InsufficientReplicas";
+    /// Upgrading=True.
+    pub const VERSION_UPGRADE_IN_PROGRESS: &str = "VersionUpgradeInProgress";
+    /// Upgrading=False once a version is rolled out.
+    pub const UPGRADE_COMPLETE: &str = "UpgradeComplete";
+    /// Upgrading=False while the first version rolls out: nothing to upgrade from yet.
+    pub const INITIAL_ROLLOUT: &str = "InitialRollout";
+    /// Every condition on the first pass, before anything is observed.
+    pub const RECONCILING: &str = "Reconciling";
+}
+
+/// Whether this is the cluster's first pass: no phase has been written yet. Reconcile then writes
+/// [`initial_status`] and returns; the status write brings the next pass.
+pub fn is_first_pass(cluster: &DatabaseCluster) -> bool {
+    cluster.status.as_ref().and_then(|status| status.phase).is_none()
+}
+
+/// The first status: phase Provisioning and every condition Unknown, so that `kubectl get` and
+/// monitoring see a meaningful state from the first second.
+pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let mut conditions = ConditionSetter::new(previous.conditions, cluster.metadata.generation, now);
+    let message = "The operator has not observed the cluster's instances yet";
+    for type_ in [condition::READY, condition::DEGRADED, condition::UPGRADING] {
+        conditions.set(type_, "Unknown", reason::RECONCILING, message.to_owned());
+    }
+    DatabaseClusterStatus {
+        phase: Some(Phase::Provisioning),
+        ready_replicas: 0,
+        current_version: previous.current_version,
+        observed_generation: cluster.metadata.generation,
+        conditions: conditions.into_inner(),
+        last_backup_time: previous.last_backup_time,
+    }
+}
+
+/// The status of `cluster` given its StatefulSet as observed (`None` if there is none yet).
+///
+/// Phase: Failed if the spec is invalid, Upgrading while a version change rolls out, otherwise
+/// Provisioning (no replica ready), Degraded (some) or Running (all).
+pub fn compute_status(
+    cluster: &DatabaseCluster,
+    observed: Option<&StatefulSet>,
+    now: Timestamp,
+) -> DatabaseClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let desired = cluster.spec.replicas;
+    let ready = observed.and_then(|sts| sts.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0);
+    let rollout = observed.map(observe_rollout);
+    let current_version = match &rollout {
+        Some(Rollout { version: Some(version), complete: true }) => Some(version.clone()),
+        _ => previous.current_version.clone(),
+    };
+    let valid = validate(cluster);
+    let spec_version = valid.as_ref().ok().map(|spec| spec.version.as_str().to_owned());
+    let template_version = rollout.and_then(|rollout| rollout.version);
+    let upgrade_target = current_version.as_ref().and_then(|running| {
+        [spec_version.as_ref(), template_version.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|v| *v != running)
+            .cloned()
+    });
+
+    let mut conditions = ConditionSetter::new(previous.conditions, cluster.metadata.generation, now);
+    match &valid {
+        Err(error) => conditions.set(condition::READY, "False", reason::INVALID_SPEC, error.to_string()),
+        Ok(_) if ready >= desired => conditions.set(
+            condition::READY,
+            "True",
+            reason::ALL_REPLICAS_READY,
+            format!("All {desired} replicas are ready"),
+        ),
+        Ok(_) => conditions.set(
+            condition::READY,
+            "False",
+            reason::REPLICAS_NOT_READY,
+            format!("{ready}/{desired} replicas ready"),
+        ),
+    }
+    if ready >= desired {
+        conditions.set(
+            condition::DEGRADED,
+            "False",
+            reason::REPLICAS_READY,
+            "All replicas are healthy".into(),
+        );
+    } else {
+        conditions.set(
+            condition::DEGRADED,
+            "True",
+            reason::INSUFFICIENT_REPLICAS,
+            format!("Only {ready} of {desired} replicas are ready"),
+        );
+    }
+    match (&current_version, &upgrade_target) {
+        (Some(running), Some(target)) => conditions.set(
+            condition::UPGRADING,
+            "True",
+            reason::VERSION_UPGRADE_IN_PROGRESS,
+            format!("Upgrading from {running} to {target}"),
+        ),
+        (Some(running), None) => conditions.set(
+            condition::UPGRADING,
+            "False",
+            reason::UPGRADE_COMPLETE,
+            format!("Every instance runs version {running}"),
+        ),
+        (None, _) => conditions.set(
+            condition::UPGRADING,
+            "False",
+            reason::INITIAL_ROLLOUT,
+            format!("Rolling out version {} for the first time", cluster.spec.version),
+        ),
+    }
+
+    let phase = if valid.is_err() {
+        Phase::Failed
+    } else if upgrade_target.is_some() {
+        Phase::Upgrading
+    } else if ready == 0 {
+        Phase::Provisioning
+    } else if ready < desired {
+        Phase::Degraded
+    } else {
+        Phase::Running
+    };
+    DatabaseClusterStatus {
+        phase: Some(phase),
+        ready_replicas: ready,
+        current_version,
+        observed_generation: cluster.metadata.generation,
+        conditions: conditions.into_inner(),
+        last_backup_time: previous.last_backup_time,
+    }
+}
+
+/// Whether reconcile should look again after a delay (the seed's 10 s safety net): while the
+/// cluster converges. Running needs no timer, and Failed waits for a spec change.
+pub fn needs_requeue(status: &DatabaseClusterStatus) -> bool {
+    matches!(status.phase, Some(Phase::Provisioning | Phase::Degraded | Phase::Upgrading))
+}
+
+/// What the StatefulSet says about its rollout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rollout {
+    /// The PostgreSQL version in the pod template (the `postgres` container's image tag).
+    pub version: Option<String>,
+    /// Whether every pod runs the current template: the controller has observed the latest
+    /// generation, `currentRevision == updateRevision` and every replica is updated.
+    pub complete: bool,
+}
+
+/// Reads the rollout state of a StatefulSet from its template and status.
+pub fn observe_rollout(sts: &StatefulSet) -> Rollout {
+    let version = sts
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.template.spec.as_ref())
+        .and_then(|pod| pod.containers.iter().find(|c| c.name == POSTGRES_CONTAINER))
+        .and_then(|container| container.image.as_deref())
+        .and_then(image_tag)
+        .map(str::to_owned);
+    let complete = sts.status.as_ref().is_some_and(|status| {
+        let generation_observed = match (sts.metadata.generation, status.observed_generation) {
+            (Some(generation), Some(observed)) => observed >= generation,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        generation_observed
+            && status.current_revision == status.update_revision
+            && status.updated_replicas.unwrap_or(0) >= status.replicas
+    });
+    Rollout { version, complete }
+}
+
+/// The tag of an image reference (`postgres:15.4` → `15.4`), ignoring a registry port and a digest.
+fn image_tag(image: &str) -> Option<&str> {
+    let name = image.split('@').next().unwrap_or(image);
+    let last_segment = name.rsplit('/').next().unwrap_or(name);
+    last_segment.split_once(':').map(|(_, tag)| tag).filter(|tag| !tag.is_empty())
+}
+
+/// Upserts conditions by type, stamping `lastTransitionTime` only when the status flips.
+struct ConditionSetter {
+    conditions: Vec<Condition>,
+    generation: Option<i64>,
+    now: Time,
+}
+
+impl ConditionSetter {
+    fn new(conditions: Vec<Condition>, generation: Option<i64>, now: Timestamp) -> Self {
+        // The API stores whole seconds; stamping whole seconds keeps a written status equal to
+        // the one read back.
+        let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+        ConditionSetter { conditions, generation, now: Time(now) }
+    }
+
+    fn set(&mut self, type_: &str, status: &str, reason: &str, message: String) {
+        match self.conditions.iter_mut().find(|c| c.type_ == type_) {
+            Some(existing) => {
+                if existing.status != status {
+                    existing.last_transition_time = self.now.clone();
+                    existing.status = status.to_owned();
+                }
+                existing.reason = reason.to_owned();
+                existing.message = message;
+                existing.observed_generation = self.generation;
+            }
+            None => self.conditions.push(Condition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                reason: reason.to_owned(),
+                message,
+                observed_generation: self.generation,
+                last_transition_time: self.now.clone(),
+            }),
+        }
+    }
+
+    fn into_inner(self) -> Vec<Condition> {
+        self.conditions
+    }
+}
+
+/// The condition of a type in a status, if set.
+pub fn find_condition<'a>(status: &'a DatabaseClusterStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The type of an Event: routine, or worth someone's attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// Something expected happened.
+    Normal,
+    /// Something needs attention.
+    Warning,
+}
+
+impl EventType {
+    /// The type as written in an Event.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// An Event to publish about a DatabaseCluster (events.k8s.io/v1 fields), as pure data: reconcile
+/// only sends it. Notes never hold a secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventNote {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// CamelCase reason, e.g. `UpgradeStarted`.
+    pub reason: String,
+    /// What the operator did or failed to do, e.g. `Upgrade`.
+    pub action: &'static str,
+    /// Human-readable details, at most [`EventNote::MAX_NOTE_BYTES`].
+    pub note: String,
+}
+
+impl EventNote {
+    /// The API's limit on an Event's note.
+    pub const MAX_NOTE_BYTES: usize = 1024;
+
+    fn new(type_: EventType, reason: impl Into<String>, action: &'static str, note: String) -> Self {
+        EventNote { type_, reason: reason.into(), action, note: truncate(note, Self::MAX_NOTE_BYTES) }
+    }
+
+    /// A child object was created, e.g. reason `CreatedStatefulSet`.
+    pub fn created(kind: &str, name: &str) -> Self {
+        EventNote::new(
+            EventType::Normal,
+            format!("Created{kind}"),
+            "Create",
+            format!("Created {kind} {name}"),
+        )
+    }
+
+    /// A pass failed; the error is retried with backoff.
+    pub fn reconcile_error(error: &dyn Display) -> Self {
+        EventNote::new(EventType::Warning, "ReconcileError", "Reconcile", error.to_string())
+    }
+}
+
+fn truncate(mut text: String, max_bytes: usize) -> String {
+    if text.len() > max_bytes {
+        let mut end = max_bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// The Events implied by a change of status from `old` (the live status, if any) to `new`:
+/// UpgradeStarted and UpgradeCompleted when `Upgrading` flips, and InvalidSpec (Warning) once per
+/// generation whose spec is invalid. An unchanged status implies none.
+pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
+    let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
+    let now = |type_: &str| find_condition(new, type_);
+    let mut events = Vec::new();
+
+    let was_upgrading = was(condition::UPGRADING).is_some_and(|c| c.status == "True");
+    match now(condition::UPGRADING) {
+        Some(c) if c.status == "True" && !was_upgrading => {
+            events.push(EventNote::new(EventType::Normal, "UpgradeStarted", "Upgrade", c.message.clone()));
+        }
+        Some(c) if c.status == "False" && c.reason == reason::UPGRADE_COMPLETE && was_upgrading => {
+            let version = new.current_version.as_deref().unwrap_or_default();
+            let note = format!("Upgrade to {version} complete");
+            events.push(EventNote::new(EventType::Normal, "UpgradeCompleted", "Upgrade", note));
+        }
+        _ => {}
+    }
+
+    if let Some(ready) = now(condition::READY).filter(|c| c.reason == reason::INVALID_SPEC) {
+        let reported = was(condition::READY).is_some_and(|c| c.reason == reason::INVALID_SPEC)
+            && old.and_then(|old| old.observed_generation) == new.observed_generation;
+        if !reported {
+            events.push(EventNote::new(
+                EventType::Warning,
+                reason::INVALID_SPEC,
+                "Validate",
+                ready.message.clone(),
+            ));
+        }
+    }
+    events
+}
+
+/// The Event for a write that changes the StatefulSet's replicas: ScalingUp or ScalingDown.
+pub fn scaling_event(live: &StatefulSet, desired: &StatefulSet) -> Option<EventNote> {
+    // An unset `replicas` means 1, as the API server defaults it.
+    let replicas = |sts: &StatefulSet| sts.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
+    let (from, to) = (replicas(live), replicas(desired));
+    let reason = match from.cmp(&to) {
+        std::cmp::Ordering::Less => "ScalingUp",
+        std::cmp::Ordering::Greater => "ScalingDown",
+        std::cmp::Ordering::Equal => return None,
+    };
+    Some(EventNote::new(EventType::Normal, reason, "Scale", format!("Scaling from {from} to {to} replicas")))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+
+    use super::*;
+    use crate::databasecluster::resources::{Owner, build_statefulset};
+    use crate::databasecluster::types::DatabaseClusterSpec;
+    use crate::databasecluster::validation::validate_spec;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + second).unwrap()
+    }
+
+    fn cluster(replicas: i32, version: &str, generation: i64) -> DatabaseCluster {
+        let mut cluster = DatabaseCluster::new(
+            "production-postgres",
+            DatabaseClusterSpec {
+                replicas,
+                version: version.into(),
+                storage_size: "1Gi".into(),
+                backup_schedule: None,
+                postgres_config: None,
+            },
+        );
+        cluster.metadata.namespace = Some("default".into());
+        cluster.metadata.uid = Some("uid-1".into());
+        cluster.metadata.generation = Some(generation);
+        cluster
+    }
+
+    /// The cluster as the next pass reads it, after this pass wrote `status`.
+    fn next(cluster: &DatabaseCluster, status: &DatabaseClusterStatus) -> DatabaseCluster {
+        let mut next = cluster.clone();
+        next.status = Some(status.clone());
+        next
+    }
+
+    /// A StatefulSet as the StatefulSet controller would report it.
+    #[derive(Clone, Copy)]
+    struct Observed<'a> {
+        version: &'a str,
+        generation: i64,
+        observed_generation: i64,
+        replicas: i32,
+        ready: i32,
+        updated: i32,
+        current_revision: &'a str,
+        update_revision: &'a str,
+    }
+
+    impl Observed<'_> {
+        fn settled(version: &str, replicas: i32, ready: i32) -> Observed<'_> {
+            Observed {
+                version,
+                generation: 1,
+                observed_generation: 1,
+                replicas,
+                ready,
+                updated: replicas,
+                current_revision: "rev-a",
+                update_revision: "rev-a",
+            }
+        }
+
+        fn build(self) -> StatefulSet {
+            let spec_cluster = cluster(self.replicas.max(1), self.version, 1);
+            let owner = Owner::of(&spec_cluster).unwrap();
+            let mut sts = build_statefulset(&owner, &validate_spec(&spec_cluster.spec).unwrap());
+            sts.metadata.generation = Some(self.generation);
+            sts.status = Some(StatefulSetStatus {
+                observed_generation: Some(self.observed_generation),
+                replicas: self.replicas,
+                ready_replicas: Some(self.ready),
+                updated_replicas: Some(self.updated),
+                current_revision: Some(self.current_revision.into()),
+                update_revision: Some(self.update_revision.into()),
+                ..StatefulSetStatus::default()
+            });
+            sts
+        }
+    }
+
+    fn condition<'a>(status: &'a DatabaseClusterStatus, type_: &str) -> &'a Condition {
+        find_condition(status, type_).unwrap_or_else(|| panic!("no {type_} condition"))
+    }
+
+    fn summary(status: &DatabaseClusterStatus, type_: &str) -> (String, String, String) {
+        let c = condition(status, type_);
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    fn s(status: &str, reason: &str, message: &str) -> (String, String, String) {
+        (status.into(), reason.into(), message.into())
+    }
+
+    /// A cluster that has been Running `version` with `replicas` ready.
+    fn running(replicas: i32, version: &str) -> DatabaseCluster {
+        let cluster = cluster(replicas, version, 1);
+        let sts = Observed::settled(version, replicas, replicas).build();
+        let status = compute_status(&cluster, Some(&sts), at(0));
+        assert_eq!(status.phase, Some(Phase::Running));
+        next(&cluster, &status)
+    }
+
+    #[test]
+    fn the_first_pass_sets_provisioning_and_every_condition_unknown() {
+        let cluster = cluster(3, "15.4", 1);
+        assert!(is_first_pass(&cluster));
+        let status = initial_status(&cluster, at(0));
+        assert_eq!(status.phase, Some(Phase::Provisioning));
+        assert_eq!(status.ready_replicas, 0);
+        assert_eq!(status.observed_generation, Some(1));
+        let types: Vec<_> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Ready", "Degraded", "Upgrading"]);
+        for c in &status.conditions {
+            assert_eq!((c.status.as_str(), c.reason.as_str()), ("Unknown", "Reconciling"));
+            assert_eq!(c.observed_generation, Some(1));
+            assert_eq!(c.last_transition_time, Time(at(0)));
+        }
+        assert!(!is_first_pass(&next(&cluster, &status)));
+    }
+
+    #[test]
+    fn without_a_statefulset_the_cluster_is_provisioning() {
+        let cluster = next(&cluster(3, "15.4", 1), &initial_status(&cluster(3, "15.4", 1), at(0)));
+        let status = compute_status(&cluster, None, at(1));
+        assert_eq!(status.phase, Some(Phase::Provisioning));
+        assert_eq!(status.ready_replicas, 0);
+        assert_eq!(status.current_version, None);
+        assert_eq!(summary(&status, "Ready"), s("False", "ReplicasNotReady", "0/3 replicas ready"));
+        assert_eq!(
+            summary(&status, "Degraded"),
+            s("True", "InsufficientReplicas", "Only 0 of 3 replicas are ready")
+        );
+        assert_eq!(
+            summary(&status, "Upgrading"),
+            s("False", "InitialRollout", "Rolling out version 15.4 for the first time")
+        );
+        assert!(needs_requeue(&status));
+    }
+
+    #[test]
+    fn phases_follow_ready_replicas_as_pods_become_ready() {
+        let cluster = cluster(3, "15.4", 1);
+        let phase = |ready| {
+            compute_status(&cluster, Some(&Observed::settled("15.4", 3, ready).build()), at(1)).phase.unwrap()
+        };
+        assert_eq!(phase(0), Phase::Provisioning);
+        assert_eq!(phase(1), Phase::Degraded);
+        assert_eq!(phase(2), Phase::Degraded);
+        assert_eq!(phase(3), Phase::Running);
+    }
+
+    #[test]
+    fn all_replicas_ready_is_running_and_ready() {
+        let cluster = cluster(3, "15.4", 1);
+        let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(1));
+        assert_eq!(status.phase, Some(Phase::Running));
+        assert_eq!(status.ready_replicas, 3);
+        assert_eq!(status.current_version.as_deref(), Some("15.4"));
+        assert_eq!(summary(&status, "Ready"), s("True", "AllReplicasReady", "All 3 replicas are ready"));
+        assert_eq!(summary(&status, "Degraded"), s("False", "ReplicasReady", "All replicas are healthy"));
+        assert_eq!(
+            summary(&status, "Upgrading"),
+            s("False", "UpgradeComplete", "Every instance runs version 15.4")
+        );
+        assert!(!needs_requeue(&status));
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_when_the_status_flips() {
+        let first = cluster(3, "15.4", 1);
+        let one_ready = compute_status(&first, Some(&Observed::settled("15.4", 3, 1).build()), at(10));
+        let ready_at = condition(&one_ready, "Ready").last_transition_time.clone();
+        assert_eq!(ready_at, Time(at(10)));
+
+        let second = next(&first, &one_ready);
+        let two_ready = compute_status(&second, Some(&Observed::settled("15.4", 3, 2).build()), at(20));
+        assert_eq!(condition(&two_ready, "Ready").message, "2/3 replicas ready");
+        assert_eq!(
+            condition(&two_ready, "Ready").last_transition_time,
+            ready_at,
+            "message changed, status did not"
+        );
+        assert_eq!(condition(&two_ready, "Degraded").last_transition_time, Time(at(10)));
+
+        let third = next(&second, &two_ready);
+        let all_ready = compute_status(&third, Some(&Observed::settled("15.4", 3, 3).build()), at(30));
+        assert_eq!(condition(&all_ready, "Ready").last_transition_time, Time(at(30)));
+        assert_eq!(condition(&all_ready, "Degraded").last_transition_time, Time(at(30)));
+        assert_eq!(
+            condition(&all_ready, "Upgrading").last_transition_time,
+            Time(at(10)),
+            "Upgrading stayed False while its reason changed"
+        );
+    }
+
+    #[test]
+    fn an_unchanged_world_gives_an_identical_status_later() {
+        let cluster = running(3, "15.4");
+        let sts = Observed::settled("15.4", 3, 3).build();
+        let later = compute_status(&cluster, Some(&sts), at(3600));
+        assert_eq!(Some(&later), cluster.status.as_ref(), "nothing to write");
+        assert!(status_events(cluster.status.as_ref(), &later).is_empty());
+    }
+
+    #[test]
+    fn transition_times_are_whole_seconds_and_survive_a_round_trip() {
+        let now = at(5).checked_add(jiff::SignedDuration::from_millis(750)).unwrap();
+        let status = compute_status(&cluster(3, "15.4", 1), None, now);
+        let round_trip: DatabaseClusterStatus =
+            serde_json::from_value(serde_json::to_value(&status).unwrap()).unwrap();
+        assert_eq!(round_trip, status);
+    }
+
+    #[test]
+    fn observed_generation_is_on_the_status_and_every_condition() {
+        let mut cluster = running(3, "15.4");
+        cluster.spec.replicas = 5;
+        cluster.metadata.generation = Some(2);
+        let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(1));
+        assert_eq!(status.observed_generation, Some(2));
+        assert!(status.conditions.iter().all(|c| c.observed_generation == Some(2)));
+    }
+
+    #[test]
+    fn scaling_up_is_degraded_until_the_new_replicas_are_ready() {
+        let mut cluster = running(3, "15.4");
+        cluster.spec.replicas = 5;
+        cluster.metadata.generation = Some(2);
+        let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(1));
+        assert_eq!(status.phase, Some(Phase::Degraded));
+        assert_eq!(summary(&status, "Ready"), s("False", "ReplicasNotReady", "3/5 replicas ready"));
+        assert_eq!(
+            summary(&status, "Degraded"),
+            s("True", "InsufficientReplicas", "Only 3 of 5 replicas are ready")
+        );
+        assert_eq!(condition(&status, "Upgrading").status, "False", "scaling is not an upgrade");
+
+        let scaled = compute_status(&cluster, Some(&Observed::settled("15.4", 5, 5).build()), at(2));
+        assert_eq!(scaled.phase, Some(Phase::Running));
+    }
+
+    #[test]
+    fn scaling_events_name_the_direction() {
+        let three = Observed::settled("15.4", 3, 3).build();
+        let five = Observed::settled("15.4", 5, 5).build();
+        let up = scaling_event(&three, &five).unwrap();
+        assert_eq!(
+            (up.type_, up.reason.as_str(), up.note.as_str()),
+            (EventType::Normal, "ScalingUp", "Scaling from 3 to 5 replicas")
+        );
+        assert_eq!(scaling_event(&five, &three).unwrap().reason, "ScalingDown");
+        assert_eq!(scaling_event(&three, &three), None);
+    }
+
+    #[test]
+    fn an_upgrade_is_tracked_from_the_spec_change_to_the_completed_rollout() {
+        let mut cluster = running(3, "15.4");
+        cluster.spec.version = "15.5".into();
+        cluster.metadata.generation = Some(2);
+        let mut events = Vec::new();
+        let mut step = |cluster: &mut DatabaseCluster, observed: Observed, second: i64| {
+            let status = compute_status(cluster, Some(&observed.build()), at(second));
+            events.extend(status_events(cluster.status.as_ref(), &status));
+            *cluster = next(cluster, &status);
+            status
+        };
+
+        // The cache still holds the old StatefulSet: the spec alone says an upgrade is due.
+        let stale = step(&mut cluster, Observed::settled("15.4", 3, 3), 10);
+        assert_eq!(stale.phase, Some(Phase::Upgrading));
+        assert_eq!(stale.current_version.as_deref(), Some("15.4"));
+        assert_eq!(
+            summary(&stale, "Upgrading"),
+            s("True", "VersionUpgradeInProgress", "Upgrading from 15.4 to 15.5")
+        );
+
+        // The new template is written but not yet observed by the StatefulSet controller.
+        let unobserved = Observed { generation: 2, ..Observed::settled("15.5", 3, 3) };
+        assert_eq!(step(&mut cluster, unobserved, 20).phase, Some(Phase::Upgrading));
+
+        // Pods roll: one updated, one restarting. Upgrading, not Degraded.
+        let rolling = Observed {
+            generation: 2,
+            observed_generation: 2,
+            ready: 2,
+            updated: 1,
+            update_revision: "rev-b",
+            ..Observed::settled("15.5", 3, 3)
+        };
+        let mid = step(&mut cluster, rolling, 30);
+        assert_eq!(mid.phase, Some(Phase::Upgrading));
+        assert_eq!(mid.ready_replicas, 2);
+        assert_eq!(mid.current_version.as_deref(), Some("15.4"), "not every pod runs 15.5 yet");
+        assert_eq!(condition(&mid, "Upgrading").last_transition_time, Time(at(10)));
+
+        // Every pod updated and ready, but the controller has not moved currentRevision yet.
+        let last_ready = Observed { ready: 3, updated: 3, ..rolling };
+        assert_eq!(step(&mut cluster, last_ready, 40).phase, Some(Phase::Upgrading));
+
+        // Rollout complete.
+        let done = Observed { current_revision: "rev-b", ..last_ready };
+        let finished = step(&mut cluster, done, 50);
+        assert_eq!(finished.phase, Some(Phase::Running));
+        assert_eq!(finished.current_version.as_deref(), Some("15.5"));
+        assert_eq!(
+            summary(&finished, "Upgrading"),
+            s("False", "UpgradeComplete", "Every instance runs version 15.5")
+        );
+        assert_eq!(condition(&finished, "Upgrading").last_transition_time, Time(at(50)));
+
+        let reasons: Vec<_> = events.iter().map(|e| (e.reason.as_str(), e.note.as_str())).collect();
+        assert_eq!(
+            reasons,
+            [
+                ("UpgradeStarted", "Upgrading from 15.4 to 15.5"),
+                ("UpgradeCompleted", "Upgrade to 15.5 complete")
+            ]
+        );
+    }
+
+    #[test]
+    fn revisions_agreeing_is_not_enough_while_replicas_are_not_updated() {
+        let cluster = running(3, "15.4");
+        let partial = Observed { updated: 2, ..Observed::settled("15.5", 3, 3) };
+        let status = compute_status(&cluster, Some(&partial.build()), at(1));
+        assert_eq!(status.current_version.as_deref(), Some("15.4"));
+        assert_eq!(status.phase, Some(Phase::Upgrading));
+    }
+
+    #[test]
+    fn a_rollout_of_the_same_version_is_not_an_upgrade() {
+        let cluster = running(3, "15.4");
+        let restart =
+            Observed { ready: 2, updated: 1, update_revision: "rev-b", ..Observed::settled("15.4", 3, 3) };
+        let status = compute_status(&cluster, Some(&restart.build()), at(1));
+        assert_eq!(status.phase, Some(Phase::Degraded));
+        assert_eq!(condition(&status, "Upgrading").status, "False");
+    }
+
+    #[test]
+    fn the_current_version_is_set_once_the_first_rollout_is_observed() {
+        let cluster = next(&cluster(3, "15.4", 1), &initial_status(&cluster(3, "15.4", 1), at(0)));
+        let unobserved = Observed { observed_generation: 0, ..Observed::settled("15.4", 0, 0) };
+        assert_eq!(compute_status(&cluster, Some(&unobserved.build()), at(1)).current_version, None);
+        let first_pod = Observed::settled("15.4", 1, 0);
+        let status = compute_status(&cluster, Some(&first_pod.build()), at(2));
+        assert_eq!(status.current_version.as_deref(), Some("15.4"));
+        assert_eq!(status.phase, Some(Phase::Provisioning));
+        assert_eq!(condition(&status, "Upgrading").status, "False");
+    }
+
+    #[test]
+    fn an_invalid_spec_fails_with_a_reason_and_one_warning_per_generation() {
+        let mut cluster = running(3, "15.4");
+        cluster.spec.storage_size = "lots".into();
+        cluster.metadata.generation = Some(2);
+        let sts = Observed::settled("15.4", 3, 3).build();
+        let failed = compute_status(&cluster, Some(&sts), at(1));
+        assert_eq!(failed.phase, Some(Phase::Failed));
+        let ready = condition(&failed, "Ready");
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+        assert!(ready.message.contains("storageSize") && ready.message.contains("lots"), "{}", ready.message);
+        assert!(!needs_requeue(&failed), "no retry until the spec changes");
+
+        let events = status_events(cluster.status.as_ref(), &failed);
+        assert_eq!(events.len(), 1);
+        assert_eq!((events[0].type_, events[0].reason.as_str()), (EventType::Warning, "InvalidSpec"));
+        assert_eq!(events[0].note, ready.message);
+
+        let cluster = next(&cluster, &failed);
+        let again = compute_status(&cluster, Some(&sts), at(2));
+        assert_eq!(again, failed);
+        assert!(status_events(cluster.status.as_ref(), &again).is_empty(), "already reported");
+
+        let mut edited = cluster.clone();
+        edited.spec.storage_size = "many".into();
+        edited.metadata.generation = Some(3);
+        let still_failed = compute_status(&edited, Some(&sts), at(3));
+        assert_eq!(
+            status_events(edited.status.as_ref(), &still_failed).len(),
+            1,
+            "a new generation, a new warning"
+        );
+
+        let mut fixed = edited.clone();
+        fixed.spec.storage_size = "1Gi".into();
+        fixed.metadata.generation = Some(4);
+        let recovered = compute_status(&fixed, Some(&sts), at(4));
+        assert_eq!(recovered.phase, Some(Phase::Running));
+        assert_eq!(condition(&recovered, "Ready").last_transition_time, Time(at(4)));
+    }
+
+    #[test]
+    fn a_major_version_change_that_slipped_past_the_crd_fails_without_upgrading() {
+        let mut cluster = running(3, "15.4");
+        cluster.spec.version = "16.1".into();
+        cluster.metadata.generation = Some(2);
+        let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(1));
+        assert_eq!(status.phase, Some(Phase::Failed));
+        assert!(condition(&status, "Ready").message.contains("major version"));
+        assert_eq!(condition(&status, "Upgrading").status, "False");
+        assert_eq!(status.current_version.as_deref(), Some("15.4"));
+    }
+
+    #[test]
+    fn other_controllers_conditions_are_kept() {
+        let mut cluster = running(3, "15.4");
+        let foreign = Condition {
+            type_: "example.com/Backed".into(),
+            status: "True".into(),
+            reason: "Nightly".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(at(-100)),
+        };
+        cluster.status.as_mut().unwrap().conditions.push(foreign.clone());
+        let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(1));
+        assert_eq!(find_condition(&status, "example.com/Backed"), Some(&foreign));
+        assert_eq!(status.conditions.iter().filter(|c| c.type_ == "Ready").count(), 1);
+        let initial = initial_status(&cluster, at(2));
+        assert_eq!(find_condition(&initial, "example.com/Backed"), Some(&foreign));
+    }
+
+    #[test]
+    fn image_tags_are_read_past_registries_and_digests() {
+        assert_eq!(image_tag("postgres:15.4"), Some("15.4"));
+        assert_eq!(image_tag("registry:5000/library/postgres:15.5"), Some("15.5"));
+        assert_eq!(image_tag("postgres:15.4@sha256:abc"), Some("15.4"));
+        assert_eq!(image_tag("registry:5000/postgres"), None);
+        assert_eq!(image_tag("postgres"), None);
+    }
+
+    #[test]
+    fn event_notes_are_bounded_and_reasons_are_camel_case() {
+        let long = "é".repeat(1000);
+        let error = EventNote::reconcile_error(&long);
+        assert!(error.note.len() <= EventNote::MAX_NOTE_BYTES && error.note.starts_with('é'));
+        assert_eq!((error.type_, error.reason.as_str()), (EventType::Warning, "ReconcileError"));
+        let created = EventNote::created("StatefulSet", "production-postgres");
+        assert_eq!(created.reason, "CreatedStatefulSet");
+        assert_eq!(created.note, "Created StatefulSet production-postgres");
+    }
+}

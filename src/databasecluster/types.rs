@@ -1,0 +1,222 @@
+//! The `DatabaseCluster` custom resource (`databases.madmmas.dev/v1alpha1`) and its CRD.
+//!
+//! Every rule the OpenAPI schema can express lives in the generated CRD (required fields, ranges,
+//! patterns, the `10Gi` default, the phase enum, `listType=map` conditions); the two rules it cannot
+//! express are CEL transition rules (`x-kubernetes-validations`): the major version may not change
+//! and `storageSize` may not shrink. What can still slip past an older CRD is caught by
+//! [`validate_spec`](super::validation::validate_spec).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The storage size used when the spec leaves `storageSize` out.
+pub const DEFAULT_STORAGE_SIZE: &str = "10Gi";
+
+/// Message of the CEL rule that rejects a change of the PostgreSQL major version.
+pub const MAJOR_VERSION_CHANGE_MESSAGE: &str =
+    "changing the major version is not supported: create a new cluster and migrate the data";
+/// Message of the CEL rule that rejects a smaller `storageSize`.
+pub const STORAGE_SHRINK_MESSAGE: &str = "storageSize may not shrink";
+
+/// Desired state of a PostgreSQL cluster: how many instances, which version, how much storage.
+// Clippy reads the repeated `type_ = "string"` of two printer columns as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "databases.madmmas.dev",
+    version = "v1alpha1",
+    kind = "DatabaseCluster",
+    namespaced,
+    shortname = "dbc",
+    status = "DatabaseClusterStatus",
+    derive = "PartialEq",
+    doc = "A PostgreSQL cluster managed by dbcluster-operator.",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Lifecycle phase"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Replicas passing their readiness probe"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.currentVersion",
+        description = "PostgreSQL version every instance runs"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseClusterSpec {
+    /// Number of PostgreSQL instances (1 to 10).
+    #[schemars(range(min = 1, max = 10))]
+    pub replicas: i32,
+
+    /// PostgreSQL version as `major.minor` or `major` (the `postgres` image tag), e.g. `15.4`.
+    /// The major version cannot change once set.
+    #[schemars(regex(pattern = r"^[1-9][0-9]*(\.[0-9]+)?$"), length(max = 16))]
+    #[x_kube(validation = Rule::new("self.split('.')[0] == oldSelf.split('.')[0]")
+        .message(MAJOR_VERSION_CHANGE_MESSAGE))]
+    pub version: String,
+
+    /// Size of each instance's data volume, a Kubernetes quantity such as `1Gi` or `500M`.
+    /// It may grow but never shrink.
+    #[serde(default = "default_storage_size")]
+    #[schemars(
+        regex(
+            pattern = r"^(0*[1-9][0-9]*(\.[0-9]+)?|0*\.[0-9]*[1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+        ),
+        length(max = 32)
+    )]
+    #[x_kube(validation = Rule::new(
+        "!isQuantity(string(oldSelf)) || quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"
+    ).message(STORAGE_SHRINK_MESSAGE))]
+    pub storage_size: String,
+
+    /// Cron schedule for backups (five fields, or a macro such as `@daily`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|([0-9A-Za-z*?,/-]+\s+){4}[0-9A-Za-z*?,/-]+)$"
+    ))]
+    pub backup_schedule: Option<String>,
+
+    /// PostgreSQL server parameters, passed to the server as `-c name=value`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres_config: Option<BTreeMap<String, String>>,
+}
+
+fn default_storage_size() -> String {
+    DEFAULT_STORAGE_SIZE.to_owned()
+}
+
+/// Observed state of a DatabaseCluster, written only by the operator on the `/status` subresource.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseClusterStatus {
+    /// Summary of the cluster's lifecycle for `kubectl get`; the conditions carry the detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// Number of instances passing their readiness probe.
+    #[serde(default)]
+    pub ready_replicas: i32,
+
+    /// The PostgreSQL version every instance actually runs (set once a rollout completes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Ready, Degraded and Upgrading, in the `metav1.Condition` shape, keyed by `type`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "condition_list_schema")]
+    pub conditions: Vec<Condition>,
+
+    /// When the last successful backup finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup_time: Option<Time>,
+}
+
+/// The schema of `metav1.Condition` lists with the apiserver's own validation (k8s-openapi's schema
+/// for `Condition` carries none of it), as a list-map keyed by `type` so that server-side apply can
+/// merge conditions owned by different managers.
+fn condition_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Ready, Degraded and Upgrading, in the `metav1.Condition` shape, keyed by `type`.",
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "description": "One aspect of the cluster's current state.",
+            "type": "object",
+            "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+            "properties": {
+                "type": {
+                    "description": "Type of condition in CamelCase or in foo.example.com/CamelCase.",
+                    "type": "string",
+                    "maxLength": 316,
+                    "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+                },
+                "status": {
+                    "description": "Status of the condition.",
+                    "type": "string",
+                    "enum": ["True", "False", "Unknown"]
+                },
+                "observedGeneration": {
+                    "description": "The .metadata.generation the condition was set from.",
+                    "type": "integer",
+                    "format": "int64",
+                    "minimum": 0
+                },
+                "lastTransitionTime": {
+                    "description": "When the status last changed.",
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "reason": {
+                    "description": "Why the condition last changed, in CamelCase.",
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 1024,
+                    "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+                },
+                "message": {
+                    "description": "Human-readable details of the transition; may be empty.",
+                    "type": "string",
+                    "maxLength": 32768
+                }
+            }
+        }
+    })
+}
+
+/// Lifecycle phase shown in the PHASE column.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// No instance is ready yet.
+    Provisioning,
+    /// Every instance is ready and runs the desired version.
+    Running,
+    /// Some, but not all, instances are ready.
+    Degraded,
+    /// A version change is rolling out.
+    Upgrading,
+    /// The spec cannot be acted on; a condition says why.
+    Failed,
+}
+
+impl Phase {
+    /// The phase as written in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Provisioning => "Provisioning",
+            Phase::Running => "Running",
+            Phase::Degraded => "Degraded",
+            Phase::Upgrading => "Upgrading",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+/// The DatabaseCluster CustomResourceDefinition, as generated from the types above.
+pub fn crd() -> CustomResourceDefinition {
+    DatabaseCluster::crd()
+}
+
+/// The CRD as YAML: what `dbcluster-operator crd` prints and `manifests/crd.yaml` holds.
+pub fn crd_yaml() -> String {
+    // Invariant: a CustomResourceDefinition is plain data (strings, maps, lists, numbers); its
+    // serialisation cannot fail.
+    serde_saphyr::to_string(&crd()).expect("a CustomResourceDefinition always serialises to YAML")
+}

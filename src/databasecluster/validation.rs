@@ -1,0 +1,372 @@
+//! Validation of a DatabaseCluster beyond what its CRD enforces.
+//!
+//! The CRD's schema and CEL rules keep bad specs out, but an object stored under an older CRD (or
+//! written while validation was off) can still hold an unparsable quantity, a bad version or a
+//! change of major version. [`validate`] turns such a spec into a [`SpecError`] that status
+//! reports as `InvalidSpec`, instead of a panic or a child object the API server refuses; a valid
+//! spec becomes a [`ValidSpec`] the builders can use without re-checking anything.
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use super::types::{DatabaseCluster, DatabaseClusterSpec};
+
+/// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
+pub const REPLICAS_RANGE: std::ops::RangeInclusive<i32> = 1..=10;
+
+/// Server parameters the operator sets itself; overriding them would break probes, the Service or
+/// the data volume.
+const RESERVED_PARAMETERS: &[&str] = &[
+    "port",
+    "listen_addresses",
+    "data_directory",
+    "hba_file",
+    "ident_file",
+    "config_file",
+    "unix_socket_directories",
+];
+
+/// A spec the operator can act on, with every field parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidSpec {
+    /// Number of instances, within [`REPLICAS_RANGE`].
+    pub replicas: i32,
+    /// The PostgreSQL version (the `postgres` image tag).
+    pub version: PostgresVersion,
+    /// Size of each data volume.
+    pub storage: StorageSize,
+    /// Server parameters, sorted by name so that rendering them is deterministic.
+    pub postgres_config: BTreeMap<String, String>,
+}
+
+/// A PostgreSQL version as `major` or `major.minor`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresVersion {
+    /// The major version, e.g. 15.
+    pub major: u32,
+    /// The minor version, if given.
+    pub minor: Option<u32>,
+    text: String,
+}
+
+impl PostgresVersion {
+    /// Parses `major` or `major.minor` (digits only, major not zero).
+    pub fn parse(text: &str) -> Option<PostgresVersion> {
+        let (major, minor) = match text.split_once('.') {
+            Some((major, minor)) => (major, Some(minor)),
+            None => (text, None),
+        };
+        let major = parse_digits(major).filter(|major| *major > 0)?;
+        let minor = match minor {
+            Some(minor) => Some(parse_digits(minor)?),
+            None => None,
+        };
+        Some(PostgresVersion { major, minor, text: text.to_owned() })
+    }
+
+    /// The version as written in the spec, which is also the image tag.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+fn parse_digits(text: &str) -> Option<u32> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// The major version in a version string, for comparing versions that may not fully parse.
+pub fn major_of(version: &str) -> &str {
+    version.split('.').next().unwrap_or(version)
+}
+
+/// A storage size in whole bytes, with the quantity text the API server would store for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageSize {
+    bytes: u64,
+    canonical: String,
+}
+
+impl StorageSize {
+    /// Parses a quantity of the forms the CRD admits (`1Gi`, `1.5G`, `.5Ti`, `1073741824`),
+    /// rounding fractions of a byte up. Zero, negative, exponent and milli forms are refused.
+    pub fn parse(text: &str) -> Option<StorageSize> {
+        let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+        let (number, suffix) = text.split_at(split);
+        let (multiplier, binary) = suffix_multiplier(suffix)?;
+        let (whole, fraction) = match number.split_once('.') {
+            Some((_, "")) => return None,
+            Some(parts) => parts,
+            None => (number, ""),
+        };
+        if whole.is_empty() && fraction.is_empty()
+            || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit())
+            || whole.len() + fraction.len() > 20
+        {
+            return None;
+        }
+        let mut mantissa: u128 = 0;
+        for digit in whole.bytes().chain(fraction.bytes()) {
+            mantissa = mantissa * 10 + u128::from(digit - b'0');
+        }
+        let scale = 10u128.pow(u32::try_from(fraction.len()).ok()?);
+        let bytes = mantissa.checked_mul(multiplier)?.div_ceil(scale);
+        let bytes = u64::try_from(bytes).ok().filter(|b| *b > 0 && *b <= i64::MAX as u64)?;
+        Some(StorageSize { bytes, canonical: canonical_bytes(bytes, binary) })
+    }
+
+    /// The size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The quantity in the API server's canonical form (`1536Mi` for `1.5Gi`), so that a value
+    /// written and read back compares equal.
+    pub fn as_str(&self) -> &str {
+        &self.canonical
+    }
+}
+
+/// The multiplier of a quantity suffix and whether it is a binary (power of 1024) suffix.
+fn suffix_multiplier(suffix: &str) -> Option<(u128, bool)> {
+    const BINARY: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    const DECIMAL: [&str; 6] = ["k", "M", "G", "T", "P", "E"];
+    if suffix.is_empty() {
+        return Some((1, false));
+    }
+    if let Some(i) = BINARY.iter().position(|s| *s == suffix) {
+        return Some((1u128 << (10 * (i + 1)), true));
+    }
+    let i = DECIMAL.iter().position(|s| *s == suffix)?;
+    Some((1000u128.pow(u32::try_from(i + 1).ok()?), false))
+}
+
+/// Formats bytes the way Kubernetes canonicalises a quantity: a binary input keeps the largest
+/// power-of-1024 suffix that divides it exactly (below 1024 it is written as a plain number); a
+/// decimal input keeps the largest power-of-1000 suffix that divides it exactly.
+fn canonical_bytes(bytes: u64, binary: bool) -> String {
+    let (base, suffixes): (u64, [&str; 6]) = if binary && bytes >= 1024 {
+        (1024, ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"])
+    } else {
+        (1000, ["k", "M", "G", "T", "P", "E"])
+    };
+    let mut value = bytes;
+    let mut suffix = "";
+    for next in suffixes {
+        if !value.is_multiple_of(base) {
+            break;
+        }
+        value /= base;
+        suffix = next;
+    }
+    format!("{value}{suffix}")
+}
+
+/// Why a spec cannot be acted on. The messages are shown to users in the `Ready` condition.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SpecError {
+    /// `replicas` is outside [`REPLICAS_RANGE`].
+    #[error("spec.replicas {0} is out of range: it must be between 1 and 10")]
+    ReplicasOutOfRange(i32),
+    /// `version` is not `major` or `major.minor`.
+    #[error("spec.version {0:?} is not a PostgreSQL version of the form major.minor or major")]
+    InvalidVersion(String),
+    /// `storageSize` is not a positive quantity of bytes.
+    #[error("spec.storageSize {0:?} is not a positive Kubernetes quantity such as 10Gi")]
+    InvalidStorageSize(String),
+    /// A `postgresConfig` name is not a parameter name, or its value holds a NUL byte.
+    #[error("spec.postgresConfig parameter {0:?} is not a valid PostgreSQL parameter name and value")]
+    InvalidParameter(String),
+    /// A `postgresConfig` parameter is one the operator must control.
+    #[error("spec.postgresConfig parameter {0:?} is managed by the operator and cannot be set")]
+    ReservedParameter(String),
+    /// The major version differs from the one the cluster runs.
+    #[error(
+        "spec.version {desired:?} changes the major version of a cluster running {running:?}: \
+         create a new cluster and migrate the data"
+    )]
+    MajorVersionChange {
+        /// The version the instances run.
+        running: String,
+        /// The version the spec asks for.
+        desired: String,
+    },
+}
+
+/// Checks a spec on its own: every field parses and lies in range.
+pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError> {
+    if !REPLICAS_RANGE.contains(&spec.replicas) {
+        return Err(SpecError::ReplicasOutOfRange(spec.replicas));
+    }
+    let version = PostgresVersion::parse(&spec.version)
+        .ok_or_else(|| SpecError::InvalidVersion(spec.version.clone()))?;
+    let storage = StorageSize::parse(&spec.storage_size)
+        .ok_or_else(|| SpecError::InvalidStorageSize(spec.storage_size.clone()))?;
+    let postgres_config = spec.postgres_config.clone().unwrap_or_default();
+    for (name, value) in &postgres_config {
+        if !is_parameter_name(name) || value.contains('\0') {
+            return Err(SpecError::InvalidParameter(name.clone()));
+        }
+        if RESERVED_PARAMETERS.contains(&name.to_ascii_lowercase().as_str()) {
+            return Err(SpecError::ReservedParameter(name.clone()));
+        }
+    }
+    Ok(ValidSpec { replicas: spec.replicas, version, storage, postgres_config })
+}
+
+/// Checks a cluster: its spec, and that the version does not change the major version of the one
+/// the instances run (`status.currentVersion`), which the CRD's CEL rule normally prevents.
+pub fn validate(cluster: &DatabaseCluster) -> Result<ValidSpec, SpecError> {
+    let valid = validate_spec(&cluster.spec)?;
+    let running = cluster.status.as_ref().and_then(|status| status.current_version.as_deref());
+    if let Some(running) = running
+        && major_of(running) != major_of(valid.version.as_str())
+    {
+        return Err(SpecError::MajorVersionChange {
+            running: running.to_owned(),
+            desired: valid.version.as_str().to_owned(),
+        });
+    }
+    Ok(valid)
+}
+
+/// A PostgreSQL parameter name: a letter or underscore, then letters, digits, `_` or `.`
+/// (the dot for extension parameters such as `pg_stat_statements.max`).
+fn is_parameter_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::databasecluster::types::{DEFAULT_STORAGE_SIZE, DatabaseClusterStatus};
+
+    fn spec(replicas: i32, version: &str, storage: &str) -> DatabaseClusterSpec {
+        DatabaseClusterSpec {
+            replicas,
+            version: version.into(),
+            storage_size: storage.into(),
+            backup_schedule: None,
+            postgres_config: None,
+        }
+    }
+
+    #[test]
+    fn a_valid_spec_parses_every_field() {
+        let valid = validate_spec(&spec(3, "15.4", "1Gi")).unwrap();
+        assert_eq!(valid.replicas, 3);
+        assert_eq!(valid.version.major, 15);
+        assert_eq!(valid.version.minor, Some(4));
+        assert_eq!(valid.version.as_str(), "15.4");
+        assert_eq!(valid.storage.bytes(), 1 << 30);
+        assert_eq!(valid.storage.as_str(), "1Gi");
+    }
+
+    #[test]
+    fn a_major_only_version_is_valid() {
+        let valid = validate_spec(&spec(1, "16", DEFAULT_STORAGE_SIZE)).unwrap();
+        assert_eq!((valid.version.major, valid.version.minor), (16, None));
+    }
+
+    #[test]
+    fn replicas_outside_one_to_ten_are_refused() {
+        assert_eq!(validate_spec(&spec(0, "15", "1Gi")), Err(SpecError::ReplicasOutOfRange(0)));
+        assert_eq!(validate_spec(&spec(11, "15", "1Gi")), Err(SpecError::ReplicasOutOfRange(11)));
+        assert!(validate_spec(&spec(10, "15", "1Gi")).is_ok());
+    }
+
+    #[test]
+    fn malformed_versions_are_refused() {
+        for bad in ["", "15.", ".4", "16.1.2", "16-alpine", "latest", "0.1", "15.x", "1 5"] {
+            assert_eq!(
+                validate_spec(&spec(1, bad, "1Gi")),
+                Err(SpecError::InvalidVersion(bad.into())),
+                "version {bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unparsable_or_empty_storage_sizes_are_refused() {
+        for bad in
+            ["lots", "", "0", "0Gi", "0.0Mi", "-1Gi", "1gi", "1e9", "500m", "1.", ".", "1 Gi", "9999999Ei"]
+        {
+            assert_eq!(
+                validate_spec(&spec(1, "15", bad)),
+                Err(SpecError::InvalidStorageSize(bad.into())),
+                "storage {bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn storage_sizes_are_canonicalised_like_the_api_server() {
+        let canonical = |text: &str| StorageSize::parse(text).unwrap().as_str().to_owned();
+        assert_eq!(canonical("1Gi"), "1Gi");
+        assert_eq!(canonical("1.5Gi"), "1536Mi");
+        assert_eq!(canonical("1024Mi"), "1Gi");
+        assert_eq!(canonical(".5Ti"), "512Gi");
+        assert_eq!(canonical("1.5G"), "1500M");
+        assert_eq!(canonical("1000M"), "1G");
+        assert_eq!(canonical("1073741824"), "1073741824");
+        assert_eq!(canonical("512"), "512");
+        assert_eq!(canonical("0.5Ki"), "512");
+        assert_eq!(canonical("0010Gi"), "10Gi");
+    }
+
+    #[test]
+    fn fractions_of_a_byte_round_up() {
+        assert_eq!(StorageSize::parse("0.5").unwrap().bytes(), 1);
+        assert_eq!(StorageSize::parse("1.0001Ki").unwrap().bytes(), 1025);
+    }
+
+    #[test]
+    fn postgres_parameters_must_be_names_and_not_reserved() {
+        let with_config = |name: &str, value: &str| DatabaseClusterSpec {
+            postgres_config: Some(BTreeMap::from([(name.to_owned(), value.to_owned())])),
+            ..spec(1, "15", "1Gi")
+        };
+        assert!(validate_spec(&with_config("max_connections", "200")).is_ok());
+        assert!(validate_spec(&with_config("pg_stat_statements.max", "5000")).is_ok());
+        assert_eq!(
+            validate_spec(&with_config("max connections", "1")),
+            Err(SpecError::InvalidParameter("max connections".into()))
+        );
+        assert_eq!(validate_spec(&with_config("a=b", "1")), Err(SpecError::InvalidParameter("a=b".into())));
+        assert_eq!(
+            validate_spec(&with_config("work_mem", "4\0MB")),
+            Err(SpecError::InvalidParameter("work_mem".into()))
+        );
+        assert_eq!(
+            validate_spec(&with_config("Port", "5433")),
+            Err(SpecError::ReservedParameter("Port".into()))
+        );
+    }
+
+    #[test]
+    fn a_major_version_change_against_the_running_version_is_refused() {
+        let mut cluster = DatabaseCluster::new("db", spec(1, "16.1", "1Gi"));
+        assert!(validate(&cluster).is_ok(), "nothing runs yet");
+        cluster.status =
+            Some(DatabaseClusterStatus { current_version: Some("15.4".into()), ..Default::default() });
+        assert_eq!(
+            validate(&cluster),
+            Err(SpecError::MajorVersionChange { running: "15.4".into(), desired: "16.1".into() })
+        );
+        cluster.spec.version = "15.5".into();
+        assert!(validate(&cluster).is_ok(), "a minor change is fine");
+        cluster.spec.version = "15".into();
+        assert!(validate(&cluster).is_ok(), "major only, same major");
+    }
+
+    #[test]
+    fn errors_say_which_field_is_wrong() {
+        let message = SpecError::InvalidStorageSize("lots".into()).to_string();
+        assert!(message.contains("spec.storageSize") && message.contains("\"lots\""), "{message}");
+    }
+}

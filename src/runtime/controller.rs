@@ -1,0 +1,398 @@
+//! The controller: informers' events become keys in a [`WorkQueue`], and worker tasks call
+//! `reconcile` for each key, one worker per key at a time.
+//!
+//! Wiring follows controller-runtime's builder: [`Controller::new`] takes the primary kind's
+//! informer (`For`), [`Controller::owns`] maps a child's *controller* ownerReference to its owner's
+//! key, [`Controller::watches`] takes any mapper. [`Controller::run`] waits until every informer is
+//! synced, registers the handlers (each is first told about every cached object, so nothing that
+//! happened before is missed), then starts the workers.
+//!
+//! A pass ends one of four ways, and the queue is told accordingly:
+//!
+//! | reconcile returned | queue |
+//! |---|---|
+//! | `Ok(Action::Done)` | `forget` (backoff reset) |
+//! | `Ok(Action::RequeueAfter(d))` | `forget`, then `add_after(d)` |
+//! | `Err(e)`, not terminal (or a panic, or a timeout) | `add_rate_limited` (per-key backoff) |
+//! | `Err(e)` with `e.is_terminal()` | `forget`; no retry until the next event |
+//!
+//! Reconcile receives only the key and the shared context; it reads objects from the caches.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::runtime::ObjectKey;
+use crate::runtime::informer::Informer;
+use crate::runtime::metrics::{ControllerMetrics, PassResult};
+use crate::runtime::workqueue::{QueueConfig, WorkQueue};
+
+/// What a successful reconcile pass asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// The object is as it should be: nothing until the next event.
+    Done,
+    /// Run again after this long, even without an event (e.g. while waiting for pods).
+    RequeueAfter(Duration),
+}
+
+/// An error a reconcile function can return. Errors are retried with per-key exponential backoff
+/// unless they are terminal: a terminal error (say, an invalid spec) cannot be fixed by retrying,
+/// only by a change to the object, which brings its own event.
+pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
+    /// Whether retrying is pointless. Defaults to `false`.
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+/// Why a controller could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// An informer did not finish its first list in time: usually missing RBAC or a missing CRD.
+    #[error("the caches of controller {controller} did not sync within {timeout:?}")]
+    CacheSyncTimeout {
+        /// The controller's name.
+        controller: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
+}
+
+/// How a controller runs.
+#[derive(Clone)]
+pub struct ControllerConfig {
+    /// The controller's name: the `controller` label of its metrics and the queue's name.
+    pub name: String,
+    /// Worker tasks reconciling at once (distinct keys only).
+    pub workers: usize,
+    /// A pass that runs longer than this is cancelled and counted as an error.
+    pub reconcile_timeout: Option<Duration>,
+    /// How long to wait for the informers' first lists.
+    pub cache_sync_timeout: Duration,
+    /// How long in-flight passes may take to finish once shutdown begins.
+    pub shutdown_timeout: Duration,
+    /// The work queue's settings (backoff, retry bucket, metrics).
+    pub queue: QueueConfig,
+    /// Where the reconcile metrics go.
+    pub metrics: Option<ControllerMetrics>,
+}
+
+impl ControllerConfig {
+    /// Defaults as in controller-runtime, except 4 workers: 2-minute cache sync timeout, 30 s for
+    /// in-flight passes at shutdown, no per-pass timeout.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            workers: 4,
+            reconcile_timeout: None,
+            cache_sync_timeout: Duration::from_secs(120),
+            shutdown_timeout: Duration::from_secs(30),
+            queue: QueueConfig::named(name),
+            metrics: None,
+        }
+    }
+}
+
+/// A registration of one informer's handler, run once the caches are synced.
+type Registration = Box<dyn FnOnce(WorkQueue<ObjectKey>) + Send>;
+
+/// A controller for the primary kind `K`; see the module docs.
+pub struct Controller<K> {
+    config: ControllerConfig,
+    queue: WorkQueue<ObjectKey>,
+    synced: Vec<BoxFuture<'static, ()>>,
+    registrations: Vec<Registration>,
+    _primary: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// A controller reconciling the objects of `primary`: each event enqueues the object's own key.
+    pub fn new(primary: &Arc<Informer<K>>, config: ControllerConfig) -> Self {
+        let queue = WorkQueue::new(config.queue.clone());
+        let controller = Self {
+            config,
+            queue,
+            synced: Vec::new(),
+            registrations: Vec::new(),
+            _primary: std::marker::PhantomData,
+        };
+        controller.watches(primary, |obj: &K| Some(ObjectKey::of(obj)))
+    }
+
+    /// Also reconcile the owner when a child of kind `C` changes: the child's controller
+    /// ownerReference, if it names a `K`, gives the owner's key (same namespace as the child).
+    pub fn owns<C>(self, children: &Arc<Informer<C>>) -> Self
+    where
+        C: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    {
+        self.watches(children, |child: &C| controller_owner_key::<K, C>(child))
+    }
+
+    /// Also reconcile whatever keys `mapper` returns for each changed object of kind `W`.
+    pub fn watches<W, I>(
+        mut self,
+        informer: &Arc<Informer<W>>,
+        mapper: impl Fn(&W) -> I + Send + Sync + 'static,
+    ) -> Self
+    where
+        W: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        I: IntoIterator<Item = ObjectKey> + 'static,
+    {
+        let for_sync = Arc::clone(informer);
+        self.synced.push(async move { for_sync.synced().await }.boxed());
+        let informer = Arc::clone(informer);
+        self.registrations.push(Box::new(move |queue: WorkQueue<ObjectKey>| {
+            informer.add_key_mapper(mapper, move |key| queue.add(key));
+        }));
+        self
+    }
+
+    /// The number of worker tasks.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.config.workers = workers.max(1);
+        self
+    }
+
+    /// The controller's queue, for the debug endpoint and for tests.
+    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+        &self.queue
+    }
+
+    /// Runs until `shutdown` resolves: waits for the caches, then reconciles with the configured
+    /// number of workers. On shutdown no new pass starts; passes in flight get
+    /// `shutdown_timeout` to finish and are then cancelled.
+    pub async fn run<Ctx, F, Fut, E>(
+        self,
+        reconcile: F,
+        context: Arc<Ctx>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ControllerError>
+    where
+        Ctx: Send + Sync + 'static,
+        F: Fn(ObjectKey, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        E: ReconcileError,
+    {
+        let Self { config, queue, synced, registrations, .. } = self;
+        let stop = CancellationToken::new();
+        tokio::pin!(shutdown);
+
+        let all_synced = futures::future::join_all(synced);
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            res = tokio::time::timeout(config.cache_sync_timeout, all_synced) => if res.is_err() {
+                return Err(ControllerError::CacheSyncTimeout {
+                    controller: config.name.clone(),
+                    timeout: config.cache_sync_timeout,
+                });
+            }
+        }
+        for register in registrations {
+            register(queue.clone());
+        }
+        if let Some(metrics) = &config.metrics {
+            metrics.set_max_concurrent(config.workers);
+        }
+        tracing::info!(controller = %config.name, workers = config.workers, "caches synced, starting workers");
+
+        let worker = Arc::new(Worker { config: config.clone(), queue: queue.clone(), reconcile, context });
+        let mut workers = JoinSet::new();
+        for _ in 0..config.workers {
+            workers.spawn(Arc::clone(&worker).run(stop.clone()));
+        }
+
+        shutdown.await;
+        tracing::info!(controller = %config.name, "shutting down: no new passes; waiting for passes in flight");
+        stop.cancel();
+        queue.shutdown();
+        let drained = tokio::time::timeout(config.shutdown_timeout, async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(controller = %config.name, timeout = ?config.shutdown_timeout,
+                "passes still running at the shutdown deadline were cancelled");
+            workers.abort_all();
+        }
+        Ok(())
+    }
+}
+
+/// The key of `child`'s controller owner, if its controller ownerReference names a `K` (matched by
+/// API group and kind, as controller-runtime does, so a version bump does not orphan children).
+pub fn controller_owner_key<K, C>(child: &C) -> Option<ObjectKey>
+where
+    K: Resource<DynamicType = ()>,
+    C: Resource,
+{
+    let kind = K::kind(&());
+    let group = K::group(&());
+    let owner =
+        child.meta().owner_references.as_deref()?.iter().find(|owner| owner.controller == Some(true))?;
+    let owner_group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
+    (owner.kind == kind && owner_group == group)
+        .then(|| ObjectKey::new(child.meta().namespace.as_deref(), &owner.name))
+}
+
+/// What every worker task shares.
+struct Worker<Ctx, F> {
+    config: ControllerConfig,
+    queue: WorkQueue<ObjectKey>,
+    reconcile: F,
+    context: Arc<Ctx>,
+}
+
+/// Numbers each pass so that its log lines can be told apart from the next pass's.
+static PASS_IDS: AtomicU64 = AtomicU64::new(1);
+
+impl<Ctx, F, Fut, E> Worker<Ctx, F>
+where
+    Ctx: Send + Sync + 'static,
+    F: Fn(ObjectKey, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: ReconcileError,
+{
+    async fn run(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let claim = tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                claim = self.queue.get() => match claim {
+                    Some(claim) => claim,
+                    None => return,
+                },
+            };
+            let key = claim.key().clone();
+            let id = PASS_IDS.fetch_add(1, Ordering::Relaxed);
+            let span = tracing::info_span!("reconcile", controller = %self.config.name, key = %key, reconcile_id = id);
+            self.pass(key).instrument(span).await;
+            drop(claim);
+        }
+    }
+
+    /// One pass for `key`, and what the queue is told afterwards.
+    async fn pass(&self, key: ObjectKey) {
+        let metrics = self.config.metrics.as_ref();
+        metrics.inspect(|m| m.active_workers(1));
+        let started = Instant::now();
+        let pass = AssertUnwindSafe((self.reconcile)(key.clone(), Arc::clone(&self.context))).catch_unwind();
+        let outcome = match self.config.reconcile_timeout {
+            Some(limit) => tokio::time::timeout(limit, pass).await.map_err(|_| limit),
+            None => Ok(pass.await),
+        };
+        let took = started.elapsed();
+        let result = match outcome {
+            Ok(Ok(Ok(Action::Done))) => {
+                self.queue.forget(&key);
+                PassResult::Success
+            }
+            Ok(Ok(Ok(Action::RequeueAfter(delay)))) => {
+                self.queue.forget(&key);
+                self.queue.add_after(key, delay);
+                PassResult::RequeueAfter
+            }
+            Ok(Ok(Err(error))) if error.is_terminal() => {
+                tracing::error!(error = %error, "reconcile failed; not retrying until the object changes");
+                self.queue.forget(&key);
+                PassResult::TerminalError
+            }
+            Ok(Ok(Err(error))) => {
+                let retries = self.queue.num_requeues(&key);
+                tracing::warn!(error = %error, retries, "reconcile failed; retrying with backoff");
+                self.queue.add_rate_limited(key);
+                PassResult::Error
+            }
+            Ok(Err(panic)) => {
+                let message = panic_message(panic.as_ref());
+                tracing::error!(panic = %message, "reconcile panicked; retrying with backoff");
+                self.queue.add_rate_limited(key);
+                PassResult::Panic
+            }
+            Err(limit) => {
+                tracing::warn!(timeout = ?limit, "reconcile timed out; retrying with backoff");
+                self.queue.add_rate_limited(key);
+                PassResult::Error
+            }
+        };
+        if let Some(m) = metrics {
+            m.active_workers(-1);
+            m.pass(result, took);
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    fn pod_owned_by(kind: &str, api_version: &str, controller: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some("prod".into()),
+                name: Some("pg-0".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    name: "pg".into(),
+                    uid: "u1".into(),
+                    controller: Some(controller),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn owns_maps_only_a_controller_reference_of_the_owner_kind_and_group() {
+        let key = ObjectKey::namespaced("prod", "pg");
+        assert_eq!(
+            controller_owner_key::<StatefulSet, _>(&pod_owned_by("StatefulSet", "apps/v1", true)),
+            Some(key)
+        );
+        // Another version of the same group and kind still maps.
+        assert!(
+            controller_owner_key::<StatefulSet, _>(&pod_owned_by("StatefulSet", "apps/v2", true)).is_some()
+        );
+        assert_eq!(
+            controller_owner_key::<StatefulSet, _>(&pod_owned_by("StatefulSet", "apps/v1", false)),
+            None
+        );
+        assert_eq!(
+            controller_owner_key::<StatefulSet, _>(&pod_owned_by("ReplicaSet", "apps/v1", true)),
+            None
+        );
+        assert_eq!(
+            controller_owner_key::<StatefulSet, _>(&pod_owned_by("StatefulSet", "other/v1", true)),
+            None
+        );
+        assert_eq!(controller_owner_key::<StatefulSet, _>(&Pod::default()), None);
+    }
+}

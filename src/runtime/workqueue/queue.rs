@@ -1,0 +1,534 @@
+//! The work queue handle, its configuration and the claim guard.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use hashbrown::DefaultHashBuilder;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::backoff::BackoffConfig;
+use super::bucket::{BucketConfig, RetryBucket};
+use super::delay::{Epoch, Next, TimerTarget, run_timers};
+use super::metrics::QueueMetrics;
+use super::state::{Added, NEVER, State};
+
+/// How often outstanding claims are sampled for the unfinished-work metrics (client-go's period).
+const UNFINISHED_WORK_PERIOD: Duration = Duration::from_millis(500);
+
+/// How a [`WorkQueue`] behaves: its name (for metrics), the per-key backoff, the overall retry
+/// budget and where metrics go.
+#[derive(Clone)]
+pub struct QueueConfig {
+    /// The queue's name, the `name` label of its metrics.
+    pub name: String,
+    /// Per-key exponential backoff used by `add_rate_limited`.
+    pub backoff: BackoffConfig,
+    /// Overall budget for retries (`add_rate_limited`); `None` releases retries unthrottled.
+    pub retry_bucket: Option<BucketConfig>,
+    /// Where the workqueue metrics go; `None` also skips the clock reads they need.
+    pub metrics: Option<Arc<dyn QueueMetrics>>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            name: "workqueue".to_string(),
+            backoff: BackoffConfig::default(),
+            retry_bucket: Some(BucketConfig::default()),
+            metrics: None,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// The default configuration under another name.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self { name: name.into(), ..Self::default() }
+    }
+
+    /// This configuration, reporting to `metrics`.
+    pub fn with_metrics(self, metrics: Arc<dyn QueueMetrics>) -> Self {
+        Self { metrics: Some(metrics), ..self }
+    }
+}
+
+impl fmt::Debug for QueueConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueConfig")
+            .field("name", &self.name)
+            .field("backoff", &self.backoff)
+            .field("retry_bucket", &self.retry_bucket)
+            .field("metrics", &self.metrics.is_some())
+            .finish()
+    }
+}
+
+/// Where a key stands, as `snapshot` reports it (for the `/debug/queue` endpoint).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyPhase {
+    /// Ready, waiting for a worker.
+    Queued {
+        /// When it was added (known when the queue reports metrics).
+        since: Option<Instant>,
+    },
+    /// Handed out to a worker.
+    Processing {
+        /// When it was handed out (known when the queue reports metrics).
+        since: Option<Instant>,
+        /// Added meanwhile: it runs once more after the claim is dropped.
+        again: bool,
+    },
+    /// Waiting for its timer.
+    Waiting {
+        /// When the timer fires.
+        until: Instant,
+    },
+    /// Its retry is due and waits for a token of the overall retry budget.
+    WaitingForRetryBudget,
+    /// Nothing pending; only its failure count is kept (until `forget`).
+    Idle,
+}
+
+/// One tracked key in a `snapshot`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyState<K> {
+    /// The key.
+    pub key: K,
+    /// Where it stands.
+    pub phase: KeyPhase,
+    /// A pending timer, also when the key is queued or processing meanwhile.
+    pub timer: Option<Instant>,
+    /// Failures since the last `forget` (`num_requeues`).
+    pub requeues: u32,
+}
+
+/// A deduplicating, delaying, rate-limited queue of keys with client-go's guarantees: a key is
+/// queued at most once, never handed to two workers at once, and re-run after its claim is
+/// dropped if it was added meanwhile. Cloning gives another handle to the same queue.
+///
+/// Delayed keys need a tokio runtime: the queue spawns one timer task (on creation when inside a
+/// runtime, otherwise on the first delayed add or wait) and lives within that runtime.
+pub struct WorkQueue<K: Clone + Eq + Hash + Send + Sync + 'static> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        Self { shared: Arc::clone(&self.shared) }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> fmt::Debug for WorkQueue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkQueue").field("name", &self.shared.name).field("len", &self.len()).finish()
+    }
+}
+
+struct Shared<K> {
+    state: Mutex<State<K>>,
+    hasher: DefaultHashBuilder,
+    /// Parked getters; woken one per ready key, all at shutdown.
+    getters: Notify,
+    /// `shutdown_with_drain` callers, woken when the last claim is dropped after shutdown.
+    drained: Notify,
+    /// Pokes the timer task (earlier timer, shutdown, queue dropped).
+    timer_wake: Arc<Notify>,
+    timer_started: AtomicBool,
+    /// When the timer task next samples outstanding claims (queue nanoseconds, a 500 ms grid).
+    next_sample: AtomicU64,
+    epoch: Epoch,
+    backoff: BackoffConfig,
+    bucket: Option<RetryBucket>,
+    metrics: Option<Arc<dyn QueueMetrics>>,
+    name: String,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
+    /// An empty queue.
+    pub fn new(config: QueueConfig) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(config.metrics.is_some())),
+            hasher: DefaultHashBuilder::default(),
+            getters: Notify::new(),
+            drained: Notify::new(),
+            timer_wake: Arc::new(Notify::new()),
+            timer_started: AtomicBool::new(false),
+            next_sample: AtomicU64::new(0),
+            epoch: Epoch::now(),
+            backoff: config.backoff,
+            bucket: config.retry_bucket.as_ref().map(RetryBucket::new),
+            metrics: config.metrics,
+            name: config.name,
+        });
+        shared.ensure_timer_task();
+        Self { shared }
+    }
+
+    /// The queue's name (its metrics label).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Queues `key` unless it is already queued; if it is being processed, it runs once more
+    /// after its claim is dropped. Ignored after shutdown. Never allocates for a duplicate.
+    pub fn add(&self, key: K) {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(&key);
+        let added = {
+            let mut state = shared.state.lock();
+            if state.shut_down {
+                return;
+            }
+            let id = state.find_or_insert(hash, key);
+            state.enqueue(id, || shared.epoch.nanos_now())
+        };
+        shared.report_added(added);
+    }
+
+    /// Adds `key` after `delay`. If a timer is already pending for the key, the earlier due
+    /// time wins. The key may also be added directly meanwhile; the timer then adds it once more.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(&key);
+        let due = shared.epoch.nanos_now().saturating_add(nanos(delay)).min(NEVER - 1);
+        let poke = {
+            let mut state = shared.state.lock();
+            if state.shut_down {
+                return;
+            }
+            let id = state.find_or_insert(hash, key);
+            state.schedule(id, due)
+        };
+        self.shared.after_scheduling(poke);
+    }
+
+    /// Reports a failure of `key`: it is retried after its exponential backoff, and then only as
+    /// the overall retry budget allows. A failure while the previous retry is still pending
+    /// counts for nothing: the pending due time stands.
+    pub fn add_rate_limited(&self, key: K) {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(&key);
+        let now = shared.epoch.nanos_now();
+        let poke = {
+            let mut state = shared.state.lock();
+            if state.shut_down {
+                return;
+            }
+            let id = state.find_or_insert(hash, key);
+            state.fail(id, now, |failures| nanos(shared.backoff.delay(failures)))
+        };
+        if let Some(metrics) = &shared.metrics {
+            metrics.retried();
+        }
+        self.shared.after_scheduling(poke.unwrap_or(false));
+    }
+
+    /// Waits for a ready key and claims it; dropping the claim marks the key done. Returns
+    /// `None` once the queue is shut down and no key is ready. Cancel-safe.
+    pub async fn get(&self) -> Option<Claim<K>> {
+        loop {
+            if let Some(outcome) = self.try_claim(false) {
+                return outcome;
+            }
+            let woken = self.shared.getters.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Some(outcome) = self.try_claim(true) {
+                return outcome;
+            }
+            self.shared.ensure_timer_task();
+            woken.await;
+        }
+    }
+
+    /// `Some(claim)` or `Some(None)` (shut down) if decided; `None` if the caller must wait
+    /// (and then, when `park`, it is counted as parked).
+    fn try_claim(&self, park: bool) -> Option<Option<Claim<K>>> {
+        let shared = &*self.shared;
+        let now = shared.timestamp();
+        let (id, key, queued_at) = {
+            let mut state = shared.state.lock();
+            match state.pop_ready(now) {
+                Some((id, queued_at)) => {
+                    // Invariant: a ready slot tracks a key (slots lose their key only when idle).
+                    let key = state.slot(id).key.clone().expect("a ready slot tracks a key");
+                    (id, key, queued_at)
+                }
+                None if state.shut_down => return Some(None),
+                None => {
+                    if park {
+                        state.parked_getters += 1;
+                    }
+                    return None;
+                }
+            }
+        };
+        if let Some(metrics) = &shared.metrics {
+            metrics.depth(-1);
+            metrics.queue_duration(Duration::from_nanos(now.saturating_sub(queued_at)));
+        }
+        Some(Some(Claim { shared: Arc::clone(&self.shared), key, slot: id }))
+    }
+
+    /// Drops the failure history of `key` (`num_requeues` becomes 0). A key that is otherwise idle
+    /// leaves nothing behind. Call it when a key succeeds or its object is deleted.
+    pub fn forget(&self, key: &K) {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(key);
+        let mut state = shared.state.lock();
+        if let Some(id) = state.find(hash, key) {
+            state.forget(id);
+        }
+    }
+
+    /// Failures of `key` since it was last forgotten.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(key);
+        let state = shared.state.lock();
+        state.find(hash, key).map_or(0, |id| state.slot(id).failures)
+    }
+
+    /// Ready keys: neither being processed nor waiting for a timer.
+    pub fn len(&self) -> usize {
+        self.shared.state.lock().ready_len()
+    }
+
+    /// No key is ready.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stops intake: later adds are ignored and timers no longer fire. Getters still receive
+    /// what is ready, then `None`.
+    pub fn shutdown(&self) {
+        self.shared.state.lock().shut_down = true;
+        self.shared.getters.notify_waiters();
+        self.shared.timer_wake.notify_one();
+    }
+
+    /// `shutdown`, then waits until every outstanding claim has been dropped. Put a deadline
+    /// around it at the call site.
+    pub async fn shutdown_with_drain(&self) {
+        self.shutdown();
+        loop {
+            let drained = self.shared.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.shared.state.lock().processing_len() == 0 {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    /// Whether `shutdown` was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.state.lock().shut_down
+    }
+
+    /// Every tracked key with its phase, pending timer and failure count (for `/debug/queue`).
+    /// Takes the lock for a pass over all tracked keys.
+    pub fn snapshot(&self) -> Vec<KeyState<K>> {
+        let shared = &*self.shared;
+        let timed = shared.metrics.is_some();
+        let at = |nanos: u64| shared.epoch.instant(nanos);
+        let since = |nanos: u64| timed.then(|| at(nanos));
+        let state = shared.state.lock();
+        state
+            .tracked()
+            .filter_map(|(slot, times)| {
+                let timer = (slot.due != NEVER).then(|| at(slot.due));
+                let phase = if slot.is_processing() {
+                    KeyPhase::Processing { since: since(times.started_at), again: slot.is_dirty() }
+                } else if slot.is_queued() {
+                    KeyPhase::Queued { since: since(times.queued_at) }
+                } else if slot.is_in_retry_line() {
+                    KeyPhase::WaitingForRetryBudget
+                } else if let Some(until) = timer {
+                    KeyPhase::Waiting { until }
+                } else {
+                    KeyPhase::Idle
+                };
+                Some(KeyState { key: slot.key.clone()?, phase, timer, requeues: slot.failures })
+            })
+            .collect()
+    }
+
+    /// Keys the queue holds any state for (queued, processing, waiting or with failures).
+    pub fn tracked_keys(&self) -> usize {
+        self.shared.state.lock().tracked_len()
+    }
+
+    /// Keys with a failure count (the state `forget` drops).
+    pub fn failure_entries(&self) -> usize {
+        self.shared.state.lock().tracked().filter(|(slot, _)| slot.failures > 0).count()
+    }
+
+    /// Entries in the timer heap, including superseded ones not yet expired.
+    pub fn timer_entries(&self) -> usize {
+        self.shared.state.lock().timer_entries()
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
+    /// Now in queue nanoseconds when metrics are on; 0 (no clock read) otherwise.
+    fn timestamp(&self) -> u64 {
+        if self.metrics.is_some() { self.epoch.nanos_now() } else { 0 }
+    }
+
+    fn report_added(&self, added: Added) {
+        match added {
+            Added::Duplicate => return,
+            Added::Queued { wake: true } => self.getters.notify_one(),
+            Added::Queued { wake: false } | Added::Dirty => {}
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.added();
+            if added != Added::Dirty {
+                metrics.depth(1);
+            }
+        }
+    }
+
+    fn after_scheduling(self: &Arc<Self>, poke: bool) {
+        if poke {
+            self.timer_wake.notify_one();
+        }
+        self.ensure_timer_task();
+    }
+
+    /// Starts the timer task once, if a runtime is at hand.
+    fn ensure_timer_task(self: &Arc<Self>) {
+        if self.timer_started.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if !self.timer_started.swap(true, Ordering::AcqRel) {
+            runtime.spawn(run_timers(Arc::downgrade(self), Arc::clone(&self.timer_wake)));
+        }
+    }
+
+    /// The claim on slot `id` was dropped.
+    fn finish(&self, id: u32) {
+        let now = self.timestamp();
+        let (finished, shut_down) = {
+            let mut state = self.state.lock();
+            (state.finish(id), state.shut_down)
+        };
+        if finished.wake {
+            self.getters.notify_one();
+        }
+        if finished.idle && shut_down {
+            self.drained.notify_waiters();
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.work_duration(Duration::from_nanos(now.saturating_sub(finished.started_at)));
+            if finished.requeued {
+                metrics.depth(1);
+            }
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
+    fn release_due(&self) -> Next {
+        let now = self.epoch.nanos_now();
+        let period = nanos(UNFINISHED_WORK_PERIOD);
+        let sample_due = self.next_sample.load(Ordering::Relaxed);
+        let sample = self.metrics.is_some() && now >= sample_due;
+        if sample {
+            let next = sample_due.saturating_add(period);
+            self.next_sample.store(if next > now { next } else { now + period }, Ordering::Relaxed);
+        }
+        let mut unfinished = None;
+        let (released, retry_at, next_due) = {
+            let mut state = self.state.lock();
+            if state.shut_down {
+                return Next::Stop;
+            }
+            let take_token = self.bucket.as_ref().map(|bucket| || bucket.try_take());
+            let (released, retry_at) = state.release_due(now, take_token);
+            if sample {
+                let ages = state.processing_since().map(|started_at| now.saturating_sub(started_at));
+                let (total, longest) = ages.fold((0u64, 0u64), |(sum, max), age| (sum + age, max.max(age)));
+                unfinished = Some((Duration::from_nanos(total), Duration::from_nanos(longest)));
+            }
+            (released, retry_at, state.next_due())
+        };
+        for _ in 0..released.wakes {
+            self.getters.notify_one();
+        }
+        let mut next = [next_due.map(|due| self.epoch.instant(due)), retry_at];
+        if let Some(metrics) = &self.metrics {
+            for _ in 0..released.added {
+                metrics.added();
+            }
+            metrics.depth(released.queued as i64);
+            if let Some((total, longest)) = unfinished {
+                metrics.unfinished_work(total, longest);
+            }
+            let sample_at = self.epoch.instant(self.next_sample.load(Ordering::Relaxed));
+            next[0] = Some(next[0].map_or(sample_at, |due| due.min(sample_at)));
+        }
+        next.into_iter().flatten().min().map_or(Next::Idle, Next::At)
+    }
+}
+
+impl<K> Drop for Shared<K> {
+    fn drop(&mut self) {
+        self.timer_wake.notify_one();
+    }
+}
+
+/// A key handed out by [`WorkQueue::get`]. While it lives, no other worker gets the key;
+/// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
+pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static> {
+    shared: Arc<Shared<K>>,
+    key: K,
+    slot: u32,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Claim<K> {
+    /// The claimed key.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Marks the key done (the same as dropping the claim).
+    pub fn done(self) {}
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Deref for Claim<K> {
+    type Target = K;
+
+    fn deref(&self) -> &K {
+        &self.key
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static + fmt::Debug> fmt::Debug for Claim<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Claim").field(&self.key).finish()
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Drop for Claim<K> {
+    fn drop(&mut self) {
+        self.shared.finish(self.slot);
+    }
+}
+
+/// A duration in nanoseconds, saturating.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,490 @@
+//! `x-kubernetes-validations`: CEL rules compiled once with the `cel` crate, in an environment with
+//! Kubernetes' string and quantity libraries, and evaluated with `self` (and `oldSelf`) bound as the
+//! apiserver binds them.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use cel::common::types::{CelBool, CelDouble, CelInt, CelString, Type};
+use cel::common::value::{StaticVal, Val};
+use cel::objects::{Key, Map};
+use cel::{Context, DeclarationError, Env, ExecutionError, Program};
+use serde_json::Value;
+
+use super::errors::FieldError;
+use super::node::{JsonType, SchemaNode};
+use super::quantity::Quantity;
+use super::{FieldErrorReason, SchemaError};
+
+/// The CEL type of quantities, named as Kubernetes names it.
+static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");
+
+/// The one environment every rule is compiled for and run in: the standard library, the strings
+/// extension (`split`, `lowerAscii`, `join`, ...) and Kubernetes' quantity library.
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+    let mut env = Env::stdlib();
+    // Invariant: the extensions declare disjoint overloads on a fresh stdlib env, so registering them
+    // cannot fail; a failure is a programming error caught by every test.
+    env.add_extension(cel::extensions::strings).expect("strings extension registers once");
+    env.add_extension(quantity_library).expect("quantity library registers once");
+    Arc::new(env)
+});
+
+impl Val for Quantity {
+    fn get_type(&self) -> &Type {
+        &QUANTITY_TYPE
+    }
+
+    fn cel_type() -> &'static Type {
+        &QUANTITY_TYPE
+    }
+
+    fn equals(&self, other: &dyn Val) -> bool {
+        other.downcast_ref::<Quantity>().is_some_and(|o| o == self)
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+        Box::new(*self)
+    }
+
+    fn as_any(&self) -> Option<&dyn Any> {
+        Some(self)
+    }
+}
+
+impl StaticVal for Quantity {}
+
+fn quantity(text: &CelString<'_>) -> Result<Quantity, ExecutionError> {
+    text.inner().parse().map_err(|e| ExecutionError::function_error("quantity", e))
+}
+
+fn is_quantity(text: &CelString<'_>) -> CelBool {
+    text.inner().parse::<Quantity>().is_ok().into()
+}
+
+fn compare_to(this: &Quantity, other: &Quantity) -> CelInt {
+    (this.compare(other) as i64).into()
+}
+
+fn is_less_than(this: &Quantity, other: &Quantity) -> CelBool {
+    this.compare(other).is_lt().into()
+}
+
+fn is_greater_than(this: &Quantity, other: &Quantity) -> CelBool {
+    this.compare(other).is_gt().into()
+}
+
+fn as_integer(this: &Quantity) -> Result<CelInt, ExecutionError> {
+    this.as_integer()
+        .map(CelInt::from)
+        .ok_or_else(|| ExecutionError::function_error("asInteger", "cannot convert value to integer"))
+}
+
+fn is_integer(this: &Quantity) -> CelBool {
+    this.as_integer().is_some().into()
+}
+
+fn as_approximate_float(this: &Quantity) -> CelDouble {
+    this.as_approximate_float().into()
+}
+
+fn sign(this: &Quantity) -> CelInt {
+    this.sign().into()
+}
+
+fn overflow(function: &str) -> ExecutionError {
+    ExecutionError::function_error(function, "quantity overflow")
+}
+
+fn add(this: &Quantity, other: &Quantity) -> Result<Quantity, ExecutionError> {
+    this.checked_add(other).ok_or_else(|| overflow("add"))
+}
+
+fn add_int(this: &Quantity, other: &CelInt) -> Result<Quantity, ExecutionError> {
+    this.checked_add(&Quantity::from_units(*other.inner())).ok_or_else(|| overflow("add"))
+}
+
+fn sub(this: &Quantity, other: &Quantity) -> Result<Quantity, ExecutionError> {
+    this.checked_sub(other).ok_or_else(|| overflow("sub"))
+}
+
+fn sub_int(this: &Quantity, other: &CelInt) -> Result<Quantity, ExecutionError> {
+    this.checked_sub(&Quantity::from_units(*other.inner())).ok_or_else(|| overflow("sub"))
+}
+
+/// Kubernetes' quantity library (`k8s.io/apiserver/pkg/cel/library/quantity.go`), on [`Quantity`].
+fn quantity_library(env: &mut Env) -> Result<(), DeclarationError> {
+    env.add_type(QUANTITY_TYPE.to_owned())?;
+    cel::add_overload!(env, fn quantity: (CelString) -> Result<Quantity>)?;
+    cel::add_overload!(env, fn is_quantity: (CelString) -> CelBool)?;
+    cel::add_member_overload!(env, fn compare_to: (Quantity, Quantity) -> CelInt)?;
+    cel::add_member_overload!(env, fn is_less_than: (Quantity, Quantity) -> CelBool)?;
+    cel::add_member_overload!(env, fn is_greater_than: (Quantity, Quantity) -> CelBool)?;
+    cel::add_member_overload!(env, fn as_integer: (Quantity) -> Result<CelInt>)?;
+    cel::add_member_overload!(env, fn is_integer: (Quantity) -> CelBool)?;
+    cel::add_member_overload!(env, fn as_approximate_float: (Quantity) -> CelDouble)?;
+    cel::add_member_overload!(env, fn sign: (Quantity) -> CelInt)?;
+    cel::add_member_overload!(env, fn add: (Quantity, Quantity) -> Result<Quantity>)?;
+    cel::add_member_overload!(env, fn add_int: (Quantity, CelInt) -> Result<Quantity>, name = "add")?;
+    cel::add_member_overload!(env, fn sub: (Quantity, Quantity) -> Result<Quantity>)?;
+    cel::add_member_overload!(env, fn sub_int: (Quantity, CelInt) -> Result<Quantity>, name = "sub")?;
+    Ok(())
+}
+
+/// A rule's `reason`: which kind of field error a failing rule reports.
+#[derive(Debug, Clone, Copy)]
+enum RuleReason {
+    Invalid,
+    Forbidden,
+    Required,
+    Duplicate,
+}
+
+/// One compiled `x-kubernetes-validations` entry.
+#[derive(Debug)]
+pub(super) struct CelRule {
+    source: String,
+    program: Program,
+    message: Option<String>,
+    message_expression: Option<Program>,
+    /// `fieldPath` with its leading dot removed, appended to the rule's own path on failure.
+    field_path: Option<String>,
+    reason: RuleReason,
+    /// A transition rule: evaluated only on update, when the old value exists.
+    uses_old_self: bool,
+}
+
+fn rule_error(path: &str, message: impl Into<String>) -> SchemaError {
+    SchemaError::Invalid { path: path.to_owned(), message: message.into() }
+}
+
+fn optional_string<'a>(
+    rule: &'a serde_json::Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<&'a str>, SchemaError> {
+    match rule.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(rule_error(path, format!("{key} must be a string"))),
+    }
+}
+
+/// Checks a rule's `fieldPath` (`.a.b` or `['a.b']` segments) against the schema and normalises it.
+fn normalize_field_path(field_path: &str, node: &SchemaNode, path: &str) -> Result<String, SchemaError> {
+    let bad = || rule_error(path, format!("fieldPath {field_path:?} does not name a field of the schema"));
+    let mut rest = field_path;
+    let mut current = node;
+    let mut normalized = String::new();
+    while !rest.is_empty() {
+        let (name, shown, tail) = if let Some(after) = rest.strip_prefix("['") {
+            let end = after.find("']").ok_or_else(bad)?;
+            (&after[..end], format!("['{}']", &after[..end]), &after[end + 2..])
+        } else if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            (&after[..end], after[..end].to_owned(), &after[end..])
+        } else {
+            return Err(bad());
+        };
+        current = current.property(name).filter(|_| !name.is_empty()).ok_or_else(bad)?;
+        if !normalized.is_empty() && !shown.starts_with('[') {
+            normalized.push('.');
+        }
+        normalized.push_str(&shown);
+        rest = tail;
+    }
+    Ok(normalized)
+}
+
+fn compile_program(source: &str, path: &str, what: &str) -> Result<Program, SchemaError> {
+    ENV.compile(source).map_err(|e| rule_error(path, format!("{what} compilation failed: {e}")))
+}
+
+impl CelRule {
+    /// Compiles one `x-kubernetes-validations` entry of `node`; `path` names it in errors, and
+    /// `correlatable` says whether old values exist there (transition rules are refused where not).
+    pub(super) fn compile(
+        rule: &Value,
+        node: &SchemaNode,
+        correlatable: bool,
+        path: &str,
+    ) -> Result<CelRule, SchemaError> {
+        let rule = rule.as_object().ok_or_else(|| rule_error(path, "a validation rule must be an object"))?;
+        let source =
+            optional_string(rule, "rule", path)?.ok_or_else(|| rule_error(path, "rule is required"))?;
+        let program = compile_program(source, path, "rule")?;
+        let message_expression = optional_string(rule, "messageExpression", path)?
+            .map(|expr| compile_program(expr, path, "messageExpression"))
+            .transpose()?;
+        let reason = match optional_string(rule, "reason", path)? {
+            None | Some("FieldValueInvalid") => RuleReason::Invalid,
+            Some("FieldValueForbidden") => RuleReason::Forbidden,
+            Some("FieldValueRequired") => RuleReason::Required,
+            Some("FieldValueDuplicate") => RuleReason::Duplicate,
+            Some(other) => return Err(rule_error(path, format!("unsupported reason {other:?}"))),
+        };
+        let field_path = optional_string(rule, "fieldPath", path)?
+            .map(|fp| normalize_field_path(fp, node, path))
+            .transpose()?;
+        let uses_old_self = program.references().has_variable("oldSelf");
+        if uses_old_self && !correlatable {
+            return Err(rule_error(
+                path,
+                "oldSelf cannot be used on the uncorrelatable portion of the schema",
+            ));
+        }
+        Ok(CelRule {
+            source: source.trim().to_owned(),
+            program,
+            message: optional_string(rule, "message", path)?
+                .map(|m| m.trim().to_owned())
+                .filter(|m| !m.is_empty()),
+            message_expression,
+            field_path,
+            reason,
+            uses_old_self,
+        })
+    }
+
+    /// What runtime errors cite the rule by: its message if it has one, else its source.
+    fn error_string(&self) -> &str {
+        self.message.as_deref().unwrap_or(&self.source)
+    }
+
+    /// The message a failing rule reports when no `messageExpression` gives one.
+    fn message_or_default(&self) -> String {
+        self.message.clone().unwrap_or_else(|| format!("failed rule: {}", self.source))
+    }
+
+    /// The message from `messageExpression`, if it evaluates to a usable one-line string.
+    fn expressed_message(&self, context: &Context) -> Option<String> {
+        let expression = self.message_expression.as_ref()?;
+        match expression.execute(context) {
+            Ok(cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
+                Some(s.trim().to_owned())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `value` as CEL sees it under `node`: `number` fields are doubles even when written as integers,
+/// integers stay integers, `date-time` strings are timestamps, objects become maps.
+fn to_cel(node: Option<&SchemaNode>, value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => {
+            let wants_double = node.and_then(|n| n.json_type) == Some(JsonType::Number);
+            match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) if !wants_double => cel::Value::Int(i),
+                (None, Some(u)) if !wants_double => cel::Value::UInt(u),
+                _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            }
+        }
+        Value::String(s) => {
+            let is_date_time =
+                matches!(node.and_then(|n| n.format.as_deref()), Some("date-time" | "datetime"));
+            is_date_time
+                .then(|| as_timestamp(s))
+                .flatten()
+                .unwrap_or_else(|| cel::Value::String(Arc::new(s.clone())))
+        }
+        Value::Array(items) => {
+            let item_node = node.and_then(|n| n.items.as_deref());
+            cel::Value::List(Arc::new(items.iter().map(|v| to_cel(item_node, v)).collect()))
+        }
+        Value::Object(fields) => {
+            let map: HashMap<Key, cel::Value> = fields
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(node.and_then(|n| n.property(k)), v)))
+                .collect();
+            cel::Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// A `date-time` string as the CEL timestamp the apiserver binds it as, parsed by CEL's own
+/// `timestamp()`; `None` if it does not parse (schema validation reports that).
+fn as_timestamp(text: &str) -> Option<cel::Value> {
+    // Invariant: a constant, valid expression; every test that converts a date-time parses it.
+    static TIMESTAMP: LazyLock<Program> =
+        LazyLock::new(|| ENV.compile("timestamp(text)").expect("constant expression parses"));
+    let mut context = Context::with_env(Arc::clone(&ENV));
+    context.add_variable_from_value("text", text.to_owned());
+    match TIMESTAMP.execute(&context) {
+        Ok(timestamp @ cel::Value::Timestamp(_)) => Some(timestamp),
+        _ => None,
+    }
+}
+
+/// The resource root as rules see it: like [`to_cel`], but of `metadata` only `name` and
+/// `generateName`, as the apiserver exposes them.
+fn root_to_cel(node: &SchemaNode, value: &Value) -> cel::Value {
+    let Value::Object(fields) = value else { return to_cel(Some(node), value) };
+    let map: HashMap<Key, cel::Value> = fields
+        .iter()
+        .map(|(k, v)| {
+            let converted = if k == "metadata" {
+                let visible: serde_json::Map<String, Value> = v
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(mk, _)| matches!(mk.as_str(), "name" | "generateName"))
+                    .map(|(mk, mv)| (mk.clone(), mv.clone()))
+                    .collect();
+                to_cel(None, &Value::Object(visible))
+            } else {
+                to_cel(node.property(k), v)
+            };
+            (Key::String(Arc::new(k.clone())), converted)
+        })
+        .collect();
+    cel::Value::Map(Map { map: Arc::new(map) })
+}
+
+/// A runtime error as cel-go words it, which is what the apiserver's messages quote.
+fn describe_runtime_error(error: &ExecutionError) -> String {
+    match error {
+        ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
+        ExecutionError::DivisionByZero(_) => "division by zero".to_owned(),
+        ExecutionError::RemainderByZero(_) => "modulus by zero".to_owned(),
+        ExecutionError::IndexOutOfBounds(index) => format!("index out of bounds: {index:?}"),
+        ExecutionError::Overflow(..) => "integer overflow".to_owned(),
+        ExecutionError::FunctionError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Evaluates `node`'s rules on `value` (at `path`), with `old` as `oldSelf` when it was correlated.
+pub(super) fn evaluate_rules(
+    node: &SchemaNode,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    // A null old value is no old value, as for the apiserver's decoded (nil) objects.
+    let old = old.filter(|o| !o.is_null() && node.rules.iter().any(|r| r.uses_old_self));
+    let convert = |v| if path.is_empty() { root_to_cel(node, v) } else { to_cel(Some(node), v) };
+    let mut context = Context::with_env(Arc::clone(&ENV));
+    context.add_variable_from_value("self", convert(value));
+    if let Some(old) = old {
+        context.add_variable_from_value("oldSelf", convert(old));
+    }
+    let type_value = Value::from(node.type_name());
+    for rule in &node.rules {
+        if rule.uses_old_self && old.is_none() {
+            continue;
+        }
+        let result = match rule.program.execute(&context) {
+            Ok(result) => result,
+            Err(ExecutionError::NoSuchOverload(overload)) => {
+                let detail = format!(
+                    "'no such overload: {overload}': call arguments did not match a supported operator, \
+                     function or macro signature for rule: {}",
+                    rule.error_string()
+                );
+                errors.push(FieldError::invalid(path, &type_value, &detail));
+                continue;
+            }
+            Err(error) => {
+                let detail =
+                    format!("{} evaluating rule: {}", describe_runtime_error(&error), rule.error_string());
+                errors.push(FieldError::invalid(path, &type_value, &detail));
+                continue;
+            }
+        };
+        if result == cel::Value::Bool(true) {
+            continue;
+        }
+        let message = rule.expressed_message(&context).unwrap_or_else(|| rule.message_or_default());
+        let field = match &rule.field_path {
+            Some(sub) if path.is_empty() => sub.clone(),
+            Some(sub) if sub.starts_with('[') => format!("{path}{sub}"),
+            Some(sub) => format!("{path}.{sub}"),
+            None => path.to_owned(),
+        };
+        errors.push(match rule.reason {
+            RuleReason::Invalid => FieldError::invalid(&field, &type_value, &message),
+            RuleReason::Forbidden => FieldError::forbidden(&field, &message),
+            RuleReason::Required => FieldError::required(&field, &message),
+            RuleReason::Duplicate => FieldError::duplicate(&field, &type_value),
+        });
+    }
+}
+
+/// Whether a reason stops CEL rules from running at all, as the apiserver decides: rules see only
+/// objects whose types and sizes the schema already accepted.
+pub(super) fn blocks_rules(reason: FieldErrorReason) -> bool {
+    matches!(
+        reason,
+        FieldErrorReason::Unsupported
+            | FieldErrorReason::Required
+            | FieldErrorReason::TooLong
+            | FieldErrorReason::TooMany
+            | FieldErrorReason::TypeInvalid
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(expr: &str) -> Result<cel::Value, ExecutionError> {
+        let program = ENV.compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        program.execute(&Context::with_env(Arc::clone(&ENV)))
+    }
+
+    fn assert_true(expr: &str) {
+        assert_eq!(eval(expr), Ok(cel::Value::Bool(true)), "{expr}");
+    }
+
+    #[test]
+    fn string_extension_functions_are_available() {
+        assert_true("'15.4'.split('.')[0] == '15'");
+        assert_true("'15.4'.split('.') == ['15', '4']");
+        assert_true("'AbC'.lowerAscii() == 'abc' && 'AbC'.upperAscii() == 'ABC'");
+        assert_true("'  x '.trim() == 'x'");
+        assert_true("'hello'.indexOf('l') == 2");
+        assert_true("'a-b-c'.replace('-', '.') == 'a.b.c'");
+        assert_true("['a', 'b'].join('/') == 'a/b'");
+        assert_true("'abc'.matches('^a.c$') && size('abc') == 3");
+        assert_true("[1, 2, 3].all(x, x > 0) && [1, 2].exists(x, x == 2)");
+    }
+
+    #[test]
+    fn quantity_library_compares_exactly() {
+        assert_true("quantity('1Gi').compareTo(quantity('1024Mi')) == 0");
+        assert_true("quantity('10Gi').compareTo(quantity('5Gi')) == 1");
+        assert_true("quantity('5Gi').compareTo(quantity('10Gi')) == -1");
+        assert_true("quantity('1G').isLessThan(quantity('1Gi'))");
+        assert_true("quantity('2').isGreaterThan(quantity('1999m'))");
+        assert_true("quantity('1Ki').asInteger() == 1024");
+        assert_true("quantity('1.5').isInteger() == false");
+        assert_true("quantity('1500m').asApproximateFloat() == 1.5");
+        assert_true("quantity('-1').sign() == -1 && quantity('0').sign() == 0");
+        assert_true("quantity('1Gi').add(quantity('1Gi')) == quantity('2Gi')");
+        assert_true("quantity('1').add(2) == quantity('3')");
+        assert_true("quantity('1').sub(quantity('500m')) == quantity('0.5')");
+        assert_true("quantity('3').sub(1) == quantity('2')");
+        assert_true("isQuantity('1e3') && !isQuantity('1GB')");
+    }
+
+    #[test]
+    fn quantity_errors_are_runtime_errors() {
+        let error = eval("quantity('ten')").unwrap_err();
+        assert!(describe_runtime_error(&error).starts_with("quantities must match"), "{error}");
+        assert!(eval("quantity('1.5').asInteger()").is_err());
+    }
+
+    #[test]
+    fn numbers_convert_as_the_schema_types_them() {
+        let int_node = SchemaNode::compile(&serde_json::json!({"type": "integer"}), "s", true).unwrap();
+        let num_node = SchemaNode::compile(&serde_json::json!({"type": "number"}), "s", true).unwrap();
+        assert_eq!(to_cel(Some(&int_node), &serde_json::json!(3)), cel::Value::Int(3));
+        assert_eq!(to_cel(Some(&num_node), &serde_json::json!(3)), cel::Value::Float(3.0));
+        assert_eq!(to_cel(None, &serde_json::json!(3)), cel::Value::Int(3));
+    }
+}

@@ -1,0 +1,828 @@
+//! The CRD schema module: pruning, defaulting, OpenAPI validation and CEL rules, with the apiserver's
+//! error paths and messages.
+
+use dbcluster_operator::sim::schema::{FieldError, FieldErrorReason, SchemaError, StructuralSchema};
+use serde_json::{Value, json};
+
+/// A DatabaseCluster-like CRD schema carrying the two CEL rules of the team contract.
+fn database_cluster_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": {
+                "type": "object",
+                "required": ["version"],
+                "properties": {
+                    "replicas": {"type": "integer", "minimum": 1, "maximum": 9, "default": 3},
+                    "version": {
+                        "type": "string",
+                        "pattern": "^[0-9]+\\.[0-9]+$",
+                        "x-kubernetes-validations": [{
+                            "rule": "self.split('.')[0] == oldSelf.split('.')[0]",
+                            "message": "changing the major version is not supported: create a new cluster and migrate the data"
+                        }]
+                    },
+                    "storageSize": {
+                        "anyOf": [{"type": "integer"}, {"type": "string"}],
+                        "x-kubernetes-int-or-string": true,
+                        "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+                        "default": "1Gi",
+                        "x-kubernetes-validations": [{
+                            "rule": "quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",
+                            "message": "storageSize may not shrink"
+                        }]
+                    }
+                }
+            },
+            "status": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true
+            }
+        }
+    })
+}
+
+fn compile(schema: Value) -> StructuralSchema {
+    StructuralSchema::compile(&schema).unwrap_or_else(|e| panic!("schema compiles: {e}"))
+}
+
+fn cluster(spec: Value) -> Value {
+    json!({"apiVersion": "db.example.com/v1", "kind": "DatabaseCluster", "metadata": {"name": "pg"}, "spec": spec})
+}
+
+/// A schema with one property `x` of the given schema under `spec`.
+fn spec_with(x: Value) -> StructuralSchema {
+    compile(json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"x": x}}}}))
+}
+
+fn errors_for(schema: &StructuralSchema, x: Value) -> Vec<FieldError> {
+    schema.validate(&json!({"spec": {"x": x}}), None)
+}
+
+/// The only error, as `field: message`, ignoring the "rules not checked" note.
+fn only_error(errors: &[FieldError]) -> String {
+    let real: Vec<&FieldError> =
+        errors.iter().filter(|e| !e.message.contains("rules were not checked")).collect();
+    assert_eq!(real.len(), 1, "expected one error, got {errors:#?}");
+    format!("{}: {}", real[0].field, real[0].message)
+}
+
+// ---- OpenAPI keywords ------------------------------------------------------------------------------
+
+#[test]
+fn minimum_error_reads_as_the_apiserver_writes_it() {
+    let schema = compile(database_cluster_schema());
+    let errors =
+        schema.validate(&cluster(json!({"version": "15.4", "replicas": 0, "storageSize": "1Gi"})), None);
+    assert_eq!(
+        errors,
+        vec![FieldError {
+            field: "spec.replicas".into(),
+            reason: FieldErrorReason::Invalid,
+            message: "Invalid value: 0: spec.replicas in body should be greater than or equal to 1".into(),
+        }]
+    );
+    assert_eq!(errors[0].reason.as_cause_type(), "FieldValueInvalid");
+}
+
+#[test]
+fn maximum_and_exclusive_bounds() {
+    let schema = spec_with(json!({"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1.5}));
+    assert!(errors_for(&schema, json!(1.5)).is_empty());
+    assert_eq!(
+        only_error(&errors_for(&schema, json!(2))),
+        "spec.x: Invalid value: 2: spec.x in body should be less than or equal to 1.5"
+    );
+    assert_eq!(
+        only_error(&errors_for(&schema, json!(0))),
+        "spec.x: Invalid value: 0: spec.x in body should be greater than 0"
+    );
+    let exclusive_max = spec_with(json!({"type": "integer", "maximum": 10, "exclusiveMaximum": true}));
+    assert_eq!(
+        only_error(&errors_for(&exclusive_max, json!(10))),
+        "spec.x: Invalid value: 10: spec.x in body should be less than 10"
+    );
+    assert!(errors_for(&exclusive_max, json!(9)).is_empty());
+}
+
+#[test]
+fn integer_and_number_types_are_told_apart() {
+    let integer = spec_with(json!({"type": "integer"}));
+    let errors = errors_for(&integer, json!(1.5));
+    assert_eq!(errors[0].reason, FieldErrorReason::TypeInvalid);
+    assert_eq!(errors[0].message, "Invalid value: 1.5: spec.x in body must be of type integer: \"number\"");
+    assert!(errors_for(&integer, json!(2.0)).is_empty(), "an integral double is an integer");
+    assert_eq!(
+        only_error(&errors_for(&integer, json!("3"))),
+        "spec.x: Invalid value: \"3\": spec.x in body must be of type integer: \"string\""
+    );
+    let number = spec_with(json!({"type": "number"}));
+    assert!(errors_for(&number, json!(3)).is_empty(), "an integer is a number");
+    assert_eq!(errors_for(&number, json!(true))[0].reason.as_cause_type(), "FieldValueTypeInvalid");
+}
+
+#[test]
+fn other_types_are_checked() {
+    for (ty, good, bad) in [
+        ("string", json!("a"), json!(1)),
+        ("boolean", json!(true), json!("true")),
+        ("array", json!([]), json!({})),
+        ("object", json!({}), json!([])),
+    ] {
+        let schema = spec_with(json!({"type": ty}));
+        assert!(errors_for(&schema, good).is_empty(), "{ty}");
+        assert_eq!(errors_for(&schema, bad)[0].reason, FieldErrorReason::TypeInvalid, "{ty}");
+    }
+}
+
+#[test]
+fn int_or_string_accepts_both_and_nothing_else() {
+    let schema = spec_with(json!({
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [{"type": "integer"}, {"type": "string"}]
+    }));
+    assert!(errors_for(&schema, json!(80)).is_empty());
+    assert!(errors_for(&schema, json!("http")).is_empty());
+    let errors = errors_for(&schema, json!(true));
+    assert_eq!(errors[0].reason, FieldErrorReason::TypeInvalid, "{errors:#?}");
+    assert_eq!(errors[0].field, "spec.x");
+}
+
+#[test]
+fn composite_keywords_report_as_the_apiserver_does() {
+    let schema = spec_with(json!({"type": "string", "anyOf": [{"pattern": "^a"}, {"maxLength": 3}]}));
+    assert!(errors_for(&schema, json!("apple")).is_empty());
+    assert!(errors_for(&schema, json!("ch")).is_empty());
+    let shown: Vec<String> =
+        errors_for(&schema, json!("cherry")).iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+    assert_eq!(
+        shown,
+        vec![
+            "<nil>: Invalid value: \"\": \"spec.x\" must validate at least one schema (anyOf)".to_owned(),
+            "spec.x: Invalid value: \"cherry\": spec.x in body should match '^a'".to_owned(),
+        ],
+        "the composite error has no field; the closest branch's errors follow"
+    );
+    let one_of = spec_with(json!({"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "e$"}]}));
+    assert!(errors_for(&one_of, json!("ab")).is_empty());
+    assert_eq!(
+        errors_for(&one_of, json!("apple"))[0].message,
+        "Invalid value: \"\": \"spec.x\" must validate one and only one schema (oneOf). Found 2 valid alternatives"
+    );
+    let all_of = spec_with(json!({"type": "string", "allOf": [{"minLength": 2}, {"pattern": "^a"}]}));
+    let errors = errors_for(&all_of, json!("b"));
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+    assert_eq!(
+        errors[2].message,
+        "Invalid value: \"\": \"spec.x\" must validate all the schemas (allOf). None validated"
+    );
+    let one_field_of = spec_with(json!({
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}]
+    }));
+    assert!(errors_for(&one_field_of, json!({"a": "x"})).is_empty());
+    assert!(!errors_for(&one_field_of, json!({"a": "x", "b": "y"})).is_empty());
+    let neither = errors_for(&one_field_of, json!({}));
+    assert_eq!(neither[1].field, "spec.x.a", "{neither:#?}");
+    assert_eq!(neither[1].reason, FieldErrorReason::Required);
+}
+
+#[test]
+fn required_fields_are_reported_by_their_own_path() {
+    let schema = compile(database_cluster_schema());
+    let errors = schema.validate(&cluster(json!({"replicas": 3})), None);
+    assert_eq!(errors[0].field, "spec.version");
+    assert_eq!(errors[0].reason, FieldErrorReason::Required);
+    assert_eq!(errors[0].message, "Required value");
+    assert_eq!(errors[0].reason.as_cause_type(), "FieldValueRequired");
+}
+
+#[test]
+fn pattern_enum_and_lengths() {
+    let pattern = spec_with(json!({"type": "string", "pattern": "^[a-z]+$"}));
+    assert_eq!(
+        only_error(&errors_for(&pattern, json!("Abc"))),
+        "spec.x: Invalid value: \"Abc\": spec.x in body should match '^[a-z]+$'"
+    );
+    let enumeration = spec_with(json!({"type": "string", "enum": ["Retain", "Delete"]}));
+    let errors = errors_for(&enumeration, json!("Keep"));
+    assert_eq!(errors[0].reason.as_cause_type(), "FieldValueNotSupported");
+    assert_eq!(
+        only_error(&errors),
+        "spec.x: Unsupported value: \"Keep\": supported values: \"Retain\", \"Delete\""
+    );
+    let lengths = spec_with(json!({"type": "string", "minLength": 2, "maxLength": 4}));
+    assert!(errors_for(&lengths, json!("abcd")).is_empty());
+    assert_eq!(
+        only_error(&errors_for(&lengths, json!("a"))),
+        "spec.x: Invalid value: \"a\": spec.x in body should be at least 2 chars long"
+    );
+    let too_long = errors_for(&lengths, json!("abcde"));
+    assert_eq!(too_long[0].reason.as_cause_type(), "FieldValueTooLong");
+    assert_eq!(only_error(&too_long), "spec.x: Too long: may not be more than 4 bytes");
+    assert!(errors_for(&lengths, json!("äöüß")).is_empty(), "lengths count characters");
+}
+
+#[test]
+fn item_and_property_counts() {
+    let items =
+        spec_with(json!({"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2}));
+    assert_eq!(
+        only_error(&errors_for(&items, json!([]))),
+        "spec.x: Invalid value: 0: spec.x in body should have at least 1 items"
+    );
+    let too_many = errors_for(&items, json!(["a", "b", "c"]));
+    assert_eq!(too_many[0].reason.as_cause_type(), "FieldValueTooMany");
+    assert_eq!(only_error(&too_many), "spec.x: Too many: 3: must have at most 2 items");
+    let props = spec_with(json!({
+        "type": "object", "additionalProperties": {"type": "string"}, "minProperties": 1, "maxProperties": 1
+    }));
+    assert_eq!(
+        only_error(&errors_for(&props, json!({}))),
+        "spec.x: Invalid value: 0: spec.x in body should have at least 1 properties"
+    );
+    assert_eq!(errors_for(&props, json!({"a": "1", "b": "2"}))[0].reason, FieldErrorReason::TooMany);
+}
+
+#[test]
+fn nested_paths_name_list_items_and_map_values() {
+    let schema = spec_with(json!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}}
+            }
+        }
+    }));
+    let errors = errors_for(&schema, json!([{"name": "a"}, {"labels": {"app": "long"}}]));
+    let shown: Vec<String> = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+    // As kube-openapi orders them: a property's own errors, then the object's missing required fields.
+    assert_eq!(
+        shown,
+        vec![
+            "spec.x[1].labels.app: Too long: may not be more than 3 bytes".to_owned(),
+            "spec.x[1].name: Required value".to_owned(),
+            "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; \
+             correct the existing errors to complete validation"
+                .to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn formats_date_time_and_quantity_pattern() {
+    let date_time = spec_with(json!({"type": "string", "format": "date-time"}));
+    assert!(errors_for(&date_time, json!("2026-11-29T16:00:00Z")).is_empty());
+    let errors = errors_for(&date_time, json!("tomorrow"));
+    assert_eq!(errors[0].reason, FieldErrorReason::TypeInvalid);
+    assert_eq!(
+        only_error(&errors),
+        "spec.x: Invalid value: \"tomorrow\": spec.x in body must be of type date-time: \"tomorrow\""
+    );
+    let schema = compile(database_cluster_schema());
+    for good in [json!("10Gi"), json!("500m"), json!("1e3"), json!(1024)] {
+        let errors = schema.validate(&cluster(json!({"version": "15.4", "storageSize": good})), None);
+        assert!(errors.is_empty(), "{good}: {errors:#?}");
+    }
+    let errors = schema.validate(&cluster(json!({"version": "15.4", "storageSize": "10GB"})), None);
+    assert_eq!(errors[0].field, "spec.storageSize");
+    assert!(
+        errors[0].message.starts_with("Invalid value: \"10GB\": spec.storageSize in body should match '^")
+    );
+}
+
+#[test]
+fn nullable_allows_null_and_non_nullable_refuses_it() {
+    let nullable = spec_with(json!({"type": "string", "nullable": true, "minLength": 3}));
+    assert!(errors_for(&nullable, Value::Null).is_empty());
+    let plain = spec_with(json!({"type": "string"}));
+    let errors = errors_for(&plain, Value::Null);
+    assert_eq!(errors[0].reason, FieldErrorReason::TypeInvalid);
+    assert_eq!(
+        only_error(&errors),
+        "spec.x: Invalid value: \"null\": spec.x in body must be of type string: \"null\""
+    );
+}
+
+// ---- defaulting ------------------------------------------------------------------------------------
+
+#[test]
+fn defaults_fill_nested_objects_array_items_and_map_values() {
+    let schema = compile(json!({
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "default": {},
+                "properties": {
+                    "replicas": {"type": "integer", "default": 3},
+                    "backup": {
+                        "type": "object",
+                        "properties": {"schedule": {"type": "string", "default": "0 2 * * *"}}
+                    },
+                    "members": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"role": {"type": "string", "default": "replica"}}
+                        }
+                    },
+                    "pools": {
+                        "type": "object",
+                        "additionalProperties": {
+                            "type": "object",
+                            "properties": {"size": {"type": "integer", "default": 1}}
+                        }
+                    },
+                    "note": {"type": "string"},
+                    "tier": {"type": "string", "default": "standard"},
+                    "comment": {"type": "string", "nullable": true}
+                }
+            }
+        }
+    }));
+    let mut obj = json!({"spec": {
+        "backup": {},
+        "members": [{"role": "primary"}, {}],
+        "pools": {"a": {}, "b": {"size": 5}},
+        "note": null,
+        "tier": null,
+        "comment": null
+    }});
+    schema.apply_defaults(&mut obj);
+    assert_eq!(
+        obj,
+        json!({"spec": {
+            "replicas": 3,
+            "backup": {"schedule": "0 2 * * *"},
+            "members": [{"role": "primary"}, {"role": "replica"}],
+            "pools": {"a": {"size": 1}, "b": {"size": 5}},
+            "tier": "standard",
+            "comment": null
+        }})
+    );
+    let mut empty = json!({});
+    schema.apply_defaults(&mut empty);
+    assert_eq!(empty, json!({"spec": {"replicas": 3, "tier": "standard"}}), "defaults are defaulted too");
+}
+
+#[test]
+fn absent_objects_get_no_defaults() {
+    let schema = compile(database_cluster_schema());
+    let mut obj = json!({"apiVersion": "db.example.com/v1", "kind": "DatabaseCluster", "metadata": {}});
+    schema.apply_defaults(&mut obj);
+    assert_eq!(obj.get("spec"), None);
+    let mut obj = cluster(json!({"version": "15.4"}));
+    schema.apply_defaults(&mut obj);
+    assert_eq!(obj["spec"], json!({"version": "15.4", "replicas": 3, "storageSize": "1Gi"}));
+}
+
+// ---- pruning ---------------------------------------------------------------------------------------
+
+#[test]
+fn pruning_drops_unknown_fields_and_reports_their_paths() {
+    let schema = compile(database_cluster_schema());
+    let mut obj = cluster(json!({"version": "15.4", "replicaz": 3, "extra": {"deep": true}}));
+    obj["metadata"]["annotations"] = json!({"a": "b"});
+    obj["unknownTop"] = json!(1);
+    obj["status"] = json!({"phase": "Running", "anything": {"goes": [1]}});
+    let removed = schema.prune(&mut obj);
+    assert_eq!(removed, vec!["spec.extra", "spec.replicaz", "unknownTop"]);
+    assert_eq!(obj["spec"], json!({"version": "15.4"}));
+    assert_eq!(obj["metadata"], json!({"name": "pg", "annotations": {"a": "b"}}), "metadata is untouched");
+    assert_eq!(obj["status"], json!({"phase": "Running", "anything": {"goes": [1]}}), "preserved subtree");
+    assert_eq!(obj["apiVersion"], "db.example.com/v1");
+}
+
+#[test]
+fn pruning_keeps_object_fields_at_the_root_even_when_the_schema_omits_them() {
+    let schema = compile(json!({"type": "object", "properties": {"spec": {"type": "object"}}}));
+    let mut obj = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n"}, "spec": {"a": 1}});
+    assert_eq!(schema.prune(&mut obj), vec!["spec.a"]);
+    assert_eq!(obj, json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n"}, "spec": {}}));
+}
+
+#[test]
+fn pruning_descends_into_items_and_known_fields_of_preserved_objects() {
+    let schema = spec_with(json!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": true,
+            "properties": {"known": {"type": "object", "properties": {"a": {"type": "string"}}}}
+        }
+    }));
+    let mut obj = json!({"spec": {"x": [{"free": 1, "known": {"a": "x", "b": "dropped"}}]}});
+    assert_eq!(schema.prune(&mut obj), vec!["spec.x[0].known.b"]);
+    assert_eq!(obj, json!({"spec": {"x": [{"free": 1, "known": {"a": "x"}}]}}));
+}
+
+#[test]
+fn embedded_resources_keep_their_object_fields() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "x-kubernetes-embedded-resource": true,
+        "properties": {"spec": {"type": "object"}}
+    }));
+    let mut obj =
+        json!({"spec": {"x": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}, "junk": 1}}});
+    assert_eq!(schema.prune(&mut obj), vec!["spec.x.junk"]);
+    assert_eq!(obj["spec"]["x"], json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}}));
+}
+
+// ---- CEL rules -------------------------------------------------------------------------------------
+
+fn update_errors(old_spec: Value, new_spec: Value) -> Vec<FieldError> {
+    let schema = compile(database_cluster_schema());
+    schema.validate(&cluster(new_spec), Some(&cluster(old_spec)))
+}
+
+#[test]
+fn changing_the_major_version_is_rejected() {
+    let errors = update_errors(json!({"version": "15.4"}), json!({"version": "16.1"}));
+    assert_eq!(
+        errors,
+        vec![FieldError {
+            field: "spec.version".into(),
+            reason: FieldErrorReason::Invalid,
+            message: "Invalid value: \"string\": changing the major version is not supported: create a new \
+                      cluster and migrate the data"
+                .into(),
+        }]
+    );
+}
+
+#[test]
+fn a_minor_version_change_is_allowed() {
+    assert_eq!(update_errors(json!({"version": "15.4"}), json!({"version": "15.5"})), vec![]);
+}
+
+#[test]
+fn shrinking_storage_is_rejected_and_growing_or_restating_it_is_allowed() {
+    let shrink = update_errors(
+        json!({"version": "15.4", "storageSize": "10Gi"}),
+        json!({"version": "15.4", "storageSize": "5Gi"}),
+    );
+    assert_eq!(
+        only_error(&shrink),
+        "spec.storageSize: Invalid value: \"\": storageSize may not shrink",
+        "int-or-string fields have no type name"
+    );
+    let grow = update_errors(
+        json!({"version": "15.4", "storageSize": "10Gi"}),
+        json!({"version": "15.4", "storageSize": "20Gi"}),
+    );
+    assert_eq!(grow, vec![]);
+    let same = update_errors(
+        json!({"version": "15.4", "storageSize": "1Gi"}),
+        json!({"version": "15.4", "storageSize": "1024Mi"}),
+    );
+    assert_eq!(same, vec![], "1Gi and 1024Mi are the same quantity");
+    let int_to_string = update_errors(
+        json!({"version": "15.4", "storageSize": 2048}),
+        json!({"version": "15.4", "storageSize": "2Ki"}),
+    );
+    assert_eq!(int_to_string, vec![], "string(self) turns an integer into a quantity too");
+}
+
+#[test]
+fn transition_rules_are_skipped_on_create_and_for_new_fields() {
+    let schema = compile(database_cluster_schema());
+    let created = cluster(json!({"version": "16.0", "storageSize": "1Mi"}));
+    assert_eq!(schema.validate(&created, None), vec![]);
+    let old = cluster(json!({"version": "15.4"}));
+    let new = cluster(json!({"version": "15.4", "storageSize": "1Mi"}));
+    assert_eq!(schema.validate(&new, Some(&old)), vec![], "no old storageSize to compare with");
+    let null_old = cluster(json!({"version": "15.4", "storageSize": null}));
+    assert_eq!(schema.validate(&new, Some(&null_old)), vec![], "a null old value is no old value");
+}
+
+#[test]
+fn schema_errors_that_block_rules_add_the_apiservers_note() {
+    let errors = update_errors(
+        json!({"version": "15.4", "storageSize": "10Gi"}),
+        json!({"version": "16.4", "storageSize": "5Gi", "replicas": "three"}),
+    );
+    let shown: Vec<(&str, FieldErrorReason)> = errors.iter().map(|e| (e.field.as_str(), e.reason)).collect();
+    assert_eq!(
+        shown,
+        vec![("spec.replicas", FieldErrorReason::TypeInvalid), ("<nil>", FieldErrorReason::Invalid)]
+    );
+    assert_eq!(
+        errors[1].message,
+        "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct \
+         the existing errors to complete validation"
+    );
+    // A non-blocking error (a minimum) lets the rules run.
+    let errors = update_errors(json!({"version": "15.4"}), json!({"version": "16.4", "replicas": 0}));
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, vec!["spec.replicas", "spec.version"]);
+}
+
+#[test]
+fn unchanged_values_are_not_rejudged_on_update() {
+    // Ratcheting: an object stored before its schema tightened can still be updated elsewhere.
+    let schema = compile(database_cluster_schema());
+    let old = cluster(json!({"version": "15.4", "replicas": 0}));
+    let new = cluster(json!({"version": "15.5", "replicas": 0}));
+    assert_eq!(schema.validate(&new, Some(&old)), vec![]);
+    let changed = cluster(json!({"version": "15.5", "replicas": -1}));
+    assert_eq!(schema.validate(&changed, Some(&old)).len(), 1);
+}
+
+#[test]
+fn a_runtime_error_is_a_validation_error() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.missing == 1"}, {"rule": "1 / (self.a - self.a) == 1", "message": "no division"}]
+    }));
+    let errors = errors_for(&schema, json!({"a": 1}));
+    let shown: Vec<String> = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+    assert_eq!(
+        shown,
+        vec![
+            "spec.x: Invalid value: \"object\": no such key: missing evaluating rule: self.missing == 1"
+                .to_owned(),
+            "spec.x: Invalid value: \"object\": division by zero evaluating rule: no division".to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn a_failing_rule_without_message_names_the_rule() {
+    let schema =
+        spec_with(json!({"type": "integer", "x-kubernetes-validations": [{"rule": " self % 2 == 0 "}]}));
+    assert_eq!(
+        only_error(&errors_for(&schema, json!(3))),
+        "spec.x: Invalid value: \"integer\": failed rule: self % 2 == 0"
+    );
+    assert!(errors_for(&schema, json!(4)).is_empty());
+}
+
+#[test]
+fn message_expression_field_path_and_reason_shape_the_error() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}, "name": {"type": "string"}},
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.min <= self.max",
+                "messageExpression": "'min ' + string(self.min) + ' exceeds max ' + string(self.max)",
+                "fieldPath": ".max"
+            },
+            {"rule": "!has(self.name) || self.name != 'root'", "message": "root is reserved", "reason": "FieldValueForbidden"},
+            {"rule": "has(self.name)", "message": "name is needed", "reason": "FieldValueRequired", "fieldPath": ".name"},
+            {"rule": "self.min >= 0", "messageExpression": "42", "message": "min is negative"}
+        ]
+    }));
+    let errors = errors_for(&schema, json!({"min": -5, "max": -9}));
+    let shown: Vec<(String, &str, String)> =
+        errors.iter().map(|e| (e.field.clone(), e.reason.as_cause_type(), e.message.clone())).collect();
+    assert_eq!(
+        shown,
+        vec![
+            (
+                "spec.x.max".into(),
+                "FieldValueInvalid",
+                "Invalid value: \"object\": min -5 exceeds max -9".into()
+            ),
+            ("spec.x.name".into(), "FieldValueRequired", "Required value: name is needed".into()),
+            ("spec.x".into(), "FieldValueInvalid", "Invalid value: \"object\": min is negative".into()),
+        ],
+        "a messageExpression that is not a string falls back to message"
+    );
+    let errors = errors_for(&schema, json!({"min": 1, "max": 2, "name": "root"}));
+    assert_eq!(only_error(&errors), "spec.x: Forbidden: root is reserved");
+    assert_eq!(errors[0].reason.as_cause_type(), "FieldValueForbidden");
+}
+
+#[test]
+fn transition_rules_in_lists_correlate_only_by_list_map_keys() {
+    let item = json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "size": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.size >= oldSelf.size", "message": "size may not shrink"}]
+    });
+    let map_list = spec_with(json!({
+        "type": "array", "items": item.clone(),
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]
+    }));
+    let old = json!({"spec": {"x": [{"name": "a", "size": 5}, {"name": "b", "size": 5}]}});
+    let new = json!({"spec": {"x": [{"name": "b", "size": 4}, {"name": "a", "size": 6}, {"name": "c", "size": 1}]}});
+    let errors = map_list.validate(&new, Some(&old));
+    assert_eq!(only_error(&errors), "spec.x[0]: Invalid value: \"object\": size may not shrink");
+    let atomic_list = json!({"type": "array", "items": item});
+    let SchemaError::Invalid { path, message } = StructuralSchema::compile(&atomic_list).unwrap_err();
+    assert_eq!(path, "openAPIV3Schema.items.x-kubernetes-validations[0]");
+    assert_eq!(message, "oldSelf cannot be used on the uncorrelatable portion of the schema");
+    let plain_rule_in_atomic_list = spec_with(json!({
+        "type": "array",
+        "items": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]}
+    }));
+    assert_eq!(
+        only_error(&errors_for(&plain_rule_in_atomic_list, json!([1, 0]))),
+        "spec.x[1]: Invalid value: \"integer\": failed rule: self > 0",
+        "rules without oldSelf still run on list items"
+    );
+}
+
+#[test]
+fn root_rules_see_only_name_and_generate_name_of_metadata() {
+    let schema = compile(json!({
+        "type": "object",
+        "properties": {"metadata": {"type": "object"}, "spec": {"type": "object"}},
+        "x-kubernetes-validations": [
+            {"rule": "self.metadata.name.startsWith('pg-')", "message": "name must start with pg-"},
+            {"rule": "!has(self.metadata.labels)", "message": "labels are hidden from rules"}
+        ]
+    }));
+    let obj = json!({"metadata": {"name": "pg-1", "labels": {"a": "b"}}, "spec": {}});
+    assert_eq!(schema.validate(&obj, None), vec![]);
+    let bad = json!({"metadata": {"name": "db-1"}, "spec": {}});
+    assert_eq!(
+        only_error(&schema.validate(&bad, None)),
+        "<nil>: Invalid value: \"object\": name must start with pg-"
+    );
+}
+
+#[test]
+fn transition_rules_correlate_map_values_by_key() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "additionalProperties": {
+            "type": "integer",
+            "x-kubernetes-validations": [{"rule": "self >= oldSelf", "message": "may not decrease"}]
+        }
+    }));
+    let old = json!({"spec": {"x": {"a": 2, "b": 2}}});
+    let new = json!({"spec": {"x": {"a": 1, "b": 3, "c": 0}}});
+    assert_eq!(
+        only_error(&schema.validate(&new, Some(&old))),
+        "spec.x.a: Invalid value: \"integer\": may not decrease"
+    );
+}
+
+#[test]
+fn list_type_set_and_map_reject_duplicates() {
+    let set =
+        spec_with(json!({"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"}));
+    let errors = errors_for(&set, json!(["a", "b", "a", "a"]));
+    assert_eq!(only_error(&errors), "spec.x[2]: Duplicate value: \"a\"", "only the second appearance");
+    let short_set = spec_with(json!({
+        "type": "array", "items": {"type": "string", "maxLength": 1}, "x-kubernetes-list-type": "set"
+    }));
+    let fields: Vec<String> = errors_for(&short_set, json!(["a", "bb", "a"]))
+        .into_iter()
+        .map(|e| format!("{} {}", e.field, e.reason.as_cause_type()))
+        .collect();
+    assert_eq!(
+        fields[..2],
+        ["spec.x[1] FieldValueTooLong".to_owned(), "spec.x[2] FieldValueDuplicate".to_owned()],
+        "uniqueness is checked after the schema"
+    );
+    assert_eq!(errors[0].reason.as_cause_type(), "FieldValueDuplicate");
+    let map = spec_with(json!({
+        "type": "array",
+        "items": {"type": "object", "properties": {"name": {"type": "string"}}},
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]
+    }));
+    assert_eq!(
+        only_error(&errors_for(&map, json!([{"name": "a"}, {"name": "a"}]))),
+        "spec.x[1]: Duplicate value: map[string]interface {}{\"name\":\"a\"}"
+    );
+}
+
+#[test]
+fn rules_that_do_not_compile_are_schema_errors() {
+    let bad_rule = json!({"type": "object", "properties": {"spec": {
+        "type": "string", "x-kubernetes-validations": [{"rule": "self.split('.'"}]
+    }}});
+    let SchemaError::Invalid { path, message } = StructuralSchema::compile(&bad_rule).unwrap_err();
+    assert_eq!(path, "openAPIV3Schema.properties.spec.x-kubernetes-validations[0]");
+    assert!(message.starts_with("rule compilation failed"), "{message}");
+
+    let bad_field_path = json!({"type": "object", "properties": {"a": {"type": "string"}},
+        "x-kubernetes-validations": [{"rule": "true", "fieldPath": ".b"}]});
+    assert!(StructuralSchema::compile(&bad_field_path).is_err());
+    let bad_reason =
+        json!({"type": "object", "x-kubernetes-validations": [{"rule": "true", "reason": "Nope"}]});
+    assert!(StructuralSchema::compile(&bad_reason).is_err());
+    let bad_pattern = json!({"type": "string", "pattern": "(unclosed"});
+    assert!(StructuralSchema::compile(&bad_pattern).is_err());
+    let bad_type = json!({"type": "strnig"});
+    assert!(StructuralSchema::compile(&bad_type).is_err());
+}
+
+#[test]
+fn the_compiled_schema_can_be_shared_across_tasks() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<StructuralSchema>();
+}
+
+#[test]
+fn a_call_with_no_matching_overload_is_reported_as_the_apiserver_does() {
+    let schema = spec_with(json!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [{"rule": "self.startsWith('a')"}]
+    }));
+    assert!(errors_for(&schema, json!("abc")).is_empty());
+    let message = only_error(&errors_for(&schema, json!(5)));
+    assert!(message.starts_with("spec.x: Invalid value: \"\": 'no such overload"), "{message}");
+    assert!(
+        message.ends_with(
+            "': call arguments did not match a supported operator, function or macro signature for rule: \
+             self.startsWith('a')"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_usual_cel_features_work_on_custom_resources() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "properties": {
+            "members": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "weight": {"type": "number"}}}
+            },
+            "mode": {"type": "string"}
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.members.all(m, m.name.matches('^[a-z]+$'))", "message": "lower-case names"},
+            {"rule": "size(self.members) <= 2", "message": "at most two members"},
+            {"rule": "!has(self.mode) || self.mode in ['a', 'b']", "message": "mode a or b"},
+            {"rule": "self.members.exists(m, m.weight > 0.5)", "message": "one heavy member"},
+            {"rule": "self.members.map(m, m.name).join(',').lowerAscii().size() < 20", "message": "short names"}
+        ]
+    }));
+    let good = json!({"members": [{"name": "a", "weight": 1}, {"name": "b", "weight": 0}], "mode": "a"});
+    assert_eq!(errors_for(&schema, good), vec![], "an integer in a number field is a double to CEL");
+    let bad = json!({"members": [{"name": "A", "weight": 0}, {"name": "b", "weight": 0}, {"name": "c", "weight": 0}], "mode": "z"});
+    let messages: Vec<String> = errors_for(&schema, bad).into_iter().map(|e| e.message).collect();
+    assert_eq!(
+        messages,
+        vec![
+            "Invalid value: \"object\": lower-case names",
+            "Invalid value: \"object\": at most two members",
+            "Invalid value: \"object\": mode a or b",
+            "Invalid value: \"object\": one heavy member",
+        ]
+    );
+}
+
+#[test]
+fn date_time_fields_are_timestamps_to_cel() {
+    let schema = spec_with(json!({
+        "type": "object",
+        "properties": {
+            "start": {"type": "string", "format": "date-time"},
+            "end": {"type": "string", "format": "date-time"}
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.end > self.start", "message": "end must follow start"},
+            {"rule": "self.start > timestamp('2020-01-01T00:00:00Z')", "message": "too early"},
+            {"rule": "timestamp(self.end) == self.end", "message": "timestamp() of a timestamp is itself"}
+        ]
+    }));
+    // As text, end sorts before start; as instants (23:00Z and 00:30Z) it follows it.
+    let good = json!({"start": "2026-01-01T01:00:00+02:00", "end": "2026-01-01T00:30:00Z"});
+    assert_eq!(errors_for(&schema, good), vec![], "compared as instants, not as text");
+    let bad = json!({"start": "2019-01-01T10:00:00Z", "end": "2019-01-01T09:00:00Z"});
+    let messages: Vec<String> = errors_for(&schema, bad).into_iter().map(|e| e.message).collect();
+    assert_eq!(
+        messages,
+        vec!["Invalid value: \"object\": end must follow start", "Invalid value: \"object\": too early"]
+    );
+}
+
+#[test]
+fn defaults_must_validate_and_survive_pruning() {
+    let below_minimum = json!({"type": "object", "properties": {
+        "replicas": {"type": "integer", "minimum": 1, "default": 0}
+    }});
+    let SchemaError::Invalid { path, message } = StructuralSchema::compile(&below_minimum).unwrap_err();
+    assert_eq!(path, "openAPIV3Schema.properties.replicas");
+    assert_eq!(
+        message,
+        "default is invalid: default: Invalid value: 0: default in body should be greater than or equal to 1"
+    );
+    let unknown_field = json!({"type": "object", "properties": {
+        "backup": {"type": "object", "properties": {"schedule": {"type": "string"}}, "default": {"cron": "x"}}
+    }});
+    let SchemaError::Invalid { message, .. } = StructuralSchema::compile(&unknown_field).unwrap_err();
+    assert_eq!(message, "default has fields the schema prunes: default.cron");
+    let completed_by_nested_defaults = json!({"type": "object", "properties": {"spec": {
+        "type": "object", "default": {}, "required": ["version"],
+        "properties": {"version": {"type": "string", "default": "16"}}
+    }}});
+    assert!(StructuralSchema::compile(&completed_by_nested_defaults).is_ok());
+}
