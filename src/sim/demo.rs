@@ -202,18 +202,36 @@ fn format_row(cells: &[String]) -> String {
     line.trim_end().to_string()
 }
 
-/// Runs the demo until Ctrl-C: start, print instructions, print the live table.
+/// Runs the demo until Ctrl-C (or SIGTERM): start, print instructions, print the live table.
 pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
+    // Handlers are installed before anything is printed, so a signal is never missed.
+    let stop = stop_signal()?;
     let demo = Demo::start(&options).await?;
     let mut out = std::io::stdout();
     write!(out, "{}", demo.instructions(&options.kubeconfig_out))?;
-    let stop = async {
-        // If the signal handler cannot be installed, the demo runs until killed.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
     demo.watch_until(stop, &mut out).await?;
     writeln!(out, "stopped")?;
     Ok(())
+}
+
+/// A future that completes on SIGINT or SIGTERM, with the handlers installed now.
+#[cfg(unix)]
+fn stop_signal() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
+}
+
+/// A future that completes on Ctrl-C.
+#[cfg(not(unix))]
+fn stop_signal() -> std::io::Result<impl Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
