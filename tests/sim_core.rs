@@ -337,3 +337,30 @@ async fn generate_name_and_dry_run() {
     assert_eq!(name.len(), "job-".len() + 5);
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
 }
+
+#[tokio::test]
+async fn delete_collection_deletes_the_selected_objects() {
+    let sim = SimServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    for (name, tier) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        cms.create(&PostParams::default(), &config_map(name, json!({"tier": tier}))).await.unwrap();
+    }
+    let deleted = cms
+        .delete_collection(&DeleteParams::default(), &ListParams::default().labels("tier=x"))
+        .await
+        .unwrap();
+    let names: Vec<String> =
+        deleted.left().unwrap().items.into_iter().filter_map(|c| c.metadata.name).collect();
+    assert_eq!(names, ["a", "b"]);
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(left, ["c"]);
+    let log = sim.request_log();
+    assert_eq!(log.iter().filter(|r| r.verb == "deletecollection").count(), 1);
+}
