@@ -58,6 +58,17 @@ impl ApiError {
             .with_details_raw(json!({"name": ns, "kind": "namespaces"}))
     }
 
+    /// 403 for a create in a namespace that is being deleted.
+    pub fn namespace_terminating(kind: &Kind, obj: &Value, ns: &str) -> Self {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        Self::new(
+            403,
+            "Forbidden",
+            format!("{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated", kind.qualified_resource()),
+        )
+        .with_details(kind, name)
+    }
+
     /// 409 for a create of a name already taken.
     pub fn already_exists(kind: &Kind, name: &str) -> Self {
         Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", kind.qualified_resource()))

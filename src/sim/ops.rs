@@ -111,8 +111,12 @@ pub fn create(
             }
             _ => obj["metadata"]["namespace"] = json!(ns),
         }
-        if state.store.get("namespaces", "", ns).is_none() {
-            return Err(ApiError::namespace_not_found(ns));
+        match state.store.get("namespaces", "", ns) {
+            None => return Err(ApiError::namespace_not_found(ns)),
+            Some(n) if n["metadata"]["deletionTimestamp"].is_string() => {
+                return Err(ApiError::namespace_terminating(kind, &obj, ns));
+            }
+            Some(_) => {}
         }
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
@@ -230,6 +234,11 @@ pub fn update(
         && old["metadata"]["resourceVersion"] != rv
     {
         return Err(ApiError::stale(kind, name));
+    }
+    if let Some(body_ns) = obj["metadata"]["namespace"].as_str().filter(|n| kind.namespaced && *n != ns) {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+        )));
     }
     let mut new = if subresource == Some("status") {
         let mut new = old.clone();
