@@ -364,3 +364,34 @@ async fn delete_collection_deletes_the_selected_objects() {
     let log = sim.request_log();
     assert_eq!(log.iter().filter(|r| r.verb == "deletecollection").count(), 1);
 }
+
+#[tokio::test]
+async fn built_in_kinds_are_defaulted_as_by_the_apiserver() {
+    let sim = SimServer::start().await.unwrap();
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::default_namespaced(sim.client());
+    let svc =
+        serde_json::from_value(json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}))
+            .unwrap();
+    let created = services.create(&PostParams::default(), &svc).await.unwrap();
+    let spec = created.spec.unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    let ip = spec.cluster_ip.unwrap();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+    // The allocated address survives a merge patch that does not mention it.
+    let patched = services
+        .patch("db", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})))
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.unwrap().cluster_ip.as_deref(), Some(ip.as_str()));
+
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let pod = serde_json::from_value(
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "postgres:15.4"}]}}),
+    )
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap().spec.unwrap();
+    assert_eq!(created.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(created.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+}

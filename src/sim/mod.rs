@@ -10,6 +10,7 @@ pub mod api_error;
 pub mod apply;
 mod cluster;
 mod controllers;
+pub mod defaults;
 pub mod demo;
 pub mod discovery;
 pub mod faults;

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
+use crate::sim::defaults;
 use crate::sim::gc::GcWork;
 use crate::sim::meta::{self, Manager};
 use crate::sim::resources::{Kind, established_crd_status};
@@ -161,6 +162,8 @@ pub fn create(
     }
     if kind.custom {
         admission::admit_custom(kind, &mut obj, None, cx.strict)?;
+    } else {
+        defaults::apply(&kind.group, &kind.plural, &mut obj);
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &obj)?) } else { None };
     initialise_kind(kind, &mut obj, &now);
@@ -276,6 +279,8 @@ pub fn update(
     }
     if kind.custom {
         admission::admit_custom(kind, &mut new, Some(&old), cx.strict)?;
+    } else {
+        defaults::apply(&kind.group, &kind.plural, &mut new);
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
     let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
