@@ -146,7 +146,11 @@ pub fn create(
         m.insert("name".into(), json!(name));
         m.insert("uid".into(), json!(meta::new_uid()));
         m.insert("creationTimestamp".into(), json!(now));
-        m.insert("generation".into(), json!(1));
+        if kind.generation {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
         for f in [
             "resourceVersion",
             "deletionTimestamp",
@@ -283,10 +287,12 @@ pub fn update(
         defaults::apply(&kind.group, &kind.plural, &mut new);
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
-    let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-    let bumped =
-        if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
-    new["metadata"]["generation"] = json!(bumped);
+    if kind.generation {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        let bumped =
+            if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
+        new["metadata"]["generation"] = json!(bumped);
+    }
     if meta::same_content(&old, &new) {
         return Ok(old);
     }
@@ -405,8 +411,10 @@ pub fn delete(
     if !finals.is_empty() {
         marked["metadata"]["finalizers"] = json!(finals);
     }
-    let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-    marked["metadata"]["generation"] = json!(generation + 1);
+    if kind.generation {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        marked["metadata"]["generation"] = json!(generation + 1);
+    }
     if is_namespace {
         marked["status"]["phase"] = json!("Terminating");
     }

@@ -44,6 +44,9 @@ pub struct Kind {
     pub categories: Vec<String>,
     /// Whether the kind has a `status` subresource (main-resource writes ignore status).
     pub status_subresource: bool,
+    /// Whether the server keeps `metadata.generation` for the kind (ConfigMaps, Pods, Services
+    /// and other kinds without a spec/status split have none).
+    pub generation: bool,
     /// Extra Table columns; empty means NAME and AGE only.
     pub printer_columns: Vec<PrinterColumn>,
     /// For custom resources: whether the CRD served this kind (so deleting the CRD removes it).
@@ -146,6 +149,10 @@ fn built_in_columns(plural: &str) -> Vec<PrinterColumn> {
         .collect()
 }
 
+/// Built-in kinds whose objects carry `metadata.generation`.
+const WITH_GENERATION: &[&str] =
+    &["statefulsets", "jobs", "cronjobs", "poddisruptionbudgets", "customresourcedefinitions"];
+
 /// Kinds kubectl lists for `kubectl get all`.
 const IN_CATEGORY_ALL: &[&str] = &["pods", "services", "statefulsets", "jobs", "cronjobs"];
 
@@ -176,6 +183,7 @@ impl Registry {
                 short_names: short_names.iter().map(|s| s.to_string()).collect(),
                 categories: if IN_CATEGORY_ALL.contains(&plural) { vec!["all".into()] } else { vec![] },
                 status_subresource: status,
+                generation: WITH_GENERATION.contains(&plural),
                 printer_columns: built_in_columns(plural),
                 custom: false,
                 schema: None,
@@ -275,6 +283,7 @@ pub fn crd_kinds(crd: &Value) -> Result<Vec<Kind>, Vec<(String, String)>> {
             short_names: strings(&names["shortNames"]),
             categories: strings(&names["categories"]),
             status_subresource: version.pointer("/subresources/status").is_some(),
+            generation: true,
             printer_columns: printer_columns(&version["additionalPrinterColumns"]),
             custom: true,
             schema,
