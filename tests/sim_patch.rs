@@ -69,6 +69,27 @@ async fn server_side_apply_creates_then_merges_and_releases_fields() {
 }
 
 #[tokio::test]
+async fn apply_conflicts_with_other_managers_unless_forced() {
+    let sim = SimServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let cm = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": v}});
+    cms.patch("cfg", &PatchParams::apply("first"), &Patch::Apply(cm("1"))).await.unwrap();
+    match cms.patch("cfg", &PatchParams::apply("second"), &Patch::Apply(cm("2"))).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+            assert!(s.message.contains("conflict with \"first\""), "{}", s.message);
+            assert_eq!(s.details.unwrap().causes[0].field, ".data.a");
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+    // Applying the same value is no conflict; forcing takes the field.
+    cms.patch("cfg", &PatchParams::apply("second"), &Patch::Apply(cm("1"))).await.unwrap();
+    let forced =
+        cms.patch("cfg", &PatchParams::apply("second").force(), &Patch::Apply(cm("2"))).await.unwrap();
+    assert_eq!(forced.data.unwrap()["a"], "2");
+}
+
+#[tokio::test]
 async fn apply_without_a_field_manager_is_refused() {
     let sim = SimServer::start().await.unwrap();
     let request = http::Request::patch("/api/v1/namespaces/default/configmaps/x")

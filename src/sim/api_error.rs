@@ -94,6 +94,32 @@ impl ApiError {
         )
     }
 
+    /// 409 for a server-side apply that would take fields other managers own.
+    pub fn apply_conflicts(kind: &Kind, name: &str, conflicts: &[crate::sim::apply::Conflict]) -> Self {
+        let message = match conflicts {
+            [one] => format!(
+                "Apply failed with 1 conflict: conflict with \"{}\" using {}: {}",
+                one.manager, one.api_version, one.field
+            ),
+            many => {
+                let lines: Vec<String> = many
+                    .iter()
+                    .map(|c| format!("conflict with \"{}\" using {}: {}", c.manager, c.api_version, c.field))
+                    .collect();
+                format!("Apply failed with {} conflicts: {}", many.len(), lines.join("\n"))
+            }
+        };
+        let causes: Vec<Value> = conflicts
+            .iter()
+            .map(|c| {
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{}\" using {}", c.manager, c.api_version), "field": c.field})
+            })
+            .collect();
+        let mut e = Self::new(409, "Conflict", message);
+        e.details = Some(json!({"name": name, "group": kind.group, "kind": kind.plural, "causes": causes}));
+        e
+    }
+
     /// 400 for a malformed request.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

@@ -85,6 +85,13 @@ pub fn patch(cluster: &Cluster, call: &Call) -> Result<Response<Body>, ApiError>
             }
             None => Err(ApiError::not_found(kind, name(call))),
             Some(current) => {
+                let force = call.query.get("force").is_some_and(|f| f == "true");
+                if patch_type == PatchType::Apply && !force {
+                    let found = apply::conflicts(&current, &body, &cx.manager);
+                    if !found.is_empty() {
+                        return Err(ApiError::apply_conflicts(kind, name(call), &found));
+                    }
+                }
                 let patched = if patch_type == PatchType::Apply {
                     apply::merge_applied(&current, &body, &cx.manager)
                 } else {
