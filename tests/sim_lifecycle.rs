@@ -193,3 +193,13 @@ async fn preconditions_on_delete_are_checked() {
         other => panic!("expected 409, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn the_default_namespace_may_not_be_deleted() {
+    let sim = SimServer::start().await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(sim.client());
+    match namespaces.delete("default", &DeleteParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden")),
+        other => panic!("expected 403, got {other:?}"),
+    }
+}

@@ -58,6 +58,12 @@ impl ApiError {
             .with_details_raw(json!({"name": ns, "kind": "namespaces"}))
     }
 
+    /// 403 for a request the server refuses outright.
+    pub fn forbidden(kind: &Kind, name: &str, why: &str) -> Self {
+        Self::new(403, "Forbidden", format!("{} \"{name}\" is forbidden: {why}", kind.qualified_resource()))
+            .with_details(kind, name)
+    }
+
     /// 403 for a create in a namespace that is being deleted.
     pub fn namespace_terminating(kind: &Kind, obj: &Value, ns: &str) -> Self {
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();

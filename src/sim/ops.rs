@@ -76,6 +76,9 @@ pub enum Deletion {
 
 const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
+/// Namespaces the apiserver refuses to delete.
+const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
 fn store_namespace<'a>(kind: &Kind, namespace: Option<&'a str>) -> &'a str {
     if kind.namespaced { namespace.unwrap_or_default() } else { "" }
 }
@@ -385,6 +388,9 @@ pub fn delete(
         ));
     }
     let is_namespace = kind.group.is_empty() && kind.plural == "namespaces";
+    if is_namespace && PROTECTED_NAMESPACES.contains(&name) {
+        return Err(ApiError::forbidden(kind, name, "this namespace may not be deleted"));
+    }
     let mut finals = finalizers(&old);
     if opts.propagation == Propagation::Foreground && !finals.iter().any(|f| f == FOREGROUND_FINALIZER) {
         finals.push(FOREGROUND_FINALIZER.to_string());
