@@ -175,6 +175,18 @@ async fn kubectl_applies_gets_tables_patches_and_deletes() {
 }
 
 #[tokio::test]
+async fn kubectl_apply_is_strict_about_unknown_fields() {
+    let f = Fixture::new().await;
+    f.ok(&["apply", "-f", path_str(&f.path("crd.yaml"))]).await;
+    std::fs::write(f.path("typo.yaml"), SAMPLE.replace("replicas: 3", "replcas: 3")).unwrap();
+    let err = f.fails(&["apply", "-f", path_str(&f.path("typo.yaml"))]).await;
+    assert!(err.contains("unknown field \"spec.replcas\""), "{err}");
+    // Without strict validation the field is pruned and the required one is missing.
+    let err = f.fails(&["apply", "--validate=false", "-f", path_str(&f.path("typo.yaml"))]).await;
+    assert!(err.contains("spec.replicas: Required value"), "{err}");
+}
+
+#[tokio::test]
 async fn kubectl_get_watch_sees_a_change() {
     let f = Fixture::new().await;
     f.install().await;

@@ -22,6 +22,7 @@ mod faults;
 mod gc;
 mod handlers;
 mod meta;
+mod openapi;
 mod ops;
 mod patch;
 mod request_log;

@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::sim::api_error::ApiError;
 use crate::sim::cluster::Cluster;
 use crate::sim::discovery;
+use crate::sim::openapi;
 use crate::sim::request_log::RequestRecord;
 use crate::sim::resources::Kind;
 use crate::sim::route::{self, Target};
@@ -210,9 +211,6 @@ fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<
             return Some(resp);
         }
         ["openapi", "v2"] => {
-            // An empty protobuf OpenAPI v2 document: kubectl then finds no schema for any kind,
-            // so it skips client-side validation and builds patches from its compiled-in types
-            // (built-in kinds) or as JSON merge patches (custom resources); the server validates.
             let mut resp = Response::new(Full::new(Bytes::new()).boxed_unsync());
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -221,6 +219,13 @@ fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<
                 ),
             );
             return Some(resp);
+        }
+        ["openapi", "v3"] => Some(cluster.read(|s| openapi::v3_index(&s.registry))),
+        ["openapi", "v3", "api", version] => {
+            cluster.read(|s| openapi::v3_group_version(&s.registry, "", version))
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            cluster.read(|s| openapi::v3_group_version(&s.registry, group, version))
         }
         ["api"] => Some(discovery::core_versions(&cluster.config.addr.to_string())),
         ["apis"] => Some(cluster.read(|s| discovery::groups(&s.registry))),
