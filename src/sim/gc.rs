@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::sim::ops::{self, DeleteOptions};
 use crate::sim::state::State;
@@ -70,6 +70,7 @@ fn strip_owner(state: &mut State, l: &Located, uid: &str) {
     if let Some(refs) = obj["metadata"]["ownerReferences"].as_array_mut() {
         refs.retain(|r| r["uid"] != uid);
         if refs.is_empty() {
+            // Invariant: `metadata.ownerReferences` was found, so `metadata` is an object.
             obj["metadata"].as_object_mut().expect("metadata is an object").remove("ownerReferences");
         }
     }
@@ -83,7 +84,7 @@ fn drop_finalizer(state: &mut State, l: &Located, finalizer: &str) {
     if let Some(f) = obj["metadata"]["finalizers"].as_array_mut() {
         f.retain(|x| x != finalizer);
         if f.is_empty() {
-            obj["metadata"]["finalizers"] = json!(null);
+            // Invariant: `metadata.finalizers` was found, so `metadata` is an object.
             obj["metadata"].as_object_mut().expect("metadata is an object").remove("finalizers");
         }
     }
