@@ -240,7 +240,20 @@ pub fn update(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
-    if let Some(rv) = obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty())
+    // Custom resources, like the apiserver's CR strategy, allow no unconditional update.
+    let given_rv = obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty());
+    if kind.custom && given_rv.is_none() {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: 0x0: must be specified for an update".into(),
+                field: "metadata.resourceVersion".into(),
+            }],
+        ));
+    }
+    if let Some(rv) = given_rv
         && old["metadata"]["resourceVersion"] != rv
     {
         return Err(ApiError::stale(kind, name));
