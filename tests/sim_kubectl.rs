@@ -227,3 +227,33 @@ async fn kubectl_applies_a_built_in_kind_twice() {
     assert_eq!(f.ok(&["get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]).await, "b");
     assert!(f.ok(&["get", "configmaps"]).await.contains("settings"));
 }
+
+#[tokio::test]
+async fn kubectl_rolls_out_a_statefulset_and_lists_ready_pods() {
+    let f = Fixture::new().await;
+    let sts = r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  replicas: 2
+  serviceName: web
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: nginx, image: "nginx:1.27"}]
+"#;
+    std::fs::write(f.path("sts.yaml"), sts).unwrap();
+    f.ok(&["apply", "-f", path_str(&f.path("sts.yaml"))]).await;
+    // `rollout status` watches until the simulated controller reports every replica ready.
+    assert!(f.ok(&["rollout", "status", "statefulset/web"]).await.contains("roll out complete"));
+    let pods = f.ok(&["get", "pods"]).await;
+    let header: Vec<&str> = pods.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "IP", "AGE"]);
+    for line in pods.lines().skip(1) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&cells[1..4], ["1/1", "Running", "0"], "{line}");
+    }
+    let sets = f.ok(&["get", "sts"]).await;
+    assert!(sets.lines().nth(1).unwrap().split_whitespace().any(|c| c == "2/2"), "{sets}");
+}

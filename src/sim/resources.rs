@@ -111,25 +111,35 @@ const BUILT_INS: &[BuiltIn] = &[
     ),
 ];
 
-/// One built-in Table column: name, type, JSONPath.
+/// One built-in Table column: name, type, and a JSONPath or (`#name`) a cell `table` computes
+/// as kubectl's server-side printers do.
 type Column = (&'static str, &'static str, &'static str);
 
 /// Table columns of built-in kinds (besides NAME and AGE), by plural.
 const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
-    ("pods", &[("Status", "string", ".status.phase"), ("IP", "string", ".status.podIP")]),
     (
-        "statefulsets",
-        &[("Replicas", "integer", ".spec.replicas"), ("Ready", "integer", ".status.readyReplicas")],
+        "pods",
+        &[
+            ("Ready", "string", "#pod-ready"),
+            ("Status", "string", "#pod-status"),
+            ("Restarts", "integer", "#pod-restarts"),
+            ("IP", "string", ".status.podIP"),
+        ],
     ),
+    ("statefulsets", &[("Ready", "string", "#statefulset-ready")]),
     ("services", &[("Type", "string", ".spec.type"), ("Cluster-IP", "string", ".spec.clusterIP")]),
     (
         "persistentvolumeclaims",
         &[("Status", "string", ".status.phase"), ("Capacity", "string", ".status.capacity.storage")],
     ),
-    ("jobs", &[("Succeeded", "integer", ".status.succeeded"), ("Failed", "integer", ".status.failed")]),
+    ("jobs", &[("Status", "string", "#job-status"), ("Completions", "string", "#job-completions")]),
     (
         "cronjobs",
-        &[("Schedule", "string", ".spec.schedule"), ("Last Schedule", "date", ".status.lastScheduleTime")],
+        &[
+            ("Schedule", "string", ".spec.schedule"),
+            ("Suspend", "boolean", ".spec.suspend"),
+            ("Last Schedule", "date", ".status.lastScheduleTime"),
+        ],
     ),
     ("namespaces", &[("Status", "string", ".status.phase")]),
 ];
