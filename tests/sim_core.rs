@@ -395,3 +395,23 @@ async fn built_in_kinds_are_defaulted_as_by_the_apiserver() {
     assert_eq!(created.restart_policy.as_deref(), Some("Always"));
     assert_eq!(created.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
 }
+
+#[tokio::test]
+async fn secret_string_data_is_stored_as_data_and_unknown_fields_are_dropped() {
+    let sim = SimServer::start().await.unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(sim.client());
+    let request = http::Request::post("/api/v1/namespaces/default/secrets")
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(
+                &json!({"metadata": {"name": "s"}, "stringData": {"password": "hunter2"}, "bogus": 1}),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let created: serde_json::Value = sim.client().request(request).await.unwrap();
+    assert!(created.get("bogus").is_none() && created.get("stringData").is_none(), "{created}");
+    let secret = secrets.get("s").await.unwrap();
+    assert_eq!(secret.data.unwrap()["password"].0, b"hunter2");
+    assert_eq!(secret.type_.as_deref(), Some("Opaque"));
+}

@@ -184,6 +184,14 @@ async fn kubectl_apply_is_strict_about_unknown_fields() {
     // Without strict validation the field is pruned and the required one is missing.
     let err = f.fails(&["apply", "--validate=false", "-f", path_str(&f.path("typo.yaml"))]).await;
     assert!(err.contains("spec.replicas: Required value"), "{err}");
+    // Built-in kinds too: decoded as the apiserver decodes them.
+    std::fs::write(
+        f.path("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndta:\n  a: b\n",
+    )
+    .unwrap();
+    let err = f.fails(&["apply", "-f", path_str(&f.path("cm.yaml"))]).await;
+    assert!(err.contains("unknown field \"dta\""), "{err}");
 }
 
 #[tokio::test]

@@ -22,9 +22,25 @@ pub fn apply(group: &str, plural: &str, obj: &mut Value) {
         }
         ("batch", "jobs") => job(&mut obj["spec"]),
         ("batch", "cronjobs") => cron_job(&mut obj["spec"]),
-        ("", "secrets") => default(obj, "type", json!("Opaque")),
+        ("", "secrets") => secret(obj),
         ("", "persistentvolumeclaims") => default(&mut obj["spec"], "volumeMode", json!("Filesystem")),
         _ => {}
+    }
+}
+
+/// `stringData` is write-only: merged into `data` (base64), as the apiserver does.
+fn secret(obj: &mut Value) {
+    use base64::Engine;
+    default(obj, "type", json!("Opaque"));
+    let Some(map) = obj.as_object_mut() else { return };
+    let Some(Value::Object(strings)) = map.remove("stringData") else { return };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    for (k, v) in strings {
+        let text = v.as_str().unwrap_or_default();
+        data[k] = json!(base64::engine::general_purpose::STANDARD.encode(text));
     }
 }
 
@@ -175,6 +191,13 @@ mod tests {
         let mut headless = json!({"spec": {"clusterIP": "None"}});
         apply("", "services", &mut headless);
         assert_eq!(headless["spec"]["clusterIPs"], json!(["None"]));
+    }
+
+    #[test]
+    fn secret_string_data_is_merged_into_data() {
+        let mut secret = json!({"data": {"a": "eA=="}, "stringData": {"password": "hunter2"}});
+        apply("", "secrets", &mut secret);
+        assert_eq!(secret, json!({"type": "Opaque", "data": {"a": "eA==", "password": "aHVudGVyMg=="}}));
     }
 
     #[test]

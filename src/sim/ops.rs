@@ -8,6 +8,7 @@ use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::defaults;
 use crate::sim::gc::GcWork;
+use crate::sim::known_fields;
 use crate::sim::meta::{self, Manager};
 use crate::sim::resources::{Kind, established_crd_status};
 use crate::sim::state::State;
@@ -170,6 +171,7 @@ pub fn create(
     if kind.custom {
         admission::admit_custom(kind, &mut obj, None, cx.strict)?;
     } else {
+        known_fields::check(kind, &mut obj, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &obj)?) } else { None };
@@ -300,6 +302,7 @@ pub fn update(
     if kind.custom {
         admission::admit_custom(kind, &mut new, Some(&old), cx.strict)?;
     } else {
+        known_fields::check(kind, &mut new, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut new);
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
