@@ -264,4 +264,9 @@ spec:
     }
     let sets = f.ok(&["get", "sts"]).await;
     assert!(sets.lines().nth(1).unwrap().split_whitespace().any(|c| c == "2/2"), "{sets}");
+
+    // `kubectl scale` goes through the scale subresource.
+    f.ok(&["scale", "statefulset/web", "--replicas=3"]).await;
+    f.ok(&["rollout", "status", "statefulset/web"]).await;
+    assert_eq!(f.ok(&["get", "sts", "web", "-o", "jsonpath={.status.readyReplicas}"]).await, "3");
 }

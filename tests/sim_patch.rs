@@ -101,3 +101,21 @@ async fn apply_without_a_field_manager_is_refused() {
         other => panic!("expected 400, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn the_scale_subresource_reads_and_writes_spec_replicas() {
+    let sim = SimServer::start().await.unwrap();
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set()).await.unwrap();
+    let scale = sts.get_scale("db").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(1));
+    assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=db"));
+    let scaled = sts
+        .patch_scale("db", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}})))
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(4));
+    assert_eq!(sts.get("db").await.unwrap().spec.unwrap().replicas, Some(4));
+    let resources = sim.client().list_api_group_resources("apps/v1").await.unwrap();
+    assert!(resources.resources.iter().any(|r| r.name == "statefulsets/scale" && r.kind == "Scale"));
+}

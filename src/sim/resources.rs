@@ -44,6 +44,8 @@ pub struct Kind {
     pub categories: Vec<String>,
     /// Whether the kind has a `status` subresource (main-resource writes ignore status).
     pub status_subresource: bool,
+    /// Whether the kind has a `scale` subresource (`kubectl scale`).
+    pub scale_subresource: bool,
     /// Whether the server keeps `metadata.generation` for the kind (ConfigMaps, Pods, Services
     /// and other kinds without a spec/status split have none).
     pub generation: bool,
@@ -194,6 +196,7 @@ impl Registry {
                 categories: if IN_CATEGORY_ALL.contains(&plural) { vec!["all".into()] } else { vec![] },
                 status_subresource: status,
                 generation: WITH_GENERATION.contains(&plural),
+                scale_subresource: plural == "statefulsets",
                 printer_columns: built_in_columns(plural),
                 custom: false,
                 schema: None,
@@ -294,6 +297,7 @@ pub fn crd_kinds(crd: &Value) -> Result<Vec<Kind>, Vec<(String, String)>> {
             categories: strings(&names["categories"]),
             status_subresource: version.pointer("/subresources/status").is_some(),
             generation: true,
+            scale_subresource: false,
             printer_columns: printer_columns(&version["additionalPrinterColumns"]),
             custom: true,
             schema,
