@@ -36,6 +36,8 @@ pub struct Conflict {
     pub api_version: String,
     /// The field as the apiserver prints it: `.spec.replicas`.
     pub field: String,
+    /// The field's path segments: `["spec", "replicas"]`.
+    pub path: Vec<String>,
 }
 
 /// The fields `applied` would change on `live` that managers other than `manager` own.
@@ -56,6 +58,7 @@ pub fn conflicts(live: &Value, applied: &Value, manager: &str) -> Vec<Conflict> 
                     manager: entry["manager"].as_str().unwrap_or_default().to_string(),
                     api_version: entry["apiVersion"].as_str().unwrap_or_default().to_string(),
                     field: path.iter().map(|s| format!(".{s}")).collect(),
+                    path: path.clone(),
                 });
             }
         }

@@ -26,6 +26,8 @@ pub struct WriteContext {
     pub strict: bool,
     /// For server-side apply: the applied configuration, whose fields the manager then owns.
     pub applied: Option<Value>,
+    /// For a forced apply: the fields taken from other managers.
+    pub taken: Vec<Vec<String>>,
 }
 
 impl WriteContext {
@@ -37,6 +39,7 @@ impl WriteContext {
             dry_run: false,
             strict: false,
             applied: None,
+            taken: vec![],
         }
     }
 }
@@ -316,6 +319,7 @@ pub fn update(
         return Ok(old);
     }
     let written = meta::changed_part(&old, &new);
+    meta::release_fields(&mut new, &cx.manager, &cx.taken);
     record_write(kind, cx, subresource, &mut new, &written);
     if cx.dry_run {
         return Ok(new);
