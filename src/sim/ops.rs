@@ -184,11 +184,33 @@ pub fn create(
     if cx.dry_run {
         return Ok(obj);
     }
+    queue_dangling_owners(state, &obj);
     let stored = state.store.put(&kind.storage_key(), obj);
     if let Some(kinds) = served {
         state.registry.serve_crd(kinds);
     }
     Ok(stored)
+}
+
+/// Queues collection for each owner uid of a new object that names no live object, as the
+/// garbage collector deletes a dependent whose owners are gone (a controller acting on a stale
+/// cache may create a child just after its owner was deleted).
+fn queue_dangling_owners(state: &mut State, obj: &Value) {
+    let Some(owners) = obj["metadata"]["ownerReferences"].as_array().filter(|o| !o.is_empty()) else {
+        return;
+    };
+    let owner_uids: Vec<&str> = owners.iter().filter_map(|o| o["uid"].as_str()).collect();
+    let live: std::collections::HashSet<&str> = state
+        .store
+        .all()
+        .filter_map(|(_, o)| o["metadata"]["uid"].as_str())
+        .filter(|uid| owner_uids.contains(uid))
+        .collect();
+    let dangling: Vec<String> =
+        owner_uids.iter().filter(|uid| !live.contains(*uid)).map(|uid| uid.to_string()).collect();
+    for uid in dangling {
+        state.gc_queue.push(GcWork::Dependents(uid));
+    }
 }
 
 /// What a real server fills in on create for the kinds whose controllers are not simulated.

@@ -170,7 +170,11 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    if let Some(code) = cluster.faults.take_failure(&target.kind.plural) {
+    let subresource_failure = target
+        .subresource
+        .as_ref()
+        .and_then(|sub| cluster.faults.take_failure(&format!("{}/{sub}", target.kind.plural)));
+    if let Some(code) = subresource_failure.or_else(|| cluster.faults.take_failure(&target.kind.plural)) {
         return Err(ApiError::injected(code));
     }
     let served = match target.subresource.as_deref() {
