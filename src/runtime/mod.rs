@@ -5,6 +5,7 @@ pub mod cache;
 pub mod controller;
 pub mod informer;
 pub mod key;
+pub mod leader;
 pub mod metrics;
 pub mod reflector;
 pub mod workqueue;
