@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator against a Kubernetes cluster.
-    Run(dbcluster_operator::cli::RunArgs),
+    Run(Box<dbcluster_operator::cli::RunArgs>),
     /// Start the embedded simulated cluster, run the operator on it and show a sample cluster's progress.
     Demo,
     /// Print the DatabaseCluster CustomResourceDefinition as YAML.
@@ -28,7 +28,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => print_crd(),
-        Command::Run(args) => dbcluster_operator::cli::run::main(args),
+        Command::Run(args) => dbcluster_operator::cli::run::main(*args),
         Command::Demo => {
             eprintln!("not implemented yet: {:?}", cli.command);
             ExitCode::FAILURE
