@@ -211,7 +211,10 @@ impl Started {
                     view.set_leading(elector.leading());
                     elector.run(shutdown.clone(), move |stop| workload(context, stop)).await?
                 }
-                None => Some(workload(context, shutdown.clone()).await),
+                None => {
+                    let work = tokio::spawn(workload(context, shutdown.clone()));
+                    Some(work.await.map_err(|_| RunError::Operator("the operator panicked".into()))?)
+                }
             };
             ended.unwrap_or(Ok(())).map_err(|e| RunError::Operator(e.to_string()))
         };

@@ -197,12 +197,13 @@ impl LeaderElector {
         self.leading.send_replace(true);
 
         let stop_work = CancellationToken::new();
-        let mut work = tokio::spawn(on_leading(stop_work.clone()));
+        // If this future is dropped (its task aborted), the work must not outlive the renewals.
+        let mut work = AbortOnDrop(tokio::spawn(on_leading(stop_work.clone())));
         let mut next_try = renewed_at + self.config.retry_period;
         let output = loop {
             tokio::select! {
                 biased;
-                joined = &mut work => break joined,
+                joined = &mut work.0 => break joined,
                 _ = shutdown.cancelled(), if !stop_work.is_cancelled() => {
                     tracing::info!(lease = %lease_name, "shutting down: stopping the work, then releasing the lease");
                     stop_work.cancel();
@@ -228,8 +229,8 @@ impl LeaderElector {
                     if lost_leadership || Instant::now() >= deadline {
                         tracing::error!(lease = %lease_name, deadline = ?self.config.renew_deadline,
                             "lease not renewed in time: stopping the work now");
-                        work.abort();
-                        let _ = work.await;
+                        work.0.abort();
+                        let _ = (&mut work.0).await;
                         self.leading.send_replace(false);
                         return Err(LeaderError::Lost {
                             namespace: lease_ns,
@@ -367,6 +368,15 @@ impl LeaderElector {
             }
             Err(_) => tracing::warn!(lease = %name, "releasing the lease timed out; it will expire"),
         }
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
