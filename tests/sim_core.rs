@@ -2,8 +2,8 @@
 //! every verb, metadata, conflicts, generation and status-subresource rules, pagination, CRDs.
 
 use dbcluster_operator::sim::SimServer;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -20,24 +20,6 @@ fn config_map(name: &str, labels: serde_json::Value) -> ConfigMap {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "labels": labels},
         "data": {"k": "v"},
-    }))
-    .unwrap()
-}
-
-fn stateful_set(name: &str, replicas: i32) -> StatefulSet {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "postgres", "image": "postgres:15.4"}]}
-            }
-        },
-        "status": {"replicas": 99}
     }))
     .unwrap()
 }
@@ -137,47 +119,59 @@ async fn a_write_that_changes_nothing_keeps_the_resource_version() {
     assert_eq!(patched.metadata.resource_version, created.metadata.resource_version);
 }
 
+/// A PodDisruptionBudget: a status subresource and no simulated controller writing it.
+fn pdb(min_available: i32) -> PodDisruptionBudget {
+    serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "db"}}},
+        "status": {"currentHealthy": 99, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}
+    }))
+    .unwrap()
+}
+
 #[tokio::test]
 async fn generation_and_status_subresource_rules() {
     let sim = SimServer::start().await.unwrap();
-    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
-    let created = sts.create(&PostParams::default(), &stateful_set("db", 3)).await.unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::default_namespaced(sim.client());
+    let created = pdbs.create(&PostParams::default(), &pdb(2)).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));
     assert!(created.status.is_none(), "status in a create is ignored when status is a subresource");
 
-    let labelled = sts
+    let labelled = pdbs
         .patch("db", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})))
         .await
         .unwrap();
     assert_eq!(labelled.metadata.generation, Some(1), "metadata changes keep the generation");
 
-    let status = sts
+    let healthy = |p: &PodDisruptionBudget| p.status.as_ref().unwrap().current_healthy;
+    let status = pdbs
         .patch_status(
             "db",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"replicas": 2}, "spec": {"replicas": 7}})),
+            &Patch::Merge(json!({"status": {"currentHealthy": 2}, "spec": {"minAvailable": 7}})),
         )
         .await
         .unwrap();
-    assert_eq!(status.status.as_ref().unwrap().replicas, 2);
-    assert_eq!(status.spec.as_ref().unwrap().replicas, Some(3), "status writes ignore everything else");
+    assert_eq!(healthy(&status), 2);
+    let min = |p: &PodDisruptionBudget| p.spec.as_ref().unwrap().min_available.clone();
+    assert_eq!(min(&status), min(&created), "status writes ignore everything else");
     assert_eq!(status.metadata.generation, Some(1), "status changes keep the generation");
 
-    let scaled = sts
+    let changed = pdbs
         .patch(
             "db",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 5}, "status": {"replicas": 0}})),
+            &Patch::Merge(json!({"spec": {"minAvailable": 1}, "status": {"currentHealthy": 0}})),
         )
         .await
         .unwrap();
-    assert_eq!(scaled.metadata.generation, Some(2), "spec changes bump the generation");
-    assert_eq!(scaled.status.as_ref().unwrap().replicas, 2, "main-resource writes ignore status");
+    assert_eq!(changed.metadata.generation, Some(2), "spec changes bump the generation");
+    assert_eq!(healthy(&changed), 2, "main-resource writes ignore status");
 
-    let mut whole = scaled.clone();
-    whole.status.as_mut().unwrap().replicas = 5;
-    let replaced = sts.replace_status("db", &PostParams::default(), &whole).await.unwrap();
-    assert_eq!(replaced.status.unwrap().replicas, 5);
+    let mut whole = changed.clone();
+    whole.status.as_mut().unwrap().current_healthy = 5;
+    let replaced = pdbs.replace_status("db", &PostParams::default(), &whole).await.unwrap();
+    assert_eq!(healthy(&replaced), 5);
     assert_eq!(replaced.metadata.generation, Some(2));
 }
 

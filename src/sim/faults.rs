@@ -15,6 +15,7 @@ struct Pending {
     failures: HashMap<String, (usize, u16)>,
     gone_watches: HashSet<String>,
     latency: Duration,
+    failing_jobs: usize,
 }
 
 /// The faults to inject, shared by the server's request handlers.
@@ -46,6 +47,11 @@ impl Faults {
         self.pending.lock().gone_watches.insert(resource.to_string());
     }
 
+    /// Makes the next `n` Jobs the simulated Job controller finishes fail instead of succeed.
+    pub fn fail_next_jobs(&self, n: usize) {
+        self.pending.lock().failing_jobs = n;
+    }
+
     /// Delays every request by `d` before it is handled.
     pub fn set_latency(&self, d: Duration) {
         self.pending.lock().latency = d;
@@ -72,6 +78,14 @@ impl Faults {
             pending.failures.remove(resource);
         }
         Some(status)
+    }
+
+    /// Whether the Job being finished now must fail (and consumes the fault).
+    pub(crate) fn take_job_failure(&self) -> bool {
+        let mut pending = self.pending.lock();
+        let fail = pending.failing_jobs > 0;
+        pending.failing_jobs = pending.failing_jobs.saturating_sub(1);
+        fail
     }
 
     /// Whether this watch of `resource` must answer 410 (and consumes the fault).

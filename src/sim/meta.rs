@@ -108,6 +108,29 @@ fn fields_of(v: &Value) -> Value {
     }
 }
 
+/// The part of `new` that differs from `old` (added or changed fields; whole values where a
+/// non-object changed): what an `Update` manager comes to own.
+pub fn changed_part(old: &Value, new: &Value) -> Value {
+    match (old.as_object(), new.as_object()) {
+        (Some(o), Some(n)) => {
+            let mut out = Map::new();
+            for (k, v) in n {
+                match o.get(k) {
+                    Some(ov) if ov == v => {}
+                    Some(ov) if ov.is_object() && v.is_object() => {
+                        out.insert(k.clone(), changed_part(ov, v));
+                    }
+                    _ => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        _ => new.clone(),
+    }
+}
+
 /// Unions two field sets.
 fn merge_field_sets(a: &mut Value, b: &Value) {
     if let (Some(am), Some(bm)) = (a.as_object_mut(), b.as_object()) {
@@ -180,6 +203,13 @@ pub fn applied_fields(obj: &Value, name: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_changed_part_holds_only_added_or_changed_fields() {
+        let old = json!({"data": {"a": "1", "b": "2"}, "metadata": {"name": "x"}});
+        let new = json!({"data": {"a": "1", "b": "3", "c": "4"}, "metadata": {"name": "x"}});
+        assert_eq!(changed_part(&old, &new), json!({"data": {"b": "3", "c": "4"}}));
+    }
 
     #[test]
     fn uids_look_like_uuids() {

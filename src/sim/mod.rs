@@ -7,7 +7,9 @@
 
 pub mod admission;
 pub mod api_error;
+pub mod apply;
 mod cluster;
+mod controllers;
 pub mod discovery;
 pub mod faults;
 mod gc;
@@ -50,6 +52,8 @@ pub struct SimConfig {
     pub default_watch_timeout: Duration,
     /// How often watches that allow bookmarks get one.
     pub bookmark_interval: Duration,
+    /// How long a simulated Job runs before it completes (or fails).
+    pub job_duration: Duration,
 }
 
 impl Default for SimConfig {
@@ -61,6 +65,7 @@ impl Default for SimConfig {
             streaming_lists: true,
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(10),
+            job_duration: Duration::from_secs(1),
         }
     }
 }
@@ -115,6 +120,7 @@ impl SimServer {
         let tasks = vec![
             tokio::spawn(server::serve(cluster.clone(), listener)),
             tokio::spawn(cluster.clone().run_gc()),
+            tokio::spawn(controllers::run(cluster.clone())),
         ];
         tracing::info!(%addr, "simulated API server listening");
         Ok(SimServer { cluster, addr, tasks })

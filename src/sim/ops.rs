@@ -22,12 +22,20 @@ pub struct WriteContext {
     pub dry_run: bool,
     /// `fieldValidation=Strict`: refuse unknown fields of custom resources instead of pruning them.
     pub strict: bool,
+    /// For server-side apply: the applied configuration, whose fields the manager then owns.
+    pub applied: Option<Value>,
 }
 
 impl WriteContext {
     /// An `Update` by `manager`.
     pub fn update(manager: &str) -> Self {
-        Self { manager: manager.to_string(), operation: "Update", dry_run: false, strict: false }
+        Self {
+            manager: manager.to_string(),
+            operation: "Update",
+            dry_run: false,
+            strict: false,
+            applied: None,
+        }
     }
 }
 
@@ -268,7 +276,7 @@ pub fn update(
     if meta::same_content(&old, &new) {
         return Ok(old);
     }
-    let written = if subresource == Some("status") { json!({"status": new["status"]}) } else { new.clone() };
+    let written = meta::changed_part(&old, &new);
     record_write(kind, cx, subresource, &mut new, &written);
     if cx.dry_run {
         return Ok(new);

@@ -108,6 +108,44 @@ const BUILT_INS: &[BuiltIn] = &[
     ),
 ];
 
+/// One built-in Table column: name, type, JSONPath.
+type Column = (&'static str, &'static str, &'static str);
+
+/// Table columns of built-in kinds (besides NAME and AGE), by plural.
+const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
+    ("pods", &[("Status", "string", ".status.phase"), ("IP", "string", ".status.podIP")]),
+    (
+        "statefulsets",
+        &[("Replicas", "integer", ".spec.replicas"), ("Ready", "integer", ".status.readyReplicas")],
+    ),
+    ("services", &[("Type", "string", ".spec.type"), ("Cluster-IP", "string", ".spec.clusterIP")]),
+    (
+        "persistentvolumeclaims",
+        &[("Status", "string", ".status.phase"), ("Capacity", "string", ".status.capacity.storage")],
+    ),
+    ("jobs", &[("Succeeded", "integer", ".status.succeeded"), ("Failed", "integer", ".status.failed")]),
+    (
+        "cronjobs",
+        &[("Schedule", "string", ".spec.schedule"), ("Last Schedule", "date", ".status.lastScheduleTime")],
+    ),
+    ("namespaces", &[("Status", "string", ".status.phase")]),
+];
+
+fn built_in_columns(plural: &str) -> Vec<PrinterColumn> {
+    BUILT_IN_COLUMNS
+        .iter()
+        .filter(|(p, _)| *p == plural)
+        .flat_map(|(_, cols)| cols.iter())
+        .map(|(name, column_type, json_path)| PrinterColumn {
+            name: name.to_string(),
+            column_type: column_type.to_string(),
+            json_path: json_path.to_string(),
+            priority: 0,
+            description: String::new(),
+        })
+        .collect()
+}
+
 /// Kinds kubectl lists for `kubectl get all`.
 const IN_CATEGORY_ALL: &[&str] = &["pods", "services", "statefulsets", "jobs", "cronjobs"];
 
@@ -138,7 +176,7 @@ impl Registry {
                 short_names: short_names.iter().map(|s| s.to_string()).collect(),
                 categories: if IN_CATEGORY_ALL.contains(&plural) { vec!["all".into()] } else { vec![] },
                 status_subresource: status,
-                printer_columns: vec![],
+                printer_columns: built_in_columns(plural),
                 custom: false,
                 schema: None,
             };

@@ -209,6 +209,19 @@ fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<
             resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain"));
             return Some(resp);
         }
+        ["openapi", "v2"] => {
+            // An empty protobuf OpenAPI v2 document: kubectl then finds no schema for any kind,
+            // so it skips client-side validation and builds patches from its compiled-in types
+            // (built-in kinds) or as JSON merge patches (custom resources); the server validates.
+            let mut resp = Response::new(Full::new(Bytes::new()).boxed_unsync());
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                ),
+            );
+            return Some(resp);
+        }
         ["api"] => Some(discovery::core_versions(&cluster.config.addr.to_string())),
         ["apis"] => Some(cluster.read(|s| discovery::groups(&s.registry))),
         ["apis", group] => cluster.read(|s| discovery::group(&s.registry, group)),

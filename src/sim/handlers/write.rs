@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::read::filter;
 use super::{Body, Call, json_response, present};
 use crate::sim::api_error::ApiError;
+use crate::sim::apply;
 use crate::sim::cluster::Cluster;
 use crate::sim::ops::{self, DeleteOptions, Deletion, Propagation, WriteContext};
 use crate::sim::patch::{self, PatchType};
@@ -22,6 +23,7 @@ fn context(call: &Call, operation: &'static str) -> WriteContext {
         operation,
         dry_run: call.dry_run(),
         strict: call.query.get("fieldValidation").is_some_and(|v| v == "Strict"),
+        applied: None,
     }
 }
 
@@ -64,7 +66,10 @@ pub fn patch(cluster: &Cluster, call: &Call) -> Result<Response<Body>, ApiError>
         ));
     }
     let operation = if patch_type == PatchType::Apply { "Apply" } else { "Update" };
-    let cx = context(call, operation);
+    let mut cx = context(call, operation);
+    if patch_type == PatchType::Apply {
+        cx.applied = Some(body.clone());
+    }
     let ns = call.target.namespace.as_deref();
     let sub = call.target.subresource.as_deref();
     let (status, result) = cluster.write(|s| {
@@ -80,7 +85,11 @@ pub fn patch(cluster: &Cluster, call: &Call) -> Result<Response<Body>, ApiError>
             }
             None => Err(ApiError::not_found(kind, name(call))),
             Some(current) => {
-                let patched = patch::apply_patch(patch_type, &current, &body)?;
+                let patched = if patch_type == PatchType::Apply {
+                    apply::merge_applied(&current, &body, &cx.manager)
+                } else {
+                    patch::apply_patch(patch_type, &current, &body)?
+                };
                 ops::update(s, kind, ns, name(call), patched, sub, &cx).map(|o| (200, o))
             }
         }

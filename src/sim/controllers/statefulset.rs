@@ -1,0 +1,268 @@
+//! The simulated StatefulSet controller (there is no kubelet): pods `<name>-0 … <name>-(n-1)`
+//! created in order, each waiting for the previous to be Running and Ready (OrderedReady; all at
+//! once with `Parallel`), PVCs from `volumeClaimTemplates`, scale down from the highest ordinal,
+//! rolling updates from the highest ordinal down to `partition`, and a status that stays true.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Value, json};
+
+use crate::sim::controllers::{create_with_status, is_deleting, owned_by, write_status};
+use crate::sim::ops::{self, DeleteOptions};
+use crate::sim::state::State;
+
+/// The label holding a pod's revision, as the real controller sets it.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Pod templates by revision name, so pods below the partition can be recreated at the
+/// current revision (the real controller keeps them in ControllerRevisions).
+#[derive(Debug, Default)]
+pub struct Revisions(HashMap<String, Value>);
+
+/// The revision name of a pod template: `<statefulset>-<hash of the template>`.
+pub fn revision_name(sts_name: &str, template: &Value) -> String {
+    // FNV-1a over the canonical JSON (serde_json sorts object keys).
+    let hash = template
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    format!("{sts_name}-{:x}", hash & 0xff_ffff_ffff)
+}
+
+/// Whether a pod is Running with a true Ready condition.
+pub fn is_ready(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && pod["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+fn ordinal_of(pod_name: &str, sts_name: &str) -> Option<i64> {
+    pod_name.strip_prefix(sts_name)?.strip_prefix('-')?.parse().ok()
+}
+
+/// Reconciles every StatefulSet once.
+pub fn reconcile_all(state: &mut State, revisions: &mut Revisions) {
+    let sets: Vec<Value> =
+        state.store.list("statefulsets.apps", None).filter(|s| !is_deleting(s)).cloned().collect();
+    for sts in sets {
+        reconcile(state, revisions, &sts);
+    }
+}
+
+fn reconcile(state: &mut State, revisions: &mut Revisions, sts: &Value) {
+    let name = sts["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let uid = sts["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let spec = &sts["spec"];
+    let replicas = spec["replicas"].as_i64().unwrap_or(1).max(0);
+    let rolling = spec["updateStrategy"]["type"].as_str().unwrap_or("RollingUpdate") == "RollingUpdate";
+    let partition = spec["updateStrategy"]["rollingUpdate"]["partition"].as_i64().unwrap_or(0);
+    let parallel = spec["podManagementPolicy"] == "Parallel";
+    let update_revision = revision_name(&name, &spec["template"]);
+    revisions.0.insert(update_revision.clone(), spec["template"].clone());
+    let current_revision = sts["status"]["currentRevision"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| update_revision.clone());
+
+    let pods: BTreeMap<i64, Value> = state
+        .store
+        .list("pods", Some(&ns))
+        .filter(|p| owned_by(p, &uid))
+        .filter_map(|p| Some((ordinal_of(p["metadata"]["name"].as_str()?, &name)?, p.clone())))
+        .collect();
+
+    // Create missing pods in order, waiting for each to be ready unless the policy is Parallel.
+    let mut all_ready = true;
+    for ordinal in 0..replicas {
+        match pods.get(&ordinal) {
+            None => {
+                let revision = if ordinal < partition { &current_revision } else { &update_revision };
+                let template = revisions.0.get(revision).unwrap_or(&spec["template"]).clone();
+                create_pod(state, sts, ordinal, revision, &template);
+                all_ready = false;
+                if !parallel {
+                    break;
+                }
+            }
+            Some(p) if is_deleting(p) || !is_ready(p) => {
+                all_ready = false;
+                if !parallel {
+                    break;
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    if all_ready {
+        let condemned = pods.range(replicas..).next_back().map(|(_, p)| p.clone());
+        if let Some(pod) = condemned {
+            delete_pod(state, &pod);
+        } else if rolling {
+            let stale = (partition.max(0)..replicas)
+                .rev()
+                .filter_map(|o| pods.get(&o))
+                .find(|p| p["metadata"]["labels"][REVISION_LABEL] != update_revision.as_str());
+            if let Some(pod) = stale {
+                delete_pod(state, pod);
+            }
+        }
+    }
+    update_status(state, sts, &update_revision, &current_revision);
+}
+
+fn create_pod(state: &mut State, sts: &Value, ordinal: i64, revision: &str, template: &Value) {
+    let name = sts["metadata"]["name"].as_str().unwrap_or_default();
+    let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default();
+    let pod_name = format!("{name}-{ordinal}");
+    let mut meta = template["metadata"].as_object().cloned().unwrap_or_default();
+    let mut labels = meta.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
+    labels.insert(REVISION_LABEL.into(), json!(revision));
+    labels.insert("statefulset.kubernetes.io/pod-name".into(), json!(pod_name));
+    labels.insert("apps.kubernetes.io/pod-index".into(), json!(ordinal.to_string()));
+    meta.insert("labels".into(), Value::Object(labels));
+    meta.insert("name".into(), json!(pod_name));
+    meta.insert("namespace".into(), json!(ns));
+    meta.insert("ownerReferences".into(), json!([controller_ref(sts)]));
+    let mut pod_spec = template["spec"].clone();
+    pod_spec["hostname"] = json!(pod_name);
+    if let Some(service) = sts["spec"]["serviceName"].as_str() {
+        pod_spec["subdomain"] = json!(service);
+    }
+    for claim in sts["spec"]["volumeClaimTemplates"].as_array().into_iter().flatten() {
+        let claim_name = claim["metadata"]["name"].as_str().unwrap_or_default();
+        let pvc_name = format!("{claim_name}-{pod_name}");
+        ensure_pvc(state, sts, claim, &pvc_name);
+        if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
+            volumes.push(json!({"name": claim_name, "persistentVolumeClaim": {"claimName": pvc_name}}));
+        } else {
+            pod_spec["volumes"] =
+                json!([{"name": claim_name, "persistentVolumeClaim": {"claimName": pvc_name}}]);
+        }
+    }
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec});
+    create_with_status(state, "", "pods", Some(ns), pod, None);
+}
+
+fn ensure_pvc(state: &mut State, sts: &Value, claim: &Value, pvc_name: &str) {
+    let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default();
+    if state.store.get("persistentvolumeclaims", ns, pvc_name).is_some() {
+        return;
+    }
+    let mut labels = sts["spec"]["selector"]["matchLabels"].as_object().cloned().unwrap_or_default();
+    if let Some(own) = claim["metadata"]["labels"].as_object() {
+        labels.extend(own.clone());
+    }
+    let pvc = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc_name, "namespace": ns, "labels": labels},
+        "spec": claim["spec"],
+    });
+    let status = json!({
+        "phase": "Bound",
+        "accessModes": claim["spec"]["accessModes"],
+        "capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"]},
+    });
+    create_with_status(state, "", "persistentvolumeclaims", Some(ns), pvc, Some(status));
+}
+
+fn controller_ref(sts: &Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "name": sts["metadata"]["name"], "uid": sts["metadata"]["uid"],
+        "controller": true, "blockOwnerDeletion": true,
+    })
+}
+
+fn delete_pod(state: &mut State, pod: &Value) {
+    if is_deleting(pod) {
+        return;
+    }
+    let Some(kind) = state.registry.get("", "v1", "pods") else { return };
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    if let Err(e) = ops::delete(state, &kind, Some(&ns), &name, &DeleteOptions::default()) {
+        tracing::debug!(pod = %name, error = %e.message, "simulated StatefulSet controller could not delete a pod");
+    }
+}
+
+fn update_status(state: &mut State, sts: &Value, update_revision: &str, current_revision: &str) {
+    let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default();
+    let uid = sts["metadata"]["uid"].as_str().unwrap_or_default();
+    let name = sts["metadata"]["name"].as_str().unwrap_or_default();
+    let desired = sts["spec"]["replicas"].as_i64().unwrap_or(1);
+    let pods: Vec<&Value> = state
+        .store
+        .list("pods", Some(ns))
+        .filter(|p| {
+            owned_by(p, uid) && p["metadata"]["name"].as_str().and_then(|n| ordinal_of(n, name)).is_some()
+        })
+        .collect();
+    let count = |f: &dyn Fn(&Value) -> bool| pods.iter().filter(|p| f(p)).count() as i64;
+    let revision_of =
+        |p: &Value| p["metadata"]["labels"][REVISION_LABEL].as_str().unwrap_or_default().to_string();
+    let ready = count(&|p| is_ready(p));
+    let updated = count(&|p| revision_of(p) == update_revision);
+    let rollout_done = updated == desired && ready == desired && pods.len() as i64 == desired;
+    let current_revision = if rollout_done { update_revision } else { current_revision };
+    let current = count(&|p| revision_of(p) == current_revision);
+    let status = json!({
+        "observedGeneration": sts["metadata"]["generation"],
+        "replicas": pods.len(),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "currentReplicas": current,
+        "updatedReplicas": updated,
+        "currentRevision": current_revision,
+        "updateRevision": update_revision,
+        "collisionCount": 0,
+    });
+    write_status(state, "apps", "statefulsets", sts, status);
+}
+
+/// The status a simulated kubelet reports for a started pod: Running, Ready, containers running.
+pub fn running_status(pod: &Value, ordinal_ip: u32, now: &str) -> Value {
+    let containers: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({
+                "name": c["name"], "image": c["image"], "imageID": "", "ready": true, "started": true,
+                "restartCount": 0, "state": {"running": {"startedAt": now}},
+            })
+        })
+        .collect();
+    let condition = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+    json!({
+        "phase": "Running",
+        "conditions": [condition("Initialized"), condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
+        "podIP": format!("10.244.{}.{}", (ordinal_ip >> 8) & 0xff, ordinal_ip & 0xff),
+        "hostIP": "10.0.0.1",
+        "startTime": now,
+        "containerStatuses": containers,
+        "qosClass": "BestEffort",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_change_with_the_template_only() {
+        let a = json!({"spec": {"containers": [{"image": "postgres:15.4"}]}});
+        let b = json!({"spec": {"containers": [{"image": "postgres:15.6"}]}});
+        assert_eq!(revision_name("db", &a), revision_name("db", &a.clone()));
+        assert_ne!(revision_name("db", &a), revision_name("db", &b));
+        assert!(revision_name("db", &a).starts_with("db-"));
+    }
+
+    #[test]
+    fn ordinals_parse_from_pod_names() {
+        assert_eq!(ordinal_of("db-2", "db"), Some(2));
+        assert_eq!(ordinal_of("db-x", "db"), None);
+        assert_eq!(ordinal_of("dbx-1", "db"), None);
+    }
+}

@@ -1,0 +1,331 @@
+//! The controller's rules, against the simulated API server over real HTTP: workers start after
+//! every informer is synced; `For`, `Owns` and `Watches` map events to keys; the four ways a pass
+//! can end tell the queue the right thing; panics and timeouts are caught; shutdown lets the pass in
+//! flight finish and starts no new one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dbcluster_operator::runtime::ObjectKey;
+use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
+use dbcluster_operator::runtime::informer::Informer;
+use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::sim::SimServer;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+/// What the test reconcile does for an object, by name.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    Done,
+    RequeueAfter(Duration),
+    Fail,
+    FailTerminally,
+    Panic,
+    Hang,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct TestError {
+    message: &'static str,
+    terminal: bool,
+}
+
+impl ReconcileError for TestError {
+    fn is_terminal(&self) -> bool {
+        self.terminal
+    }
+}
+
+/// Records every pass, and lets a test wait for a condition on the record.
+#[derive(Default)]
+struct Recorder {
+    passes: Mutex<Vec<(ObjectKey, Instant)>>,
+    behaviour: Mutex<HashMap<String, Behaviour>>,
+    synced_at_first_pass: Mutex<Option<bool>>,
+    caches: Mutex<Vec<Box<dyn Fn() -> bool + Send>>>,
+    changed: Notify,
+    gate: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl Recorder {
+    fn passes_of(&self, name: &str) -> Vec<Instant> {
+        self.passes.lock().iter().filter(|(k, _)| k.name() == name).map(|(_, t)| *t).collect()
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.passes.lock().iter().map(|(k, _)| k.to_string()).collect()
+    }
+
+    /// Waits (at most a minute of the test's clock) until `condition` holds.
+    async fn wait_until(&self, condition: impl Fn(&Self) -> bool) {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let changed = self.changed.notified();
+                if condition(self) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .expect("the condition did not hold within a minute");
+    }
+}
+
+async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestError> {
+    {
+        let mut first = rec.synced_at_first_pass.lock();
+        if first.is_none() {
+            *first = Some(rec.caches.lock().iter().all(|synced| synced()));
+        }
+    }
+    rec.passes.lock().push((key.clone(), Instant::now()));
+    rec.changed.notify_waiters();
+    let behaviour = rec.behaviour.lock().get(key.name()).copied().unwrap_or(Behaviour::Done);
+    match behaviour {
+        Behaviour::Done => Ok(Action::Done),
+        Behaviour::RequeueAfter(d) => Ok(Action::RequeueAfter(d)),
+        Behaviour::Fail => Err(TestError { message: "boom", terminal: false }),
+        Behaviour::FailTerminally => Err(TestError { message: "invalid", terminal: true }),
+        Behaviour::Panic => panic!("reconcile bug"),
+        Behaviour::Hang => {
+            let gate = rec.gate.lock().take();
+            if let Some(gate) = gate {
+                let _ = gate.await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+            rec.changed.notify_waiters();
+            Ok(Action::Done)
+        }
+    }
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
+}
+
+fn secret(name: &str, owner: &ConfigMap, controller: bool, labels: serde_json::Value) -> Secret {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "ownerReferences": [{
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "name": owner.metadata.name, "uid": owner.metadata.uid,
+                "controller": controller, "blockOwnerDeletion": true,
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+struct Harness {
+    sim: SimServer,
+    config_maps: Arc<Informer<ConfigMap>>,
+    secrets: Arc<Informer<Secret>>,
+    recorder: Arc<Recorder>,
+    metrics: Arc<Metrics>,
+}
+
+impl Harness {
+    async fn start() -> Self {
+        let sim = SimServer::start().await.unwrap();
+        let config_maps = Arc::new(Informer::new(Api::<ConfigMap>::default_namespaced(sim.client())));
+        let secrets = Arc::new(Informer::new(Api::<Secret>::default_namespaced(sim.client())));
+        let recorder = Arc::new(Recorder::default());
+        let (a, b) = (Arc::clone(config_maps.cache()), Arc::clone(secrets.cache()));
+        recorder.caches.lock().push(Box::new(move || a.is_synced()));
+        recorder.caches.lock().push(Box::new(move || b.is_synced()));
+        Self { sim, config_maps, secrets, recorder, metrics: Arc::new(Metrics::new()) }
+    }
+
+    fn api<K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>>(&self) -> Api<K>
+    where
+        K::DynamicType: Default,
+    {
+        Api::default_namespaced(self.sim.client())
+    }
+
+    fn controller(&self) -> Controller<ConfigMap> {
+        let mut config = ControllerConfig::named("test");
+        config.queue = config.queue.with_metrics(self.metrics.queue("test"));
+        config.metrics = Some(self.metrics.controller("test"));
+        Controller::new(&self.config_maps, config).owns(&self.secrets).workers(2)
+    }
+
+    /// Starts `controller` on a task; the returned sender stops it.
+    fn run(&self, controller: Controller<ConfigMap>) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let recorder = Arc::clone(&self.recorder);
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            controller.run(reconcile, recorder, shutdown).await.unwrap();
+        });
+        (stop, task)
+    }
+}
+
+#[tokio::test]
+async fn workers_start_after_every_informer_synced_and_reconcile_every_existing_object() {
+    let h = Harness::start().await;
+    for name in ["a", "b", "c"] {
+        h.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
+    }
+    let controller = h.controller();
+    // Informers start after the controller is built: it must wait for both first lists.
+    h.config_maps.start();
+    h.secrets.start();
+    let (_stop, _task) = h.run(controller);
+    h.recorder.wait_until(|r| r.passes.lock().len() >= 3).await;
+    assert_eq!(*h.recorder.synced_at_first_pass.lock(), Some(true));
+    let mut keys = h.recorder.keys();
+    keys.sort();
+    assert_eq!(keys, ["default/a", "default/b", "default/c"]);
+}
+
+#[tokio::test]
+async fn a_change_to_an_owned_child_reconciles_its_controller_owner_only() {
+    let h = Harness::start().await;
+    let owner = h.api::<ConfigMap>().create(&PostParams::default(), &config_map("pg")).await.unwrap();
+    let other = h.api::<ConfigMap>().create(&PostParams::default(), &config_map("bystander")).await.unwrap();
+    h.config_maps.start();
+    h.secrets.start();
+    let (_stop, _task) = h.run(h.controller());
+    h.recorder.wait_until(|r| r.passes.lock().len() >= 2).await;
+
+    // A child whose controller is `pg`: its creation and changes reconcile `pg`.
+    let secrets = h.api::<Secret>();
+    secrets.create(&PostParams::default(), &secret("pg-app", &owner, true, json!({}))).await.unwrap();
+    h.recorder.wait_until(|r| r.passes_of("pg").len() >= 2).await;
+    // A child that merely references `bystander` without being controlled by it: nothing.
+    secrets.create(&PostParams::default(), &secret("loose", &other, false, json!({}))).await.unwrap();
+    let patch = Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}));
+    secrets.patch("pg-app", &PatchParams::default(), &patch).await.unwrap();
+    h.recorder.wait_until(|r| r.passes_of("pg").len() >= 3).await;
+    assert_eq!(h.recorder.passes_of("bystander").len(), 1, "a non-controller reference must not map");
+    assert!(h.recorder.passes_of("pg-app").is_empty() && h.recorder.passes_of("loose").is_empty());
+}
+
+#[tokio::test]
+async fn watches_maps_events_of_any_kind_through_its_mapper() {
+    let h = Harness::start().await;
+    h.config_maps.start();
+    h.secrets.start();
+    let mut config = ControllerConfig::named("mapper");
+    config.workers = 1;
+    let controller = Controller::new(&h.config_maps, config).watches(&h.secrets, |s: &Secret| {
+        let target = s.metadata.labels.as_ref()?.get("wake")?.clone();
+        Some(ObjectKey::namespaced("default", &target))
+    });
+    let (_stop, _task) = h.run(controller);
+    let pointer: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "s", "labels": {"wake": "far-away"}}})).unwrap();
+    h.api::<Secret>().create(&PostParams::default(), &pointer).await.unwrap();
+    h.recorder.wait_until(|r| r.keys().contains(&"default/far-away".to_string())).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_outcome_tells_the_queue_the_right_thing() {
+    let h = Harness::start().await;
+    {
+        let mut b = h.recorder.behaviour.lock();
+        b.insert("done".into(), Behaviour::Done);
+        b.insert("later".into(), Behaviour::RequeueAfter(Duration::from_secs(30)));
+        b.insert("fail".into(), Behaviour::Fail);
+        b.insert("terminal".into(), Behaviour::FailTerminally);
+    }
+    for name in ["done", "later", "fail", "terminal"] {
+        h.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
+    }
+    h.config_maps.start();
+    h.secrets.start();
+    let controller = h.controller();
+    let queue = controller.queue().clone();
+    let (_stop, _task) = h.run(controller);
+
+    // An error retries with per-key exponential backoff: 5 ms, 10 ms, 20 ms, 40 ms …
+    h.recorder.wait_until(|r| r.passes_of("fail").len() >= 5).await;
+    let fail = h.recorder.passes_of("fail");
+    let gaps: Vec<u128> = fail.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    assert_eq!(gaps, [5, 10, 20, 40]);
+    assert!(queue.num_requeues(&ObjectKey::namespaced("default", "fail")) >= 4);
+
+    // RequeueAfter runs the key again after the delay, with its backoff reset.
+    h.recorder.wait_until(|r| r.passes_of("later").len() >= 2).await;
+    let later = h.recorder.passes_of("later");
+    assert_eq!((later[1] - later[0]).as_secs(), 30);
+    assert_eq!(queue.num_requeues(&ObjectKey::namespaced("default", "later")), 0);
+
+    // Done and a terminal error run once: no retry, no backoff state left.
+    assert_eq!(h.recorder.passes_of("done").len(), 1);
+    assert_eq!(h.recorder.passes_of("terminal").len(), 1);
+    assert_eq!(queue.num_requeues(&ObjectKey::namespaced("default", "terminal")), 0);
+    let text = h.metrics.encode();
+    assert!(
+        text.contains("controller_runtime_terminal_reconcile_errors_total{controller=\"test\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("controller_runtime_reconcile_total{controller=\"test\",result=\"requeue_after\"}")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_or_a_timeout_is_an_error_retried_with_backoff() {
+    let h = Harness::start().await;
+    h.recorder.behaviour.lock().insert("buggy".into(), Behaviour::Panic);
+    h.recorder.behaviour.lock().insert("stuck".into(), Behaviour::Hang);
+    for name in ["buggy", "stuck", "fine"] {
+        h.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
+    }
+    h.config_maps.start();
+    h.secrets.start();
+    let mut config = ControllerConfig::named("test");
+    config.reconcile_timeout = Some(Duration::from_secs(1));
+    config.metrics = Some(h.metrics.controller("test"));
+    let (_stop, _task) = h.run(Controller::new(&h.config_maps, config).workers(1));
+
+    h.recorder.wait_until(|r| r.passes_of("buggy").len() >= 3 && r.passes_of("stuck").len() >= 2).await;
+    let stuck = h.recorder.passes_of("stuck");
+    // The hung pass was cancelled at its 1 s timeout and retried after 5 ms of backoff.
+    assert_eq!((stuck[1] - stuck[0]).as_millis(), 1005);
+    // The worker survived the panics and went on with other keys.
+    assert_eq!(h.recorder.passes_of("fine").len(), 1);
+    let text = h.metrics.encode();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("controller_runtime_reconcile_panics_total{controller=\"test\"} "))
+    );
+}
+
+#[tokio::test]
+async fn shutdown_lets_the_pass_in_flight_finish_and_starts_no_new_one() {
+    let h = Harness::start().await;
+    h.recorder.behaviour.lock().insert("slow".into(), Behaviour::Hang);
+    let (release, gate) = oneshot::channel();
+    *h.recorder.gate.lock() = Some(gate);
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("slow")).await.unwrap();
+    h.config_maps.start();
+    h.secrets.start();
+    let (stop, task) = h.run(h.controller());
+    h.recorder.wait_until(|r| r.passes_of("slow").len() == 1).await;
+
+    stop.send(()).unwrap();
+    // Intake has stopped: an event for a new object after shutdown starts no pass.
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("too-late")).await.unwrap();
+    tokio::task::yield_now().await;
+    assert!(!task.is_finished(), "run must wait for the pass in flight");
+    release.send(()).unwrap();
+    task.await.unwrap();
+    assert!(h.recorder.passes_of("too-late").is_empty());
+}

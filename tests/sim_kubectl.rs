@@ -1,0 +1,217 @@
+//! The simulated API server through the real `kubectl` binary (with a temporary kubeconfig):
+//! apply, get as a table with the CRD's printer columns, short names, `get -w`, patch, get -o
+//! json, delete, and client-side apply of a built-in kind.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use dbcluster_operator::sim::SimServer;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: databaseclusters.databases.example.dev
+spec:
+  group: databases.example.dev
+  scope: Namespaced
+  names: {kind: DatabaseCluster, plural: databaseclusters, singular: databasecluster, shortNames: [dbc]}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    additionalPrinterColumns:
+    - {name: Phase, type: string, jsonPath: .status.phase}
+    - {name: Ready, type: integer, jsonPath: .status.readyReplicas}
+    - {name: Version, type: string, jsonPath: .status.currentVersion}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [replicas, version]
+            properties:
+              replicas: {type: integer, minimum: 1, maximum: 10}
+              version: {type: string}
+              storageSize: {type: string, default: 10Gi}
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+"#;
+
+const SAMPLE: &str = r#"apiVersion: databases.example.dev/v1alpha1
+kind: DatabaseCluster
+metadata:
+  name: production-postgres
+  namespace: default
+spec:
+  replicas: 3
+  version: "15.4"
+  storageSize: "1Gi"
+"#;
+
+/// A server, a temporary directory holding its kubeconfig and the manifests.
+struct Fixture {
+    sim: SimServer,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let sim = SimServer::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config"), sim.kubeconfig_yaml()).unwrap();
+        std::fs::write(dir.path().join("crd.yaml"), CRD).unwrap();
+        std::fs::write(dir.path().join("sample.yaml"), SAMPLE).unwrap();
+        Self { sim, dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new("kubectl");
+        c.args(args).env("KUBECONFIG", self.path("config")).env("HOME", self.dir.path());
+        c
+    }
+
+    /// Runs kubectl; panics with its output unless it succeeds; returns stdout.
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().await.unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "kubectl {args:?} failed:\n{stdout}\n{stderr}");
+        stdout.into_owned()
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    async fn fails(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().await.unwrap();
+        assert!(!out.status.success(), "kubectl {args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    async fn install(&self) {
+        self.ok(&["apply", "-f", path_str(&self.path("crd.yaml"))]).await;
+        self.ok(&["apply", "-f", path_str(&self.path("sample.yaml"))]).await;
+    }
+
+    fn clusters(&self) -> Api<DynamicObject> {
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("databases.example.dev", "v1alpha1", "DatabaseCluster"),
+            "databaseclusters",
+        );
+        Api::default_namespaced_with(self.sim.client(), &ar)
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[tokio::test]
+async fn kubectl_applies_gets_tables_patches_and_deletes() {
+    let f = Fixture::new().await;
+    f.install().await;
+    f.clusters()
+        .patch_status(
+            "production-postgres",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "Running", "readyReplicas": 3, "currentVersion": "15.4"}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    let table = f.ok(&["get", "databaseclusters"]).await;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "PHASE", "READY", "VERSION", "AGE"]);
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["production-postgres", "Running", "3", "15.4"]);
+    assert!(row[4].ends_with('s'), "age {:?}", row[4]);
+
+    assert!(f.ok(&["get", "dbc"]).await.contains("production-postgres"), "short name");
+
+    f.ok(&["patch", "dbc", "production-postgres", "--type", "merge", "-p", r#"{"spec":{"replicas":4}}"#])
+        .await;
+    let json: serde_json::Value =
+        serde_json::from_str(&f.ok(&["get", "databasecluster", "production-postgres", "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(json["spec"]["replicas"], 4);
+    assert_eq!(json["spec"]["storageSize"], "1Gi");
+    assert_eq!(json["metadata"]["generation"], 2);
+
+    // Re-applying the sample restores the replicas (client-side apply computes a merge patch).
+    f.ok(&["apply", "-f", path_str(&f.path("sample.yaml"))]).await;
+    let json: serde_json::Value =
+        serde_json::from_str(&f.ok(&["get", "dbc", "production-postgres", "-o", "json"]).await).unwrap();
+    assert_eq!(json["spec"]["replicas"], 3);
+
+    // The schema applies to kubectl's writes: a refused patch shows the apiserver's message.
+    let err = f
+        .fails(&[
+            "patch",
+            "dbc",
+            "production-postgres",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":0}}"#,
+        ])
+        .await;
+    assert!(err.contains("spec.replicas"), "{err}");
+
+    f.ok(&["delete", "dbc", "production-postgres"]).await;
+    let err = f.fails(&["get", "dbc", "production-postgres"]).await;
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_sees_a_change() {
+    let f = Fixture::new().await;
+    f.install().await;
+    let mut child =
+        f.command(&["get", "dbc", "-w"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let header = lines.next_line().await.unwrap().unwrap();
+    assert!(header.starts_with("NAME"), "{header}");
+    let first = lines.next_line().await.unwrap().unwrap();
+    assert!(first.starts_with("production-postgres"), "{first}");
+    f.clusters()
+        .patch_status(
+            "production-postgres",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Creating"}})),
+        )
+        .await
+        .unwrap();
+    loop {
+        let line = lines.next_line().await.unwrap().expect("kubectl get -w ended early");
+        if line.contains("Creating") {
+            break;
+        }
+    }
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_applies_a_built_in_kind_twice() {
+    let f = Fixture::new().await;
+    let cm = |value: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: {value}\n")
+    };
+    std::fs::write(f.path("cm.yaml"), cm("a")).unwrap();
+    f.ok(&["apply", "-f", path_str(&f.path("cm.yaml"))]).await;
+    std::fs::write(f.path("cm.yaml"), cm("b")).unwrap();
+    assert!(f.ok(&["apply", "-f", path_str(&f.path("cm.yaml"))]).await.contains("configured"));
+    assert_eq!(f.ok(&["get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]).await, "b");
+    assert!(f.ok(&["get", "configmaps"]).await.contains("settings"));
+}

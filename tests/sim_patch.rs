@@ -1,0 +1,82 @@
+//! Patch types of the simulated API server through the `kube` client: strategic merge for
+//! built-in kinds, and server-side apply as create-or-merge under a field manager.
+
+use dbcluster_operator::sim::SimServer;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn stateful_set() -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [
+                    {"name": "postgres", "image": "postgres:15.4", "env": [{"name": "A", "value": "1"}]},
+                    {"name": "exporter", "image": "exporter:1"}
+                ]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn strategic_merge_merges_containers_by_name() {
+    let sim = SimServer::start().await.unwrap();
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set()).await.unwrap();
+    let patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "postgres", "image": "postgres:15.6", "env": [{"name": "B", "value": "2"}]}
+    ]}}}});
+    let patched = sts.patch("db", &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
+    let containers = patched.spec.unwrap().template.spec.unwrap().containers;
+    assert_eq!(containers.len(), 2, "the exporter is kept");
+    assert_eq!(containers[0].image.as_deref(), Some("postgres:15.6"));
+    let env: Vec<&str> = containers[0].env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(env, ["A", "B"]);
+    assert_eq!(patched.metadata.generation, Some(2));
+}
+
+#[tokio::test]
+async fn server_side_apply_creates_then_merges_and_releases_fields() {
+    let sim = SimServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let pp = PatchParams::apply("dbcluster-operator");
+    let first = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1", "b": "2"}});
+    let created = cms.patch("cfg", &pp, &Patch::Apply(&first)).await.unwrap();
+    assert_eq!(created.data.as_ref().unwrap().len(), 2);
+    let entry = &created.metadata.managed_fields.as_ref().unwrap()[0];
+    assert_eq!(
+        (entry.manager.as_deref(), entry.operation.as_deref()),
+        (Some("dbcluster-operator"), Some("Apply"))
+    );
+
+    // Another manager's field survives; the field this manager stops applying goes.
+    cms.patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"data": {"c": "3"}}))).await.unwrap();
+    let second =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "9"}});
+    let applied = cms.patch("cfg", &pp, &Patch::Apply(&second)).await.unwrap();
+    let data = applied.data.unwrap();
+    assert_eq!(data.get("a").map(String::as_str), Some("9"));
+    assert_eq!(data.get("c").map(String::as_str), Some("3"));
+    assert!(!data.contains_key("b"));
+}
+
+#[tokio::test]
+async fn apply_without_a_field_manager_is_refused() {
+    let sim = SimServer::start().await.unwrap();
+    let request = http::Request::patch("/api/v1/namespaces/default/configmaps/x")
+        .header("content-type", "application/apply-patch+yaml")
+        .body(b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n".to_vec())
+        .unwrap();
+    match sim.client().request::<ConfigMap>(request).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 400),
+        other => panic!("expected 400, got {other:?}"),
+    }
+}

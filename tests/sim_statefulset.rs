@@ -1,0 +1,190 @@
+//! The simulated StatefulSet controller and kubelet through the `kube` client, on a paused
+//! clock: ordered creation and readiness after `pod_ready_delay`, status fields, PVCs, scale
+//! down from the highest ordinal, rolling update from the highest ordinal honouring
+//! `partition`, and garbage collection of the pods with their StatefulSet.
+
+use std::time::Duration;
+
+use dbcluster_operator::sim::{SimConfig, SimServer};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+
+const DELAY: Duration = Duration::from_secs(5);
+
+async fn start() -> SimServer {
+    SimServer::start_with(SimConfig { pod_ready_delay: DELAY, ..SimConfig::default() }).await.unwrap()
+}
+
+fn stateful_set(replicas: i32) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": "db-headless",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "postgres", "image": "postgres:15.4"}]}
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A pod event as `ADDED db-0`, `READY db-0`, `DELETED db-2` (other modifications are skipped).
+fn describe(e: &WatchEvent<Pod>) -> Option<String> {
+    match e {
+        WatchEvent::Added(p) => Some(format!("ADDED {}", p.metadata.name.as_deref()?)),
+        WatchEvent::Modified(p) if ready(p) => Some(format!("READY {}", p.metadata.name.as_deref()?)),
+        WatchEvent::Deleted(p) => Some(format!("DELETED {}", p.metadata.name.as_deref()?)),
+        _ => None,
+    }
+}
+
+/// Collects `n` described pod events from a watch starting at `rv`.
+async fn pod_events(pods: &Api<Pod>, rv: &str, n: usize) -> Vec<String> {
+    let mut stream = pods.watch(&WatchParams::default().disable_bookmarks(), rv).await.unwrap().boxed();
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        let e = stream.try_next().await.unwrap().expect("watch ended");
+        seen.extend(describe(&e));
+    }
+    seen
+}
+
+/// Waits until the StatefulSet's status satisfies `done`; returns it.
+async fn await_sts(sts: &Api<StatefulSet>, done: impl Fn(&StatefulSet) -> bool) -> StatefulSet {
+    let current = sts.get("db").await.unwrap();
+    if done(&current) {
+        return current;
+    }
+    let rv = current.metadata.resource_version.unwrap();
+    let mut stream = sts.watch(&WatchParams::default().disable_bookmarks(), &rv).await.unwrap().boxed();
+    loop {
+        if let Some(WatchEvent::Modified(s) | WatchEvent::Added(s)) = stream.try_next().await.unwrap()
+            && done(&s)
+        {
+            return s;
+        }
+    }
+}
+
+fn status(s: &StatefulSet) -> &k8s_openapi::api::apps::v1::StatefulSetStatus {
+    s.status.as_ref().unwrap()
+}
+
+async fn list_rv(pods: &Api<Pod>) -> String {
+    pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_are_created_in_order_each_after_the_previous_is_ready() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let rv = list_rv(&pods).await;
+    let started = tokio::time::Instant::now();
+    sts.create(&PostParams::default(), &stateful_set(3)).await.unwrap();
+    let events = pod_events(&pods, &rv, 6).await;
+    assert_eq!(events, ["ADDED db-0", "READY db-0", "ADDED db-1", "READY db-1", "ADDED db-2", "READY db-2"]);
+    assert!(started.elapsed() >= DELAY * 3);
+
+    let done = await_sts(&sts, |s| status(s).ready_replicas == Some(3)).await;
+    let st = status(&done);
+    assert_eq!((st.replicas, st.updated_replicas, st.current_replicas), (3, Some(3), Some(3)));
+    assert_eq!(st.current_revision, st.update_revision);
+    assert_eq!(st.observed_generation, Some(1));
+
+    let pod = pods.get("db-1").await.unwrap();
+    let labels = pod.metadata.labels.unwrap();
+    assert_eq!(labels.get("controller-revision-hash"), st.update_revision.as_ref());
+    assert_eq!(pod.spec.as_ref().unwrap().hostname.as_deref(), Some("db-1"));
+    let owner = &pod.metadata.owner_references.unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.controller), ("StatefulSet", Some(true)));
+
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
+    let pvc = pvcs.get("data-db-2").await.unwrap();
+    assert_eq!(pvc.status.unwrap().phase.as_deref(), Some("Bound"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn scale_down_removes_the_highest_ordinals_first() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set(3)).await.unwrap();
+    await_sts(&sts, |s| status(s).ready_replicas == Some(3)).await;
+    let rv = list_rv(&pods).await;
+    sts.patch("db", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
+    assert_eq!(pod_events(&pods, &rv, 2).await, ["DELETED db-2", "DELETED db-1"]);
+    let done = await_sts(&sts, |s| status(s).replicas == 1).await;
+    assert_eq!(status(&done).observed_generation, Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn rolling_update_goes_from_the_highest_ordinal_down_to_the_partition() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set(3)).await.unwrap();
+    let before = await_sts(&sts, |s| status(s).ready_replicas == Some(3)).await;
+    let old_revision = status(&before).current_revision.clone().unwrap();
+
+    let rv = list_rv(&pods).await;
+    let change = json!({"spec": {
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}},
+        "template": {"spec": {"containers": [{"name": "postgres", "image": "postgres:15.6"}]}}
+    }});
+    sts.patch("db", &PatchParams::default(), &Patch::Merge(change)).await.unwrap();
+    let events = pod_events(&pods, &rv, 6).await;
+    assert_eq!(
+        events,
+        ["DELETED db-2", "ADDED db-2", "READY db-2", "DELETED db-1", "ADDED db-1", "READY db-1"]
+    );
+    let partial =
+        await_sts(&sts, |s| status(s).updated_replicas == Some(2) && status(s).ready_replicas == Some(3))
+            .await;
+    let st = status(&partial);
+    assert_eq!(st.current_revision.as_deref(), Some(old_revision.as_str()), "the rollout is not complete");
+    assert_ne!(st.update_revision.as_deref(), Some(old_revision.as_str()));
+    let image = |p: &Pod| p.spec.as_ref().unwrap().containers[0].image.clone().unwrap();
+    assert_eq!(image(&pods.get("db-0").await.unwrap()), "postgres:15.4", "below the partition");
+    assert_eq!(image(&pods.get("db-1").await.unwrap()), "postgres:15.6");
+
+    let finish = json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}});
+    sts.patch("db", &PatchParams::default(), &Patch::Merge(finish)).await.unwrap();
+    let done = await_sts(&sts, |s| {
+        status(s).current_revision == status(s).update_revision && status(s).updated_replicas == Some(3)
+    })
+    .await;
+    assert_eq!(status(&done).ready_replicas, Some(3));
+    assert_eq!(image(&pods.get("db-0").await.unwrap()), "postgres:15.6");
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_the_statefulset_collects_its_pods() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams { ..Default::default() }, &stateful_set(2)).await.unwrap();
+    await_sts(&sts, |s| status(s).ready_replicas == Some(2)).await;
+    let rv = list_rv(&pods).await;
+    sts.delete("db", &DeleteParams::default()).await.unwrap();
+    let mut deleted = pod_events(&pods, &rv, 2).await;
+    deleted.sort();
+    assert_eq!(deleted, ["DELETED db-0", "DELETED db-1"]);
+}
