@@ -19,7 +19,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator against a Kubernetes cluster.
-    Run,
+    Run(Box<dbcluster_operator::cli::RunArgs>),
     /// Start the embedded simulated cluster, run the operator on it and show a sample cluster's progress.
     Demo(DemoArgs),
     /// Print the DatabaseCluster CustomResourceDefinition as YAML.
@@ -42,10 +42,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Crd => print_crd(),
         Command::Demo(args) => demo(args),
-        Command::Run => {
-            eprintln!("not implemented yet: {:?}", cli.command);
-            ExitCode::FAILURE
-        }
+        Command::Run(args) => dbcluster_operator::cli::run::main(*args),
     }
 }
 
