@@ -9,13 +9,13 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::workqueue::{Claim, QueueConfig, WorkQueue};
+use dbcluster_operator::runtime::workqueue::{Claim, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
 
 /// Counts live heap bytes while `COUNTING` is on.
@@ -67,18 +67,51 @@ trait Harness: 'static {
     fn key(item: &Self::Item) -> &ObjectKey;
     /// Stops intake; consumers drain what is queued, then get `None`.
     fn close(producer: Self::Producer);
+    /// Holds `key` without making it ready (a long timer); false if the queue cannot.
+    fn add_delayed(_producer: &Self::Producer, _key: ObjectKey) -> bool {
+        false
+    }
 }
 
-struct Ours;
+/// The work queue; `TIMED` turns metrics on (with [`CountingMetrics`], about what a Prometheus
+/// adapter costs), which adds the clock reads they need.
+struct Ours<const TIMED: bool>;
 
-impl Harness for Ours {
-    const NAME: &'static str = "workqueue";
+/// Metrics that only add to atomics.
+#[derive(Default)]
+struct CountingMetrics {
+    counters: [AtomicU64; 4],
+}
+
+impl QueueMetrics for CountingMetrics {
+    fn depth(&self, delta: i64) {
+        self.counters[0].fetch_add(delta as u64, Ordering::Relaxed);
+    }
+    fn added(&self) {
+        self.counters[1].fetch_add(1, Ordering::Relaxed);
+    }
+    fn queue_duration(&self, waited: Duration) {
+        self.counters[2].fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+    }
+    fn work_duration(&self, worked: Duration) {
+        self.counters[3].fetch_add(worked.as_nanos() as u64, Ordering::Relaxed);
+    }
+    fn unfinished_work(&self, _total: Duration, _longest: Duration) {}
+    fn retried(&self) {}
+}
+
+impl<const TIMED: bool> Harness for Ours<TIMED> {
+    const NAME: &'static str = if TIMED { "workqueue_with_metrics" } else { "workqueue" };
     type Producer = WorkQueue<ObjectKey>;
     type Consumer = WorkQueue<ObjectKey>;
     type Item = Claim<ObjectKey>;
 
     fn new() -> (Self::Producer, Self::Consumer) {
-        let queue = WorkQueue::new(QueueConfig::default());
+        let mut config = QueueConfig::default();
+        if TIMED {
+            config = config.with_metrics(Arc::new(CountingMetrics::default()));
+        }
+        let queue = WorkQueue::new(config);
         (queue.clone(), queue)
     }
 
@@ -96,6 +129,11 @@ impl Harness for Ours {
 
     fn close(producer: Self::Producer) {
         producer.shutdown();
+    }
+
+    fn add_delayed(producer: &Self::Producer, key: ObjectKey) -> bool {
+        producer.add_after(key, Duration::from_secs(3600));
+        true
     }
 }
 
@@ -392,6 +430,75 @@ fn big_queue<H: Harness>(c: &mut Criterion) {
     drop(rt);
 }
 
+/// `add` latency with 1 000 workers parked in `get`: each add wakes one of them, which drops its
+/// claim at once and parks again. The work queue also holds 1 000 000 keys on timers (due in an
+/// hour); the baselines cannot hold keys that are not ready, so their backlog is empty.
+fn big_queue_waiting<H: Harness>(c: &mut Criterion) {
+    const DELAYED: usize = 1_000_000;
+    const WORKERS: usize = 1000;
+    const FRESH: usize = 100_000;
+    const TIMED: usize = 200_000;
+    let rt = multi_thread();
+    let _guard = rt.enter();
+    let (producer, consumer) = H::new();
+    let mut backlog = 0;
+    for key in keys(DELAYED) {
+        backlog += usize::from(H::add_delayed(&producer, key));
+    }
+    let fresh: Vec<ObjectKey> =
+        (0..FRESH).map(|i| ObjectKey::namespaced("fresh", &format!("pg-{i}"))).collect();
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let consumer = consumer.clone();
+            rt.spawn(async move {
+                while let Some(item) = H::get(&consumer).await {
+                    black_box(H::key(&item));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200)); // let every worker park
+    let mut next = 0usize;
+    let mut group = c.benchmark_group("big_queue_waiting");
+    group.sample_size(30);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function(H::NAME, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                next = (next + 1) % fresh.len();
+                H::add(&producer, fresh[next].clone());
+            }
+            start.elapsed()
+        });
+    });
+    group.finish();
+    let mut latencies: Vec<Duration> = (0..TIMED)
+        .map(|_| {
+            next = (next + 1) % fresh.len();
+            let key = fresh[next].clone();
+            let start = Instant::now();
+            H::add(&producer, key);
+            start.elapsed()
+        })
+        .collect();
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "big_queue_waiting/{}: {backlog} keys on timers, {WORKERS} parked workers: add latency over {TIMED} adds: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+        H::NAME,
+        at(0.50),
+        at(0.99),
+        at(0.999),
+        latencies[latencies.len() - 1]
+    );
+    H::close(producer);
+    drop(consumer);
+    for worker in workers {
+        worker.abort();
+    }
+}
+
 /// Heap bytes the queue itself holds per queued key (the key text is shared with the caller).
 fn memory<H: Harness>(_c: &mut Criterion) {
     const N: usize = 1_000_000;
@@ -416,30 +523,40 @@ fn memory<H: Harness>(_c: &mut Criterion) {
     drop((producer, consumer));
 }
 
-/// Whether a command-line filter (criterion's positional argument) selects `name`; used to skip
-/// the expensive set-up of benchmarks that are filtered out.
+/// Whether a command-line filter (criterion's positional argument, `group` or `group/queue`)
+/// selects the group `name`; used to skip the expensive set-up of benchmarks filtered out.
 fn selected(name: &str) -> bool {
     let filters: Vec<String> = std::env::args().skip(1).filter(|arg| !arg.starts_with('-')).collect();
-    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()) || f.contains(name))
+    filters.is_empty()
+        || filters.iter().any(|f| f.split('/').next().is_some_and(|group| name.contains(group)))
 }
 
 fn all(c: &mut Criterion) {
-    add_get_done::<Ours>(c);
+    add_get_done::<Ours<false>>(c);
+    add_get_done::<Ours<true>>(c);
     add_get_done::<Baseline>(c);
     add_get_done::<Channel>(c);
-    add_duplicates::<Ours>(c);
+    add_duplicates::<Ours<false>>(c);
+    add_duplicates::<Ours<true>>(c);
     add_duplicates::<Baseline>(c);
     add_duplicates::<Channel>(c);
-    contended::<Ours>(c);
+    contended::<Ours<false>>(c);
+    contended::<Ours<true>>(c);
     contended::<Baseline>(c);
     contended::<Channel>(c);
     if selected("big_queue") {
-        big_queue::<Ours>(c);
+        big_queue::<Ours<false>>(c);
         big_queue::<Baseline>(c);
         big_queue::<Channel>(c);
     }
+    if selected("big_queue_waiting") {
+        big_queue_waiting::<Ours<false>>(c);
+        big_queue_waiting::<Baseline>(c);
+        big_queue_waiting::<Channel>(c);
+    }
     if selected("memory") {
-        memory::<Ours>(c);
+        memory::<Ours<false>>(c);
+        memory::<Ours<true>>(c);
         memory::<Baseline>(c);
         memory::<Channel>(c);
     }

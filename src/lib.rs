@@ -7,6 +7,7 @@
 //!   computation and the reconcile function.
 //! - [`sim`] is an embedded simulated Kubernetes API server used by `demo` and by the tests.
 
+pub mod cli;
 pub mod databasecluster;
 pub mod runtime;
 pub mod sim;

@@ -34,7 +34,8 @@ async fn stays_pending<F: Future>(future: F) -> bool {
 /// Claims the next key and returns it with how long that took.
 async fn next(q: &WorkQueue<ObjectKey>) -> (ObjectKey, Duration) {
     let start = Instant::now();
-    let claim = q.get().await.expect("queue is running");
+    let claim =
+        timeout(HOUR * 24, q.get()).await.expect("no key became ready within a day").expect("running");
     (claim.key().clone(), start.elapsed())
 }
 
@@ -129,6 +130,33 @@ async fn rule3_a_delayed_key_already_queued_when_its_timer_fires_runs_once() {
     assert_eq!(q.len(), 1);
     assert_eq!(next(&q).await, (key(1), ms(0)));
     assert!(stays_pending(q.get()).await, "ran twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn rule3_a_delay_too_long_to_represent_waits_without_panicking() {
+    let q = queue();
+    q.add_after(key(1), Duration::MAX);
+    assert!(matches!(q.snapshot()[0].phase, KeyPhase::Waiting { .. }));
+    assert!(stays_pending(q.get()).await);
+    q.add(key(1));
+    assert_eq!(next(&q).await, (key(1), ms(0)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_getter_cancelled_after_being_woken_passes_the_key_to_another_waiting_getter() {
+    let q = queue();
+    let spawn_getter = || {
+        let q = q.clone();
+        tokio::spawn(async move { q.get().await.map(|claim| claim.key().clone()) })
+    };
+    let first = spawn_getter();
+    tokio::task::yield_now().await;
+    let second = spawn_getter();
+    tokio::task::yield_now().await;
+    q.add(key(1)); // wakes the getter that waited longest: the first
+    first.abort();
+    let got = timeout(HOUR, second).await.expect("the wake-up was lost with the cancelled getter");
+    assert_eq!(got.unwrap(), Some(key(1)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -272,7 +300,8 @@ async fn rule8_shutdown_returns_none_to_every_waiting_worker() {
     assert!(timeout(HOUR, q.get()).await.is_err(), "the queue is empty: workers wait");
     q.shutdown();
     for worker in workers {
-        assert_eq!(worker.await.unwrap(), None);
+        let outcome = timeout(ms(1), worker).await.expect("a waiting worker was not released");
+        assert_eq!(outcome.unwrap(), None);
     }
 }
 
@@ -365,7 +394,8 @@ async fn rule9_many_workers_never_share_a_key_and_every_key_runs_after_its_last_
     }
     q.shutdown();
     for worker in workers {
-        worker.await.unwrap();
+        // A safety net against a hang, not a synchronisation: the workers finish in milliseconds.
+        timeout(Duration::from_secs(60), worker).await.expect("a worker never saw the shutdown").unwrap();
     }
     assert_eq!(ledger.overlaps.load(Ordering::SeqCst), 0, "a key was processed by two workers at once");
     let stale: Vec<usize> = (0..KEYS)

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use dashmap::DashMap;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::Resource;
@@ -36,7 +37,7 @@ use tracing::Instrument;
 use crate::runtime::ObjectKey;
 use crate::runtime::informer::Informer;
 use crate::runtime::metrics::{ControllerMetrics, PassResult};
-use crate::runtime::workqueue::{QueueConfig, WorkQueue};
+use crate::runtime::workqueue::{KeyState, QueueConfig, WorkQueue};
 
 /// What a successful reconcile pass asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,12 +109,75 @@ impl ControllerConfig {
 /// A registration of one informer's handler, run once the caches are synced.
 type Registration = Box<dyn FnOnce(WorkQueue<ObjectKey>) + Send>;
 
+/// Whether the primary cache still holds a key.
+type Exists = Arc<dyn Fn(&ObjectKey) -> bool + Send + Sync>;
+
+/// How a key's most recent pass ended, for `/debug/queue`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastPass {
+    /// The outcome.
+    pub result: PassResult,
+    /// The error's message, for an error, a panic or a timeout.
+    pub error: Option<String>,
+    /// When the pass ended.
+    pub finished: Instant,
+    /// How long the pass took.
+    pub took: Duration,
+}
+
+/// One key as the debug endpoint shows it: the queue's view and the last pass.
+#[derive(Debug, Clone)]
+pub struct KeyReport {
+    /// The key.
+    pub key: ObjectKey,
+    /// The queue's state for the key, if it tracks any.
+    pub queue: Option<KeyState<ObjectKey>>,
+    /// The key's last pass, if it had one and still exists (or is still tracked).
+    pub last: Option<LastPass>,
+}
+
+/// A read-only view of a controller's queue and last passes, taken before `run` consumes the
+/// controller and valid while it runs.
+#[derive(Clone)]
+pub struct ControllerProbe {
+    name: String,
+    queue: WorkQueue<ObjectKey>,
+    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+}
+
+impl ControllerProbe {
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every key the queue tracks or that had a pass, sorted by key.
+    pub fn keys(&self) -> Vec<KeyReport> {
+        let mut reports: std::collections::BTreeMap<ObjectKey, KeyReport> = self
+            .last_passes
+            .iter()
+            .map(|entry| {
+                let key = entry.key().clone();
+                (key.clone(), KeyReport { key, queue: None, last: Some(entry.value().clone()) })
+            })
+            .collect();
+        for state in self.queue.snapshot() {
+            let key = state.key.clone();
+            reports.entry(key.clone()).or_insert(KeyReport { key, queue: None, last: None }).queue =
+                Some(state);
+        }
+        reports.into_values().collect()
+    }
+}
+
 /// A controller for the primary kind `K`; see the module docs.
 pub struct Controller<K> {
     config: ControllerConfig,
     queue: WorkQueue<ObjectKey>,
     synced: Vec<BoxFuture<'static, ()>>,
     registrations: Vec<Registration>,
+    exists: Exists,
+    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
     _primary: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -124,11 +188,14 @@ where
     /// A controller reconciling the objects of `primary`: each event enqueues the object's own key.
     pub fn new(primary: &Arc<Informer<K>>, config: ControllerConfig) -> Self {
         let queue = WorkQueue::new(config.queue.clone());
+        let cache = Arc::clone(primary.cache());
         let controller = Self {
             config,
             queue,
             synced: Vec::new(),
             registrations: Vec::new(),
+            exists: Arc::new(move |key| cache.get(key).is_some()),
+            last_passes: Arc::default(),
             _primary: std::marker::PhantomData,
         };
         controller.watches(primary, |obj: &K| Some(ObjectKey::of(obj)))
@@ -173,6 +240,15 @@ where
         &self.queue
     }
 
+    /// A view of the queue and of each key's last pass, for the debug endpoint.
+    pub fn probe(&self) -> ControllerProbe {
+        ControllerProbe {
+            name: self.config.name.clone(),
+            queue: self.queue.clone(),
+            last_passes: Arc::clone(&self.last_passes),
+        }
+    }
+
     /// Runs until `shutdown` resolves: waits for the caches, then reconciles with the configured
     /// number of workers. On shutdown no new pass starts; passes in flight get
     /// `shutdown_timeout` to finish and are then cancelled.
@@ -188,7 +264,7 @@ where
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         E: ReconcileError,
     {
-        let Self { config, queue, synced, registrations, .. } = self;
+        let Self { config, queue, synced, registrations, exists, last_passes, .. } = self;
         let stop = CancellationToken::new();
         tokio::pin!(shutdown);
 
@@ -210,7 +286,14 @@ where
         }
         tracing::info!(controller = %config.name, workers = config.workers, "caches synced, starting workers");
 
-        let worker = Arc::new(Worker { config: config.clone(), queue: queue.clone(), reconcile, context });
+        let worker = Arc::new(Worker {
+            config: config.clone(),
+            queue: queue.clone(),
+            reconcile,
+            context,
+            exists,
+            last_passes,
+        });
         let mut workers = JoinSet::new();
         for _ in 0..config.workers {
             workers.spawn(Arc::clone(&worker).run(stop.clone()));
@@ -255,6 +338,8 @@ struct Worker<Ctx, F> {
     queue: WorkQueue<ObjectKey>,
     reconcile: F,
     context: Arc<Ctx>,
+    exists: Exists,
+    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
 }
 
 /// Numbers each pass so that its log lines can be told apart from the next pass's.
@@ -296,6 +381,7 @@ where
             None => Ok(pass.await),
         };
         let took = started.elapsed();
+        let mut error_message = None;
         let result = match outcome {
             Ok(Ok(Ok(Action::Done))) => {
                 self.queue.forget(&key);
@@ -303,29 +389,33 @@ where
             }
             Ok(Ok(Ok(Action::RequeueAfter(delay)))) => {
                 self.queue.forget(&key);
-                self.queue.add_after(key, delay);
+                self.queue.add_after(key.clone(), delay);
                 PassResult::RequeueAfter
             }
             Ok(Ok(Err(error))) if error.is_terminal() => {
                 tracing::error!(error = %error, "reconcile failed; not retrying until the object changes");
+                error_message = Some(error.to_string());
                 self.queue.forget(&key);
                 PassResult::TerminalError
             }
             Ok(Ok(Err(error))) => {
                 let retries = self.queue.num_requeues(&key);
                 tracing::warn!(error = %error, retries, "reconcile failed; retrying with backoff");
-                self.queue.add_rate_limited(key);
+                error_message = Some(error.to_string());
+                self.queue.add_rate_limited(key.clone());
                 PassResult::Error
             }
             Ok(Err(panic)) => {
                 let message = panic_message(panic.as_ref());
                 tracing::error!(panic = %message, "reconcile panicked; retrying with backoff");
-                self.queue.add_rate_limited(key);
+                error_message = Some(format!("panicked: {message}"));
+                self.queue.add_rate_limited(key.clone());
                 PassResult::Panic
             }
             Err(limit) => {
                 tracing::warn!(timeout = ?limit, "reconcile timed out; retrying with backoff");
-                self.queue.add_rate_limited(key);
+                error_message = Some(format!("timed out after {limit:?}"));
+                self.queue.add_rate_limited(key.clone());
                 PassResult::Error
             }
         };
@@ -333,6 +423,17 @@ where
             m.active_workers(-1);
             m.pass(result, took);
         }
+        self.remember(key, result, error_message, took);
+    }
+
+    /// Keeps the key's last pass for the debug endpoint; a deleted object that reconciled cleanly
+    /// leaves no record behind, so the records stay as many as the objects.
+    fn remember(&self, key: ObjectKey, result: PassResult, error: Option<String>, took: Duration) {
+        if result == PassResult::Success && !(self.exists)(&key) {
+            self.last_passes.remove(&key);
+            return;
+        }
+        self.last_passes.insert(key, LastPass { result, error, finished: Instant::now(), took });
     }
 }
 

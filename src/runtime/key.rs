@@ -1,13 +1,14 @@
 //! The key the runtime passes around: a `namespace/name` pair, cheap to clone and hash.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Identifies one object of a kind: `namespace/name`, or `name` for cluster-scoped objects.
 ///
 /// The queue and the cache carry only keys, never objects. The text is held once in an
 /// `Arc<str>` so that cloning a key (which the queue does on every add) is one atomic increment.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Eq, PartialOrd, Ord)]
 pub struct ObjectKey {
     /// `namespace/name`, or `name` when there is no namespace.
     full: Arc<str>,
@@ -57,6 +58,22 @@ impl ObjectKey {
     /// The key as `namespace/name` text.
     pub fn as_str(&self) -> &str {
         &self.full
+    }
+}
+
+/// Clones of one key share their text, so comparing pointers first settles most comparisons
+/// (the work queue's duplicate adds) without reading the text.
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.ns_len == other.ns_len && (Arc::ptr_eq(&self.full, &other.full) || self.full == other.full)
+    }
+}
+
+/// The same fields as `PartialEq` compares.
+impl Hash for ObjectKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.full.hash(state);
+        self.ns_len.hash(state);
     }
 }
 

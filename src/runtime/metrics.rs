@@ -272,6 +272,19 @@ pub enum PassResult {
     Panic,
 }
 
+impl PassResult {
+    /// A lower-case name for logs and the debug endpoint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::RequeueAfter => "requeue_after",
+            Self::Error => "error",
+            Self::TerminalError => "terminal_error",
+            Self::Panic => "panic",
+        }
+    }
+}
+
 impl ControllerMetrics {
     /// Records one finished pass and how long it took.
     pub fn pass(&self, result: PassResult, took: Duration) {

@@ -4,9 +4,13 @@
 pub mod cache;
 pub mod controller;
 pub mod informer;
+pub mod introspection;
 pub mod key;
+pub mod leader;
 pub mod metrics;
+pub mod process_metrics;
 pub mod reflector;
+pub mod server;
 pub mod workqueue;
 
 pub use key::ObjectKey;

@@ -72,12 +72,23 @@ impl fmt::Debug for QueueConfig {
 /// Where a key stands, as `snapshot` reports it (for the `/debug/queue` endpoint).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyPhase {
-    /// Ready, waiting for a worker. `since` is known when the queue reports metrics.
-    Queued { since: Option<Instant> },
-    /// Handed out to a worker. `again`: added meanwhile, so it runs once more afterwards.
-    Processing { since: Option<Instant>, again: bool },
+    /// Ready, waiting for a worker.
+    Queued {
+        /// When it was added (known when the queue reports metrics).
+        since: Option<Instant>,
+    },
+    /// Handed out to a worker.
+    Processing {
+        /// When it was handed out (known when the queue reports metrics).
+        since: Option<Instant>,
+        /// Added meanwhile: it runs once more after the claim is dropped.
+        again: bool,
+    },
     /// Waiting for its timer.
-    Waiting { until: Instant },
+    Waiting {
+        /// When the timer fires.
+        until: Instant,
+    },
     /// Its retry is due and waits for a token of the overall retry budget.
     WaitingForRetryBudget,
     /// Nothing pending; only its failure count is kept (until `forget`).
@@ -87,7 +98,9 @@ pub enum KeyPhase {
 /// One tracked key in a `snapshot`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyState<K> {
+    /// The key.
     pub key: K,
+    /// Where it stands.
     pub phase: KeyPhase,
     /// A pending timer, also when the key is queued or processing meanwhile.
     pub timer: Option<Instant>,
@@ -140,7 +153,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// An empty queue.
     pub fn new(config: QueueConfig) -> Self {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new()),
+            state: Mutex::new(State::new(config.metrics.is_some())),
             hasher: DefaultHashBuilder::default(),
             getters: Notify::new(),
             drained: Notify::new(),
@@ -167,14 +180,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     pub fn add(&self, key: K) {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(&key);
-        let now = shared.timestamp();
         let added = {
             let mut state = shared.state.lock();
             if state.shut_down {
                 return;
             }
             let id = state.find_or_insert(hash, key);
-            state.enqueue(id, now)
+            state.enqueue(id, || shared.epoch.nanos_now())
         };
         shared.report_added(added);
     }
@@ -204,9 +216,6 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// counts for nothing: the pending due time stands.
     pub fn add_rate_limited(&self, key: K) {
         let shared = &*self.shared;
-        if let Some(metrics) = &shared.metrics {
-            metrics.retried();
-        }
         let hash = shared.hasher.hash_one(&key);
         let now = shared.epoch.nanos_now();
         let poke = {
@@ -217,6 +226,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             let id = state.find_or_insert(hash, key);
             state.fail(id, now, |failures| nanos(shared.backoff.delay(failures)))
         };
+        if let Some(metrics) = &shared.metrics {
+            metrics.retried();
+        }
         self.shared.after_scheduling(poke.unwrap_or(false));
     }
 
@@ -334,12 +346,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let state = shared.state.lock();
         state
             .tracked()
-            .filter_map(|slot| {
+            .filter_map(|(slot, times)| {
                 let timer = (slot.due != NEVER).then(|| at(slot.due));
                 let phase = if slot.is_processing() {
-                    KeyPhase::Processing { since: since(slot.started_at), again: slot.is_dirty() }
+                    KeyPhase::Processing { since: since(times.started_at), again: slot.is_dirty() }
                 } else if slot.is_queued() {
-                    KeyPhase::Queued { since: since(slot.queued_at) }
+                    KeyPhase::Queued { since: since(times.queued_at) }
                 } else if slot.is_in_retry_line() {
                     KeyPhase::WaitingForRetryBudget
                 } else if let Some(until) = timer {
@@ -359,7 +371,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
     /// Keys with a failure count (the state `forget` drops).
     pub fn failure_entries(&self) -> usize {
-        self.shared.state.lock().tracked().filter(|slot| slot.failures > 0).count()
+        self.shared.state.lock().tracked().filter(|(slot, _)| slot.failures > 0).count()
     }
 
     /// Entries in the timer heap, including superseded ones not yet expired.
@@ -447,7 +459,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
             let take_token = self.bucket.as_ref().map(|bucket| || bucket.try_take());
             let (released, retry_at) = state.release_due(now, take_token);
             if sample {
-                let ages = state.processing().map(|slot| now.saturating_sub(slot.started_at));
+                let ages = state.processing_since().map(|started_at| now.saturating_sub(started_at));
                 let (total, longest) = ages.fold((0u64, 0u64), |(sum, max), age| (sum + age, max.max(age)));
                 unfinished = Some((Duration::from_nanos(total), Duration::from_nanos(longest)));
             }

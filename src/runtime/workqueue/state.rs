@@ -30,10 +30,6 @@ pub(crate) struct Slot<K> {
     hash: u64,
     /// When the pending timer fires, or `NEVER`.
     pub(crate) due: u64,
-    /// When the key was last added to the ready FIFO (or marked dirty); timed queues only.
-    pub(crate) queued_at: u64,
-    /// When the current claim was handed out; timed queues only.
-    pub(crate) started_at: u64,
     /// Consecutive failures since the last `forget`.
     pub(crate) failures: u32,
     /// Position in the processing list while processing.
@@ -66,6 +62,16 @@ impl<K> Slot<K> {
     fn retry_pending(&self) -> bool {
         self.flags & (BACKOFF | IN_RETRY_LINE) != 0
     }
+}
+
+/// When a key was queued and handed out, kept beside the slots only for queues that report
+/// metrics (so an untimed queue pays neither the clock reads nor the 16 bytes per key).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Times {
+    /// When the key was last added to the ready FIFO (or marked dirty).
+    pub(crate) queued_at: u64,
+    /// When the current claim was handed out.
+    pub(crate) started_at: u64,
 }
 
 /// What an add changed.
@@ -107,13 +113,16 @@ pub(crate) struct State<K> {
     processing: Vec<u32>,
     timers: TimerHeap,
     retry_line: VecDeque<u32>,
+    /// Per-slot times, for timed queues only.
+    times: Option<Vec<Times>>,
     /// Getters that found nothing and wait to be woken; each ready key wakes at most one.
     pub(crate) parked_getters: usize,
     pub(crate) shut_down: bool,
 }
 
 impl<K: Eq> State<K> {
-    pub(crate) fn new() -> Self {
+    /// Empty state; `timed` keeps queue and processing times per key.
+    pub(crate) fn new(timed: bool) -> Self {
         Self {
             index: HashTable::new(),
             slots: Vec::new(),
@@ -122,6 +131,7 @@ impl<K: Eq> State<K> {
             processing: Vec::new(),
             timers: TimerHeap::default(),
             retry_line: VecDeque::new(),
+            times: timed.then(Vec::new),
             parked_getters: 0,
             shut_down: false,
         }
@@ -142,16 +152,7 @@ impl<K: Eq> State<K> {
         if let Some(id) = self.find(hash, &key) {
             return id;
         }
-        let slot = Slot {
-            key: Some(key),
-            hash,
-            due: NEVER,
-            queued_at: 0,
-            started_at: 0,
-            failures: 0,
-            processing_pos: 0,
-            flags: 0,
-        };
+        let slot = Slot { key: Some(key), hash, due: NEVER, failures: 0, processing_pos: 0, flags: 0 };
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = slot;
@@ -165,6 +166,12 @@ impl<K: Eq> State<K> {
                 id
             }
         };
+        if let Some(times) = &mut self.times {
+            match times.get_mut(id as usize) {
+                Some(times) => *times = Times::default(),
+                None => times.push(Times::default()),
+            }
+        }
         let slots = &self.slots;
         self.index.insert_unique(hash, id, |&other| slots[other as usize].hash);
         id
@@ -183,14 +190,19 @@ impl<K: Eq> State<K> {
         self.free.push(id);
     }
 
-    /// Adds the key: queued unless already queued (dedup) or processing (then dirty).
-    pub(crate) fn enqueue(&mut self, id: u32, now: u64) -> Added {
+    /// Adds the key: queued unless already queued (dedup) or processing (then dirty). `now` is
+    /// read only when a timed queue records the add (never for a duplicate).
+    pub(crate) fn enqueue(&mut self, id: u32, now: impl FnOnce() -> u64) -> Added {
         let slot = &mut self.slots[id as usize];
         if slot.flags & (QUEUED | DIRTY) != 0 {
             return Added::Duplicate;
         }
-        slot.queued_at = now;
-        if slot.flags & PROCESSING != 0 {
+        let processing = slot.flags & PROCESSING != 0;
+        if let Some(times) = &mut self.times {
+            times[id as usize].queued_at = now();
+        }
+        let slot = &mut self.slots[id as usize];
+        if processing {
             slot.flags |= DIRTY;
             return Added::Dirty;
         }
@@ -214,15 +226,21 @@ impl<K: Eq> State<K> {
         self.processing.push(id);
         let slot = &mut self.slots[id as usize];
         slot.flags = (slot.flags & !QUEUED) | PROCESSING;
-        slot.started_at = now;
         slot.processing_pos = pos;
-        Some((id, slot.queued_at))
+        let queued_at = match &mut self.times {
+            Some(times) => {
+                times[id as usize].started_at = now;
+                times[id as usize].queued_at
+            }
+            None => 0,
+        };
+        Some((id, queued_at))
     }
 
     /// The claim on `id` was dropped: requeue it if dirty, else release it if idle.
     pub(crate) fn finish(&mut self, id: u32) -> Finished {
+        let started_at = self.times(id).started_at;
         let slot = &mut self.slots[id as usize];
-        let started_at = slot.started_at;
         let pos = slot.processing_pos as usize;
         let dirty = slot.flags & DIRTY != 0;
         slot.flags &= !(PROCESSING | DIRTY);
@@ -312,7 +330,7 @@ impl<K: Eq> State<K> {
     }
 
     fn release(&mut self, id: u32, now: u64, released: &mut Released) {
-        match self.enqueue(id, now) {
+        match self.enqueue(id, || now) {
             Added::Duplicate => {}
             Added::Dirty => released.added += 1,
             Added::Queued { wake } => {
@@ -332,18 +350,25 @@ impl<K: Eq> State<K> {
         self.ready.len()
     }
 
-    /// Keys handed out and not yet done, with when each was handed out.
-    pub(crate) fn processing(&self) -> impl Iterator<Item = &Slot<K>> {
-        self.processing.iter().map(|&id| &self.slots[id as usize])
+    /// When each outstanding claim was handed out (timed queues; zeros otherwise).
+    pub(crate) fn processing_since(&self) -> impl Iterator<Item = u64> {
+        self.processing.iter().map(|&id| self.times(id).started_at)
+    }
+
+    /// The times of slot `id` (zeros for untimed queues).
+    pub(crate) fn times(&self, id: u32) -> Times {
+        self.times.as_ref().map_or_else(Times::default, |times| times[id as usize])
     }
 
     pub(crate) fn processing_len(&self) -> usize {
         self.processing.len()
     }
 
-    /// Every tracked key's slot.
-    pub(crate) fn tracked(&self) -> impl Iterator<Item = &Slot<K>> {
-        self.slots.iter().filter(|slot| slot.key.is_some())
+    /// Every tracked key's slot, with its times.
+    pub(crate) fn tracked(&self) -> impl Iterator<Item = (&Slot<K>, Times)> {
+        (0..self.slots.len() as u32)
+            .map(|id| (self.slot(id), self.times(id)))
+            .filter(|(slot, _)| slot.key.is_some())
     }
 
     pub(crate) fn tracked_len(&self) -> usize {

@@ -1,0 +1,13 @@
+# dbcluster-operator image: build with the locked dependencies, run as non-root on distroless.
+#   docker build -t dbcluster-operator:dev .
+FROM rust:1.89-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin dbcluster-operator \
+ && cp target/release/dbcluster-operator /usr/local/bin/dbcluster-operator
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /usr/local/bin/dbcluster-operator /usr/local/bin/dbcluster-operator
+USER 65532:65532
+EXPOSE 8080 8081
+ENTRYPOINT ["/usr/local/bin/dbcluster-operator", "run"]

@@ -1,0 +1,81 @@
+//! The flags of `dbcluster-operator run`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Run the operator against a Kubernetes cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(
+    name = "run",
+    after_help = "Cluster access is found in this order: --kubeconfig, $KUBECONFIG, the in-cluster service account, \
+~/.kube/config.\nLog filtering follows RUST_LOG (default: info), e.g. RUST_LOG=info,dbcluster_operator=debug.\n\
+SIGTERM or SIGINT stops intake, lets reconciles in flight finish within --shutdown-timeout, releases the leader \
+lease and exits 0; a second signal exits at once."
+)]
+pub struct RunArgs {
+    /// Path to a kubeconfig file (before $KUBECONFIG, the in-cluster service account and ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use (default: the current context; ignored in-cluster).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Watch DatabaseClusters in this namespace only (default: all namespaces).
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// How many DatabaseClusters are reconciled at once (never the same one twice).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: u16,
+
+    /// Where /metrics, /debug/queue and /debug/cache are served.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Where the /healthz and /readyz probes are served.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
+
+    /// Elect a leader through a Lease so that only one replica reconciles; the others keep warm and wait.
+    #[arg(long)]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader election Lease (default: the pod's namespace, or the kubeconfig's).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader election Lease.
+    #[arg(long, value_name = "NAME", default_value = "dbcluster-operator")]
+    pub leader_election_id: String,
+
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// How long reconciles in flight may take to finish after SIGTERM (e.g. 30s, 1m, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+/// Parses `30s`, `1m 30s`, `500ms`, ISO 8601 `PT30S`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = text.trim().parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    let signed: jiff::SignedDuration =
+        text.parse().map_err(|_| format!("{text:?} is not a duration like 30s, 1m or 500ms"))?;
+    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
+}

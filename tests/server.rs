@@ -1,0 +1,216 @@
+//! The HTTP endpoints over real sockets on 127.0.0.1:0: content and content type of `/metrics`,
+//! `/healthz`, `/readyz`, `/debug/queue` and `/debug/cache` after a scripted scenario (a controller
+//! over ConfigMaps whose keys succeed, fail, requeue and hang), on the paused clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::runtime::ObjectKey;
+use dbcluster_operator::runtime::controller::{
+    Action, Controller, ControllerConfig, ControllerProbe, ReconcileError,
+};
+use dbcluster_operator::runtime::informer::Informer;
+use dbcluster_operator::runtime::introspection::Introspection;
+use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::process_metrics::ProcessCollector;
+use dbcluster_operator::runtime::server::{self, Endpoints, METRICS_CONTENT_TYPE, ServerState};
+use dbcluster_operator::sim::SimServer;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+/// A plain HTTP/1.1 GET: (status, content type, body).
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let content_type =
+        head.lines().find_map(|l| l.strip_prefix("content-type: ")).unwrap_or_default().to_string();
+    (status, content_type, body.to_string())
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the database refused the connection")]
+struct Refused;
+impl ReconcileError for Refused {}
+
+async fn reconcile(key: ObjectKey, _: Arc<()>) -> Result<Action, Refused> {
+    match key.name() {
+        "good" => Ok(Action::Done),
+        "slow" => Ok(Action::RequeueAfter(Duration::from_secs(30))),
+        "busy" => std::future::pending().await,
+        _ => Err(Refused),
+    }
+}
+
+/// Polls `probe` until `done` holds (a few paused-clock milliseconds per look).
+async fn until(probe: &ControllerProbe, done: impl Fn(&ControllerProbe) -> bool) {
+    for _ in 0..10_000 {
+        if done(probe) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("condition not reached");
+}
+
+fn key<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["controllers"][0]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == format!("default/{name}"))
+        .unwrap_or_else(|| panic!("no key {name} in {report:#}"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn endpoints_show_metrics_health_queue_and_cache() {
+    let sim = SimServer::start().await.unwrap();
+    let client = sim.client();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["good", "bad", "slow", "busy"] {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        config_maps.create(&PostParams::default(), &cm).await.unwrap();
+    }
+
+    let metrics = Arc::new(Metrics::new());
+    let view = Introspection::new();
+    metrics.with_registry(|registry| {
+        registry.register_collector(Box::new(view.informer_collector()));
+        registry.register_collector(Box::new(ProcessCollector::new(jiff::Timestamp::now())));
+    });
+    let informer = Arc::new(Informer::new(config_maps));
+    informer.start();
+    view.add_informer("configmaps", informer.clone());
+    // No CRD is installed: this informer never syncs, so the process is not ready.
+    let clusters = Arc::new(Informer::new(Api::<DatabaseCluster>::all(client.clone())));
+    clusters.start();
+    view.add_informer("databaseclusters", clusters.clone());
+
+    let mut config = ControllerConfig::named("configmap");
+    config.queue = config.queue.with_metrics(metrics.queue("configmap"));
+    // A long first retry delay keeps the failing key waiting while we look.
+    config.queue.backoff.base = Duration::from_secs(60);
+    config.metrics = Some(metrics.controller("configmap"));
+    let controller = Controller::new(&informer, config);
+    let probe = controller.probe();
+    view.add_controller(probe.clone());
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(controller.run(reconcile, Arc::new(()), async move { stopped.cancelled().await }));
+
+    let state = ServerState { metrics: Arc::clone(&metrics), view: view.clone() };
+    let metrics_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let health_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (metrics_addr, health_addr) =
+        (metrics_listener.local_addr().unwrap(), health_listener.local_addr().unwrap());
+    tokio::spawn(server::serve(metrics_listener, Endpoints::Metrics, state.clone(), stop.clone()));
+    tokio::spawn(server::serve(health_listener, Endpoints::Health, state, stop.clone()));
+
+    until(&probe, |probe| {
+        let keys = probe.keys();
+        let has_pass = |name: &str| keys.iter().any(|k| k.key.name() == name && k.last.is_some());
+        let busy = keys.iter().any(|k| k.key.name() == "busy" && k.queue.is_some());
+        has_pass("good") && has_pass("bad") && has_pass("slow") && busy
+    })
+    .await;
+
+    // /healthz and /readyz on the health address only.
+    assert_eq!(get(health_addr, "/healthz").await.0, 200);
+    let (status, content_type, body) = get(health_addr, "/readyz").await;
+    assert_eq!((status, content_type.as_str()), (503, "text/plain; charset=utf-8"));
+    assert!(body.contains("databaseclusters") && !body.contains("configmaps"), "{body}");
+    assert_eq!(get(health_addr, "/metrics").await.0, 404);
+    assert_eq!(get(metrics_addr, "/healthz").await.0, 404);
+
+    // /metrics: controller-runtime names with the scripted values, informers, process.
+    let (status, content_type, text) = get(metrics_addr, "/metrics").await;
+    assert_eq!((status, content_type.as_str()), (200, METRICS_CONTENT_TYPE));
+    for line in [
+        "controller_runtime_reconcile_total{controller=\"configmap\",result=\"success\"} 1",
+        "controller_runtime_reconcile_total{controller=\"configmap\",result=\"requeue_after\"} 1",
+        "controller_runtime_reconcile_total{controller=\"configmap\",result=\"error\"} 1",
+        "controller_runtime_reconcile_errors_total{controller=\"configmap\"} 1",
+        "controller_runtime_active_workers{controller=\"configmap\"} 1",
+        "workqueue_adds_total{name=\"configmap\"} 4",
+        "workqueue_retries_total{name=\"configmap\"} 1",
+        "informer_objects{informer=\"configmaps\"} 4",
+        "informer_synced{informer=\"configmaps\"} 1",
+        "informer_synced{informer=\"databaseclusters\"} 0",
+        "informer_events_total{informer=\"configmaps\",type=\"added\"} 4",
+        "informer_relists_total{informer=\"configmaps\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    for family in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds"]
+    {
+        assert!(text.lines().any(|l| l.starts_with(family)), "missing {family} in\n{text}");
+    }
+    assert!(text.ends_with("# EOF\n"));
+
+    // /debug/queue: each key's state, requeues and last pass.
+    let (status, content_type, body) = get(metrics_addr, "/debug/queue").await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    let report: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["controllers"][0]["controller"], "configmap");
+    let good = key(&report, "good");
+    assert_eq!((good["state"].as_str(), good["requeues"].as_u64()), (Some("idle"), Some(0)));
+    assert_eq!(good["last_pass"]["result"], "success");
+    assert_eq!(good["last_pass"]["error"], Value::Null);
+    let bad = key(&report, "bad");
+    assert_eq!((bad["state"].as_str(), bad["requeues"].as_u64()), (Some("waiting"), Some(1)));
+    assert_eq!(bad["last_pass"]["result"], "error");
+    assert_eq!(bad["last_pass"]["error"], "the database refused the connection");
+    let left = bad["waiting_seconds_left"].as_f64().unwrap();
+    assert!(left > 59.0 && left <= 60.0, "{bad}");
+    assert!(bad["waiting_until"].as_str().unwrap().ends_with('Z'));
+    let slow = key(&report, "slow");
+    assert_eq!(
+        (slow["state"].as_str(), slow["last_pass"]["result"].as_str()),
+        (Some("waiting"), Some("requeue_after"))
+    );
+    let busy = key(&report, "busy");
+    assert_eq!(busy["state"], "processing");
+    assert!(
+        busy["processing_since"].is_string() && busy["processing_since_seconds_ago"].as_f64().unwrap() >= 0.0
+    );
+    assert!(busy.get("last_pass").is_none());
+
+    // /debug/cache: each informer's figures.
+    let (status, content_type, body) = get(metrics_addr, "/debug/cache").await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    let report: Value = serde_json::from_str(&body).unwrap();
+    let informers = report["informers"].as_array().unwrap();
+    let cms = informers.iter().find(|i| i["informer"] == "configmaps").unwrap();
+    assert_eq!((cms["objects"].as_u64(), cms["synced"].as_bool()), (Some(4), Some(true)));
+    assert_eq!(cms["events"]["added"], 4);
+    assert_eq!((cms["relists"].as_u64(), cms["watch_restarts"].as_u64()), (Some(1), Some(0)));
+    assert!(cms["last_resource_version"].is_string());
+    let dbcs = informers.iter().find(|i| i["informer"] == "databaseclusters").unwrap();
+    assert_eq!(dbcs["synced"], false);
+
+    assert_eq!(get(metrics_addr, "/nothing").await.0, 404);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn ready_when_every_informer_synced_and_on_a_standby_with_none() {
+    let view = Introspection::new();
+    assert_eq!(view.readiness(), Ok(()));
+    let sim = SimServer::start().await.unwrap();
+    let informer = Arc::new(Informer::new(Api::<ConfigMap>::namespaced(sim.client(), "default")));
+    view.add_informer("configmaps", informer.clone());
+    assert_eq!(view.readiness(), Err(vec!["configmaps".to_string()]));
+    informer.start();
+    informer.synced().await;
+    assert_eq!(view.readiness(), Ok(()));
+}
