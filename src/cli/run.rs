@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::RunArgs;
 use crate::cli::cluster::{self, ClusterError};
 use crate::cli::logging;
+use crate::databasecluster::operator::{Operator, OperatorError, OperatorOptions};
 use crate::runtime::introspection::Introspection;
 use crate::runtime::leader::{self, LeaderElector, LeaderError, LeaseConfig};
 use crate::runtime::metrics::Metrics;
@@ -311,22 +312,24 @@ async fn run_from_environment(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_from(config)
         .map_err(|e| RunError::Client { url: url.clone(), reason: cluster::one_line(&e) })?;
     let started = start(client, &url, settings).await?;
-    started.run(operator_workload, os_signals()).await
+    started.run(database_cluster_workload, os_signals()).await
 }
 
-/// The workload the binary runs while leading.
-///
-/// Not wired yet: the DatabaseCluster controller (`databasecluster::run_operator`, branch
-/// `reconcile`) plugs in here as one call taking `context` and `stop`. Until then `run` serves
-/// the endpoints and holds the lease, and says so in the log.
-async fn operator_workload(
+/// The workload the binary runs while leading: the DatabaseCluster operator, registered with the
+/// endpoints (`/readyz`, `/debug/*`, informer metrics), until `stop` is cancelled.
+pub async fn database_cluster_workload(
     context: OperatorContext,
     stop: CancellationToken,
-) -> Result<(), std::convert::Infallible> {
-    tracing::warn!(
-        workers = context.workers,
-        "this build has no DatabaseCluster controller wired in: nothing will be reconciled"
-    );
-    stop.cancelled().await;
-    Ok(())
+) -> Result<(), OperatorError> {
+    let options = OperatorOptions {
+        namespace: context.namespace,
+        workers: context.workers,
+        shutdown_timeout: context.shutdown_timeout,
+        instance: leader::default_identity(),
+        metrics: context.metrics,
+        ..OperatorOptions::default()
+    };
+    let operator = Operator::new(context.client, options);
+    operator.register(&context.view);
+    operator.run(stop.cancelled_owned()).await
 }
