@@ -192,23 +192,19 @@ pub fn create(
     Ok(stored)
 }
 
-/// Queues collection for each owner uid of a new object that names no live object, as the
-/// garbage collector deletes a dependent whose owners are gone (a controller acting on a stale
-/// cache may create a child just after its owner was deleted).
+/// Queues collection for each owner uid of a new object that names an object already removed,
+/// as the garbage collector deletes a dependent whose owners are gone (a controller acting on a
+/// stale cache may create a child just after its owner was deleted). Unlike the real collector,
+/// a uid that never existed is left alone, so tests may use made-up owners.
 fn queue_dangling_owners(state: &mut State, obj: &Value) {
-    let Some(owners) = obj["metadata"]["ownerReferences"].as_array().filter(|o| !o.is_empty()) else {
-        return;
-    };
-    let owner_uids: Vec<&str> = owners.iter().filter_map(|o| o["uid"].as_str()).collect();
-    let live: std::collections::HashSet<&str> = state
-        .store
-        .all()
-        .filter_map(|(_, o)| o["metadata"]["uid"].as_str())
-        .filter(|uid| owner_uids.contains(uid))
+    let Some(owners) = obj["metadata"]["ownerReferences"].as_array() else { return };
+    let removed: Vec<String> = owners
+        .iter()
+        .filter_map(|o| o["uid"].as_str())
+        .filter(|uid| state.removed_uids.contains(*uid))
+        .map(String::from)
         .collect();
-    let dangling: Vec<String> =
-        owner_uids.iter().filter(|uid| !live.contains(*uid)).map(|uid| uid.to_string()).collect();
-    for uid in dangling {
+    for uid in removed {
         state.gc_queue.push(GcWork::Dependents(uid));
     }
 }
@@ -486,6 +482,7 @@ pub fn remove(state: &mut State, kind: &Kind, namespace: &str, name: &str) -> Op
     let gone = state.store.remove(&kind.storage_key(), namespace, name)?;
     if let Some(uid) = gone["metadata"]["uid"].as_str() {
         state.gc_queue.push(GcWork::Dependents(uid.to_string()));
+        state.removed_uids.insert(uid.to_string());
     }
     if is_crd(kind) {
         let group = gone["spec"]["group"].as_str().unwrap_or_default().to_string();

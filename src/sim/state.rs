@@ -1,5 +1,7 @@
 //! The server's mutable state behind one lock: served kinds, stored objects, pending GC work.
 
+use std::collections::HashSet;
+
 use crate::sim::gc::GcWork;
 use crate::sim::resources::Registry;
 use crate::sim::store::Store;
@@ -15,6 +17,9 @@ pub struct State {
     pub gc_queue: Vec<GcWork>,
     /// Whether some foreground deletion or terminating namespace waits for its dependents.
     pub gc_waiting: bool,
+    /// The uids of every object removed so far, so that a dependent created later with an
+    /// ownerReference to one of them is collected (uids that never existed are left alone).
+    pub removed_uids: HashSet<String>,
 }
 
 impl State {
@@ -25,6 +30,7 @@ impl State {
             store: Store::new(history_limit),
             gc_queue: Vec::new(),
             gc_waiting: false,
+            removed_uids: HashSet::new(),
         }
     }
 }
