@@ -87,7 +87,10 @@ fn informer_backoff_ms(informer: &Informer<ConfigMap>) -> u64 {
 }
 
 async fn synced_to(informer: &Informer<ConfigMap>, rv: &str) {
-    informer.wait_for(|s| s.synced && s.last_resource_version.as_deref() == Some(rv)).await;
+    let caught_up = informer.wait_for(|s| s.synced && s.last_resource_version.as_deref() == Some(rv));
+    tokio::time::timeout(std::time::Duration::from_secs(30), caught_up)
+        .await
+        .expect("the informer caught up");
 }
 
 #[tokio::test]
