@@ -351,23 +351,51 @@ async fn a_429_burst_backs_off_honouring_retry_after_as_a_floor() {
     assert_eq!(informer_backoff_ms(&informer), 1000);
 }
 
+/// The operator's view of a custom resource, stricter than what the server stores: the shape a
+/// malformed object takes in practice (an older or newer CRD version wrote it).
+#[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
+#[kube(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+struct WidgetSpec {
+    size: String,
+}
+
 #[tokio::test]
 async fn a_malformed_object_in_the_stream_is_counted_and_skipped() {
     let sim = SimServer::start().await.unwrap();
-    let informer = informer(sim.client(), settings());
+    let crds = Api::<kube::core::DynamicObject>::all_with(
+        sim.client(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema":
+                {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    crds.create(&PostParams::default(), &serde_json::from_value(crd).unwrap()).await.unwrap();
+    let informer = Informer::new(Api::<Widget>::namespaced(sim.client(), "default"));
     informer.start();
     informer.synced().await;
-    // A ConfigMap whose data value is a number: valid JSON, not a valid ConfigMap.
+
+    // `size` is a number: valid for the server's schema, not for the operator's type.
     let raw: Api<kube::core::DynamicObject> =
-        Api::namespaced_with(sim.client(), "default", &kube::core::ApiResource::erase::<ConfigMap>(&()));
-    let bad: kube::core::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bad"}, "data": {"k": 17}
-    }))
-    .unwrap();
-    raw.create(&PostParams::default(), &bad).await.unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
-    let good = api.create(&PostParams::default(), &config_map("good")).await.unwrap();
-    synced_to(&informer, &rv_of(&good)).await;
+        Api::namespaced_with(sim.client(), "default", &kube::core::ApiResource::erase::<Widget>(&()));
+    let widget = |name: &str, size: serde_json::Value| {
+        serde_json::from_value::<kube::core::DynamicObject>(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "spec": {"size": size}
+        }))
+        .unwrap()
+    };
+    raw.create(&PostParams::default(), &widget("bad", json!(17))).await.unwrap();
+    let good = raw.create(&PostParams::default(), &widget("good", json!("big"))).await.unwrap();
+    let rv = good.metadata.resource_version.unwrap();
+    let caught_up = informer.wait_for(|s| s.last_resource_version.as_deref() == Some(&rv));
+    tokio::time::timeout(Duration::from_secs(30), caught_up).await.expect("the informer caught up");
     let stats = informer.stats();
     assert_eq!((stats.malformed_skipped, stats.added, stats.objects), (1, 1, 1));
     assert!(informer.cache().get(&"default/good".parse().unwrap()).is_some());
