@@ -169,3 +169,26 @@ async fn managed_fields_are_not_cached_and_updates_report_generation_changes() {
     // A ConfigMap has no generation: a metadata-only update is not a generation change.
     assert_eq!(*generation_changes.lock(), [true, false]);
 }
+
+#[tokio::test]
+async fn a_label_selected_informer_sees_objects_enter_and_leave_the_selection() {
+    use dbcluster_operator::runtime::cache::strip_managed_fields;
+    use dbcluster_operator::runtime::reflector::ReflectorConfig;
+    let sim = SimServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
+    let informer = Informer::with_config(
+        Api::namespaced(sim.client(), "default"),
+        ReflectorConfig { label_selector: Some("app=db".into()), ..ReflectorConfig::default() },
+        Arc::new(strip_managed_fields::<ConfigMap>),
+    );
+    let log = recorder(&informer);
+    informer.start();
+    informer.synced().await;
+    api.create(&PostParams::default(), &config_map("a", None)).await.unwrap();
+    let label = |value: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"app": value}}}));
+    api.patch("a", &PatchParams::default(), &label(Some("db"))).await.unwrap();
+    let left = api.patch("a", &PatchParams::default(), &label(None)).await.unwrap();
+    synced_to(&informer, &left).await;
+    assert_eq!(*log.lock(), ["ADDED a", "DELETED a"]);
+    assert!(informer.cache().is_empty());
+}
