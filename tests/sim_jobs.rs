@@ -15,7 +15,10 @@ fn job_spec() -> serde_json::Value {
 }
 
 fn condition(job: &Job, kind: &str) -> bool {
-    job.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == kind && c.status == "True"))
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == kind && c.status == "True"))
 }
 
 /// Waits (re-watching when the server ends a watch) until some object of `api` satisfies `done`.
@@ -47,7 +50,9 @@ where
 }
 
 async fn start() -> SimServer {
-    SimServer::start_with(SimConfig { job_duration: Duration::from_secs(30), ..SimConfig::default() }).await.unwrap()
+    SimServer::start_with(SimConfig { job_duration: Duration::from_secs(30), ..SimConfig::default() })
+        .await
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -69,7 +74,8 @@ async fn an_injected_failure_fails_the_next_job() {
     let sim = start().await;
     sim.faults().fail_next_jobs(1);
     let jobs: Api<Job> = Api::default_namespaced(sim.client());
-    let job: Job = serde_json::from_value(json!({"metadata": {"name": "doomed"}, "spec": job_spec()})).unwrap();
+    let job: Job =
+        serde_json::from_value(json!({"metadata": {"name": "doomed"}, "spec": job_spec()})).unwrap();
     jobs.create(&PostParams::default(), &job).await.unwrap();
     let failed = await_any(&jobs, |j| condition(j, "Failed")).await;
     assert_eq!(failed.status.unwrap().failed, Some(1));
@@ -104,7 +110,8 @@ async fn a_cron_job_runs_on_schedule_and_keeps_its_history_limit() {
     .await;
 
     // A later run completes, and the history limit of one leaves one completed Job.
-    await_any(&jobs, |j| condition(j, "Complete") && j.metadata.name.as_deref() != Some(first_name.as_str())).await;
+    await_any(&jobs, |j| condition(j, "Complete") && j.metadata.name.as_deref() != Some(first_name.as_str()))
+        .await;
     let completed: Vec<String> = jobs
         .list(&ListParams::default())
         .await
