@@ -311,15 +311,15 @@ async fn run_from_environment(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_from(config)
         .map_err(|e| RunError::Client { url: url.clone(), reason: cluster::one_line(&e) })?;
     let started = start(client, &url, settings).await?;
-    started.run(operator_workload, os_signals()).await
+    started.run(operator, os_signals()).await
 }
 
-/// The workload the binary runs while leading.
+/// The operator the binary runs (while leading, with leader election), until `stop` is cancelled.
 ///
 /// Not wired yet: the DatabaseCluster controller (`databasecluster::run_operator`, branch
 /// `reconcile`) plugs in here as one call taking `context` and `stop`. Until then `run` serves
 /// the endpoints and holds the lease, and says so in the log.
-async fn operator_workload(
+pub async fn operator(
     context: OperatorContext,
     stop: CancellationToken,
 ) -> Result<(), std::convert::Infallible> {
