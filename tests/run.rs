@@ -256,6 +256,11 @@ async fn of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_when_it
         serde_json::from_str(&get(*standby_metrics, "/debug/queue").await).unwrap();
     assert_eq!(queue["leading"], false);
     assert_eq!(queue["controllers"].as_array().unwrap().len(), 0);
+    let (_, leader_metrics, _) = addrs.iter().find(|(name, ..)| *name != standby_name).unwrap();
+    let status =
+        |leading: u8| format!("leader_election_master_status{{name=\"dbcluster-operator\"}} {leading}");
+    assert!(get(*standby_metrics, "/metrics").await.lines().any(|l| l == status(0)));
+    assert!(get(*leader_metrics, "/metrics").await.lines().any(|l| l == status(1)));
     leader.abort();
     let died = Instant::now();
     while lease_holder(&sim).await.as_deref() != Some(standby_name) {

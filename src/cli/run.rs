@@ -227,8 +227,8 @@ impl Started {
         let operator = async {
             let ended = match settings.leader_election.clone() {
                 Some(lease) => {
-                    let elector = LeaderElector::new(client, lease)?;
-                    view.set_leading(elector.leading());
+                    let elector = LeaderElector::new(client, lease.clone())?;
+                    view.set_leading(&lease.name, elector.leading());
                     elector.run(shutdown.clone(), lead).await?
                 }
                 None => {
