@@ -70,7 +70,7 @@ async fn crud_with_metadata_conflicts_and_not_found() {
     assert_eq!(meta.namespace.as_deref(), Some("default"));
     assert_eq!(meta.uid.as_ref().unwrap().len(), 36);
     assert!(meta.creation_timestamp.is_some());
-    assert_eq!(meta.generation, Some(1));
+    assert_eq!(meta.generation, None, "ConfigMaps have no generation, as on a real server");
     let managed = meta.managed_fields.as_ref().unwrap();
     assert_eq!(managed[0].operation.as_deref(), Some("Update"));
     assert!(managed[0].fields_v1.is_some());
@@ -336,4 +336,82 @@ async fn generate_name_and_dry_run() {
     let name = created.metadata.name.unwrap();
     assert_eq!(name.len(), "job-".len() + 5);
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
+}
+
+#[tokio::test]
+async fn delete_collection_deletes_the_selected_objects() {
+    let sim = SimServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    for (name, tier) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        cms.create(&PostParams::default(), &config_map(name, json!({"tier": tier}))).await.unwrap();
+    }
+    let deleted = cms
+        .delete_collection(&DeleteParams::default(), &ListParams::default().labels("tier=x"))
+        .await
+        .unwrap();
+    let names: Vec<String> =
+        deleted.left().unwrap().items.into_iter().filter_map(|c| c.metadata.name).collect();
+    assert_eq!(names, ["a", "b"]);
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(left, ["c"]);
+    let log = sim.request_log();
+    assert_eq!(log.iter().filter(|r| r.verb == "deletecollection").count(), 1);
+}
+
+#[tokio::test]
+async fn built_in_kinds_are_defaulted_as_by_the_apiserver() {
+    let sim = SimServer::start().await.unwrap();
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::default_namespaced(sim.client());
+    let svc =
+        serde_json::from_value(json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}))
+            .unwrap();
+    let created = services.create(&PostParams::default(), &svc).await.unwrap();
+    let spec = created.spec.unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    let ip = spec.cluster_ip.unwrap();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+    // The allocated address survives a merge patch that does not mention it.
+    let patched = services
+        .patch("db", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})))
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.unwrap().cluster_ip.as_deref(), Some(ip.as_str()));
+
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let pod = serde_json::from_value(
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "postgres:15.4"}]}}),
+    )
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap().spec.unwrap();
+    assert_eq!(created.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(created.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+}
+
+#[tokio::test]
+async fn secret_string_data_is_stored_as_data_and_unknown_fields_are_dropped() {
+    let sim = SimServer::start().await.unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(sim.client());
+    let request = http::Request::post("/api/v1/namespaces/default/secrets")
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(
+                &json!({"metadata": {"name": "s"}, "stringData": {"password": "hunter2"}, "bogus": 1}),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let created: serde_json::Value = sim.client().request(request).await.unwrap();
+    assert!(created.get("bogus").is_none() && created.get("stringData").is_none(), "{created}");
+    let secret = secrets.get("s").await.unwrap();
+    assert_eq!(secret.data.unwrap()["password"].0, b"hunter2");
+    assert_eq!(secret.type_.as_deref(), Some("Opaque"));
 }

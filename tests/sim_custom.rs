@@ -191,3 +191,17 @@ async fn a_crd_with_an_uncompilable_schema_is_refused() {
         invalid(crds.create(&PostParams::default(), &serde_json::from_value(bad).unwrap()).await);
     assert_eq!(causes[0].0, "spec.versions[0].schema");
 }
+
+#[tokio::test]
+async fn a_custom_resource_update_must_name_a_resource_version() {
+    let (_sim, api) = setup().await;
+    let created = api
+        .create(&PostParams::default(), &cluster(json!({"replicas": 3, "version": "15.4"})))
+        .await
+        .unwrap();
+    let mut unconditional = created.clone();
+    unconditional.metadata.resource_version = None;
+    let (causes, _) = invalid(api.replace("pg", &PostParams::default(), &unconditional).await);
+    assert_eq!(causes, [("metadata.resourceVersion".to_string(), "FieldValueInvalid".to_string())]);
+    api.replace("pg", &PostParams::default(), &created).await.unwrap();
+}

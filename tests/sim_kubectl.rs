@@ -175,6 +175,26 @@ async fn kubectl_applies_gets_tables_patches_and_deletes() {
 }
 
 #[tokio::test]
+async fn kubectl_apply_is_strict_about_unknown_fields() {
+    let f = Fixture::new().await;
+    f.ok(&["apply", "-f", path_str(&f.path("crd.yaml"))]).await;
+    std::fs::write(f.path("typo.yaml"), SAMPLE.replace("replicas: 3", "replcas: 3")).unwrap();
+    let err = f.fails(&["apply", "-f", path_str(&f.path("typo.yaml"))]).await;
+    assert!(err.contains("unknown field \"spec.replcas\""), "{err}");
+    // Without strict validation the field is pruned and the required one is missing.
+    let err = f.fails(&["apply", "--validate=false", "-f", path_str(&f.path("typo.yaml"))]).await;
+    assert!(err.contains("spec.replicas: Required value"), "{err}");
+    // Built-in kinds too: decoded as the apiserver decodes them.
+    std::fs::write(
+        f.path("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndta:\n  a: b\n",
+    )
+    .unwrap();
+    let err = f.fails(&["apply", "-f", path_str(&f.path("cm.yaml"))]).await;
+    assert!(err.contains("unknown field \"dta\""), "{err}");
+}
+
+#[tokio::test]
 async fn kubectl_get_watch_sees_a_change() {
     let f = Fixture::new().await;
     f.install().await;
@@ -214,4 +234,39 @@ async fn kubectl_applies_a_built_in_kind_twice() {
     assert!(f.ok(&["apply", "-f", path_str(&f.path("cm.yaml"))]).await.contains("configured"));
     assert_eq!(f.ok(&["get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]).await, "b");
     assert!(f.ok(&["get", "configmaps"]).await.contains("settings"));
+}
+
+#[tokio::test]
+async fn kubectl_rolls_out_a_statefulset_and_lists_ready_pods() {
+    let f = Fixture::new().await;
+    let sts = r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  replicas: 2
+  serviceName: web
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: nginx, image: "nginx:1.27"}]
+"#;
+    std::fs::write(f.path("sts.yaml"), sts).unwrap();
+    f.ok(&["apply", "-f", path_str(&f.path("sts.yaml"))]).await;
+    // `rollout status` watches until the simulated controller reports every replica ready.
+    assert!(f.ok(&["rollout", "status", "statefulset/web"]).await.contains("roll out complete"));
+    let pods = f.ok(&["get", "pods"]).await;
+    let header: Vec<&str> = pods.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "IP", "AGE"]);
+    for line in pods.lines().skip(1) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&cells[1..4], ["1/1", "Running", "0"], "{line}");
+    }
+    let sets = f.ok(&["get", "sts"]).await;
+    assert!(sets.lines().nth(1).unwrap().split_whitespace().any(|c| c == "2/2"), "{sets}");
+
+    // `kubectl scale` goes through the scale subresource.
+    f.ok(&["scale", "statefulset/web", "--replicas=3"]).await;
+    f.ok(&["rollout", "status", "statefulset/web"]).await;
+    assert_eq!(f.ok(&["get", "sts", "web", "-o", "jsonpath={.status.readyReplicas}"]).await, "3");
 }

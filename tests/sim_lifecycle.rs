@@ -161,8 +161,17 @@ async fn a_deleted_namespace_terminates_then_goes_with_its_contents() {
     namespaces.create(&PostParams::default(), &ns).await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(sim.client(), "doomed");
     cms.create(&PostParams::default(), &config_map("a", &[])).await.unwrap();
+    // A finalizer on its content keeps the namespace terminating, refusing new content.
+    cms.create(&PostParams::default(), &config_map("held", &["example.com/hold"])).await.unwrap();
     let marked = namespaces.delete("doomed", &DeleteParams::default()).await.unwrap().left().unwrap();
     assert_eq!(marked.status.unwrap().phase.as_deref(), Some("Terminating"));
+    match cms.create(&PostParams::default(), &config_map("late", &[])).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden")),
+        other => panic!("expected 403, got {other:?}"),
+    }
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .unwrap();
     await_deleted(&namespaces, "doomed", marked.metadata.resource_version.as_deref().unwrap()).await;
     assert!(cms.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
@@ -182,5 +191,15 @@ async fn preconditions_on_delete_are_checked() {
     match cms.delete("a", &dp).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 409),
         other => panic!("expected 409, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_default_namespace_may_not_be_deleted() {
+    let sim = SimServer::start().await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(sim.client());
+    match namespaces.delete("default", &DeleteParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden")),
+        other => panic!("expected 403, got {other:?}"),
     }
 }

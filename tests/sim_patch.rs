@@ -69,6 +69,27 @@ async fn server_side_apply_creates_then_merges_and_releases_fields() {
 }
 
 #[tokio::test]
+async fn apply_conflicts_with_other_managers_unless_forced() {
+    let sim = SimServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let cm = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": v}});
+    cms.patch("cfg", &PatchParams::apply("first"), &Patch::Apply(cm("1"))).await.unwrap();
+    match cms.patch("cfg", &PatchParams::apply("second"), &Patch::Apply(cm("2"))).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+            assert!(s.message.contains("conflict with \"first\""), "{}", s.message);
+            assert_eq!(s.details.unwrap().causes[0].field, ".data.a");
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+    // Applying the same value is no conflict; forcing takes the field.
+    cms.patch("cfg", &PatchParams::apply("second"), &Patch::Apply(cm("1"))).await.unwrap();
+    let forced =
+        cms.patch("cfg", &PatchParams::apply("second").force(), &Patch::Apply(cm("2"))).await.unwrap();
+    assert_eq!(forced.data.unwrap()["a"], "2");
+}
+
+#[tokio::test]
 async fn apply_without_a_field_manager_is_refused() {
     let sim = SimServer::start().await.unwrap();
     let request = http::Request::patch("/api/v1/namespaces/default/configmaps/x")
@@ -79,4 +100,22 @@ async fn apply_without_a_field_manager_is_refused() {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 400),
         other => panic!("expected 400, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn the_scale_subresource_reads_and_writes_spec_replicas() {
+    let sim = SimServer::start().await.unwrap();
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set()).await.unwrap();
+    let scale = sts.get_scale("db").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(1));
+    assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=db"));
+    let scaled = sts
+        .patch_scale("db", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}})))
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(4));
+    assert_eq!(sts.get("db").await.unwrap().spec.unwrap().replicas, Some(4));
+    let resources = sim.client().list_api_group_resources("apps/v1").await.unwrap();
+    assert!(resources.resources.iter().any(|r| r.name == "statefulsets/scale" && r.kind == "Scale"));
 }

@@ -176,3 +176,15 @@ async fn without_streaming_lists_send_initial_events_is_ignored_as_by_old_server
         "no initial-events-end bookmark"
     );
 }
+
+#[tokio::test]
+async fn a_field_selected_watch_follows_one_object() {
+    let sim = SimServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
+    let rv = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let wp = WatchParams::default().fields("metadata.name=b").disable_bookmarks();
+    let mut stream = cms.watch(&wp, &rv).await.unwrap().boxed();
+    cms.create(&PostParams::default(), &config_map("a", json!({}))).await.unwrap();
+    cms.create(&PostParams::default(), &config_map("b", json!({}))).await.unwrap();
+    assert_eq!(describe(&stream.try_next().await.unwrap().unwrap()), "ADDED b");
+}

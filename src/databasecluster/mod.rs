@@ -1,5 +1,9 @@
-//! The DatabaseCluster operator: CRD types, pure child builders, status and reconcile.
+//! The DatabaseCluster operator: CRD types, pure child builders, status, reconcile and the wiring
+//! that runs them ([`operator::run_operator`]).
 
+pub mod events;
+pub mod operator;
+pub mod reconcile;
 pub mod resources;
 pub mod status;
 pub mod types;

@@ -29,9 +29,11 @@
 //!
 //! The Secret is the exception to "apply whenever": its password must never change. When the
 //! cache holds no `<name>-app`, reconcile draws a password and **creates** the Secret (POST, not
-//! apply); `409 AlreadyExists` means the cache lagged behind an earlier pass, and the pass ends
-//! with a requeue instead of overwriting. When the Secret exists, reconcile rebuilds it with the
-//! password read back by [`app_secret_password`] and applies it like any other child.
+//! apply); `409 AlreadyExists` means the cache lagged behind an earlier pass, and reconcile reads
+//! the live Secret once instead of overwriting it. When the Secret exists, reconcile rebuilds it
+//! with the password read back by [`app_secret_password`] and applies it like any other child.
+//! (Reconcile creates every absent child with POST the same way, so `result=created` and the
+//! `Created…` Event are reported exactly once.)
 
 use std::collections::BTreeMap;
 

@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use dashmap::DashMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use parking_lot::RwLock;
 use tokio::sync::watch;
@@ -268,14 +269,15 @@ impl Relist {
     }
 }
 
-/// The UID named by the object's controller ownerReference (the one with `controller: true`).
+/// The object's controller ownerReference (the one with `controller: true`), if any: the owner a
+/// controller's `Owns` wiring wakes when this object changes.
+pub fn controller_owner<K: Resource>(obj: &K) -> Option<&OwnerReference> {
+    obj.meta().owner_references.as_deref()?.iter().find(|owner| owner.controller == Some(true))
+}
+
+/// The UID named by the object's controller ownerReference: the key of the owner index.
 pub fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
-    obj.meta()
-        .owner_references
-        .as_deref()?
-        .iter()
-        .find(|owner| owner.controller == Some(true))
-        .map(|owner| owner.uid.as_str())
+    controller_owner(obj).map(|owner| owner.uid.as_str())
 }
 
 fn same_version<K: Resource>(cached: &K, incoming: &K) -> bool {
@@ -307,7 +309,7 @@ fn remove_from(index: &DashMap<Arc<str>, HashSet<ObjectKey>>, value: &str, key: 
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 
     fn cm(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> ConfigMap {
         ConfigMap {

@@ -112,6 +112,8 @@ pub struct InformerStats {
     pub malformed_skipped: u64,
     /// Failed requests or streams retried after a backoff delay.
     pub failures: u64,
+    /// The last backoff delay chosen after a failure, in milliseconds.
+    pub last_backoff_ms: u64,
     /// Handler calls that panicked.
     pub handler_panics: u64,
     /// The last resourceVersion seen.
@@ -218,6 +220,7 @@ where
         let cache = Arc::clone(&self.cache);
         let handlers = Arc::clone(&self.handlers);
         let counters = Arc::clone(&self.counters);
+        let reflector_stats = Arc::clone(&self.reflector_stats);
         let mut relist: Option<Relist> = None;
         let sink = move |event: ReflectorEvent<K>| {
             let handlers = handlers.read();
@@ -264,6 +267,7 @@ where
                     cache.set_resource_version(&resource_version);
                 }
             }
+            reflector_stats.touch();
         };
         *self.task.lock() = Some(tokio::spawn(reflector.run(sink)));
     }
@@ -271,6 +275,18 @@ where
     /// Resolves once the first list has been applied.
     pub async fn synced(&self) {
         self.cache.synced().await
+    }
+
+    /// Resolves once `condition` holds for the informer's figures (checked now and after every
+    /// change): for tests and for readiness checks that need more than `synced()`.
+    pub async fn wait_for(&self, condition: impl Fn(&InformerStats) -> bool) {
+        let mut changes = self.reflector_stats.subscribe();
+        while !condition(&self.stats()) {
+            // The sender lives in `reflector_stats`, which `self` keeps alive.
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// A snapshot of the informer's figures.
@@ -287,6 +303,7 @@ where
             gone: load(&r.gone),
             malformed_skipped: load(&r.malformed_skipped),
             failures: load(&r.failures),
+            last_backoff_ms: load(&r.last_backoff_ms),
             handler_panics: load(&c.handler_panics),
             last_resource_version: self.cache.resource_version().map(|rv| rv.to_string()),
             objects: self.cache.len(),

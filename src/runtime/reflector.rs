@@ -6,8 +6,9 @@
 //! 1. **Initial list.** First a *streaming list*: a watch with `sendInitialEvents=true`,
 //!    `resourceVersionMatch=NotOlderThan` and bookmarks, whose synthetic ADDED events are the list
 //!    and whose bookmark annotated `k8s.io/initial-events-end` closes it; the same stream then goes on
-//!    as the watch. A server that refuses it (400/422, as Kubernetes before 1.32 does with the
-//!    feature off) gets a paginated LIST (`limit=500`) from then on. The choice is logged once.
+//!    as the watch. A server that refuses it (400/422, as Kubernetes 1.27–1.31 do with the
+//!    feature off) or ignores it (a plain bookmark arrives before the closing one, as from servers
+//!    before 1.27) gets a paginated LIST (`limit=500`) from then on. The choice is logged once.
 //! 2. **Watch** from the last resourceVersion with bookmarks; bookmarks advance the resourceVersion.
 //!    The server ending a watch at its timeout is normal: the reflector watches again from the same
 //!    resourceVersion, without relisting.
@@ -17,6 +18,10 @@
 //!    anything) → retry the same step after a [`Backoff`] delay: 0.8 s → 30 s, factor 2, jitter,
 //!    reset after 2 minutes without failure. A 429's `Retry-After` is honoured as a lower bound.
 //! 5. **A malformed object** in a stream or a list page is logged, counted and skipped.
+//!
+//! Unless told otherwise, `metadata.managedFields` is cut out of the raw JSON before decoding
+//! ([`elide_managed_fields`]): it is a third of a typical object's bytes and most of its
+//! allocations, and the cache would drop it anyway.
 //!
 //! Watch lines are framed and decoded here rather than by kube's `Api::watch`, so that one object
 //! that fails to decode costs one event, not the stream. Everything timed goes through
@@ -148,6 +153,9 @@ pub struct ReflectorConfig {
     pub backoff: BackoffConfig,
     /// Restricts the objects to those matching this label selector.
     pub label_selector: Option<String>,
+    /// Drop `metadata.managedFields` from the raw JSON before decoding (see
+    /// [`elide_managed_fields`]): faster, and the cache's default transform drops them anyway.
+    pub elide_managed_fields: bool,
 }
 
 impl Default for ReflectorConfig {
@@ -159,9 +167,13 @@ impl Default for ReflectorConfig {
             watch_timeout_jitter: 1.0,
             backoff: BackoffConfig::default(),
             label_selector: None,
+            elide_managed_fields: true,
         }
     }
 }
+
+const MODE_STREAMING: u8 = 1;
+const MODE_PAGINATED: u8 = 2;
 
 /// Counters the reflector keeps for metrics and the debug endpoint.
 #[derive(Debug, Default)]
@@ -176,24 +188,38 @@ pub struct ReflectorStats {
     pub malformed_skipped: AtomicU64,
     /// Failed requests or streams that were retried after a backoff delay.
     pub failures: AtomicU64,
-    /// The initial-list method in use: 0 not yet known, 1 streaming, 2 paginated.
+    /// The initial-list method in use: 0 not yet known, else `MODE_STREAMING` or `MODE_PAGINATED`.
     mode: AtomicU8,
-    /// The last backoff delay, in milliseconds.
+    /// The last backoff delay, in milliseconds (stored before `failures` is incremented).
     pub last_backoff_ms: AtomicU64,
+    /// Ticks whenever a figure changes, so a reader can await a condition on them.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl ReflectorStats {
     /// How the reflector lists, once known.
     pub fn initial_list_mode(&self) -> Option<InitialList> {
         match self.mode.load(Ordering::Relaxed) {
-            1 => Some(InitialList::StreamingWithFallback),
-            2 => Some(InitialList::Paginated),
+            MODE_STREAMING => Some(InitialList::StreamingWithFallback),
+            MODE_PAGINATED => Some(InitialList::Paginated),
             _ => None,
         }
     }
 
-    fn bump(counter: &AtomicU64) {
+    /// Adds one to `counter` and signals a change.
+    pub fn bump(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// Signals that a figure (this struct's or its owner's) changed.
+    pub fn touch(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that sees every later change signal.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 
@@ -246,6 +272,13 @@ pub enum ReflectorError {
         /// The request's path and query.
         url: String,
     },
+    /// A bookmark without the `k8s.io/initial-events-end` annotation came during the initial
+    /// events: the server ignores `sendInitialEvents` (as servers before 1.27 do).
+    #[error("{url} ignores sendInitialEvents: a plain bookmark came before the initial-events-end one")]
+    StreamingListIgnored {
+        /// The request's path and query.
+        url: String,
+    },
     /// The watch ended at once without a single event: treated as a failure so a server that
     /// keeps closing watches is not hammered.
     #[error("the watch {url} ended at once without an event")]
@@ -270,7 +303,7 @@ impl ReflectorError {
 
     /// Whether the server refused a streaming list (the fallback to LIST applies).
     fn refuses_streaming(&self) -> bool {
-        matches!(self.code(), Some(400 | 422))
+        matches!(self.code(), Some(400 | 422)) || matches!(self, Self::StreamingListIgnored { .. })
     }
 
     fn retry_after(&self) -> Option<Duration> {
@@ -403,6 +436,137 @@ fn describe(object: &serde_json::Value) -> String {
     }
 }
 
+/// Removes `metadata.managedFields` from the raw JSON of a watch line (`{"type":…,"object":{…}}`)
+/// or of a list (`{"items":[{…},…]}`) before it is decoded, so the field's many small allocations
+/// are never made. Returns `None` when there is nothing to remove (or the text is not shaped as
+/// expected, in which case the typed decoder will say what is wrong). Only the `managedFields`
+/// member of each object's own `metadata` is touched: the same name anywhere else (inside a
+/// string, in a spec) is left alone.
+pub fn elide_managed_fields(json: &[u8]) -> Option<Vec<u8>> {
+    memchr::memmem::find(json, b"\"managedFields\"")?;
+    let mut cuts = Vec::new();
+    if let Some((_, object)) = find_member(json, 0, b"object") {
+        cuts.extend(managed_fields_member(json, object));
+    } else if let Some((_, items)) = find_member(json, 0, b"items")
+        && json.get(items) == Some(&b'[')
+    {
+        let mut i = skip_ws(json, items + 1);
+        while json.get(i).is_some_and(|&b| b != b']') {
+            cuts.extend(managed_fields_member(json, i));
+            i = skip_ws(json, skip_value(json, i)?);
+            if json.get(i) == Some(&b',') {
+                i = skip_ws(json, i + 1);
+            }
+        }
+    }
+    if cuts.is_empty() {
+        return None;
+    }
+    let removed: usize = cuts.iter().map(|cut: &std::ops::Range<usize>| cut.len()).sum();
+    let mut out = Vec::with_capacity(json.len() - removed);
+    let mut from = 0;
+    for cut in cuts {
+        out.extend_from_slice(&json[from..cut.start]);
+        from = cut.end;
+    }
+    out.extend_from_slice(&json[from..]);
+    Some(out)
+}
+
+/// The byte range to cut to drop `metadata.managedFields` (with one separating comma) from the
+/// object starting at `object`.
+fn managed_fields_member(json: &[u8], object: usize) -> Option<std::ops::Range<usize>> {
+    let (_, metadata) = find_member(json, object, b"metadata")?;
+    let (member, value) = find_member(json, metadata, b"managedFields")?;
+    let end = skip_value(json, value)?;
+    let after = skip_ws(json, end);
+    if json.get(after) == Some(&b',') {
+        return Some(member..after + 1);
+    }
+    let before = json[..member].iter().rposition(|b| !b.is_ascii_whitespace())?;
+    Some(if json[before] == b',' { before..end } else { member..end })
+}
+
+/// Finds the member `key` of the JSON object starting at `object` (after whitespace):
+/// the offsets of the member's key and of its value.
+fn find_member(json: &[u8], object: usize, key: &[u8]) -> Option<(usize, usize)> {
+    let mut i = skip_ws(json, object);
+    if json.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(json, i + 1);
+    while json.get(i) == Some(&b'"') {
+        let key_end = skip_string(json, i)?;
+        let colon = skip_ws(json, key_end);
+        if json.get(colon) != Some(&b':') {
+            return None;
+        }
+        let value = skip_ws(json, colon + 1);
+        if &json[i + 1..key_end - 1] == key {
+            return Some((i, value));
+        }
+        i = skip_ws(json, skip_value(json, value)?);
+        if json.get(i) != Some(&b',') {
+            return None;
+        }
+        i = skip_ws(json, i + 1);
+    }
+    None
+}
+
+fn skip_ws(json: &[u8], mut i: usize) -> usize {
+    while json.get(i).is_some_and(u8::is_ascii_whitespace) {
+        i += 1;
+    }
+    i
+}
+
+/// The offset just past the string starting at `start` (which holds `"`).
+fn skip_string(json: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', json.get(i..)?)?;
+        if json[i] == b'\\' {
+            i += 2;
+        } else {
+            return Some(i + 1);
+        }
+    }
+}
+
+/// The offset just past the JSON value starting at `start`.
+fn skip_value(json: &[u8], start: usize) -> Option<usize> {
+    match *json.get(start)? {
+        b'"' => skip_string(json, start),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = start;
+            loop {
+                match *json.get(i)? {
+                    b'"' => {
+                        i = skip_string(json, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            let len =
+                json[start..].iter().position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace());
+            Some(start + len.unwrap_or(json.len() - start))
+        }
+    }
+}
+
 /// Splits a byte stream into newline-terminated lines (a watch response's framing).
 #[derive(Debug, Default)]
 pub struct LineBuffer {
@@ -441,6 +605,9 @@ impl LineBuffer {
     }
 }
 
+/// A watch that ends sooner than this without a single event counts as a failure (backoff).
+const EMPTY_WATCH: Duration = Duration::from_millis(100);
+
 /// Where the reflector is in its cycle.
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
@@ -448,14 +615,6 @@ enum Phase {
     Relist,
     /// The view is current up to this resourceVersion: watch from it.
     Watch(String),
-}
-
-/// How a watch stream ended without an error.
-enum WatchEnd {
-    /// The server ended it (timeout) after this many events.
-    Closed { events: u64 },
-    /// An ERROR event or status said the resourceVersion is gone.
-    Gone,
 }
 
 /// Keeps one kind's view current: lists, watches, and recovers from failures (see module docs).
@@ -466,6 +625,8 @@ pub struct Reflector<K> {
     stats: Arc<ReflectorStats>,
     backoff: Backoff,
     streaming: bool,
+    /// Where to pick up after a failure: the last resourceVersion the sink is current with.
+    resume: Phase,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -490,6 +651,7 @@ where
             config,
             stats: Arc::default(),
             streaming,
+            resume: Phase::Relist,
             _kind: PhantomData,
         }
     }
@@ -503,43 +665,47 @@ where
     pub async fn run(mut self, mut sink: impl FnMut(ReflectorEvent<K>)) {
         let mut phase = Phase::Relist;
         loop {
+            self.resume = phase.clone();
             let result = match &phase {
-                Phase::Relist if self.streaming => self.streaming_list(&mut sink).await,
+                Phase::Relist if self.streaming => self.watch_stream(None, &mut sink).await,
                 Phase::Relist => self.paginated_list(&mut sink).await.map(Phase::Watch),
-                Phase::Watch(rv) => self.watch(rv.clone(), &mut sink).await,
+                Phase::Watch(rv) => self.watch_stream(Some(rv.clone()), &mut sink).await,
             };
             phase = match result {
                 Ok(next) => next,
                 Err(e) if self.streaming && phase == Phase::Relist && e.refuses_streaming() => {
                     tracing::warn!(url = %self.url, error = %e, "server refused a streaming list; using paginated LIST");
                     self.streaming = false;
-                    self.stats.mode.store(2, Ordering::Relaxed);
                     Phase::Relist
                 }
                 Err(e) if e.is_gone() => {
-                    ReflectorStats::bump(&self.stats.gone);
+                    self.stats.bump(&self.stats.gone);
                     tracing::info!(url = %self.url, error = %e, "resourceVersion expired; relisting");
                     Phase::Relist
                 }
                 Err(e) => {
-                    ReflectorStats::bump(&self.stats.failures);
                     let delay = self
                         .backoff
                         .next_delay(Instant::now(), rand::random::<f64>())
                         .max(e.retry_after().unwrap_or_default());
                     self.stats.last_backoff_ms.store(delay.as_millis() as u64, Ordering::Relaxed);
+                    self.stats.bump(&self.stats.failures);
                     tracing::warn!(url = %self.url, error = %e, delay_ms = delay.as_millis() as u64, "retrying after backoff");
                     tokio::time::sleep(delay).await;
-                    phase
+                    // A stream that broke after some events resumes after them.
+                    self.resume.clone()
                 }
             };
         }
     }
 
+    /// Records how lists are made; logs it the first time (and if it ever changes).
     fn note_mode(&self, mode: u8) {
         if self.stats.mode.swap(mode, Ordering::Relaxed) != mode {
-            let how = if mode == 1 { "streaming list (sendInitialEvents)" } else { "paginated LIST" };
+            let how =
+                if mode == MODE_STREAMING { "streaming list (sendInitialEvents)" } else { "paginated LIST" };
             tracing::info!(url = %self.url, initial_list = how, "initial list method chosen");
+            self.stats.touch();
         }
     }
 
@@ -548,8 +714,8 @@ where
         &mut self,
         sink: &mut impl FnMut(ReflectorEvent<K>),
     ) -> Result<String, ReflectorError> {
-        self.note_mode(2);
-        ReflectorStats::bump(&self.stats.relists);
+        self.note_mode(MODE_PAGINATED);
+        self.stats.bump(&self.stats.relists);
         let mut continue_token: Option<String> = None;
         let mut started = false;
         loop {
@@ -572,28 +738,10 @@ where
                 None => {
                     let resource_version = meta.resource_version.unwrap_or_default();
                     sink(ReflectorEvent::RelistDone { resource_version: resource_version.clone() });
-                    self.backoff = Backoff::new(self.config.backoff);
                     return Ok(resource_version);
                 }
             }
         }
-    }
-
-    /// A streaming list, continuing as a watch once its closing bookmark arrives.
-    async fn streaming_list(
-        &mut self,
-        sink: &mut impl FnMut(ReflectorEvent<K>),
-    ) -> Result<Phase, ReflectorError> {
-        self.watch_stream(None, sink).await
-    }
-
-    /// A watch from `resource_version`.
-    async fn watch(
-        &mut self,
-        resource_version: String,
-        sink: &mut impl FnMut(ReflectorEvent<K>),
-    ) -> Result<Phase, ReflectorError> {
-        self.watch_stream(Some(resource_version), sink).await
     }
 
     /// One watch request, read to its end. `from == None` makes it a streaming list.
@@ -610,22 +758,20 @@ where
         let idle_limit = timeout + Duration::from_secs(30);
         let response = self.get(&url, idle_limit).await?;
         if streaming_list {
-            self.note_mode(1);
-            ReflectorStats::bump(&self.stats.relists);
+            self.stats.bump(&self.stats.relists);
             sink(ReflectorEvent::RelistStarted);
         }
         let started = Instant::now();
         let mut listing = streaming_list;
-        let mut resource_version = from;
         let mut events = 0u64;
         let mut lines = LineBuffer::default();
         let mut body = response.into_body();
-        let end = 'read: loop {
+        let events = loop {
             let frame = match tokio::time::timeout(idle_limit, body.frame()).await {
                 Err(_) => {
                     return Err(ReflectorError::Body { url, message: format!("no data for {idle_limit:?}") });
                 }
-                Ok(None) => break 'read WatchEnd::Closed { events },
+                Ok(None) => break events,
                 Ok(Some(Err(e))) => return Err(ReflectorError::Body { url, message: e.to_string() }),
                 Ok(Some(Ok(frame))) => frame,
             };
@@ -633,47 +779,40 @@ where
             lines.push(&data);
             while let Some(line) = lines.next_line() {
                 events += 1;
-                match decode_watch_line::<K>(&line) {
+                let elided = self.config.elide_managed_fields.then(|| elide_managed_fields(&line)).flatten();
+                match decode_watch_line::<K>(elided.as_deref().unwrap_or(&line)) {
                     Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) if listing => {
                         sink(ReflectorEvent::Listed(obj));
                     }
                     Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) => {
-                        resource_version = obj.meta().resource_version.clone().or(resource_version);
+                        self.advance(obj.meta().resource_version.as_deref());
                         sink(ReflectorEvent::Applied(obj));
                     }
                     Ok(WatchLine::Deleted(obj)) => {
                         if !listing {
-                            resource_version = obj.meta().resource_version.clone().or(resource_version);
+                            self.advance(obj.meta().resource_version.as_deref());
                         }
                         sink(ReflectorEvent::Deleted(obj));
                     }
                     Ok(WatchLine::Bookmark { resource_version: rv, initial_events_end }) => {
-                        if listing && initial_events_end {
+                        if listing && !initial_events_end {
+                            return Err(ReflectorError::StreamingListIgnored { url });
+                        }
+                        if listing {
                             listing = false;
+                            self.note_mode(MODE_STREAMING);
                             sink(ReflectorEvent::RelistDone { resource_version: rv.clone() });
-                            self.backoff = Backoff::new(self.config.backoff);
-                        } else if !listing {
+                        } else {
                             sink(ReflectorEvent::Bookmark { resource_version: rv.clone() });
                         }
-                        if !listing && !rv.is_empty() {
-                            resource_version = Some(rv);
-                        }
+                        self.advance(Some(&rv));
                     }
                     Ok(WatchLine::Error { code, reason, message }) => {
-                        let error = ReflectorError::Api {
-                            url: url.clone(),
-                            code,
-                            reason,
-                            message,
-                            retry_after: None,
-                        };
-                        if error.is_gone() {
-                            break 'read WatchEnd::Gone;
-                        }
-                        return Err(error);
+                        // A 410 here sends `run` to relist; anything else is retried after a backoff.
+                        return Err(ReflectorError::Api { url, code, reason, message, retry_after: None });
                     }
                     Err(malformed) => {
-                        ReflectorStats::bump(&self.stats.malformed_skipped);
+                        self.stats.bump(&self.stats.malformed_skipped);
                         tracing::warn!(url = %url, event_type = %malformed.event_type, object = %malformed.object,
                             error = %malformed.error, "skipping a watch event that does not decode");
                     }
@@ -681,20 +820,24 @@ where
             }
             lines.searched_all();
         };
-        match end {
-            WatchEnd::Gone => Ok(Phase::Relist),
-            WatchEnd::Closed { .. } if listing => Err(ReflectorError::StreamingListCut { url }),
-            WatchEnd::Closed { events } => {
-                if lines.has_partial() {
-                    tracing::debug!(url = %url, "watch ended inside an event; it will be seen again");
-                }
-                ReflectorStats::bump(&self.stats.watch_restarts);
-                if events == 0 && started.elapsed() < Duration::from_secs(1) {
-                    return Err(ReflectorError::EmptyWatch { url });
-                }
-                // `listing` is false here, so `resource_version` was set by the list's end or `from`.
-                Ok(resource_version.map_or(Phase::Relist, Phase::Watch))
-            }
+        if listing {
+            return Err(ReflectorError::StreamingListCut { url });
+        }
+        if lines.has_partial() {
+            tracing::debug!(url = %url, "watch ended inside an event; it will be seen again");
+        }
+        self.stats.bump(&self.stats.watch_restarts);
+        if events == 0 && started.elapsed() < EMPTY_WATCH {
+            return Err(ReflectorError::EmptyWatch { url });
+        }
+        // Where this watch started, or the last resourceVersion it delivered.
+        Ok(self.resume.clone())
+    }
+
+    /// Notes that the sink is now current up to `rv` (if given and not empty).
+    fn advance(&mut self, rv: Option<&str>) {
+        if let Some(rv) = rv.filter(|rv| !rv.is_empty()) {
+            self.resume = Phase::Watch(rv.to_string());
         }
     }
 
@@ -788,7 +931,7 @@ pub fn decode_list_page<K: DeserializeOwned>(
                 match serde_json::from_value::<K>(item) {
                     Ok(obj) => on_item(obj),
                     Err(error) => {
-                        ReflectorStats::bump(&stats.malformed_skipped);
+                        stats.bump(&stats.malformed_skipped);
                         tracing::warn!(%error, "skipping a listed object that does not decode");
                     }
                 }
@@ -947,6 +1090,31 @@ mod tests {
         assert_eq!((err.event_type.as_str(), err.object.as_str()), ("MODIFIED", "n/a"));
         let garbage = decode_watch_line::<ConfigMap>(b"{not json").unwrap_err();
         assert_eq!(garbage.event_type, "?");
+    }
+
+    #[test]
+    fn managed_fields_are_elided_from_watch_lines_and_list_items_only_where_they_belong() {
+        let line = br#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"a","managedFields":[{"manager":"x","fieldsV1":{"f:data":{"f:\"]}":{}}}}],"namespace":"n"},"data":{"managedFields":"kept"}}}"#;
+        let elided = elide_managed_fields(line).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&elided).unwrap(),
+            r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"a","namespace":"n"},"data":{"managedFields":"kept"}}}"#
+        );
+        let last = br#"{"type":"MODIFIED","object":{"metadata":{"name":"a", "managedFields" : [] }}}"#;
+        assert_eq!(
+            elide_managed_fields(last).unwrap(),
+            br#"{"type":"MODIFIED","object":{"metadata":{"name":"a" }}}"#
+        );
+        let only = br#"{"type":"MODIFIED","object":{"metadata":{"managedFields":[1]}}}"#;
+        assert_eq!(elide_managed_fields(only).unwrap(), br#"{"type":"MODIFIED","object":{"metadata":{}}}"#);
+        assert_eq!(elide_managed_fields(br#"{"type":"ADDED","object":{"data":{"managedFields":[]}}}"#), None);
+
+        let list = br#"{"metadata":{"resourceVersion":"1"},"items":[{"metadata":{"managedFields":[{}],"name":"a"}},{"metadata":{"name":"b"}},{"metadata":{"name":"c","managedFields":[]}}]}"#;
+        assert_eq!(
+            std::str::from_utf8(&elide_managed_fields(list).unwrap()).unwrap(),
+            r#"{"metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}},{"metadata":{"name":"c"}}]}"#
+        );
+        assert_eq!(elide_managed_fields(br#"{"items":[{"metadata":{"managedFields":[{"#), None);
     }
 
     #[test]

@@ -19,7 +19,12 @@ pub fn admit_custom(kind: &Kind, obj: &mut Value, old: Option<&Value>, strict: b
     let unknown = schema.prune(obj);
     if strict && !unknown.is_empty() {
         let fields: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-        return Err(ApiError::bad_request(format!("strict decoding error: {}", fields.join(", "))));
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            fields.join(", "),
+            kind = kind.kind,
+            version = kind.version,
+        )));
     }
     schema.apply_defaults(obj);
     let errors = schema.validate(obj, old);

@@ -58,6 +58,23 @@ impl ApiError {
             .with_details_raw(json!({"name": ns, "kind": "namespaces"}))
     }
 
+    /// 403 for a request the server refuses outright.
+    pub fn forbidden(kind: &Kind, name: &str, why: &str) -> Self {
+        Self::new(403, "Forbidden", format!("{} \"{name}\" is forbidden: {why}", kind.qualified_resource()))
+            .with_details(kind, name)
+    }
+
+    /// 403 for a create in a namespace that is being deleted.
+    pub fn namespace_terminating(kind: &Kind, obj: &Value, ns: &str) -> Self {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        Self::new(
+            403,
+            "Forbidden",
+            format!("{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated", kind.qualified_resource()),
+        )
+        .with_details(kind, name)
+    }
+
     /// 409 for a create of a name already taken.
     pub fn already_exists(kind: &Kind, name: &str) -> Self {
         Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", kind.qualified_resource()))
@@ -81,6 +98,32 @@ impl ApiError {
             name,
             "the object has been modified; please apply your changes to the latest version and try again",
         )
+    }
+
+    /// 409 for a server-side apply that would take fields other managers own.
+    pub fn apply_conflicts(kind: &Kind, name: &str, conflicts: &[crate::sim::apply::Conflict]) -> Self {
+        let message = match conflicts {
+            [one] => format!(
+                "Apply failed with 1 conflict: conflict with \"{}\" using {}: {}",
+                one.manager, one.api_version, one.field
+            ),
+            many => {
+                let lines: Vec<String> = many
+                    .iter()
+                    .map(|c| format!("conflict with \"{}\" using {}: {}", c.manager, c.api_version, c.field))
+                    .collect();
+                format!("Apply failed with {} conflicts: {}", many.len(), lines.join("\n"))
+            }
+        };
+        let causes: Vec<Value> = conflicts
+            .iter()
+            .map(|c| {
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{}\" using {}", c.manager, c.api_version), "field": c.field})
+            })
+            .collect();
+        let mut e = Self::new(409, "Conflict", message);
+        e.details = Some(json!({"name": name, "group": kind.group, "kind": kind.plural, "causes": causes}));
+        e
     }
 
     /// 400 for a malformed request.

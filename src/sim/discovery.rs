@@ -86,6 +86,17 @@ fn resource_entries(kind: &Kind) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if kind.scale_subresource {
+        entries.push(json!({
+            "name": format!("{}/scale", kind.plural),
+            "singularName": "",
+            "namespaced": kind.namespaced,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
     entries
 }
 

@@ -37,7 +37,8 @@ impl Faults {
     }
 
     /// Answers the next `n` requests for `resource` (plural name) with `status`: 429 comes with
-    /// `Retry-After: 1`, anything else is an internal error with that code.
+    /// `Retry-After: 1`, anything else is an internal error with that code. `resource` may name a
+    /// subresource (`databaseclusters/status`) to fail only the requests for it.
     pub fn fail_next(&self, resource: &str, n: usize, status: u16) {
         self.pending.lock().failures.insert(resource.to_string(), (n, status));
     }

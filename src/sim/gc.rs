@@ -2,9 +2,7 @@
 //! (objects whose `ownerReferences` name a deleted uid) are deleted or orphaned, foreground
 //! deletions finish when their dependents are gone, and terminating namespaces are emptied.
 
-use std::collections::HashSet;
-
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::sim::ops::{self, DeleteOptions};
 use crate::sim::state::State;
@@ -70,6 +68,7 @@ fn strip_owner(state: &mut State, l: &Located, uid: &str) {
     if let Some(refs) = obj["metadata"]["ownerReferences"].as_array_mut() {
         refs.retain(|r| r["uid"] != uid);
         if refs.is_empty() {
+            // Invariant: `metadata.ownerReferences` was found, so `metadata` is an object.
             obj["metadata"].as_object_mut().expect("metadata is an object").remove("ownerReferences");
         }
     }
@@ -83,7 +82,7 @@ fn drop_finalizer(state: &mut State, l: &Located, finalizer: &str) {
     if let Some(f) = obj["metadata"]["finalizers"].as_array_mut() {
         f.retain(|x| x != finalizer);
         if f.is_empty() {
-            obj["metadata"]["finalizers"] = json!(null);
+            // Invariant: `metadata.finalizers` was found, so `metadata` is an object.
             obj["metadata"].as_object_mut().expect("metadata is an object").remove("finalizers");
         }
     }
@@ -105,14 +104,12 @@ pub fn step(state: &mut State) -> bool {
     if work.is_empty() {
         return false;
     }
-    let live: HashSet<String> =
-        state.store.all().filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(String::from)).collect();
     for item in &work {
         match item {
-            GcWork::Dependents(uid) => {
+            GcWork::Dependents(uid) if state.store.is_owner(uid) => {
                 for dep in dependents_of(state, uid) {
                     let other_owner_alive =
-                        owner_uids(&dep.obj).iter().any(|u| *u != uid && live.contains(*u));
+                        owner_uids(&dep.obj).iter().any(|u| *u != uid && state.store.is_live(u));
                     if other_owner_alive {
                         strip_owner(state, &dep, uid);
                     } else {
@@ -120,6 +117,7 @@ pub fn step(state: &mut State) -> bool {
                     }
                 }
             }
+            GcWork::Dependents(_) => {}
             GcWork::Orphan(uid) => {
                 for dep in dependents_of(state, uid) {
                     strip_owner(state, &dep, uid);
@@ -128,12 +126,18 @@ pub fn step(state: &mut State) -> bool {
             GcWork::Foreground(_) | GcWork::Namespace(_) => {}
         }
     }
-    finish_foreground(state);
-    finish_namespaces(state);
+    let waits = work.iter().any(|w| matches!(w, GcWork::Foreground(_) | GcWork::Namespace(_)));
+    if waits || state.gc_waiting {
+        // Scanned only while something waits: every deletion would otherwise cost a full scan.
+        let foreground_left = finish_foreground(state);
+        let namespaces_left = finish_namespaces(state);
+        state.gc_waiting = foreground_left || namespaces_left;
+    }
     true
 }
 
-fn finish_foreground(state: &mut State) {
+/// Finishes the foreground deletions whose dependents are gone; returns whether some still wait.
+fn finish_foreground(state: &mut State) -> bool {
     let waiting: Vec<Located> = state
         .store
         .all()
@@ -148,6 +152,7 @@ fn finish_foreground(state: &mut State) {
             Located { key: key.to_string(), namespace, name, obj: obj.clone() }
         })
         .collect();
+    let mut still_waiting = false;
     for owner in waiting {
         let uid = owner.obj["metadata"]["uid"].as_str().unwrap_or_default().to_string();
         let deps = dependents_of(state, &uid);
@@ -156,17 +161,22 @@ fn finish_foreground(state: &mut State) {
         }
         if dependents_of(state, &uid).is_empty() {
             drop_finalizer(state, &owner, "foregroundDeletion");
+        } else {
+            still_waiting = true;
         }
     }
+    still_waiting
 }
 
-fn finish_namespaces(state: &mut State) {
+/// Empties terminating namespaces and removes the empty ones; returns whether some still wait.
+fn finish_namespaces(state: &mut State) -> bool {
     let terminating: Vec<String> = state
         .store
         .list("namespaces", None)
         .filter(|o| is_deleting(o))
         .filter_map(|o| o["metadata"]["name"].as_str().map(String::from))
         .collect();
+    let mut still_waiting = false;
     for ns in terminating {
         let contents: Vec<Located> = state
             .store
@@ -183,6 +193,9 @@ fn finish_namespaces(state: &mut State) {
         let empty = state.store.all().all(|(_, o)| o["metadata"]["namespace"] != ns.as_str());
         if empty {
             state.store.remove("namespaces", "", &ns);
+        } else {
+            still_waiting = true;
         }
     }
+    still_waiting
 }

@@ -191,6 +191,35 @@ pub fn record_manager(obj: &mut Value, manager: &Manager<'_>, fields: Value) {
     obj["metadata"]["managedFields"] = Value::Array(entries);
 }
 
+/// Takes the fields at `paths` away from every manager but `taker` (a forced apply); managers
+/// left owning nothing are dropped from `managedFields`.
+pub fn release_fields(obj: &mut Value, taker: &str, paths: &[Vec<String>]) {
+    let Some(entries) = obj["metadata"]["managedFields"].as_array_mut() else { return };
+    for entry in entries.iter_mut().filter(|e| e["manager"] != taker) {
+        for path in paths {
+            remove_field(&mut entry["fieldsV1"], path);
+        }
+    }
+    entries.retain(|e| e["fieldsV1"].as_object().is_some_and(|m| !m.is_empty()));
+}
+
+/// Removes one `f:` path from a field set, and the parents it leaves empty.
+fn remove_field(set: &mut Value, path: &[String]) {
+    let Some((first, rest)) = path.split_first() else { return };
+    let key = format!("f:{first}");
+    let Some(map) = set.as_object_mut() else { return };
+    if rest.is_empty() {
+        map.remove(&key);
+        return;
+    }
+    if let Some(child) = map.get_mut(&key) {
+        remove_field(child, rest);
+        if child.as_object().is_some_and(|m| m.is_empty()) {
+            map.remove(&key);
+        }
+    }
+}
+
 /// The fields the `Apply` manager `name` owned before this write, if any.
 pub fn applied_fields(obj: &Value, name: &str) -> Option<Value> {
     obj["metadata"]["managedFields"]
@@ -209,6 +238,18 @@ mod tests {
         let old = json!({"data": {"a": "1", "b": "2"}, "metadata": {"name": "x"}});
         let new = json!({"data": {"a": "1", "b": "3", "c": "4"}, "metadata": {"name": "x"}});
         assert_eq!(changed_part(&old, &new), json!({"data": {"b": "3", "c": "4"}}));
+    }
+
+    #[test]
+    fn released_fields_leave_their_old_managers() {
+        let mut obj = json!({"metadata": {"managedFields": [
+            {"manager": "a", "fieldsV1": {"f:data": {"f:x": {}, "f:y": {}}}},
+            {"manager": "b", "fieldsV1": {"f:data": {"f:x": {}}}},
+        ]}});
+        release_fields(&mut obj, "c", &[vec!["data".into(), "x".into()]]);
+        let entries = obj["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(entries.len(), 1, "b owns nothing any more");
+        assert_eq!(entries[0]["fieldsV1"], json!({"f:data": {"f:y": {}}}));
     }
 
     #[test]

@@ -1,32 +1,41 @@
 //! An embedded simulated Kubernetes API server (hyper, plain HTTP on loopback) for the tests and
 //! the `demo` command: the unmodified `kube` client and kubectl talk to it as to a cluster.
 //!
-//! One lock guards the state ([`state`]): every request is atomic and every write takes the next
-//! global resourceVersion ([`store`]) and feeds the watch hub ([`watch`]). The write rules live in
-//! [`ops`]; HTTP parsing in [`handlers`]; background garbage collection in [`gc`].
+//! One lock guards the state (`state`): every request is atomic and every write takes the next
+//! global resourceVersion (`store`) and feeds the watch hub (`watch`). The served kinds come from
+//! a table plus the CRDs (`resources`); HTTP parsing and routing by verb is in `handlers`; the
+//! write rules (metadata, conflicts, status subresource, generation, finalizers) in `ops`, with
+//! built-in defaults (`defaults`), custom-resource schemas ([`schema`], via `admission`) and the
+//! patch formats (`patch`, `apply`) on the way. Background tasks: garbage collection (`gc`) and
+//! the simulated kubelet, StatefulSet, Job and CronJob controllers (`controllers`). Tests steer
+//! faults through [`Faults`] and read the [`RequestRecord`] log; [`demo`] is the `demo` command.
 
-pub mod admission;
-pub mod api_error;
-pub mod apply;
+mod admission;
+mod api_error;
+mod apply;
 mod cluster;
 mod controllers;
-pub mod discovery;
-pub mod faults;
+mod defaults;
+pub mod demo;
+mod discovery;
+mod faults;
 mod gc;
 mod handlers;
-pub mod meta;
-pub mod ops;
-pub mod patch;
-pub mod request_log;
-pub mod resources;
-pub mod route;
+mod known_fields;
+mod meta;
+mod openapi;
+mod ops;
+mod patch;
+mod request_log;
+mod resources;
+mod route;
 pub mod schema;
-pub mod selectors;
+mod selectors;
 mod server;
-pub mod state;
-pub mod store;
-pub mod table;
-pub mod watch;
+mod state;
+mod store;
+mod table;
+mod watch;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

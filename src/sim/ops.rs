@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 
 use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
+use crate::sim::defaults;
 use crate::sim::gc::GcWork;
+use crate::sim::known_fields;
 use crate::sim::meta::{self, Manager};
 use crate::sim::resources::{Kind, established_crd_status};
 use crate::sim::state::State;
@@ -24,6 +26,8 @@ pub struct WriteContext {
     pub strict: bool,
     /// For server-side apply: the applied configuration, whose fields the manager then owns.
     pub applied: Option<Value>,
+    /// For a forced apply: the fields taken from other managers.
+    pub taken: Vec<Vec<String>>,
 }
 
 impl WriteContext {
@@ -35,6 +39,7 @@ impl WriteContext {
             dry_run: false,
             strict: false,
             applied: None,
+            taken: vec![],
         }
     }
 }
@@ -75,6 +80,9 @@ pub enum Deletion {
 
 const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
+/// Namespaces the apiserver refuses to delete.
+const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
 fn store_namespace<'a>(kind: &Kind, namespace: Option<&'a str>) -> &'a str {
     if kind.namespaced { namespace.unwrap_or_default() } else { "" }
 }
@@ -111,8 +119,12 @@ pub fn create(
             }
             _ => obj["metadata"]["namespace"] = json!(ns),
         }
-        if state.store.get("namespaces", "", ns).is_none() {
-            return Err(ApiError::namespace_not_found(ns));
+        match state.store.get("namespaces", "", ns) {
+            None => return Err(ApiError::namespace_not_found(ns)),
+            Some(n) if n["metadata"]["deletionTimestamp"].is_string() => {
+                return Err(ApiError::namespace_terminating(kind, &obj, ns));
+            }
+            Some(_) => {}
         }
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
@@ -141,7 +153,11 @@ pub fn create(
         m.insert("name".into(), json!(name));
         m.insert("uid".into(), json!(meta::new_uid()));
         m.insert("creationTimestamp".into(), json!(now));
-        m.insert("generation".into(), json!(1));
+        if kind.generation {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
         for f in [
             "resourceVersion",
             "deletionTimestamp",
@@ -157,6 +173,9 @@ pub fn create(
     }
     if kind.custom {
         admission::admit_custom(kind, &mut obj, None, cx.strict)?;
+    } else {
+        known_fields::check(kind, &mut obj, cx.strict)?;
+        defaults::apply(&kind.group, &kind.plural, &mut obj);
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &obj)?) } else { None };
     initialise_kind(kind, &mut obj, &now);
@@ -165,11 +184,33 @@ pub fn create(
     if cx.dry_run {
         return Ok(obj);
     }
+    queue_dangling_owners(state, &obj);
     let stored = state.store.put(&kind.storage_key(), obj);
     if let Some(kinds) = served {
         state.registry.serve_crd(kinds);
     }
     Ok(stored)
+}
+
+/// Queues collection for each owner uid of a new object that names no live object, as the
+/// garbage collector deletes a dependent whose owners are gone (a controller acting on a stale
+/// cache may create a child just after its owner was deleted).
+fn queue_dangling_owners(state: &mut State, obj: &Value) {
+    let Some(owners) = obj["metadata"]["ownerReferences"].as_array().filter(|o| !o.is_empty()) else {
+        return;
+    };
+    let owner_uids: Vec<&str> = owners.iter().filter_map(|o| o["uid"].as_str()).collect();
+    let live: std::collections::HashSet<&str> = state
+        .store
+        .all()
+        .filter_map(|(_, o)| o["metadata"]["uid"].as_str())
+        .filter(|uid| owner_uids.contains(uid))
+        .collect();
+    let dangling: Vec<String> =
+        owner_uids.iter().filter(|uid| !live.contains(*uid)).map(|uid| uid.to_string()).collect();
+    for uid in dangling {
+        state.gc_queue.push(GcWork::Dependents(uid));
+    }
 }
 
 /// What a real server fills in on create for the kinds whose controllers are not simulated.
@@ -226,10 +267,28 @@ pub fn update(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
-    if let Some(rv) = obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty())
+    // Custom resources, like the apiserver's CR strategy, allow no unconditional update.
+    let given_rv = obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty());
+    if kind.custom && given_rv.is_none() {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: 0x0: must be specified for an update".into(),
+                field: "metadata.resourceVersion".into(),
+            }],
+        ));
+    }
+    if let Some(rv) = given_rv
         && old["metadata"]["resourceVersion"] != rv
     {
         return Err(ApiError::stale(kind, name));
+    }
+    if let Some(body_ns) = obj["metadata"]["namespace"].as_str().filter(|n| kind.namespaced && *n != ns) {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+        )));
     }
     let mut new = if subresource == Some("status") {
         let mut new = old.clone();
@@ -267,16 +326,22 @@ pub fn update(
     }
     if kind.custom {
         admission::admit_custom(kind, &mut new, Some(&old), cx.strict)?;
+    } else {
+        known_fields::check(kind, &mut new, cx.strict)?;
+        defaults::apply(&kind.group, &kind.plural, &mut new);
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
-    let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-    let bumped =
-        if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
-    new["metadata"]["generation"] = json!(bumped);
+    if kind.generation {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        let bumped =
+            if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
+        new["metadata"]["generation"] = json!(bumped);
+    }
     if meta::same_content(&old, &new) {
         return Ok(old);
     }
     let written = meta::changed_part(&old, &new);
+    meta::release_fields(&mut new, &cx.manager, &cx.taken);
     record_write(kind, cx, subresource, &mut new, &written);
     if cx.dry_run {
         return Ok(new);
@@ -365,6 +430,9 @@ pub fn delete(
         ));
     }
     let is_namespace = kind.group.is_empty() && kind.plural == "namespaces";
+    if is_namespace && PROTECTED_NAMESPACES.contains(&name) {
+        return Err(ApiError::forbidden(kind, name, "this namespace may not be deleted"));
+    }
     let mut finals = finalizers(&old);
     if opts.propagation == Propagation::Foreground && !finals.iter().any(|f| f == FOREGROUND_FINALIZER) {
         finals.push(FOREGROUND_FINALIZER.to_string());
@@ -391,8 +459,10 @@ pub fn delete(
     if !finals.is_empty() {
         marked["metadata"]["finalizers"] = json!(finals);
     }
-    let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-    marked["metadata"]["generation"] = json!(generation + 1);
+    if kind.generation {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        marked["metadata"]["generation"] = json!(generation + 1);
+    }
     if is_namespace {
         marked["status"]["phase"] = json!("Terminating");
     }

@@ -44,6 +44,11 @@ pub struct Kind {
     pub categories: Vec<String>,
     /// Whether the kind has a `status` subresource (main-resource writes ignore status).
     pub status_subresource: bool,
+    /// Whether the kind has a `scale` subresource (`kubectl scale`).
+    pub scale_subresource: bool,
+    /// Whether the server keeps `metadata.generation` for the kind (ConfigMaps, Pods, Services
+    /// and other kinds without a spec/status split have none).
+    pub generation: bool,
     /// Extra Table columns; empty means NAME and AGE only.
     pub printer_columns: Vec<PrinterColumn>,
     /// For custom resources: whether the CRD served this kind (so deleting the CRD removes it).
@@ -108,25 +113,35 @@ const BUILT_INS: &[BuiltIn] = &[
     ),
 ];
 
-/// One built-in Table column: name, type, JSONPath.
+/// One built-in Table column: name, type, and a JSONPath or (`#name`) a cell `table` computes
+/// as kubectl's server-side printers do.
 type Column = (&'static str, &'static str, &'static str);
 
 /// Table columns of built-in kinds (besides NAME and AGE), by plural.
 const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
-    ("pods", &[("Status", "string", ".status.phase"), ("IP", "string", ".status.podIP")]),
     (
-        "statefulsets",
-        &[("Replicas", "integer", ".spec.replicas"), ("Ready", "integer", ".status.readyReplicas")],
+        "pods",
+        &[
+            ("Ready", "string", "#pod-ready"),
+            ("Status", "string", "#pod-status"),
+            ("Restarts", "integer", "#pod-restarts"),
+            ("IP", "string", ".status.podIP"),
+        ],
     ),
+    ("statefulsets", &[("Ready", "string", "#statefulset-ready")]),
     ("services", &[("Type", "string", ".spec.type"), ("Cluster-IP", "string", ".spec.clusterIP")]),
     (
         "persistentvolumeclaims",
         &[("Status", "string", ".status.phase"), ("Capacity", "string", ".status.capacity.storage")],
     ),
-    ("jobs", &[("Succeeded", "integer", ".status.succeeded"), ("Failed", "integer", ".status.failed")]),
+    ("jobs", &[("Status", "string", "#job-status"), ("Completions", "string", "#job-completions")]),
     (
         "cronjobs",
-        &[("Schedule", "string", ".spec.schedule"), ("Last Schedule", "date", ".status.lastScheduleTime")],
+        &[
+            ("Schedule", "string", ".spec.schedule"),
+            ("Suspend", "boolean", ".spec.suspend"),
+            ("Last Schedule", "date", ".status.lastScheduleTime"),
+        ],
     ),
     ("namespaces", &[("Status", "string", ".status.phase")]),
 ];
@@ -145,6 +160,10 @@ fn built_in_columns(plural: &str) -> Vec<PrinterColumn> {
         })
         .collect()
 }
+
+/// Built-in kinds whose objects carry `metadata.generation`.
+const WITH_GENERATION: &[&str] =
+    &["statefulsets", "jobs", "cronjobs", "poddisruptionbudgets", "customresourcedefinitions"];
 
 /// Kinds kubectl lists for `kubectl get all`.
 const IN_CATEGORY_ALL: &[&str] = &["pods", "services", "statefulsets", "jobs", "cronjobs"];
@@ -176,6 +195,8 @@ impl Registry {
                 short_names: short_names.iter().map(|s| s.to_string()).collect(),
                 categories: if IN_CATEGORY_ALL.contains(&plural) { vec!["all".into()] } else { vec![] },
                 status_subresource: status,
+                generation: WITH_GENERATION.contains(&plural),
+                scale_subresource: plural == "statefulsets",
                 printer_columns: built_in_columns(plural),
                 custom: false,
                 schema: None,
@@ -275,6 +296,8 @@ pub fn crd_kinds(crd: &Value) -> Result<Vec<Kind>, Vec<(String, String)>> {
             short_names: strings(&names["shortNames"]),
             categories: strings(&names["categories"]),
             status_subresource: version.pointer("/subresources/status").is_some(),
+            generation: true,
+            scale_subresource: false,
             printer_columns: printer_columns(&version["additionalPrinterColumns"]),
             custom: true,
             schema,

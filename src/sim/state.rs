@@ -13,11 +13,18 @@ pub struct State {
     pub store: Store,
     /// Work for the garbage collector, drained by its task.
     pub gc_queue: Vec<GcWork>,
+    /// Whether some foreground deletion or terminating namespace waits for its dependents.
+    pub gc_waiting: bool,
 }
 
 impl State {
     /// Built-in kinds, no objects, a watch history of `history_limit` events.
     pub fn new(history_limit: usize) -> Self {
-        Self { registry: Registry::with_built_ins(), store: Store::new(history_limit), gc_queue: Vec::new() }
+        Self {
+            registry: Registry::with_built_ins(),
+            store: Store::new(history_limit),
+            gc_queue: Vec::new(),
+            gc_waiting: false,
+        }
     }
 }

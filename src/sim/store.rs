@@ -1,7 +1,7 @@
 //! The object store: every object as JSON under its resource's storage key, one global
 //! resourceVersion counter, and an event for every change handed to the watch hub.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -16,6 +16,10 @@ pub type ObjectName = (String, String);
 pub struct Store {
     objects: HashMap<String, BTreeMap<ObjectName, Value>>,
     resource_version: u64,
+    /// The uids of stored objects, so the garbage collector can tell a live owner in O(1).
+    uids: HashSet<String>,
+    /// How many stored objects name each uid in their ownerReferences.
+    owner_refs: HashMap<String, usize>,
     /// Watch history and live subscribers.
     pub hub: WatchHub,
 }
@@ -23,7 +27,13 @@ pub struct Store {
 impl Store {
     /// An empty store whose watch hub keeps `history_limit` events.
     pub fn new(history_limit: usize) -> Self {
-        Self { objects: HashMap::new(), resource_version: 1, hub: WatchHub::new(history_limit, 1) }
+        Self {
+            objects: HashMap::new(),
+            resource_version: 1,
+            uids: HashSet::new(),
+            owner_refs: HashMap::new(),
+            hub: WatchHub::new(history_limit, 1),
+        }
     }
 
     /// The resourceVersion of the latest write.
@@ -34,6 +44,37 @@ impl Store {
     /// The stored object, if any.
     pub fn get(&self, key: &str, namespace: &str, name: &str) -> Option<&Value> {
         self.objects.get(key)?.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Whether an object with this uid is stored.
+    pub fn is_live(&self, uid: &str) -> bool {
+        self.uids.contains(uid)
+    }
+
+    /// Whether any stored object names this uid as an owner.
+    pub fn is_owner(&self, uid: &str) -> bool {
+        self.owner_refs.contains_key(uid)
+    }
+
+    fn index(&mut self, obj: &Value, add: bool) {
+        if let Some(uid) = obj["metadata"]["uid"].as_str() {
+            if add {
+                self.uids.insert(uid.to_string());
+            } else {
+                self.uids.remove(uid);
+            }
+        }
+        for owner in obj["metadata"]["ownerReferences"].as_array().into_iter().flatten() {
+            let Some(uid) = owner["uid"].as_str() else { continue };
+            if add {
+                *self.owner_refs.entry(uid.to_string()).or_default() += 1;
+            } else if let Some(n) = self.owner_refs.get_mut(uid) {
+                *n -= 1;
+                if *n == 0 {
+                    self.owner_refs.remove(uid);
+                }
+            }
+        }
     }
 
     /// The objects of one resource (in one namespace, or all), ordered by namespace then name.
@@ -57,6 +98,10 @@ impl Store {
         self.resource_version += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.resource_version.to_string());
         let old = self.objects.entry(key.to_string()).or_default().insert(name.clone(), obj.clone());
+        if let Some(o) = &old {
+            self.index(o, false);
+        }
+        self.index(&obj, true);
         let event_type = if old.is_some() { EventType::Modified } else { EventType::Added };
         self.record(key, name.0, event_type, obj.clone(), old);
         obj
@@ -66,6 +111,7 @@ impl Store {
     pub fn remove(&mut self, key: &str, namespace: &str, name: &str) -> Option<Value> {
         let mut obj = self.objects.get_mut(key)?.remove(&(namespace.to_string(), name.to_string()))?;
         let old = obj.clone();
+        self.index(&old, false);
         self.resource_version += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.resource_version.to_string());
         self.record(key, namespace.to_string(), EventType::Deleted, obj.clone(), Some(old));
@@ -118,5 +164,16 @@ mod tests {
         assert!(s.get("pods", "ns", "a").is_none());
         assert_eq!(s.list("configmaps", Some("ns")).count(), 1);
         assert_eq!(s.list("configmaps", Some("other")).count(), 0);
+    }
+
+    #[test]
+    fn owner_and_uid_indexes_follow_writes() {
+        let mut s = Store::new(10);
+        s.put("pods", json!({"metadata": {"namespace": "ns", "name": "p", "uid": "p1", "ownerReferences": [{"uid": "o1"}]}}));
+        assert!(s.is_live("p1") && s.is_owner("o1"));
+        s.put("pods", json!({"metadata": {"namespace": "ns", "name": "p", "uid": "p1"}}));
+        assert!(!s.is_owner("o1"), "the reference was dropped by the update");
+        s.remove("pods", "ns", "p");
+        assert!(!s.is_live("p1"));
     }
 }

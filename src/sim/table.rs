@@ -94,11 +94,59 @@ fn row(kind: &Kind, obj: &Value, opts: &TableOptions, now: jiff::Timestamp) -> V
 }
 
 fn cell(c: &PrinterColumn, obj: &Value, now: jiff::Timestamp) -> Value {
+    if let Some(name) = c.json_path.strip_prefix('#') {
+        return computed(name, obj);
+    }
     let v = json_path(obj, &c.json_path);
     match (c.column_type.as_str(), v) {
         (_, None) => Value::Null,
         ("date", Some(Value::String(s))) => json!(age(Some(&s), now)),
         (_, Some(v)) => v,
+    }
+}
+
+/// The cells the apiserver's built-in printers compute (`1/1` ready, restarts, job status).
+fn computed(name: &str, obj: &Value) -> Value {
+    let count = |v: &Value| v.as_i64().unwrap_or(0);
+    let statuses = obj["status"]["containerStatuses"].as_array().map(Vec::as_slice).unwrap_or_default();
+    match name {
+        "pod-ready" => {
+            let total = obj["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let ready = statuses.iter().filter(|s| s["ready"] == true).count();
+            json!(format!("{ready}/{total}"))
+        }
+        "pod-status" if obj["metadata"]["deletionTimestamp"].is_string() => json!("Terminating"),
+        "pod-status" => obj["status"]["phase"].clone(),
+        "pod-restarts" => json!(statuses.iter().map(|s| count(&s["restartCount"])).sum::<i64>()),
+        "statefulset-ready" => {
+            json!(format!(
+                "{}/{}",
+                count(&obj["status"]["readyReplicas"]),
+                obj["spec"]["replicas"].as_i64().unwrap_or(1)
+            ))
+        }
+        "job-status" => {
+            let has = |t: &str| {
+                obj["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
+            };
+            json!(if has("Complete") {
+                "Complete"
+            } else if has("Failed") {
+                "Failed"
+            } else {
+                "Running"
+            })
+        }
+        "job-completions" => {
+            json!(format!(
+                "{}/{}",
+                count(&obj["status"]["succeeded"]),
+                obj["spec"]["completions"].as_i64().unwrap_or(1)
+            ))
+        }
+        _ => Value::Null,
     }
 }
 
@@ -158,6 +206,16 @@ pub fn age(created: Option<&str>, now: jiff::Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn computed_cells_for_built_in_kinds() {
+        let pod = json!({"spec": {"containers": [{}, {}]}, "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}, {"ready": false, "restartCount": 1}]}});
+        assert_eq!(computed("pod-ready", &pod), json!("1/2"));
+        assert_eq!(computed("pod-restarts", &pod), json!(3));
+        assert_eq!(computed("pod-status", &pod), json!("Running"));
+        let sts = json!({"spec": {"replicas": 3}, "status": {"readyReplicas": 2}});
+        assert_eq!(computed("statefulset-ready", &sts), json!("2/3"));
+    }
 
     #[test]
     fn json_paths_and_ages() {

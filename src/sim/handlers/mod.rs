@@ -2,6 +2,7 @@
 //! read, watch and write handlers, with faults and the request log applied on the way in.
 
 mod read;
+mod scale;
 mod watch;
 mod write;
 
@@ -19,6 +20,8 @@ use serde_json::Value;
 use crate::sim::api_error::ApiError;
 use crate::sim::cluster::Cluster;
 use crate::sim::discovery;
+use crate::sim::openapi;
+use crate::sim::patch::PatchType;
 use crate::sim::request_log::RequestRecord;
 use crate::sim::resources::Kind;
 use crate::sim::route::{self, Target};
@@ -167,10 +170,20 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    if let Some(code) = cluster.faults.take_failure(&target.kind.plural) {
+    let subresource_failure = target
+        .subresource
+        .as_ref()
+        .and_then(|sub| cluster.faults.take_failure(&format!("{}/{sub}", target.kind.plural)));
+    if let Some(code) = subresource_failure.or_else(|| cluster.faults.take_failure(&target.kind.plural)) {
         return Err(ApiError::injected(code));
     }
-    if target.subresource.as_deref().is_some_and(|s| s != "status" || !target.kind.status_subresource) {
+    let served = match target.subresource.as_deref() {
+        None => true,
+        Some("status") => target.kind.status_subresource,
+        Some("scale") => target.kind.scale_subresource,
+        Some(_) => false,
+    };
+    if !served {
         return Err(ApiError::no_route(&path));
     }
     let header = |name: header::HeaderName| {
@@ -185,6 +198,22 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
         .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
         .to_bytes();
     let call = Call { target, query, accept, content_type, user_agent, body };
+    if call.target.subresource.as_deref() == Some("scale") {
+        let how = match verb {
+            Verb::Get => scale::ScaleVerb::Get,
+            Verb::Update => scale::ScaleVerb::Put,
+            Verb::Patch => scale::ScaleVerb::Patch(
+                PatchType::from_content_type(&call.content_type)
+                    .ok_or_else(|| ApiError::unsupported_media_type(&call.content_type))?,
+            ),
+            _ => {
+                return Err(ApiError::method_not_allowed(
+                    "the scale subresource supports get, update and patch",
+                ));
+            }
+        };
+        return scale::handle(&cluster, &call, how);
+    }
     match verb {
         Verb::Get => read::get(&cluster, &call),
         Verb::List => read::list(&cluster, &call),
@@ -210,9 +239,6 @@ fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<
             return Some(resp);
         }
         ["openapi", "v2"] => {
-            // An empty protobuf OpenAPI v2 document: kubectl then finds no schema for any kind,
-            // so it skips client-side validation and builds patches from its compiled-in types
-            // (built-in kinds) or as JSON merge patches (custom resources); the server validates.
             let mut resp = Response::new(Full::new(Bytes::new()).boxed_unsync());
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -221,6 +247,13 @@ fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<
                 ),
             );
             return Some(resp);
+        }
+        ["openapi", "v3"] => Some(cluster.read(|s| openapi::v3_index(&s.registry))),
+        ["openapi", "v3", "api", version] => {
+            cluster.read(|s| openapi::v3_group_version(&s.registry, "", version))
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            cluster.read(|s| openapi::v3_group_version(&s.registry, group, version))
         }
         ["api"] => Some(discovery::core_versions(&cluster.config.addr.to_string())),
         ["apis"] => Some(cluster.read(|s| discovery::groups(&s.registry))),

@@ -24,6 +24,7 @@ fn context(call: &Call, operation: &'static str) -> WriteContext {
         dry_run: call.dry_run(),
         strict: call.query.get("fieldValidation").is_some_and(|v| v == "Strict"),
         applied: None,
+        taken: vec![],
     }
 }
 
@@ -85,6 +86,15 @@ pub fn patch(cluster: &Cluster, call: &Call) -> Result<Response<Body>, ApiError>
             }
             None => Err(ApiError::not_found(kind, name(call))),
             Some(current) => {
+                let mut cx = cx.clone();
+                if patch_type == PatchType::Apply {
+                    let found = apply::conflicts(&current, &body, &cx.manager);
+                    let force = call.query.get("force").is_some_and(|f| f == "true");
+                    if !found.is_empty() && !force {
+                        return Err(ApiError::apply_conflicts(kind, name(call), &found));
+                    }
+                    cx.taken = found.into_iter().map(|c| c.path).collect();
+                }
                 let patched = if patch_type == PatchType::Apply {
                     apply::merge_applied(&current, &body, &cx.manager)
                 } else {

@@ -1,0 +1,216 @@
+//! The whole operator wired on a `kube::Client`: one informer per kind (DatabaseCluster,
+//! StatefulSet, Service, Secret), a controller for DatabaseClusters that owns the three child
+//! kinds, and [`reconcile`] as its pass. `run` (against a cluster) and `demo` (against the
+//! simulated one) both start it here.
+//!
+//! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
+//! so the operator never caches the cluster's other Secrets. Build with [`Operator::new`], take
+//! [`OperatorHandles`] for the HTTP server (queue, caches, informer figures, metrics), then
+//! [`Operator::run`] until shutdown; [`run_operator`] does both in one call.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+
+use super::events::EventPublisher;
+use super::reconcile::{Context, reconcile};
+use super::resources::{FIELD_MANAGER, label};
+use super::types::DatabaseCluster;
+use crate::runtime::ObjectKey;
+use crate::runtime::cache::strip_managed_fields;
+use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};
+use crate::runtime::informer::{Informer, InformerStats};
+use crate::runtime::metrics::Metrics;
+use crate::runtime::reflector::ReflectorConfig;
+use crate::runtime::workqueue::{QueueConfig, WorkQueue};
+
+/// The controller's name: its queue's and metrics' label.
+pub const CONTROLLER_NAME: &str = "databasecluster";
+
+/// How the operator runs.
+#[derive(Clone)]
+pub struct OperatorOptions {
+    /// Watch and manage only this namespace; `None` for every namespace.
+    pub namespace: Option<String>,
+    /// Reconcile worker tasks (distinct clusters at once).
+    pub workers: usize,
+    /// A pass running longer than this is cancelled and retried; `None` for no limit.
+    pub reconcile_timeout: Option<Duration>,
+    /// Who reports the Events (`reportingInstance`), e.g. the pod's name.
+    pub instance: String,
+    /// Where the queue and reconcile metrics go.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Default for OperatorOptions {
+    fn default() -> Self {
+        OperatorOptions {
+            namespace: None,
+            workers: 4,
+            reconcile_timeout: Some(Duration::from_secs(60)),
+            instance: FIELD_MANAGER.to_owned(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+}
+
+/// Why the operator stopped with an error.
+#[derive(Debug, Error)]
+pub enum OperatorError {
+    /// The controller could not start (its caches never synced: missing CRD or RBAC?).
+    #[error(transparent)]
+    Controller(#[from] ControllerError),
+}
+
+/// What the HTTP server and tests need from a running operator; cheap to clone. Holding handles
+/// keeps the informers (and their watches) alive.
+#[derive(Clone)]
+pub struct OperatorHandles {
+    /// The controller's work queue (for `/debug/queue`).
+    pub queue: WorkQueue<ObjectKey>,
+    /// The metrics registry (for `/metrics`).
+    pub metrics: Arc<Metrics>,
+    /// The DatabaseCluster informer.
+    pub clusters: Arc<Informer<DatabaseCluster>>,
+    /// The StatefulSet informer.
+    pub statefulsets: Arc<Informer<StatefulSet>>,
+    /// The Service informer.
+    pub services: Arc<Informer<Service>>,
+    /// The Secret informer.
+    pub secrets: Arc<Informer<Secret>>,
+}
+
+impl OperatorHandles {
+    /// Each informer's figures, by resource (for `/debug/cache`).
+    pub fn informer_stats(&self) -> Vec<(&'static str, InformerStats)> {
+        vec![
+            ("databaseclusters", self.clusters.stats()),
+            ("statefulsets", self.statefulsets.stats()),
+            ("services", self.services.stats()),
+            ("secrets", self.secrets.stats()),
+        ]
+    }
+
+    /// Whether every informer has applied its first list (for `/readyz`).
+    pub fn synced(&self) -> bool {
+        self.clusters.cache().is_synced()
+            && self.statefulsets.cache().is_synced()
+            && self.services.cache().is_synced()
+            && self.secrets.cache().is_synced()
+    }
+}
+
+/// The operator, built but not yet running.
+pub struct Operator {
+    controller: Controller<DatabaseCluster>,
+    context: Arc<Context>,
+    handles: OperatorHandles,
+}
+
+impl Operator {
+    /// Builds the informers, the controller and the reconcile context; nothing runs yet.
+    pub fn new(client: Client, options: OperatorOptions) -> Operator {
+        let namespace = options.namespace.as_deref();
+        let clusters = Arc::new(Informer::new(api::<DatabaseCluster>(&client, namespace)));
+        let statefulsets = managed_informer::<StatefulSet>(&client, namespace);
+        let services = managed_informer::<Service>(&client, namespace);
+        let secrets = managed_informer::<Secret>(&client, namespace);
+
+        let metrics = Arc::clone(&options.metrics);
+        let config = ControllerConfig {
+            workers: options.workers.max(1),
+            reconcile_timeout: options.reconcile_timeout,
+            queue: QueueConfig::named(CONTROLLER_NAME).with_metrics(metrics.queue(CONTROLLER_NAME)),
+            metrics: Some(metrics.controller(CONTROLLER_NAME)),
+            ..ControllerConfig::named(CONTROLLER_NAME)
+        };
+        let controller =
+            Controller::new(&clusters, config).owns(&statefulsets).owns(&services).owns(&secrets);
+        let context = Arc::new(Context {
+            events: EventPublisher::new(client.clone(), options.instance),
+            client,
+            clusters: Arc::clone(clusters.cache()),
+            statefulsets: Arc::clone(statefulsets.cache()),
+            services: Arc::clone(services.cache()),
+            secrets: Arc::clone(secrets.cache()),
+        });
+        let handles = OperatorHandles {
+            queue: controller.queue().clone(),
+            metrics,
+            clusters,
+            statefulsets,
+            services,
+            secrets,
+        };
+        Operator { controller, context, handles }
+    }
+
+    /// Handles on the operator's queue, caches and figures.
+    pub fn handles(&self) -> OperatorHandles {
+        self.handles.clone()
+    }
+
+    /// Starts the informers' list and watch without reconciling, e.g. to warm the caches of a
+    /// standby replica before it wins the leader election. [`Operator::run`] calls it too; a
+    /// second call does nothing.
+    pub fn start_informers(&self) {
+        self.handles.clusters.start();
+        self.handles.statefulsets.start();
+        self.handles.services.start();
+        self.handles.secrets.start();
+    }
+
+    /// Starts the informers (if not yet started) and reconciles until `shutdown` resolves; passes
+    /// in flight then get the controller's shutdown deadline to finish.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), OperatorError> {
+        self.start_informers();
+        let Operator { controller, context, .. } = self;
+        controller.run(reconcile, context, shutdown).await?;
+        Ok(())
+    }
+}
+
+/// Builds the operator on `client` and runs it until `shutdown` resolves.
+pub async fn run_operator(
+    client: Client,
+    options: OperatorOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), OperatorError> {
+    Operator::new(client, options).run(shutdown).await
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// An informer over the objects of kind `K` that carry the operator's `managed-by` label.
+fn managed_informer<K>(client: &Client, namespace: Option<&str>) -> Arc<Informer<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let config = ReflectorConfig {
+        label_selector: Some(format!("{}={FIELD_MANAGER}", label::MANAGED_BY)),
+        ..ReflectorConfig::default()
+    };
+    let transform: Arc<dyn Fn(&mut K) + Send + Sync> = Arc::new(strip_managed_fields::<K>);
+    Arc::new(Informer::with_config(api::<K>(client, namespace), config, transform))
+}

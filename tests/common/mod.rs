@@ -1,0 +1,295 @@
+//! The end-to-end tests' harness: a simulated API server with the DatabaseCluster CRD installed,
+//! the operator started exactly as `run` starts it, and bounded waits on watches (never sleeps).
+
+// Each e2e test file uses a different part of the harness.
+#![allow(dead_code)]
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::Duration;
+
+use dbcluster_operator::databasecluster::operator::{
+    Operator, OperatorError, OperatorHandles, OperatorOptions,
+};
+use dbcluster_operator::databasecluster::types::{self, DatabaseCluster};
+use dbcluster_operator::runtime::ObjectKey;
+use dbcluster_operator::runtime::cache::Cache;
+use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::workqueue::KeyPhase;
+use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The longest any awaited condition may take (simulated time under a paused clock).
+pub const WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// A simulated cluster with the DatabaseCluster CRD installed.
+pub struct TestCluster {
+    /// The server; dropped last.
+    pub sim: SimServer,
+    /// A client for the test's own requests.
+    pub client: Client,
+}
+
+impl TestCluster {
+    /// Starts a server with `config` and installs the CRD the operator generates.
+    pub async fn start_with(config: SimConfig) -> TestCluster {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let sim = SimServer::start_with(config).await.expect("the simulated server starts");
+        let client = sim.client();
+        install_crd(&client, types::crd()).await;
+        TestCluster { sim, client }
+    }
+
+    /// Starts a server with the default configuration.
+    pub async fn start() -> TestCluster {
+        Self::start_with(SimConfig::default()).await
+    }
+
+    /// The DatabaseClusters of the `default` namespace.
+    pub fn clusters(&self) -> Api<DatabaseCluster> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Any namespaced kind in `default`.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Starts the operator on this cluster.
+    pub async fn start_operator(&self) -> RunningOperator {
+        RunningOperator::start(self.sim.client()).await
+    }
+
+    /// The write requests (create, update, patch, delete) logged so far.
+    pub fn writes(&self) -> Vec<RequestRecord> {
+        self.sim.request_log().into_iter().filter(is_write).collect()
+    }
+
+    /// The Events about `name` in `default`, oldest first.
+    pub async fn events_about(&self, name: &str) -> Vec<Event> {
+        let events: Api<Event> = self.api();
+        let list = events.list(&ListParams::default()).await.expect("events list");
+        list.items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect()
+    }
+}
+
+/// Whether a logged request changed something.
+pub fn is_write(record: &RequestRecord) -> bool {
+    matches!(record.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
+}
+
+/// Creates (or replaces) the CRD.
+pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().expect("the CRD has a name");
+    match crds.get_opt(&name).await.expect("get CRD") {
+        None => {
+            crds.create(&PostParams::default(), &crd).await.expect("the CRD is accepted");
+        }
+        Some(live) => {
+            let mut crd = crd;
+            crd.metadata.resource_version = live.metadata.resource_version;
+            crds.replace(&name, &PostParams::default(), &crd).await.expect("the CRD is replaced");
+        }
+    }
+}
+
+/// The operator running in a task, as `run` runs it.
+pub struct RunningOperator {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), OperatorError>>,
+    /// Its queue, caches and metrics.
+    pub handles: OperatorHandles,
+}
+
+impl RunningOperator {
+    /// Builds and starts the operator (one worker per cluster key, as many as the default), and
+    /// waits until its caches are synced.
+    pub async fn start(client: Client) -> RunningOperator {
+        let options = OperatorOptions {
+            instance: "e2e".into(),
+            metrics: std::sync::Arc::new(Metrics::new()),
+            ..OperatorOptions::default()
+        };
+        let operator = Operator::new(client, options);
+        let handles = operator.handles();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(operator.run(async {
+            let _ = stopped.await;
+        }));
+        within("the operator's caches to sync", async {
+            handles.clusters.synced().await;
+            handles.statefulsets.synced().await;
+            handles.services.synced().await;
+            handles.secrets.synced().await;
+        })
+        .await;
+        RunningOperator { stop, task, handles }
+    }
+
+    /// Reconcile passes finished so far, whatever their result.
+    pub fn passes(&self) -> u64 {
+        self.metric("controller_runtime_reconcile_total")
+    }
+
+    /// Passes that ended with an error (retried or terminal).
+    pub fn errors(&self) -> u64 {
+        self.metric("controller_runtime_reconcile_errors_total")
+    }
+
+    /// Passes that ended with a terminal error (not retried).
+    pub fn terminal_errors(&self) -> u64 {
+        self.metric("controller_runtime_terminal_reconcile_errors_total")
+    }
+
+    /// The sum of a counter of the databasecluster controller over all its label sets.
+    fn metric(&self, name: &str) -> u64 {
+        let prefix = format!("{name}{{");
+        self.handles
+            .metrics
+            .encode()
+            .lines()
+            .filter(|line| line.starts_with(&prefix) && line.contains("controller=\"databasecluster\""))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Stops the operator and waits for it to finish.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let result = within("the operator to stop", self.task).await;
+        result.expect("the operator task did not panic").expect("the operator stopped cleanly");
+    }
+}
+
+/// Awaits `future`, failing the test if it takes longer than [`WAIT_LIMIT`].
+pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT_LIMIT, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// The seed's sample, `manifests/samples/databasecluster.yaml`, unchanged.
+pub fn sample() -> DatabaseCluster {
+    let yaml = include_str!("../../manifests/samples/databasecluster.yaml");
+    serde_saphyr::from_str(yaml).expect("the sample parses as a DatabaseCluster")
+}
+
+/// How often awaited conditions are checked (simulated time under a paused clock).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Waits until the object `name` exists and satisfies `done`, reading it every
+/// [`POLL_INTERVAL`]; returns it. (Polling, not a watch: `kube`'s watch stream stalls under
+/// tokio's paused clock, while GETs do not.)
+pub async fn await_object<K>(api: &Api<K>, name: &str, what: &str, done: impl Fn(&K) -> bool) -> K
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    within(what, async {
+        loop {
+            if let Some(obj) = api.get_opt(name).await.expect("get").filter(|o| done(o)) {
+                return obj;
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await
+}
+
+/// Waits until the object `name` is gone.
+pub async fn await_absent<K>(api: &Api<K>, name: &str, what: &str)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    within(what, async {
+        while api.get_opt(name).await.expect("get").is_some() {
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await
+}
+
+/// Waits until the operator's cache holds `key` in a state satisfying `done`.
+pub async fn await_cached<K>(cache: &Cache<K>, key: &ObjectKey, what: &str, done: impl Fn(&K) -> bool)
+where
+    K: Resource + Send + Sync + 'static,
+{
+    within(what, async {
+        while cache.get(key).is_none_or(|obj| !done(&obj)) {
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await
+}
+
+/// Waits until the operator has finished at least `n` passes (polled on its metrics, each poll
+/// after a simulated millisecond).
+pub async fn await_passes(operator: &RunningOperator, n: u64) {
+    within(&format!("{n} reconcile passes"), async {
+        while operator.passes() < n {
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await
+}
+
+/// Whether no key is queued or being reconciled (timers may be pending).
+pub fn settled(operator: &RunningOperator) -> bool {
+    operator
+        .handles
+        .queue
+        .snapshot()
+        .iter()
+        .all(|k| !matches!(k.phase, KeyPhase::Queued { .. } | KeyPhase::Processing { .. }))
+}
+
+/// Enqueues `key` and waits until a pass that started after this call has finished and nothing
+/// else is queued or running: afterwards, the operator has seen everything in its caches now.
+pub async fn reconcile_now(operator: &RunningOperator, key: &ObjectKey) {
+    let before = operator.passes();
+    operator.handles.queue.add(key.clone());
+    within("a pass of the enqueued key", async {
+        while operator.passes() <= before || !settled(operator) {
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await
+}
+
+/// The key of `name` in `default`.
+pub fn key(name: &str) -> ObjectKey {
+    ObjectKey::namespaced("default", name)
+}
+
+/// The phase of a cluster, as text.
+pub fn phase(cluster: &DatabaseCluster) -> Option<&'static str> {
+    cluster.status.as_ref()?.phase.map(|p| p.as_str())
+}
+
+/// The ready replicas a cluster's status reports.
+pub fn ready(cluster: &DatabaseCluster) -> i32 {
+    cluster.status.as_ref().map_or(0, |s| s.ready_replicas)
+}
+
+/// The status and reason of a cluster's condition.
+pub fn condition(cluster: &DatabaseCluster, type_: &str) -> Option<(String, String)> {
+    let status = cluster.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone()))
+}

@@ -1,0 +1,95 @@
+//! Children that exist before the operator creates them: one nobody controls is adopted (the
+//! operator's create answers 409, it reads the object and applies its fields and ownerReference),
+//! one another controller owns is left alone and reported, with backoff, until it goes away.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+
+const NAME: &str = "production-postgres";
+
+fn service(owner: Option<&ConfigMap>) -> Service {
+    let owners = owner.map(|cm| {
+        json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": cm.metadata.name, "uid": cm.metadata.uid,
+            "controller": true, "blockOwnerDeletion": true
+        }])
+    });
+    serde_json::from_value(json!({
+        "metadata": {"name": NAME, "annotations": {"note": "made by hand"}, "ownerReferences": owners},
+        "spec": {"ports": [{"name": "legacy", "port": 5433}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_uncontrolled_child_is_adopted_and_keeps_its_annotation() {
+    let cluster = TestCluster::start().await;
+    let services = cluster.api::<Service>();
+    services.create(&PostParams::default(), &service(None)).await.unwrap();
+    let operator = cluster.start_operator().await;
+    cluster.clusters().create(&PostParams::default(), &sample()).await.unwrap();
+
+    let adopted = await_object(&services, NAME, "the Service adopted", |svc| {
+        svc.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DatabaseCluster"))
+    })
+    .await;
+    let spec = adopted.spec.unwrap();
+    assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(spec.publish_not_ready_addresses, Some(true));
+    assert!(spec.ports.unwrap().iter().any(|p| p.name.as_deref() == Some("postgres") && p.port == 5432));
+    assert_eq!(adopted.metadata.annotations.unwrap()["note"], "made by hand");
+    assert_eq!(adopted.metadata.labels.unwrap()["app.kubernetes.io/managed-by"], "dbcluster-operator");
+    let created_events = cluster
+        .events_about(NAME)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CreatedService"))
+        .count();
+    assert_eq!(created_events, 0, "an adopted Service was not created by the operator");
+    operator.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn another_controllers_child_is_not_taken_over() {
+    let cluster = TestCluster::start().await;
+    let config_maps = cluster.api::<ConfigMap>();
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("someone-else".into());
+    let owner = config_maps.create(&PostParams::default(), &owner).await.unwrap();
+    let services = cluster.api::<Service>();
+    services.create(&PostParams::default(), &service(Some(&owner))).await.unwrap();
+    let operator = cluster.start_operator().await;
+    cluster.clusters().create(&PostParams::default(), &sample()).await.unwrap();
+
+    within("a ReconcileError Event naming the other controller", async {
+        loop {
+            let events = cluster.events_about(NAME).await;
+            if events.iter().any(|e| {
+                e.reason.as_deref() == Some("ReconcileError")
+                    && e.note.as_deref().is_some_and(|n| n.contains("ConfigMap someone-else"))
+            }) {
+                break;
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await;
+    await_passes(&operator, 4).await;
+    assert!(operator.handles.queue.num_requeues(&key(NAME)) >= 2, "retried with backoff");
+    assert_eq!(operator.terminal_errors(), 0);
+    let untouched = services.get(NAME).await.unwrap();
+    assert_eq!(untouched.metadata.owner_references.unwrap()[0].name, "someone-else");
+    assert!(untouched.spec.unwrap().cluster_ip.as_deref() != Some("None"));
+
+    // Once the other controller's Service is gone, the operator creates its own.
+    config_maps.delete("someone-else", &DeleteParams::default()).await.unwrap();
+    await_object(&services, NAME, "the operator's Service", |svc| {
+        svc.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DatabaseCluster"))
+    })
+    .await;
+    operator.stop().await;
+}

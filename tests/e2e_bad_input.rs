@@ -1,0 +1,112 @@
+//! Bad input, end to end: the CRD's schema and CEL rules refuse bad specs at the API server, and a
+//! spec that bypassed them (stored under an older, looser CRD) ends Failed with a reason, one
+//! Warning Event and a bounded number of passes, until the spec is fixed.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dbcluster_operator::databasecluster::types::{self, DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn refusal(error: kube::Error) -> (u16, String) {
+    match error {
+        kube::Error::Api(status) => (status.code, status.message),
+        other => panic!("expected an API refusal, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn the_schema_refuses_an_unparsable_storage_size_and_zero_replicas() {
+    let cluster = TestCluster::start().await;
+    let api = cluster.clusters();
+    let mut lots = sample();
+    lots.spec.storage_size = "lots".into();
+    let (code, message) = refusal(api.create(&PostParams::default(), &lots).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(message.contains("spec.storageSize"), "{message}");
+
+    let mut none = sample();
+    none.spec.replicas = 0;
+    let (code, message) = refusal(api.create(&PostParams::default(), &none).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(message.contains("spec.replicas"), "{message}");
+    assert!(api.get_opt("production-postgres").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn cel_refuses_a_major_version_change_and_allows_a_minor_one() {
+    let cluster = TestCluster::start().await;
+    let api = cluster.clusters();
+    api.create(&PostParams::default(), &sample()).await.unwrap();
+    let patch = |version: &str| Patch::Merge(json!({"spec": {"version": version}}));
+    let error = api.patch("production-postgres", &PatchParams::default(), &patch("16.1")).await.unwrap_err();
+    let (code, message) = refusal(error);
+    assert_eq!(code, 422);
+    assert!(message.contains(MAJOR_VERSION_CHANGE_MESSAGE), "{message}");
+    let patched = api.patch("production-postgres", &PatchParams::default(), &patch("15.5")).await.unwrap();
+    assert_eq!(patched.spec.version, "15.5");
+}
+
+/// The operator's CRD with the storageSize pattern removed: what an older CRD might have let in.
+fn loose_crd() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(types::crd()).unwrap();
+    let storage = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["storageSize"];
+    storage.as_object_mut().unwrap().remove("pattern");
+    serde_json::from_value(crd).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spec_that_bypassed_validation_fails_once_and_waits_for_a_fix() {
+    let cluster = TestCluster::start().await;
+    install_crd(&cluster.client, loose_crd()).await;
+    let api = cluster.clusters();
+    let mut bad = sample();
+    bad.spec.storage_size = "lots".into();
+    api.create(&PostParams::default(), &bad).await.unwrap();
+
+    let operator = cluster.start_operator().await;
+    let failed = await_object(&api, "production-postgres", "phase Failed", |c: &DatabaseCluster| {
+        phase(c) == Some("Failed")
+    })
+    .await;
+    assert_eq!(condition(&failed, "Ready"), Some(("False".into(), "InvalidSpec".into())));
+    let message =
+        &failed.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Ready").unwrap().message;
+    assert!(message.contains("spec.storageSize") && message.contains("lots"), "{message}");
+
+    // A minute of simulated time: no retry storm, no child, one Warning.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let passes = operator.passes();
+    assert!(passes <= 4, "{passes} passes for an invalid spec");
+    assert!(operator.terminal_errors() >= 1);
+    assert_eq!(operator.errors(), operator.terminal_errors(), "only terminal errors");
+    assert_eq!(operator.handles.queue.num_requeues(&key("production-postgres")), 0, "no backoff retries");
+    assert!(cluster.api::<StatefulSet>().get_opt("production-postgres").await.unwrap().is_none());
+    assert!(cluster.api::<Service>().get_opt("production-postgres").await.unwrap().is_none());
+    assert!(cluster.api::<Secret>().get_opt("production-postgres-app").await.unwrap().is_none());
+    let warnings: Vec<_> = cluster
+        .events_about("production-postgres")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("InvalidSpec"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+
+    // Fixing the spec brings the cluster back.
+    let fix = Patch::Merge(json!({"spec": {"storageSize": "1Gi"}}));
+    api.patch("production-postgres", &PatchParams::default(), &fix).await.unwrap();
+    await_object(&api, "production-postgres", "a phase other than Failed", |c: &DatabaseCluster| {
+        phase(c).is_some_and(|p| p != "Failed")
+    })
+    .await;
+    await_object(&cluster.api::<StatefulSet>(), "production-postgres", "the StatefulSet", |_| true).await;
+    operator.stop().await;
+}

@@ -1,0 +1,56 @@
+//! Quiet at rest, end to end: the number of passes from apply to Running is bounded, the pass a
+//! status write brings writes nothing, and once Running, 30 simulated seconds pass with no API
+//! write (and, after a leftover requeue timer, no pass at all); a restarted operator writes nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kube::api::PostParams;
+
+const NAME: &str = "production-postgres";
+
+#[tokio::test(start_paused = true)]
+async fn a_running_cluster_costs_no_writes_and_no_passes() {
+    let cluster = TestCluster::start().await;
+    let operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    api.create(&PostParams::default(), &sample()).await.unwrap();
+    await_object(&api, NAME, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;
+
+    // The operator has seen its own Running write and has finished the pass it brought.
+    let cache = operator.handles.clusters.cache();
+    await_cached(cache, &key(NAME), "Running in the operator's cache", |c| phase(c) == Some("Running")).await;
+    reconcile_now(&operator, &key(NAME)).await;
+    let passes = operator.passes();
+    assert!(passes <= 15, "{passes} passes from apply to Running 3/3 (a self-triggered loop?)");
+    let writes = cluster.writes();
+    let last = writes.last().unwrap();
+    assert_eq!(
+        (last.verb.as_str(), last.resource.as_str(), last.subresource.as_deref()),
+        ("patch", "databaseclusters", Some("status")),
+        "the Running status write is the last write: the passes after it wrote nothing"
+    );
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let at_rest: Vec<_> = cluster.writes().into_iter().skip(writes.len()).collect();
+    assert!(at_rest.is_empty(), "writes at rest: {at_rest:?}");
+    // A 10 s requeue asked for while the pods were starting may still fire once (timers are not
+    // cancelled by a later Done, as in client-go); it writes nothing, and nothing follows it.
+    let after_timers = operator.passes();
+    assert!(after_timers - passes <= 1, "{} passes at rest", after_timers - passes);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(operator.passes(), after_timers, "no periodic pass at rest");
+    assert!(cluster.writes().len() == writes.len(), "no write at rest");
+    assert_eq!(operator.errors(), 0);
+    operator.stop().await;
+
+    // A restarted operator lists everything again and finds nothing to write.
+    let restarted = cluster.start_operator().await;
+    reconcile_now(&restarted, &key(NAME)).await;
+    assert!(restarted.passes() >= 1);
+    let after_restart: Vec<_> = cluster.writes().into_iter().skip(writes.len()).collect();
+    assert!(after_restart.is_empty(), "writes after a restart: {after_restart:?}");
+    restarted.stop().await;
+}
