@@ -20,7 +20,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::convert::Infallible;
 
 use futures::future::BoxFuture;
 use kube::Client;
@@ -31,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::RunArgs;
 use crate::cli::cluster::{self, ClusterError};
 use crate::cli::logging;
+use crate::databasecluster::operator::{Operator, OperatorError, OperatorOptions};
 use crate::runtime::introspection::Introspection;
 use crate::runtime::leader::{self, LeaderElector, LeaderError, LeaseConfig};
 use crate::runtime::metrics::Metrics;
@@ -331,27 +331,25 @@ async fn run_from_environment(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_from(config)
         .map_err(|e| RunError::Client { url: url.clone(), reason: cluster::one_line(&e) })?;
     let started = start(client, &url, settings).await?;
-    started.run(operator, os_signals()).await
-}
-
-/// The operator the binary runs: stage 1 on every replica, stage 2 (returned) while leading,
-/// until `stop` is cancelled.
-///
-/// Not wired yet: the DatabaseCluster controller (`databasecluster::run_operator`, branch
-/// `reconcile`) plugs in here — its informers in stage 1, its workers in stage 2, or the whole
-/// operator as one call in stage 2 (then standbys start with cold caches). Until then `run` serves
-/// the endpoints and holds the lease, and says so in the log.
-pub async fn operator(
+/// The DatabaseCluster operator in `run`'s two stages: on every replica its informers start and
+/// are registered with the endpoints (`/readyz`, `/debug/*`, informer metrics), so standbys keep
+/// warm caches; the returned stage runs its workers while leading, until `stop` is cancelled.
+pub async fn database_cluster_workload(
     context: OperatorContext,
-) -> Result<impl FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), Infallible>>, Infallible> {
-    Ok(move |stop: CancellationToken| -> BoxFuture<'static, Result<(), Infallible>> {
-        Box::pin(async move {
-            tracing::warn!(
-                workers = context.workers,
-                "this build has no DatabaseCluster controller wired in: nothing will be reconciled"
-            );
-            stop.cancelled().await;
-            Ok(())
-        })
+) -> Result<impl FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), OperatorError>>, OperatorError> {
+    let options = OperatorOptions {
+        namespace: context.namespace,
+        workers: context.workers,
+        shutdown_timeout: context.shutdown_timeout,
+        instance: leader::default_identity(),
+        metrics: context.metrics,
+        ..OperatorOptions::default()
+    };
+    let operator = Operator::new(context.client, options);
+    operator.register(&context.view);
+    operator.start_informers();
+    Ok(move |stop: CancellationToken| -> BoxFuture<'static, Result<(), OperatorError>> {
+        Box::pin(operator.run(stop.cancelled_owned()))
     })
+}
 }
