@@ -20,7 +20,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use futures::future::BoxFuture;
 use kube::Client;
 use tokio::net::TcpListener;
@@ -331,6 +330,9 @@ async fn run_from_environment(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_from(config)
         .map_err(|e| RunError::Client { url: url.clone(), reason: cluster::one_line(&e) })?;
     let started = start(client, &url, settings).await?;
+    started.run(database_cluster_workload, os_signals()).await
+}
+
 /// The DatabaseCluster operator in `run`'s two stages: on every replica its informers start and
 /// are registered with the endpoints (`/readyz`, `/debug/*`, informer metrics), so standbys keep
 /// warm caches; the returned stage runs its workers while leading, until `stop` is cancelled.
@@ -351,5 +353,4 @@ pub async fn database_cluster_workload(
     Ok(move |stop: CancellationToken| -> BoxFuture<'static, Result<(), OperatorError>> {
         Box::pin(operator.run(stop.cancelled_owned()))
     })
-}
 }
