@@ -199,6 +199,12 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     assert_eq!(dbcs["synced"], false);
 
     assert_eq!(get(metrics_addr, "/nothing").await.0, 404);
+
+    // A deleted object that reconciled cleanly leaves no record; a failing one keeps its record.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    config_maps.delete("good", &Default::default()).await.unwrap();
+    until(&probe, |probe| !probe.keys().iter().any(|k| k.key.name() == "good")).await;
+    assert!(probe.keys().iter().any(|k| k.key.name() == "bad" && k.last.is_some()));
     stop.cancel();
 }
 

@@ -4,9 +4,10 @@
 //! simulated one) both start it here.
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
-//! so the operator never caches the cluster's other Secrets. Build with [`Operator::new`], take
-//! [`OperatorHandles`] for the HTTP server (queue, caches, informer figures, metrics), then
-//! [`Operator::run`] until shutdown; [`run_operator`] does both in one call.
+//! so the operator never caches the cluster's other Secrets. Build with [`Operator::new`],
+//! [`Operator::register`] it with the endpoints' [`Introspection`] (or take [`OperatorHandles`]:
+//! queue, caches, informer figures, metrics), then [`Operator::run`] until shutdown;
+//! [`run_operator`] builds and runs in one call.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use crate::runtime::ObjectKey;
 use crate::runtime::cache::strip_managed_fields;
 use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};
 use crate::runtime::informer::{Informer, InformerStats};
+use crate::runtime::introspection::{InformerProbe, Introspection};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::reflector::ReflectorConfig;
 use crate::runtime::workqueue::{QueueConfig, WorkQueue};
@@ -43,6 +45,8 @@ pub struct OperatorOptions {
     pub workers: usize,
     /// A pass running longer than this is cancelled and retried; `None` for no limit.
     pub reconcile_timeout: Option<Duration>,
+    /// How long passes in flight may take to finish once shutdown begins.
+    pub shutdown_timeout: Duration,
     /// Who reports the Events (`reportingInstance`), e.g. the pod's name.
     pub instance: String,
     /// Where the queue and reconcile metrics go.
@@ -55,6 +59,7 @@ impl Default for OperatorOptions {
             namespace: None,
             workers: 4,
             reconcile_timeout: Some(Duration::from_secs(60)),
+            shutdown_timeout: Duration::from_secs(30),
             instance: FIELD_MANAGER.to_owned(),
             metrics: Arc::new(Metrics::new()),
         }
@@ -127,6 +132,7 @@ impl Operator {
         let config = ControllerConfig {
             workers: options.workers.max(1),
             reconcile_timeout: options.reconcile_timeout,
+            shutdown_timeout: options.shutdown_timeout,
             queue: QueueConfig::named(CONTROLLER_NAME).with_metrics(metrics.queue(CONTROLLER_NAME)),
             metrics: Some(metrics.controller(CONTROLLER_NAME)),
             ..ControllerConfig::named(CONTROLLER_NAME)
@@ -155,6 +161,17 @@ impl Operator {
     /// Handles on the operator's queue, caches and figures.
     pub fn handles(&self) -> OperatorHandles {
         self.handles.clone()
+    }
+
+    /// Registers the informers and the controller with the endpoints' registry, so that
+    /// `/readyz`, `/debug/queue`, `/debug/cache` and the informer metrics show them.
+    pub fn register(&self, view: &Introspection) {
+        let handles = &self.handles;
+        view.add_informer("databaseclusters", Arc::clone(&handles.clusters) as Arc<dyn InformerProbe>);
+        view.add_informer("statefulsets", Arc::clone(&handles.statefulsets) as Arc<dyn InformerProbe>);
+        view.add_informer("services", Arc::clone(&handles.services) as Arc<dyn InformerProbe>);
+        view.add_informer("secrets", Arc::clone(&handles.secrets) as Arc<dyn InformerProbe>);
+        view.add_controller(self.controller.probe());
     }
 
     /// Starts the informers' list and watch without reconciling, e.g. to warm the caches of a
