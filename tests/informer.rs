@@ -184,7 +184,7 @@ async fn a_label_selected_informer_sees_objects_enter_and_leave_the_selection() 
     let log = recorder(&informer);
     informer.start();
     informer.synced().await;
-    api.create(&PostParams::default(), &config_map("a", None)).await.unwrap();
+    api.create(&PostParams::default(), &config_map("a")).await.unwrap();
     let label = |value: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"app": value}}}));
     api.patch("a", &PatchParams::default(), &label(Some("db"))).await.unwrap();
     let left = api.patch("a", &PatchParams::default(), &label(None)).await.unwrap();
