@@ -53,12 +53,14 @@ async fn cel_refuses_a_major_version_change_and_allows_a_minor_one() {
     assert_eq!(patched.spec.version, "15.5");
 }
 
-/// The operator's CRD with the storageSize pattern removed: what an older CRD might have let in.
+/// The operator's CRD without the storageSize pattern and the version's CEL rule: what an older
+/// CRD might have let in.
 fn loose_crd() -> CustomResourceDefinition {
     let mut crd = serde_json::to_value(types::crd()).unwrap();
-    let storage = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-        ["storageSize"];
-    storage.as_object_mut().unwrap().remove("pattern");
+    let spec =
+        &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    spec["storageSize"].as_object_mut().unwrap().remove("pattern");
+    spec["version"].as_object_mut().unwrap().remove("x-kubernetes-validations");
     serde_json::from_value(crd).unwrap()
 }
 
@@ -108,5 +110,34 @@ async fn a_spec_that_bypassed_validation_fails_once_and_waits_for_a_fix() {
     })
     .await;
     await_object(&cluster.api::<StatefulSet>(), "production-postgres", "the StatefulSet", |_| true).await;
+    operator.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_major_version_change_that_bypassed_cel_fails_and_leaves_the_pods_alone() {
+    let cluster = TestCluster::start().await;
+    install_crd(&cluster.client, loose_crd()).await;
+    let operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    api.create(&PostParams::default(), &sample()).await.unwrap();
+    await_object(&api, "production-postgres", "Running 3/3", |c: &DatabaseCluster| {
+        phase(c) == Some("Running") && ready(c) == 3
+    })
+    .await;
+
+    let major = Patch::Merge(json!({"spec": {"version": "16.1"}}));
+    api.patch("production-postgres", &PatchParams::default(), &major).await.unwrap();
+    let failed = await_object(&api, "production-postgres", "phase Failed", |c: &DatabaseCluster| {
+        phase(c) == Some("Failed")
+    })
+    .await;
+    let status = failed.status.unwrap();
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.reason, "InvalidSpec");
+    assert!(ready.message.contains("major version"), "{}", ready.message);
+    assert_eq!(status.current_version.as_deref(), Some("15.4"));
+    let sts = cluster.api::<StatefulSet>().get("production-postgres").await.unwrap();
+    let image = sts.spec.unwrap().template.spec.unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("postgres:15.4"), "the data directory must not meet a new major");
     operator.stop().await;
 }

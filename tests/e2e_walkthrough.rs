@@ -125,16 +125,16 @@ async fn the_seeds_walkthrough_step_by_step() {
     assert_eq!(image.as_deref(), Some("postgres:15.5"));
 
     // The story as Events.
-    let reasons: Vec<String> =
-        cluster.events_about(NAME).await.into_iter().filter_map(|e| e.reason).collect();
-    for expected in [
+    let expected = [
         "CreatedService",
         "CreatedSecret",
         "CreatedStatefulSet",
         "ScalingUp",
         "UpgradeStarted",
         "UpgradeCompleted",
-    ] {
+    ];
+    let reasons = await_event_reasons(&cluster, NAME, &expected).await;
+    for expected in expected {
         assert_eq!(reasons.iter().filter(|r| *r == expected).count(), 1, "{expected} in {reasons:?}");
     }
 

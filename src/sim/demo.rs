@@ -2,8 +2,9 @@
 //! DatabaseCluster CRD installed, the sample cluster applied, and the clusters' progress printed
 //! as a live table like `kubectl get databasecluster -w`, until asked to stop.
 //!
-//! The operator does not run here yet (it does not exist on this branch): the table shows the
-//! sample as the server holds it, and whatever a `run` pointed at the kubeconfig makes of it.
+//! [`run`] also runs the DatabaseCluster operator in process against the simulated cluster, so
+//! the table shows the sample go from Provisioning to Running 3/3 (and whatever kubectl changes
+//! afterwards).
 
 use std::future::Future;
 use std::io::Write;
@@ -15,7 +16,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
+use crate::databasecluster::operator::{OperatorOptions, run_operator};
 use crate::sim::resources::{PrinterColumn, crd_kinds};
 use crate::sim::{SimConfig, SimError, SimServer, table};
 
@@ -207,9 +210,25 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     // Handlers are installed before anything is printed, so a signal is never missed.
     let stop = stop_signal()?;
     let demo = Demo::start(&options).await?;
+    let stopping = CancellationToken::new();
+    let operator = tokio::spawn(run_operator(
+        demo.server().client(),
+        OperatorOptions::default(),
+        stopping.clone().cancelled_owned(),
+    ));
     let mut out = std::io::stdout();
     write!(out, "{}", demo.instructions(&options.kubeconfig_out))?;
-    demo.watch_until(stop, &mut out).await?;
+    // On a signal the operator stops first (finishing its passes), then the server.
+    let stop_operator_first = async move {
+        stop.await;
+        stopping.cancel();
+        match operator.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "the operator stopped with an error"),
+            Err(error) => tracing::error!(%error, "the operator task failed"),
+        }
+    };
+    demo.watch_until(stop_operator_first, &mut out).await?;
     writeln!(out, "stopped")?;
     Ok(())
 }

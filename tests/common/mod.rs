@@ -88,6 +88,22 @@ impl TestCluster {
     }
 }
 
+/// Waits until Events with each of `reasons` exist about `name` (an Event is published right
+/// after the status write that implies it); returns every Event's reason.
+pub async fn await_event_reasons(cluster: &TestCluster, name: &str, reasons: &[&str]) -> Vec<String> {
+    within(&format!("events {reasons:?}"), async {
+        loop {
+            let seen: Vec<String> =
+                cluster.events_about(name).await.into_iter().filter_map(|e| e.reason).collect();
+            if reasons.iter().all(|r| seen.iter().any(|s| s == r)) {
+                return seen;
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
+    .await
+}
+
 /// Whether a logged request changed something.
 pub fn is_write(record: &RequestRecord) -> bool {
     matches!(record.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
