@@ -26,6 +26,8 @@ use crate::runtime::workqueue::KeyPhase;
 pub trait InformerProbe: Send + Sync + 'static {
     /// A snapshot of the figures.
     fn stats(&self) -> InformerStats;
+    /// Whether its watch loop has ended for good.
+    fn has_stopped(&self) -> bool;
 }
 
 impl<K> InformerProbe for Informer<K>
@@ -34,6 +36,10 @@ where
 {
     fn stats(&self) -> InformerStats {
         Informer::stats(self)
+    }
+
+    fn has_stopped(&self) -> bool {
+        Informer::has_stopped(self)
     }
 }
 
@@ -80,6 +86,20 @@ impl Introspection {
     /// `leader_election_master_status{name}` (controller-runtime's metric).
     pub fn set_leading(&self, name: &str, leading: watch::Receiver<bool>) {
         *self.registered.leading.write() = Some((name.to_string(), leading));
+    }
+
+    /// Alive while every registered informer's watch loop is running; otherwise the names of those
+    /// whose loop has ended (the process cannot recover them: the kubelet should restart it).
+    pub fn liveness(&self) -> Result<(), Vec<String>> {
+        let stopped: Vec<String> = self
+            .registered
+            .informers
+            .read()
+            .iter()
+            .filter(|(_, informer)| informer.has_stopped())
+            .map(|(name, _)| name.clone())
+            .collect();
+        if stopped.is_empty() { Ok(()) } else { Err(stopped) }
     }
 
     /// Ready when every registered informer has applied its first list; otherwise the names of
