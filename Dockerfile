@@ -1,6 +1,7 @@
 # dbcluster-operator image: build with the locked dependencies, run as non-root on distroless.
 #   docker build -t dbcluster-operator:dev .
-FROM rust:1.89-bookworm AS build
+# Latest stable Rust 1.x: the locked dependencies may need more than the crate's rust-version.
+FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin dbcluster-operator \

@@ -13,12 +13,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::json;
 
-fn config_map(name: &str, owner: Option<&str>) -> ConfigMap {
-    let owners = owner.map(|o| {
-        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": o, "uid": format!("uid-{o}"), "controller": true}])
-    });
-    serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": owners}, "data": {"v": "1"}}))
-        .unwrap()
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": "1"}})).unwrap()
 }
 
 /// `ADDED a`, `UPDATED a gen-changed=false`, `DELETED a`.
@@ -47,24 +43,27 @@ fn recorder(informer: &Informer<ConfigMap>) -> Arc<Mutex<Vec<String>>> {
 
 async fn synced_to(informer: &Informer<ConfigMap>, obj: &impl Resource) {
     let rv = obj.meta().resource_version.clone().unwrap();
-    informer.wait_for(|s| s.synced && s.last_resource_version.as_deref() == Some(&rv)).await;
+    let caught_up = informer.wait_for(|s| s.synced && s.last_resource_version.as_deref() == Some(&rv));
+    tokio::time::timeout(std::time::Duration::from_secs(30), caught_up)
+        .await
+        .expect("the informer caught up");
 }
 
 #[tokio::test]
 async fn two_handlers_see_every_event_in_the_same_order_with_the_old_state_on_updates() {
     let sim = SimServer::start().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
-    api.create(&PostParams::default(), &config_map("before", None)).await.unwrap();
+    api.create(&PostParams::default(), &config_map("before")).await.unwrap();
     let informer = Informer::new(Api::namespaced(sim.client(), "default"));
     let first = recorder(&informer);
     let second = recorder(&informer);
     informer.start();
     informer.synced().await;
 
-    api.create(&PostParams::default(), &config_map("a", None)).await.unwrap();
+    api.create(&PostParams::default(), &config_map("a")).await.unwrap();
     api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await.unwrap();
     api.delete("before", &DeleteParams::default()).await.unwrap();
-    let last = api.create(&PostParams::default(), &config_map("b", None)).await.unwrap();
+    let last = api.create(&PostParams::default(), &config_map("b")).await.unwrap();
     synced_to(&informer, &last).await;
 
     let expected = ["ADDED before", "ADDED a", "UPDATED a data 1->2", "DELETED before", "ADDED b"];
@@ -97,17 +96,22 @@ async fn a_key_mapper_wakes_the_old_and_the_new_owner_when_the_owner_changes() {
     informer.start();
     informer.synced().await;
 
-    api.create(&PostParams::default(), &config_map("child", Some("one"))).await.unwrap();
-    let moved = api
-        .patch(
-            "child",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"ownerReferences": [
-                {"apiVersion": "v1", "kind": "ConfigMap", "name": "two", "uid": "uid-two", "controller": true}
-            ]}})),
-        )
-        .await
-        .unwrap();
+    // Owners that exist: a dependent of a uid that does not exist is garbage collected.
+    let mut uids = Vec::new();
+    for owner in ["one", "two"] {
+        uids.push(api.create(&PostParams::default(), &config_map(owner)).await.unwrap().metadata.uid);
+    }
+    let owned_by = |name: &str, uid: &Option<String>| {
+        json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid, "controller": true}
+        ]}})
+    };
+    let mut child = config_map("child");
+    child.metadata.owner_references =
+        serde_json::from_value(owned_by("one", &uids[0])["metadata"]["ownerReferences"].clone()).unwrap();
+    api.create(&PostParams::default(), &child).await.unwrap();
+    let moved =
+        api.patch("child", &PatchParams::default(), &Patch::Merge(owned_by("two", &uids[1]))).await.unwrap();
     synced_to(&informer, &moved).await;
     assert_eq!(*keys.lock(), ["default/one", "default/two", "default/one"]);
 }
@@ -116,12 +120,12 @@ async fn a_key_mapper_wakes_the_old_and_the_new_owner_when_the_owner_changes() {
 async fn a_handler_added_after_start_is_told_about_the_cached_objects_first() {
     let sim = SimServer::start().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
-    api.create(&PostParams::default(), &config_map("a", None)).await.unwrap();
+    api.create(&PostParams::default(), &config_map("a")).await.unwrap();
     let informer = Informer::new(Api::namespaced(sim.client(), "default"));
     informer.start();
     informer.synced().await;
     let late = recorder(&informer);
-    let b = api.create(&PostParams::default(), &config_map("b", None)).await.unwrap();
+    let b = api.create(&PostParams::default(), &config_map("b")).await.unwrap();
     synced_to(&informer, &b).await;
     assert_eq!(*late.lock(), ["ADDED a", "ADDED b"]);
 }
@@ -135,7 +139,7 @@ async fn a_panicking_handler_is_counted_and_the_others_still_run() {
     let log = recorder(&informer);
     informer.start();
     informer.synced().await;
-    let a = api.create(&PostParams::default(), &config_map("a", None)).await.unwrap();
+    let a = api.create(&PostParams::default(), &config_map("a")).await.unwrap();
     synced_to(&informer, &a).await;
     assert_eq!(*log.lock(), ["ADDED a"]);
     assert_eq!(informer.stats().handler_panics, 1);
@@ -152,7 +156,7 @@ async fn managed_fields_are_not_cached_and_updates_report_generation_changes() {
         .add_handler(move |event: &InformerEvent<ConfigMap>| sink.lock().push(event.generation_changed()));
     informer.start();
     informer.synced().await;
-    let created = api.create(&PostParams::default(), &config_map("a", None)).await.unwrap();
+    let created = api.create(&PostParams::default(), &config_map("a")).await.unwrap();
     let relabelled = api
         .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
         .await
@@ -164,4 +168,27 @@ async fn managed_fields_are_not_cached_and_updates_report_generation_changes() {
     assert_eq!(cached.metadata.labels.as_ref().unwrap()["x"], "y");
     // A ConfigMap has no generation: a metadata-only update is not a generation change.
     assert_eq!(*generation_changes.lock(), [true, false]);
+}
+
+#[tokio::test]
+async fn a_label_selected_informer_sees_objects_enter_and_leave_the_selection() {
+    use dbcluster_operator::runtime::cache::strip_managed_fields;
+    use dbcluster_operator::runtime::reflector::ReflectorConfig;
+    let sim = SimServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
+    let informer = Informer::with_config(
+        Api::namespaced(sim.client(), "default"),
+        ReflectorConfig { label_selector: Some("app=db".into()), ..ReflectorConfig::default() },
+        Arc::new(strip_managed_fields::<ConfigMap>),
+    );
+    let log = recorder(&informer);
+    informer.start();
+    informer.synced().await;
+    api.create(&PostParams::default(), &config_map("a")).await.unwrap();
+    let label = |value: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"app": value}}}));
+    api.patch("a", &PatchParams::default(), &label(Some("db"))).await.unwrap();
+    let left = api.patch("a", &PatchParams::default(), &label(None)).await.unwrap();
+    synced_to(&informer, &left).await;
+    assert_eq!(*log.lock(), ["ADDED a", "DELETED a"]);
+    assert!(informer.cache().is_empty());
 }

@@ -348,26 +348,51 @@ async fn a_429_burst_backs_off_honouring_retry_after_as_a_floor() {
     assert_eq!(informer_backoff_ms(&informer), 1000);
 }
 
+/// A stricter view of ConfigMaps: `data.port` must be a number. The server stores any string, so
+/// a ConfigMap with `port: "eighty"` is a valid object on the wire and a malformed one for us.
+#[derive(kube::Resource, Clone, Debug, serde::Deserialize)]
+#[resource(inherit = "ConfigMap")]
+struct PortMap {
+    metadata: kube::api::ObjectMeta,
+    data: PortData,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct PortData {
+    #[serde(deserialize_with = "port_number")]
+    port: u16,
+}
+
+fn port_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    let text = <String as serde::Deserialize>::deserialize(d)?;
+    text.parse().map_err(serde::de::Error::custom)
+}
+
 #[tokio::test]
 async fn a_malformed_object_in_the_stream_is_counted_and_skipped() {
     let sim = SimServer::start().await.unwrap();
-    let informer = informer(sim.client(), settings());
+    let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
+    let port = |name: &str, port: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"port": port}})).unwrap()
+    };
+    api.create(&PostParams::default(), &port("listed-bad", "http")).await.unwrap();
+    api.create(&PostParams::default(), &port("listed-good", "5432")).await.unwrap();
+    let informer: Informer<PortMap> = Informer::with_config(
+        Api::namespaced(sim.client(), "default"),
+        settings(),
+        Arc::new(strip_managed_fields::<PortMap>),
+    );
     informer.start();
     informer.synced().await;
-    // A ConfigMap whose data value is a number: valid JSON, not a valid ConfigMap.
-    let raw: Api<kube::core::DynamicObject> =
-        Api::namespaced_with(sim.client(), "default", &kube::core::ApiResource::erase::<ConfigMap>(&()));
-    let bad: kube::core::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bad"}, "data": {"k": 17}
-    }))
-    .unwrap();
-    raw.create(&PostParams::default(), &bad).await.unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
-    let good = api.create(&PostParams::default(), &config_map("good")).await.unwrap();
-    synced_to(&informer, &rv_of(&good)).await;
+    api.create(&PostParams::default(), &port("watched-bad", "eighty")).await.unwrap();
+    let good = api.create(&PostParams::default(), &port("watched-good", "80")).await.unwrap();
+    let rv = rv_of(&good);
+    informer.wait_for(|s| s.last_resource_version.as_deref() == Some(rv.as_str())).await;
+
     let stats = informer.stats();
-    assert_eq!((stats.malformed_skipped, stats.added, stats.objects), (1, 1, 1));
-    assert!(informer.cache().get(&"default/good".parse().unwrap()).is_some());
+    assert_eq!((stats.malformed_skipped, stats.added, stats.objects, stats.failures), (2, 2, 2, 0));
+    let cached = informer.cache().get(&"default/watched-good".parse().unwrap()).unwrap();
+    assert_eq!(cached.data.port, 80);
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::runtime::leader::LeaseConfig;
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::SimServer;
+use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -94,35 +95,56 @@ impl Journal {
 struct Never;
 impl ReconcileError for Never {}
 
+type Lead = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), String>> + Send>;
+
 /// A small operator over the ConfigMaps of `default` whose reconcile takes `work` of (simulated)
-/// time, journaling each start and finish.
+/// time, journaling each start and finish. Its informer starts on every replica (stage 1); its
+/// workers run while leading (stage 2).
 fn operator(
     instance: &'static str,
     work: Duration,
     journal: Arc<Journal>,
-) -> impl FnOnce(OperatorContext, CancellationToken) -> futures::future::BoxFuture<'static, Result<(), String>>
-{
-    move |context, stop| {
+) -> impl FnOnce(OperatorContext) -> BoxFuture<'static, Result<Lead, String>> {
+    move |context| {
         Box::pin(async move {
             let informer =
                 Arc::new(Informer::new(Api::<ConfigMap>::namespaced(context.client.clone(), "default")));
             informer.start();
             context.view.add_informer("configmaps", informer.clone());
-            let mut config = ControllerConfig::named("configmap");
-            config.shutdown_timeout = context.shutdown_timeout;
-            config.metrics = Some(context.metrics.controller("configmap"));
-            let controller = Controller::new(&informer, config).workers(context.workers);
-            context.view.add_controller(controller.probe());
-            *journal.probe.lock() = Some(controller.probe());
-            let reconcile = move |key: ObjectKey, journal: Arc<Journal>| async move {
-                journal.record("started", instance, &key);
-                tokio::time::sleep(work).await;
-                journal.record("finished", instance, &key);
-                Ok::<_, Never>(Action::Done)
-            };
-            controller.run(reconcile, journal, stop.cancelled_owned()).await.map_err(|e| e.to_string())
+            let lead: Lead = Box::new(move |stop: CancellationToken| {
+                Box::pin(async move {
+                    let mut config = ControllerConfig::named("configmap");
+                    config.shutdown_timeout = context.shutdown_timeout;
+                    config.metrics = Some(context.metrics.controller("configmap"));
+                    let controller = Controller::new(&informer, config).workers(context.workers);
+                    context.view.add_controller(controller.probe());
+                    *journal.probe.lock() = Some(controller.probe());
+                    let reconcile = move |key: ObjectKey, journal: Arc<Journal>| async move {
+                        journal.record("started", instance, &key);
+                        tokio::time::sleep(work).await;
+                        journal.record("finished", instance, &key);
+                        Ok::<_, Never>(Action::Done)
+                    };
+                    controller
+                        .run(reconcile, journal, stop.cancelled_owned())
+                        .await
+                        .map_err(|e| e.to_string())
+                }) as BoxFuture<'static, Result<(), String>>
+            });
+            Ok(lead)
         })
     }
+}
+
+/// A plain HTTP/1.1 GET of `path`: the body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    raw.split_once("\r\n\r\n").unwrap().1.to_string()
 }
 
 async fn lease_holder(sim: &SimServer) -> Option<String> {
@@ -211,6 +233,7 @@ async fn of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_when_it
     let journal = Arc::new(Journal::default());
     let one = start(&sim, settings(Some("one"), Duration::from_secs(30))).await;
     let two = start(&sim, settings(Some("two"), Duration::from_secs(30))).await;
+    let addrs = [("one", one.metrics_addr, one.health_addr), ("two", two.metrics_addr, two.health_addr)];
     let (_keep_one, signals_one) = mpsc::channel(1);
     let (_keep_two, signals_two) = mpsc::channel(1);
     let one = tokio::spawn(one.run(operator("one", Duration::from_millis(10), journal.clone()), signals_one));
@@ -222,6 +245,22 @@ async fn of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_when_it
     assert!((by_one == 2) ^ (by_two == 2) && by_one * by_two == 0, "one: {by_one}, two: {by_two}");
 
     let (leader, standby, standby_name) = if by_one == 2 { (one, two, "two") } else { (two, one, "one") };
+    // The standby's cache is warm and it reports ready, though it reconciles nothing.
+    let (_, standby_metrics, standby_health) = addrs.iter().find(|(name, ..)| *name == standby_name).unwrap();
+    assert_eq!(get(*standby_health, "/readyz").await, "ok\n");
+    let cache: serde_json::Value =
+        serde_json::from_str(&get(*standby_metrics, "/debug/cache").await).unwrap();
+    assert_eq!(cache["informers"][0]["synced"], true);
+    assert_eq!(cache["informers"][0]["objects"], 2);
+    let queue: serde_json::Value =
+        serde_json::from_str(&get(*standby_metrics, "/debug/queue").await).unwrap();
+    assert_eq!(queue["leading"], false);
+    assert_eq!(queue["controllers"].as_array().unwrap().len(), 0);
+    let (_, leader_metrics, _) = addrs.iter().find(|(name, ..)| *name != standby_name).unwrap();
+    let status =
+        |leading: u8| format!("leader_election_master_status{{name=\"dbcluster-operator\"}} {leading}");
+    assert!(get(*standby_metrics, "/metrics").await.lines().any(|l| l == status(0)));
+    assert!(get(*leader_metrics, "/metrics").await.lines().any(|l| l == status(1)));
     leader.abort();
     let died = Instant::now();
     while lease_holder(&sim).await.as_deref() != Some(standby_name) {

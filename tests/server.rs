@@ -199,6 +199,12 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     assert_eq!(dbcs["synced"], false);
 
     assert_eq!(get(metrics_addr, "/nothing").await.0, 404);
+
+    // A deleted object that reconciled cleanly leaves no record; a failing one keeps its record.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    config_maps.delete("good", &Default::default()).await.unwrap();
+    until(&probe, |probe| !probe.keys().iter().any(|k| k.key.name() == "good")).await;
+    assert!(probe.keys().iter().any(|k| k.key.name() == "bad" && k.last.is_some()));
     stop.cancel();
 }
 
@@ -213,4 +219,42 @@ async fn ready_when_every_informer_synced_and_on_a_standby_with_none() {
     informer.start();
     informer.synced().await;
     assert_eq!(view.readiness(), Ok(()));
+}
+
+#[tokio::test]
+async fn healthz_fails_once_an_informer_watch_loop_has_died() {
+    let sim = SimServer::start().await.unwrap();
+    let config_maps = Api::<ConfigMap>::namespaced(sim.client(), "default");
+    let healthy = Arc::new(Informer::new(config_maps.clone()));
+    // A transform with a bug panics on the reflector's task, which ends it for good.
+    let doomed = Arc::new(Informer::with_config(
+        config_maps.clone(),
+        Default::default(),
+        Arc::new(|_: &mut ConfigMap| panic!("a transform bug")),
+    ));
+    let view = Introspection::new();
+    view.add_informer("configmaps", healthy.clone());
+    view.add_informer("doomed", doomed.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = ServerState { metrics: Arc::new(Metrics::new()), view: view.clone() };
+    let stop = CancellationToken::new();
+    tokio::spawn(server::serve(listener, Endpoints::Health, state, stop.clone()));
+
+    healthy.start();
+    doomed.start();
+    healthy.synced().await;
+    assert_eq!(get(addr, "/healthz").await.0, 200, "both loops are running");
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "trigger"}})).unwrap();
+    config_maps.create(&PostParams::default(), &cm).await.unwrap();
+    let died = async {
+        while !doomed.has_stopped() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), died).await.expect("the doomed loop ended");
+    let (status, _, body) = get(addr, "/healthz").await;
+    assert_eq!((status, body.as_str()), (500, "watch loops stopped: doomed\n"));
+    assert!(!healthy.has_stopped());
+    stop.cancel();
 }

@@ -23,6 +23,12 @@ async fn close_watches_ends_every_open_watch() {
     assert!(matches!(stream.try_next().await.unwrap(), Some(WatchEvent::Added(_))));
     sim.faults().close_watches();
     assert!(stream.try_next().await.unwrap().is_none());
+    // A watch closed as soon as it is answered ends too.
+    let mut fresh = cms.watch(&WatchParams::default().disable_bookmarks(), &rv).await.unwrap().boxed();
+    sim.faults().close_watches();
+    while let Some(event) = fresh.try_next().await.unwrap() {
+        assert!(matches!(event, WatchEvent::Added(_)), "only the replayed creation may come first");
+    }
 }
 
 #[tokio::test]

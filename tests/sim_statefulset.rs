@@ -188,3 +188,41 @@ async fn deleting_the_statefulset_collects_its_pods() {
     deleted.sort();
     assert_eq!(deleted, ["DELETED db-0", "DELETED db-1"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn volume_claim_templates_are_immutable_and_claims_grow_but_never_shrink() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set(1)).await.unwrap();
+    await_sts(&sts, |s| status(s).ready_replicas == Some(1)).await;
+
+    let bigger = json!({"spec": {"volumeClaimTemplates": [{
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}
+    }]}});
+    match sts.patch("db", &PatchParams::default(), &Patch::Merge(bigger)).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422);
+            assert!(s.message.contains("updates to statefulset spec for fields other than"), "{}", s.message);
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
+    let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    let grown = pvcs.patch("data-db-0", &PatchParams::default(), &Patch::Merge(grow)).await.unwrap();
+    let rv = grown.metadata.resource_version.unwrap();
+    let mut stream = pvcs.watch(&WatchParams::default().disable_bookmarks(), &rv).await.unwrap().boxed();
+    loop {
+        if let Some(WatchEvent::Modified(p)) = stream.try_next().await.unwrap() {
+            let capacity = p.status.unwrap().capacity.unwrap();
+            assert_eq!(capacity["storage"].0, "2Gi");
+            break;
+        }
+    }
+    let shrink = json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}});
+    match pvcs.patch("data-db-0", &PatchParams::default(), &Patch::Merge(shrink)).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422),
+        other => panic!("expected 422, got {other:?}"),
+    }
+}

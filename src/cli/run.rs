@@ -3,9 +3,15 @@
 //! intake, let reconciles in flight finish within the deadline, release the lease, exit 0. A
 //! second signal ends the process at once.
 //!
-//! The operator itself is a parameter ([`Started::run`]'s `workload`): a function of an
-//! [`OperatorContext`] and a token that is cancelled when it must stop. The binary passes the
-//! DatabaseCluster operator; tests pass small controllers of their own.
+//! The operator itself is a parameter of [`Started::run`], in two stages, so that caches are warm
+//! on every replica while only the leader reconciles:
+//!
+//! 1. `prepare(context)` runs on every replica at start: it starts the informers and registers
+//!    them (so `/readyz` and `/debug/cache` show them on standbys too), and returns stage 2;
+//! 2. `lead(stop)` runs the workers — at once without leader election, otherwise only while this
+//!    replica holds the lease — until `stop` is cancelled.
+//!
+//! The binary passes the DatabaseCluster operator ([`operator`]); tests pass small controllers.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -14,6 +20,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -180,11 +187,18 @@ fn local_addr(listener: &TcpListener, flag: &'static str, addr: SocketAddr) -> R
 
 impl Started {
     /// Runs until the operator ends or a signal arrives on `signals`, as the module docs say.
-    /// `workload` runs the operator until its token is cancelled; with leader election it starts
-    /// only once this replica leads, and is aborted if the lease is lost.
-    pub async fn run<W, Fut, E>(self, workload: W, mut signals: mpsc::Receiver<()>) -> Result<(), RunError>
+    /// `prepare` starts what every replica runs and returns `lead`, which runs the workers until
+    /// its token is cancelled; with leader election `lead` starts only once this replica leads,
+    /// and is aborted if the lease is lost.
+    pub async fn run<P, Prepared, L, Fut, E>(
+        self,
+        prepare: P,
+        mut signals: mpsc::Receiver<()>,
+    ) -> Result<(), RunError>
     where
-        W: FnOnce(OperatorContext, CancellationToken) -> Fut,
+        P: FnOnce(OperatorContext) -> Prepared,
+        Prepared: Future<Output = Result<L, E>>,
+        L: FnOnce(CancellationToken) -> Fut,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Display + Send + 'static,
     {
@@ -196,7 +210,6 @@ impl Started {
         }
         let _stop_servers = servers.drop_guard();
 
-        let shutdown = CancellationToken::new();
         let context = OperatorContext {
             client: client.clone(),
             namespace: settings.namespace.clone(),
@@ -205,15 +218,20 @@ impl Started {
             metrics,
             view: view.clone(),
         };
+        let lead = tokio::select! {
+            prepared = prepare(context) => prepared.map_err(|e| RunError::Operator(e.to_string()))?,
+            _ = next_signal(&mut signals) => return Ok(()),
+        };
+        let shutdown = CancellationToken::new();
         let operator = async {
             let ended = match settings.leader_election.clone() {
                 Some(lease) => {
-                    let elector = LeaderElector::new(client, lease)?;
-                    view.set_leading(elector.leading());
-                    elector.run(shutdown.clone(), move |stop| workload(context, stop)).await?
+                    let elector = LeaderElector::new(client, lease.clone())?;
+                    view.set_leading(&lease.name, elector.leading());
+                    elector.run(shutdown.clone(), lead).await?
                 }
                 None => {
-                    let work = tokio::spawn(workload(context, shutdown.clone()));
+                    let work = tokio::spawn(lead(shutdown.clone()));
                     Some(work.await.map_err(|_| RunError::Operator("the operator panicked".into()))?)
                 }
             };
@@ -315,12 +333,12 @@ async fn run_from_environment(args: RunArgs) -> Result<(), RunError> {
     started.run(database_cluster_workload, os_signals()).await
 }
 
-/// The workload the binary runs while leading: the DatabaseCluster operator, registered with the
-/// endpoints (`/readyz`, `/debug/*`, informer metrics), until `stop` is cancelled.
+/// The DatabaseCluster operator in `run`'s two stages: on every replica its informers start and
+/// are registered with the endpoints (`/readyz`, `/debug/*`, informer metrics), so standbys keep
+/// warm caches; the returned stage runs its workers while leading, until `stop` is cancelled.
 pub async fn database_cluster_workload(
     context: OperatorContext,
-    stop: CancellationToken,
-) -> Result<(), OperatorError> {
+) -> Result<impl FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), OperatorError>>, OperatorError> {
     let options = OperatorOptions {
         namespace: context.namespace,
         workers: context.workers,
@@ -331,5 +349,8 @@ pub async fn database_cluster_workload(
     };
     let operator = Operator::new(context.client, options);
     operator.register(&context.view);
-    operator.run(stop.cancelled_owned()).await
+    operator.start_informers();
+    Ok(move |stop: CancellationToken| -> BoxFuture<'static, Result<(), OperatorError>> {
+        Box::pin(operator.run(stop.cancelled_owned()))
+    })
 }

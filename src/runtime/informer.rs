@@ -272,6 +272,13 @@ where
         *self.task.lock() = Some(tokio::spawn(reflector.run(sink)));
     }
 
+    /// True once the reflector task was started and has ended (it only ends by panicking, since
+    /// it retries every error): the informer no longer follows the server, and `/healthz` says so
+    /// so that the kubelet restarts the process.
+    pub fn has_stopped(&self) -> bool {
+        self.task.lock().as_ref().is_some_and(|task| task.is_finished())
+    }
+
     /// Resolves once the first list has been applied.
     pub async fn synced(&self) {
         self.cache.synced().await

@@ -26,6 +26,8 @@ use crate::runtime::workqueue::KeyPhase;
 pub trait InformerProbe: Send + Sync + 'static {
     /// A snapshot of the figures.
     fn stats(&self) -> InformerStats;
+    /// Whether its watch loop has ended for good.
+    fn has_stopped(&self) -> bool;
 }
 
 impl<K> InformerProbe for Informer<K>
@@ -35,13 +37,17 @@ where
     fn stats(&self) -> InformerStats {
         Informer::stats(self)
     }
+
+    fn has_stopped(&self) -> bool {
+        Informer::has_stopped(self)
+    }
 }
 
 #[derive(Default)]
 struct Registered {
     informers: RwLock<Vec<(String, Arc<dyn InformerProbe>)>>,
     controllers: RwLock<Vec<ControllerProbe>>,
-    leading: RwLock<Option<watch::Receiver<bool>>>,
+    leading: RwLock<Option<(String, watch::Receiver<bool>)>>,
 }
 
 /// The registry of what the process runs, shared by the operator (writes) and the HTTP server
@@ -76,9 +82,24 @@ impl Introspection {
         self.registered.controllers.write().push(probe);
     }
 
-    /// Registers the leader elector's signal, shown in `/debug/queue`.
-    pub fn set_leading(&self, leading: watch::Receiver<bool>) {
-        *self.registered.leading.write() = Some(leading);
+    /// Registers the leader elector's signal for the lease `name`: shown in `/debug/queue` and as
+    /// `leader_election_master_status{name}` (controller-runtime's metric).
+    pub fn set_leading(&self, name: &str, leading: watch::Receiver<bool>) {
+        *self.registered.leading.write() = Some((name.to_string(), leading));
+    }
+
+    /// Alive while every registered informer's watch loop is running; otherwise the names of those
+    /// whose loop has ended (the process cannot recover them: the kubelet should restart it).
+    pub fn liveness(&self) -> Result<(), Vec<String>> {
+        let stopped: Vec<String> = self
+            .registered
+            .informers
+            .read()
+            .iter()
+            .filter(|(_, informer)| informer.has_stopped())
+            .map(|(name, _)| name.clone())
+            .collect();
+        if stopped.is_empty() { Ok(()) } else { Err(stopped) }
     }
 
     /// Ready when every registered informer has applied its first list; otherwise the names of
@@ -98,7 +119,7 @@ impl Introspection {
     /// The `/debug/queue` document: per controller, each key's state, requeues and last pass.
     pub fn queue_report(&self) -> Value {
         let clock = Clock::now();
-        let leading = self.registered.leading.read().as_ref().map(|leading| *leading.borrow());
+        let leading = self.registered.leading.read().as_ref().map(|(_, leading)| *leading.borrow());
         let controllers: Vec<Value> = self
             .registered
             .controllers
@@ -237,7 +258,8 @@ type Figure<T> = (&'static str, &'static str, fn(&InformerStats) -> T);
 
 /// The informers' figures as Prometheus metrics: `informer_objects`, `informer_synced`,
 /// `informer_events_total{type}`, `informer_relists_total`, `informer_watch_restarts_total`,
-/// `informer_gone_total`, each labelled with `informer`.
+/// `informer_gone_total`, each labelled with `informer`; and, with leader election,
+/// `leader_election_master_status{name}` (1 while this replica leads).
 #[derive(Clone)]
 pub struct InformerCollector {
     registered: Arc<Registered>,
@@ -292,6 +314,16 @@ impl Collector for InformerCollector {
                 let labels = [("informer", informer.as_str()), ("type", kind)];
                 ConstCounter::new(value).encode(metric.encode_family(&labels)?)?;
             }
+        }
+        if let Some((name, leading)) = self.registered.leading.read().as_ref() {
+            let gauge = ConstGauge::new(i64::from(*leading.borrow()));
+            let mut metric = encoder.encode_descriptor(
+                "leader_election_master_status",
+                "Whether this replica leads (1) or not (0), per lease",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric.encode_family(&[("name", name.as_str())])?)?;
         }
         Ok(())
     }

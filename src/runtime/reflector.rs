@@ -15,8 +15,11 @@
 //! 3. **410 Gone** (on a watch, or on a list's continue token) → relist at once. The sink reconciles
 //!    the relist against what it holds (see `cache::Relist`).
 //! 4. **Errors** (connection refused, 5xx, 429, a broken stream, a watch that ends before saying
-//!    anything) → retry the same step after a [`Backoff`] delay: 0.8 s → 30 s, factor 2, jitter,
-//!    reset after 2 minutes without failure. A 429's `Retry-After` is honoured as a lower bound.
+//!    anything) → after a [`Backoff`] delay (0.8 s → 30 s, factor 2, jitter, reset after 2 minutes
+//!    without failure) watch again from the last resourceVersion delivered, or list again if the
+//!    list had not finished. A 429's `Retry-After` is honoured as a lower bound. (kube's default
+//!    client retries 429/503/504 itself first; build the client with `default_retry = false` to
+//!    leave those to this schedule.)
 //! 5. **A malformed object** in a stream or a list page is logged, counted and skipped.
 //!
 //! Unless told otherwise, `metadata.managedFields` is cut out of the raw JSON before decoding

@@ -106,7 +106,13 @@ pub fn respond(
         }
         "/debug/queue" if endpoints.metrics() => json(&state.view.queue_report()),
         "/debug/cache" if endpoints.metrics() => json(&state.view.cache_report()),
-        "/healthz" if endpoints.health() => text(StatusCode::OK, "ok\n"),
+        "/healthz" if endpoints.health() => match state.view.liveness() {
+            Ok(()) => text(StatusCode::OK, "ok\n"),
+            Err(stopped) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("watch loops stopped: {}\n", stopped.join(", ")),
+            ),
+        },
         "/readyz" if endpoints.health() => match state.view.readiness() {
             Ok(()) => text(StatusCode::OK, "ok\n"),
             Err(unsynced) => text(

@@ -21,6 +21,7 @@ mod discovery;
 mod faults;
 mod gc;
 mod handlers;
+mod immutable;
 mod known_fields;
 mod meta;
 mod openapi;

@@ -8,6 +8,7 @@ use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::defaults;
 use crate::sim::gc::GcWork;
+use crate::sim::immutable;
 use crate::sim::known_fields;
 use crate::sim::meta::{self, Manager};
 use crate::sim::resources::{Kind, established_crd_status};
@@ -325,6 +326,7 @@ pub fn update(
     } else {
         known_fields::check(kind, &mut new, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut new);
+        immutable::check_update(kind, &old, &new)?;
     }
     let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
     if kind.generation {

@@ -1,12 +1,14 @@
 //! Simulated controllers, because the simulated cluster has no kube-controller-manager and no
-//! kubelet: a kubelet that starts pods after `pod_ready_delay`, the StatefulSet controller, and
-//! the Job and CronJob controllers. One task runs them: a pass over the state after every change
-//! and whenever a timer they asked for is due. All timing is `tokio::time`.
+//! kubelet: a kubelet that starts pods after `pod_ready_delay`, the StatefulSet controller, a
+//! volume expander, and the Job and CronJob controllers. One task runs them: a pass over the
+//! state after every change and whenever a timer they asked for is due. All timing is
+//! `tokio::time`.
 
 pub mod cron;
 pub mod jobs;
 pub mod kubelet;
 pub mod statefulset;
+pub mod volumes;
 
 use std::sync::Arc;
 
@@ -111,6 +113,7 @@ impl Controllers {
     fn pass(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
         let kubelet_due = self.kubelet.pass(state, now);
         statefulset::reconcile_all(state, &mut self.revisions);
+        volumes::reconcile_all(state);
         let jobs_due = self.jobs.pass(state, now);
         [kubelet_due, jobs_due].into_iter().flatten().min()
     }

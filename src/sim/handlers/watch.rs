@@ -134,7 +134,11 @@ pub fn watch(cluster: Arc<Cluster>, call: &Call) -> Result<Response<Body>, ApiEr
         (start, current, receiver)
     });
     let (tx, rx) = mpsc::channel::<Bytes>(256);
-    tokio::spawn(stream_events(cluster, settings, start, start_rv, receiver, timeout, tx));
+    // Subscribed before the response goes out, so a `close_watches` right after is not missed.
+    let mut closer = cluster.faults.watch_closer();
+    closer.mark_unchanged();
+    let open = OpenWatch { settings, start, start_rv, receiver, closer, timeout, tx };
+    tokio::spawn(stream_events(cluster, open));
     let frames = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
@@ -149,15 +153,19 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(s)
 }
 
-async fn stream_events(
-    cluster: Arc<Cluster>,
+/// A watch whose start was decided under the state lock, ready to stream.
+struct OpenWatch {
     settings: Settings,
     start: Start,
     start_rv: u64,
-    mut receiver: broadcast::Receiver<Arc<Event>>,
+    receiver: broadcast::Receiver<Arc<Event>>,
+    closer: tokio::sync::watch::Receiver<u64>,
     timeout: Duration,
     tx: mpsc::Sender<Bytes>,
-) {
+}
+
+async fn stream_events(cluster: Arc<Cluster>, open: OpenWatch) {
+    let OpenWatch { settings, start, start_rv, mut receiver, mut closer, timeout, tx } = open;
     let lines = match start {
         Start::Gone(message) => {
             let _ = tx.send(line(&error_event(&ApiError::gone(message)))).await;
@@ -171,8 +179,6 @@ async fn stream_events(
         }
     }
     let mut last_rv = start_rv;
-    let mut closer = cluster.faults.watch_closer();
-    closer.mark_unchanged();
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let period = cluster.config.bookmark_interval;

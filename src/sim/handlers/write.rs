@@ -11,6 +11,7 @@ use crate::sim::apply;
 use crate::sim::cluster::Cluster;
 use crate::sim::ops::{self, DeleteOptions, Deletion, Propagation, WriteContext};
 use crate::sim::patch::{self, PatchType};
+use crate::sim::state::State;
 
 fn body_json(call: &Call) -> Result<Value, ApiError> {
     serde_json::from_slice(&call.body)
@@ -86,25 +87,37 @@ pub fn patch(cluster: &Cluster, call: &Call) -> Result<Response<Body>, ApiError>
             }
             None => Err(ApiError::not_found(kind, name(call))),
             Some(current) => {
-                let mut cx = cx.clone();
-                if patch_type == PatchType::Apply {
-                    let found = apply::conflicts(&current, &body, &cx.manager);
-                    let force = call.query.get("force").is_some_and(|f| f == "true");
-                    if !found.is_empty() && !force {
-                        return Err(ApiError::apply_conflicts(kind, name(call), &found));
-                    }
-                    cx.taken = found.into_iter().map(|c| c.path).collect();
-                }
-                let patched = if patch_type == PatchType::Apply {
-                    apply::merge_applied(&current, &body, &cx.manager)
-                } else {
-                    patch::apply_patch(patch_type, &current, &body)?
-                };
-                ops::update(s, kind, ns, name(call), patched, sub, &cx).map(|o| (200, o))
+                patch_existing(s, call, patch_type, &body, &current, cx.clone()).map(|o| (200, o))
             }
         }
     })?;
     Ok(json_response(status, &present(kind, &result)))
+}
+
+/// Patches a stored object: server-side apply (conflicts unless forced, then the merge that
+/// releases fields), or a merge, JSON or strategic patch; then the update rules.
+fn patch_existing(
+    state: &mut State,
+    call: &Call,
+    patch_type: PatchType,
+    body: &Value,
+    current: &Value,
+    mut cx: WriteContext,
+) -> Result<Value, ApiError> {
+    let kind = &call.target.kind;
+    let patched = if patch_type == PatchType::Apply {
+        let found = apply::conflicts(current, body, &cx.manager);
+        let force = call.query.get("force").is_some_and(|f| f == "true");
+        if !found.is_empty() && !force {
+            return Err(ApiError::apply_conflicts(kind, name(call), &found));
+        }
+        cx.taken = found.into_iter().map(|c| c.path).collect();
+        apply::merge_applied(current, body, &cx.manager)
+    } else {
+        patch::apply_patch(patch_type, current, body)?
+    };
+    let (ns, sub) = (call.target.namespace.as_deref(), call.target.subresource.as_deref());
+    ops::update(state, kind, ns, name(call), patched, sub, &cx)
 }
 
 /// The delete options of a request: the body's `DeleteOptions` and the query's overrides.

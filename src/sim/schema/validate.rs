@@ -91,6 +91,36 @@ fn correlated_item<'a>(node: &SchemaNode, item: &Value, old: Option<&'a Value>) 
     old?.as_array()?.iter().find(|o| list_map_key(o, keys).as_deref() == Some(key.as_str()))
 }
 
+/// Calls `visit` for each property or item of `value` that `node` describes, with its schema, the
+/// old value it correlates with (by property name, or by key in a `listType=map` list) and its path.
+fn for_each_child(
+    node: &SchemaNode,
+    value: &Value,
+    old: Option<&Value>,
+    path: &mut FieldPath,
+    mut visit: impl FnMut(&SchemaNode, &Value, Option<&Value>, &mut FieldPath),
+) {
+    match value {
+        Value::Object(fields) => {
+            for (key, child) in fields {
+                if let Some(child_node) = node.property(key) {
+                    let old_child = old.and_then(|o| o.get(key));
+                    path.with_key(key, |p| visit(child_node, child, old_child, p));
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_node) = node.items.as_deref() {
+                for (i, item) in items.iter().enumerate() {
+                    let old_item = correlated_item(node, item, old);
+                    path.with_index(i, |p| visit(item_node, item, old_item, p));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// OpenAPI validation of `value` under `node`, recursing into children.
 pub(super) fn schema_errors(
     node: &SchemaNode,
@@ -106,25 +136,7 @@ pub(super) fn schema_errors(
     if !value_errors(node, value, path.as_str(), errors) {
         return;
     }
-    match value {
-        Value::Object(fields) => {
-            for (key, child) in fields {
-                if let Some(child_node) = node.property(key) {
-                    let old_child = old.and_then(|o| o.get(key));
-                    path.with_key(key, |p| schema_errors(child_node, child, old_child, p, errors));
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(item_node) = node.items.as_deref() {
-                for (i, item) in items.iter().enumerate() {
-                    let old_item = correlated_item(node, item, old);
-                    path.with_index(i, |p| schema_errors(item_node, item, old_item, p, errors));
-                }
-            }
-        }
-        _ => {}
-    }
+    for_each_child(node, value, old, path, |n, v, o, p| schema_errors(n, v, o, p, errors));
     required_errors(node, value, path.as_str(), errors);
 }
 
@@ -383,23 +395,5 @@ pub(super) fn rule_errors(
     if !node.rules.is_empty() {
         cel::evaluate_rules(node, value, old, path.as_str(), errors);
     }
-    match value {
-        Value::Object(fields) => {
-            for (key, child) in fields {
-                if let Some(child_node) = node.property(key) {
-                    let old_child = old.and_then(|o| o.get(key));
-                    path.with_key(key, |p| rule_errors(child_node, child, old_child, p, errors));
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(item_node) = node.items.as_deref() {
-                for (i, item) in items.iter().enumerate() {
-                    let old_item = correlated_item(node, item, old);
-                    path.with_index(i, |p| rule_errors(item_node, item, old_item, p, errors));
-                }
-            }
-        }
-        _ => {}
-    }
+    for_each_child(node, value, old, path, |n, v, o, p| rule_errors(n, v, o, p, errors));
 }

@@ -1,0 +1,264 @@
+//! Least privilege, proven on the request log: run the operator against the simulated API server,
+//! then check that every (group, resource, subresource, verb) it used is granted by
+//! `manifests/rbac.yaml` — a Role only in its own namespace — and that every grant was used.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use dbcluster_operator::cli::Settings;
+use dbcluster_operator::cli::run;
+use dbcluster_operator::databasecluster::types::{DatabaseCluster, Phase, crd};
+use dbcluster_operator::runtime::leader::LeaseConfig;
+use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// One grant: a verb on a resource (`resource` or `resource/subresource`) of a group, cluster-wide
+/// or in one namespace.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Grant {
+    namespace: Option<String>,
+    group: String,
+    resource: String,
+    verb: String,
+}
+
+impl Grant {
+    fn allows(&self, request: &RequestRecord) -> bool {
+        let resource = match &request.subresource {
+            Some(sub) => format!("{}/{sub}", request.resource),
+            None => request.resource.clone(),
+        };
+        let namespace_ok = self.namespace.is_none() || self.namespace == request.namespace;
+        namespace_ok && self.group == request.group && self.resource == resource && self.verb == request.verb
+    }
+}
+
+/// Every (group, resource, verb) a rule names, flattened; wildcards are refused outright.
+fn grants_of(rules: &[PolicyRule], namespace: Option<&str>) -> Vec<Grant> {
+    let mut grants = Vec::new();
+    for rule in rules {
+        for group in rule.api_groups.as_deref().unwrap_or_default() {
+            for resource in rule.resources.as_deref().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    assert!(![group, resource, verb].contains(&&"*".to_string()), "wildcard in {rule:?}");
+                    grants.push(Grant {
+                        namespace: namespace.map(str::to_string),
+                        group: group.clone(),
+                        resource: resource.clone(),
+                        verb: verb.clone(),
+                    });
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// The grants `rbac.yaml` makes: the ClusterRole's everywhere, the Role's in its namespace.
+fn rbac_grants(yaml: &str) -> Vec<Grant> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    let mut grants = Vec::new();
+    for document in documents {
+        match document["kind"].as_str() {
+            Some("ClusterRole") => {
+                let role: ClusterRole = serde_json::from_value(document).unwrap();
+                grants.extend(grants_of(&role.rules.unwrap_or_default(), None));
+            }
+            Some("Role") => {
+                let role: Role = serde_json::from_value(document).unwrap();
+                grants.extend(grants_of(&role.rules.unwrap_or_default(), role.metadata.namespace.as_deref()));
+            }
+            _ => {}
+        }
+    }
+    grants
+}
+
+/// What the log shows against the grants: requests no grant allows, grants no request used.
+fn audit(grants: &[Grant], log: &[RequestRecord]) -> (Vec<RequestRecord>, BTreeSet<Grant>) {
+    let denied = log.iter().filter(|r| !grants.iter().any(|g| g.allows(r))).cloned().collect();
+    let unused = grants.iter().filter(|g| !log.iter().any(|r| g.allows(r))).cloned().collect();
+    (denied, unused)
+}
+
+fn record(
+    verb: &str,
+    group: &str,
+    resource: &str,
+    subresource: Option<&str>,
+    namespace: Option<&str>,
+) -> RequestRecord {
+    RequestRecord {
+        verb: verb.into(),
+        group: group.into(),
+        version: "v1".into(),
+        resource: resource.into(),
+        subresource: subresource.map(str::to_string),
+        namespace: namespace.map(str::to_string),
+        name: None,
+    }
+}
+
+#[test]
+fn the_audit_finds_denied_requests_and_unused_grants() {
+    let grants = rbac_grants(
+        "kind: ClusterRole\napiVersion: rbac.authorization.k8s.io/v1\nmetadata: {name: c}\nrules:\n\
+         - {apiGroups: [apps], resources: [statefulsets, statefulsets/status], verbs: [list, patch]}\n---\n\
+         kind: Role\napiVersion: rbac.authorization.k8s.io/v1\nmetadata: {name: r, namespace: ops}\nrules:\n\
+         - {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get]}\n",
+    );
+    let log = [
+        record("list", "apps", "statefulsets", None, Some("a")),
+        record("patch", "apps", "statefulsets", Some("status"), Some("a")),
+        record("get", "coordination.k8s.io", "leases", None, Some("ops")),
+        // Denied: the Role's lease grant is for `ops` only; `delete` is granted nowhere; `scale`
+        // is another subresource.
+        record("get", "coordination.k8s.io", "leases", None, Some("default")),
+        record("delete", "apps", "statefulsets", None, Some("a")),
+        record("patch", "apps", "statefulsets", Some("scale"), Some("a")),
+    ];
+    let (denied, unused) = audit(&grants, &log);
+    assert_eq!(denied, log[3..].to_vec());
+    // A rule grants every verb on every resource it names: two of those four were never used.
+    let unused: Vec<(String, String)> = unused.into_iter().map(|g| (g.resource, g.verb)).collect();
+    let expected = [("statefulsets", "patch"), ("statefulsets/status", "list")];
+    assert_eq!(unused, expected.map(|(r, v)| (r.to_string(), v.to_string())));
+}
+
+/// The test's own requests, so they can be told apart from the operator's in the server's log.
+#[derive(Default)]
+struct OwnRequests(Vec<(String, String, String)>);
+
+impl OwnRequests {
+    fn note<K: Resource<DynamicType = ()>>(&mut self, verb: &str) {
+        self.0.push((verb.to_string(), K::group(&()).to_string(), K::plural(&()).to_string()));
+    }
+
+    /// `log` without one record per own request (same verb, group and main resource).
+    fn remove_from(&self, log: &[RequestRecord]) -> Vec<RequestRecord> {
+        let mut rest = log.to_vec();
+        for (verb, group, resource) in &self.0 {
+            let own = |r: &RequestRecord| {
+                &r.verb == verb && &r.group == group && &r.resource == resource && r.subresource.is_none()
+            };
+            let at = rest.iter().position(own).unwrap_or_else(|| panic!("own {verb} {resource} not logged"));
+            rest.remove(at);
+        }
+        rest
+    }
+}
+
+/// Reads `name` every 10 ms (simulated) until `done`, noting each read.
+async fn until<K>(api: &Api<K>, own: &mut OwnRequests, name: &str, done: impl Fn(Option<&K>) -> bool)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    for _ in 0..20_000 {
+        own.note::<K>("get");
+        if done(api.get_opt(name).await.unwrap().as_ref()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{name} never reached the expected state");
+}
+
+fn running(replicas: i32) -> impl Fn(Option<&DatabaseCluster>) -> bool {
+    move |cluster| {
+        let status = cluster.and_then(|c| c.status.as_ref());
+        status.is_some_and(|s| s.phase == Some(Phase::Running) && s.ready_replicas == replicas)
+    }
+}
+
+fn managed(obj: Option<&impl Resource>) -> bool {
+    obj.and_then(|o| o.meta().labels.as_ref()).is_some_and(|labels| {
+        labels.get("app.kubernetes.io/managed-by").map(String::as_str) == Some("dbcluster-operator")
+    })
+}
+
+/// Removes the managed-by label from a child: its informer sees it leave, the operator creates it
+/// again, finds it exists (`get`) and applies its labels back (`patch`).
+async fn unlabel<K>(client: &Client, own: &mut OwnRequests, name: &str)
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), "default");
+    let patch = json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    own.note::<K>("patch");
+    until(&api, own, name, managed).await;
+}
+
+/// The operator's requests in the scenario, on a server with or without streaming lists (older
+/// servers, and the reflector's fallback, use paginated LISTs).
+async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
+    let sim = SimServer::start_with(SimConfig { streaming_lists, ..SimConfig::default() }).await.unwrap();
+    let client = sim.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd()).await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "dbcluster-system"}})).unwrap();
+    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let setup_requests = sim.request_log().len();
+
+    // Started as the Deployment starts it: watching all namespaces, leader election in its own.
+    let settings = Settings {
+        namespace: None,
+        workers: 4,
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        health_addr: "127.0.0.1:0".parse().unwrap(),
+        leader_election: Some(LeaseConfig::new("dbcluster-system", "dbcluster-operator", "rbac-test")),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    let started = run::start(client.clone(), &sim.base_url(), settings).await.unwrap();
+    let (signal, signals) = mpsc::channel(1);
+    let operator = tokio::spawn(started.run(run::database_cluster_workload, signals));
+
+    // The seed's walkthrough, drift on every child kind, then deletion.
+    let mut own = OwnRequests::default();
+    let clusters: Api<DatabaseCluster> = Api::namespaced(client.clone(), "default");
+    let sample: DatabaseCluster =
+        serde_saphyr::from_str(include_str!("../manifests/samples/databasecluster.yaml")).unwrap();
+    clusters.create(&PostParams::default(), &sample).await.unwrap();
+    own.note::<DatabaseCluster>("create");
+    until(&clusters, &mut own, "production-postgres", running(3)).await;
+    let scale = json!({"spec": {"replicas": 5}});
+    clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
+    own.note::<DatabaseCluster>("patch");
+    until(&clusters, &mut own, "production-postgres", running(5)).await;
+    unlabel::<StatefulSet>(&client, &mut own, "production-postgres").await;
+    unlabel::<Service>(&client, &mut own, "production-postgres").await;
+    unlabel::<Secret>(&client, &mut own, "production-postgres-app").await;
+    clusters.delete("production-postgres", &Default::default()).await.unwrap();
+    own.note::<DatabaseCluster>("delete");
+    until(&clusters, &mut own, "production-postgres", |c| c.is_none()).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    signal.send(()).await.unwrap();
+    operator.await.unwrap().unwrap();
+
+    own.remove_from(&sim.request_log()[setup_requests..])
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_operator_uses_exactly_what_rbac_yaml_grants() {
+    let mut log = operator_requests(true).await;
+    log.extend(operator_requests(false).await);
+    let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac.yaml")).unwrap();
+    let (denied, unused) = audit(&rbac_grants(&yaml), &log);
+    assert!(denied.is_empty(), "requests rbac.yaml does not grant: {denied:#?}");
+    assert!(unused.is_empty(), "grants the operator never used: {unused:#?}");
+}
