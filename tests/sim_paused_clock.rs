@@ -1,5 +1,8 @@
 //! The simulated API server under tokio's paused clock: one kube client lists, then watches on
 //! the same (reused keep-alive) connection, and the watch delivers an event created afterwards.
+//! On a reused connection the client's TCP delays its ACKs, so without TCP_NODELAY on the
+//! server's sockets Nagle held the first watch event for ~40 ms of real time, in which the paused
+//! clock ran past every timeout.
 
 use std::time::Duration;
 
