@@ -1,11 +1,9 @@
 //! The reflector's list/watch cycle against the simulated API server over HTTP: both initial-list
 //! paths, pagination, bookmarks, watch timeouts, 410 recovery, backoff schedules and malformed
 //! events. Each test drives an informer (the reflector's only user) and reads its figures.
-//!
-//! These tests run on the real clock with short durations. Under tokio's paused clock the runtime
-//! advances time whenever it waits for socket I/O, and a request on a reused HTTP connection to
-//! the simulated server then stalls (a plain `kube` `Api::watch` does the same), so timings
-//! asserted here are lower bounds plus a generous margin.
+//! Tests that depend on time run on tokio's paused clock with the real durations (watch timeout,
+//! bookmark interval, backoff reset) and assert exact timings: with jitter off the schedule is
+//! deterministic.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +23,8 @@ fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": "1"}})).unwrap()
 }
 
-/// Deterministic settings: no jitter, a fast backoff (100 ms → 1.6 s, reset after 1 s without
-/// failures), and watches long enough not to end by themselves.
+/// Deterministic settings: no jitter, a short backoff schedule (100 ms → 1.6 s, reset after the
+/// default 2 minutes without failures), and watches long enough not to end by themselves.
 fn settings() -> ReflectorConfig {
     ReflectorConfig {
         watch_timeout: Duration::from_secs(3600),
@@ -36,18 +34,14 @@ fn settings() -> ReflectorConfig {
             max: Duration::from_millis(1600),
             factor: 2.0,
             jitter: 0.0,
-            reset_after: Duration::from_secs(1),
+            ..BackoffConfig::default()
         },
         ..ReflectorConfig::default()
     }
 }
 
-/// Timings are lower bounds; this is the slack allowed above them on a busy machine.
-const SLACK: Duration = Duration::from_millis(700);
-
-fn assert_took(elapsed: Duration, at_least: Duration) {
-    assert!(elapsed >= at_least && elapsed < at_least + SLACK, "took {elapsed:?}, expected {at_least:?}");
-}
+/// How long a spell without failures must last before the backoff schedule starts over.
+const RESET_AFTER: Duration = Duration::from_secs(120);
 
 fn informer(client: Client, config: ReflectorConfig) -> Informer<ConfigMap> {
     Informer::with_config(
@@ -142,22 +136,19 @@ async fn paginated_list_reads_1200_objects_in_pages_of_500() {
     assert_eq!((stats.added, stats.relists, stats.initial_list), (1200, 1, Some("paginated")));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_server_without_streaming_lists_gets_a_paginated_list_instead() {
-    let sim = SimServer::start_with(SimConfig {
-        streaming_lists: false,
-        bookmark_interval: Duration::from_millis(100),
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
+    let sim =
+        SimServer::start_with(SimConfig { streaming_lists: false, ..SimConfig::default() }).await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
     api.create(&PostParams::default(), &config_map("a")).await.unwrap();
     let informer = informer(sim.client(), settings());
     let events = record(&informer);
+    let started = Instant::now();
     informer.start();
     informer.synced().await;
-    // The server ignored sendInitialEvents; its first plain bookmark gave it away.
+    // The server ignored sendInitialEvents; its first plain bookmark (after 10 s) gave it away.
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
     assert_eq!(informer.stats().initial_list, Some("paginated"));
     assert_eq!(requests(&sim, "list"), 1);
     assert_eq!(informer.cache().len(), 1);
@@ -170,15 +161,11 @@ async fn a_server_without_streaming_lists_gets_a_paginated_list_instead() {
     assert_eq!(informer.stats().relists, 2, "the ignored streaming attempt, then the LIST; no more");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bookmarks_advance_the_resource_version() {
-    let sim = SimServer::start_with(SimConfig {
-        bookmark_interval: Duration::from_millis(100),
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
+    let sim = SimServer::start().await.unwrap();
     let informer = informer(sim.client(), settings());
+    let started = Instant::now();
     informer.start();
     informer.synced().await;
     // A write to another kind moves the server's resourceVersion; only a bookmark can tell us.
@@ -188,23 +175,24 @@ async fn bookmarks_advance_the_resource_version() {
         .await
         .unwrap();
     synced_to(&informer, &rv_of(&secret)).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(10), "the server's first periodic bookmark");
     let stats = informer.stats();
     assert!(stats.bookmarks >= 1);
     assert_eq!((stats.added, stats.objects), (0, 0));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_watch_ended_by_its_timeout_is_resumed_without_a_relist() {
     let sim = SimServer::start().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
     api.create(&PostParams::default(), &config_map("a")).await.unwrap();
-    let informer =
-        informer(sim.client(), ReflectorConfig { watch_timeout: Duration::from_secs(1), ..settings() });
+    let watch_timeout = ReflectorConfig::default().watch_timeout;
+    let informer = informer(sim.client(), ReflectorConfig { watch_timeout, ..settings() });
     let started = Instant::now();
     informer.start();
     informer.synced().await;
     informer.wait_for(|s| s.watch_restarts == 1).await;
-    assert_took(started.elapsed(), Duration::from_secs(1));
+    assert_eq!(started.elapsed(), watch_timeout);
     assert_eq!(informer.stats().relists, 1);
 
     let b = api.create(&PostParams::default(), &config_map("b")).await.unwrap();
@@ -214,17 +202,14 @@ async fn a_watch_ended_by_its_timeout_is_resumed_without_a_relist() {
     assert_eq!((stats.relists, stats.added, stats.failures), (1, 2, 0));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_410_relists_and_reports_exactly_what_changed_while_disconnected() {
     let sim = SimServer::start().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
     for name in ["kept", "changed", "removed"] {
         api.create(&PostParams::default(), &config_map(name)).await.unwrap();
     }
-    // The reflector stays away for a second after the failed re-watch: time for the writes below.
-    let mut config = settings();
-    config.backoff.initial = Duration::from_secs(1);
-    let informer = informer(sim.client(), config);
+    let informer = informer(sim.client(), settings());
     let events = record(&informer);
     informer.start();
     informer.synced().await;
@@ -232,7 +217,8 @@ async fn a_410_relists_and_reports_exactly_what_changed_while_disconnected() {
         informer.cache().list().into_iter().find(|cm| cm.metadata.name.as_deref() == Some("removed"));
     events.lock().clear();
 
-    // Disconnect: the watch ends, the next attempt fails (backoff 1 s), the one after is 410.
+    // Disconnect: the watch ends, the next attempt fails (backoff 100 ms, in which the writes below
+    // take no time on the paused clock), the one after is 410.
     sim.faults().fail_next("configmaps", 1, 500);
     sim.faults().gone_next_watch("configmaps");
     sim.faults().close_watches();
@@ -261,7 +247,7 @@ async fn a_410_relists_and_reports_exactly_what_changed_while_disconnected() {
     assert_eq!((stats.objects, stats.watch_restarts), (2, 1));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_410_on_a_continue_token_restarts_the_list() {
     let sim = Arc::new(SimServer::start().await.unwrap());
     let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
@@ -299,38 +285,45 @@ async fn a_410_on_a_continue_token_restarts_the_list() {
     assert_eq!(requests(&sim, "list"), 4, "page 1, page 2 (410), then pages 1 and 2 again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_500_burst_backs_off_exponentially_and_the_schedule_resets_after_a_healthy_spell() {
     let sim = SimServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
     sim.faults().fail_next("configmaps", 4, 500);
     let informer = informer(sim.client(), settings());
     let started = Instant::now();
     informer.start();
     informer.synced().await;
-    // 100 + 200 + 400 + 800 ms
-    assert_took(started.elapsed(), Duration::from_millis(1500));
+    assert_eq!(started.elapsed(), Duration::from_millis(100 + 200 + 400 + 800));
     let stats = informer.stats();
     assert_eq!((stats.failures, stats.relists), (4, 1));
     assert_eq!(informer_backoff_ms(&informer), 800);
 
-    // After `reset_after` (1 s here, 2 min by default) without failures the next delay is 100 ms
-    // again, where it would otherwise have been 1.6 s.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    sim.faults().fail_next("configmaps", 1, 500);
-    let failed_at = Instant::now();
-    sim.faults().close_watches();
-    informer.wait_for(|s| s.failures == 5 && s.watch_restarts == 1).await;
+    // A failure and the re-watch after it; returns the time from the failure to the re-sync.
+    let fail_once = async |name: &str, failures: u64| {
+        sim.faults().fail_next("configmaps", 1, 500);
+        let failed_at = Instant::now();
+        sim.faults().close_watches();
+        informer.wait_for(|s| s.failures == failures).await;
+        let created = api.create(&PostParams::default(), &config_map(name)).await.unwrap();
+        synced_to(&informer, &rv_of(&created)).await;
+        failed_at.elapsed()
+    };
+
+    // Healthy for a millisecond less than the reset: the schedule goes on (1.6 s).
+    tokio::time::sleep(RESET_AFTER - Duration::from_millis(1)).await;
+    assert_eq!(fail_once("a", 5).await, Duration::from_millis(1600));
+    assert_eq!(informer_backoff_ms(&informer), 1600);
+
+    // Healthy for the whole spell: it starts over (100 ms).
+    tokio::time::sleep(RESET_AFTER).await;
+    assert_eq!(fail_once("b", 6).await, Duration::from_millis(100));
     assert_eq!(informer_backoff_ms(&informer), 100);
-    let a = Api::<ConfigMap>::namespaced(sim.client(), "default")
-        .create(&PostParams::default(), &config_map("a"))
-        .await
-        .unwrap();
-    synced_to(&informer, &rv_of(&a)).await;
-    assert_took(failed_at.elapsed(), Duration::from_millis(100));
-    assert_eq!(informer.stats().relists, 1, "a failed re-watch does not relist");
+    let stats = informer.stats();
+    assert_eq!((stats.relists, stats.watch_restarts), (1, 2), "a failed re-watch does not relist");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_429_burst_backs_off_honouring_retry_after_as_a_floor() {
     let sim = SimServer::start().await.unwrap();
     // kube's default client retries 429s itself; without that the reflector sees them.
@@ -343,7 +336,7 @@ async fn a_429_burst_backs_off_honouring_retry_after_as_a_floor() {
     informer.start();
     informer.synced().await;
     // max(100 ms, Retry-After 1 s) + max(200 ms, 1 s)
-    assert_took(started.elapsed(), Duration::from_secs(2));
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
     assert_eq!(informer.stats().failures, 2);
     assert_eq!(informer_backoff_ms(&informer), 1000);
 }
@@ -395,15 +388,17 @@ async fn a_malformed_object_in_the_stream_is_counted_and_skipped() {
     assert_eq!(cached.data.port, 80);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_server_that_goes_away_is_retried_with_growing_delays() {
     let sim = SimServer::start().await.unwrap();
     let informer = informer(sim.client(), settings());
     informer.start();
     informer.synced().await;
     // The open watch ends; every attempt after that finds the port closed.
+    let gone_at = Instant::now();
     sim.shutdown().await;
     informer.wait_for(|s| s.failures == 3).await;
+    assert_eq!(gone_at.elapsed(), Duration::from_millis(100 + 200), "the third failure chose 400 ms");
     let stats = informer.stats();
     assert_eq!((stats.last_backoff_ms, stats.relists, stats.synced), (400, 1, true));
 }

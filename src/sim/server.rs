@@ -22,6 +22,12 @@ pub async fn serve(cluster: Arc<Cluster>, listener: TcpListener) {
                 }
             },
         };
+        // As Go's net package (so the kube-apiserver) does: without TCP_NODELAY, Nagle holds a
+        // watch event written right after a response head until the client's delayed ACK comes
+        // (~40 ms on loopback); under a paused tokio clock the client's timers fire in that gap.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "setting TCP_NODELAY failed");
+        }
         let cluster = cluster.clone();
         tokio::spawn(async move {
             let service = {
