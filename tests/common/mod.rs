@@ -211,8 +211,8 @@ pub fn sample() -> DatabaseCluster {
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Waits until the object `name` exists and satisfies `done`, reading it every
-/// [`POLL_INTERVAL`]; returns it. (Polling, not a watch: `kube`'s watch stream stalls under
-/// tokio's paused clock, while GETs do not.)
+/// [`POLL_INTERVAL`]; returns it. (Plain GETs keep the helper independent of the watch paths,
+/// which the sim's and the reflector's own tests cover.)
 pub async fn await_object<K>(api: &Api<K>, name: &str, what: &str, done: impl Fn(&K) -> bool) -> K
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
