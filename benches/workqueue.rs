@@ -386,40 +386,7 @@ fn big_queue<H: Harness>(c: &mut Criterion) {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200)); // let every worker take its first key
-    let mut next = 0usize;
-    let mut group = c.benchmark_group("big_queue");
-    group.sample_size(30);
-    group.throughput(Throughput::Elements(1));
-    group.bench_function(H::NAME, |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                next = (next + 1) % pool.len();
-                H::add(&producer, pool[next].clone());
-            }
-            start.elapsed()
-        });
-    });
-    group.finish();
-    let mut latencies: Vec<Duration> = (0..TIMED)
-        .map(|_| {
-            next = (next + 1) % pool.len();
-            let key = pool[next].clone();
-            let start = Instant::now();
-            H::add(&producer, key);
-            start.elapsed()
-        })
-        .collect();
-    latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    println!(
-        "big_queue/{}: add latency over {TIMED} adds: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
-        H::NAME,
-        at(0.50),
-        at(0.99),
-        at(0.999),
-        latencies[latencies.len() - 1]
-    );
+    time_adds::<H>(c, "big_queue", &producer, &pool, TIMED, &format!("add latency over {TIMED} adds"));
     H::close(producer);
     drop(consumer);
     rt.block_on(async {
@@ -458,45 +425,59 @@ fn big_queue_waiting<H: Harness>(c: &mut Criterion) {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200)); // let every worker park
+    let what = format!("{backlog} keys on timers, {WORKERS} parked workers: add latency over {TIMED} adds");
+    time_adds::<H>(c, "big_queue_waiting", &producer, &fresh, TIMED, &what);
+    H::close(producer);
+    drop(consumer);
+    for worker in workers {
+        worker.abort();
+    }
+}
+
+/// Criterion's figure for `add` in group `group`, cycling through `keys`, then the latency
+/// percentiles of `timed` single adds, printed with `what`.
+fn time_adds<H: Harness>(
+    c: &mut Criterion,
+    group: &str,
+    producer: &H::Producer,
+    keys: &[ObjectKey],
+    timed: usize,
+    what: &str,
+) {
     let mut next = 0usize;
-    let mut group = c.benchmark_group("big_queue_waiting");
-    group.sample_size(30);
-    group.throughput(Throughput::Elements(1));
-    group.bench_function(H::NAME, |b| {
+    let mut bench = c.benchmark_group(group);
+    bench.sample_size(30);
+    bench.throughput(Throughput::Elements(1));
+    bench.bench_function(H::NAME, |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _ in 0..iters {
-                next = (next + 1) % fresh.len();
-                H::add(&producer, fresh[next].clone());
+                next = (next + 1) % keys.len();
+                H::add(producer, keys[next].clone());
             }
             start.elapsed()
         });
     });
-    group.finish();
-    let mut latencies: Vec<Duration> = (0..TIMED)
+    bench.finish();
+    let mut latencies: Vec<Duration> = (0..timed)
         .map(|_| {
-            next = (next + 1) % fresh.len();
-            let key = fresh[next].clone();
+            next = (next + 1) % keys.len();
+            let key = keys[next].clone();
             let start = Instant::now();
-            H::add(&producer, key);
+            H::add(producer, key);
             start.elapsed()
         })
         .collect();
     latencies.sort_unstable();
     let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
     println!(
-        "big_queue_waiting/{}: {backlog} keys on timers, {WORKERS} parked workers: add latency over {TIMED} adds: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+        "{group}/{}: {what}: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
         H::NAME,
         at(0.50),
         at(0.99),
         at(0.999),
         latencies[latencies.len() - 1]
     );
-    H::close(producer);
-    drop(consumer);
-    for worker in workers {
-        worker.abort();
-    }
 }
 
 /// Heap bytes the queue itself holds per queued key (the key text is shared with the caller).
