@@ -11,20 +11,7 @@ use common::*;
 use dbcluster_operator::cli::Settings;
 use dbcluster_operator::cli::run::{self, database_cluster_workload};
 use kube::api::PostParams;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-
-/// A plain HTTP/1.1 GET: (status, body).
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    (head.split(' ').nth(1).unwrap().parse().unwrap(), body.to_string())
-}
 
 #[tokio::test(start_paused = true)]
 async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
@@ -50,15 +37,15 @@ async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
     })
     .await;
 
-    assert_eq!(get(addr, "/readyz").await.0, 200);
-    let (status, queue) = get(addr, "/debug/queue").await;
+    assert_eq!(http_get(addr, "/readyz").await.0, 200);
+    let (status, _, queue) = http_get(addr, "/debug/queue").await;
     assert_eq!(status, 200);
     assert!(queue.contains("databasecluster") && queue.contains("default/production-postgres"), "{queue}");
-    let (_, cache) = get(addr, "/debug/cache").await;
+    let (_, _, cache) = http_get(addr, "/debug/cache").await;
     for informer in ["databaseclusters", "statefulsets", "services", "secrets"] {
         assert!(cache.contains(informer), "{informer} in {cache}");
     }
-    let (_, metrics) = get(addr, "/metrics").await;
+    let (_, _, metrics) = http_get(addr, "/metrics").await;
     assert!(
         metrics.contains("controller_runtime_reconcile_total{controller=\"databasecluster\""),
         "{metrics}"

@@ -2,9 +2,12 @@
 //! flight (finish it, start nothing new, release the lease), the shutdown deadline, a second
 //! signal, two replicas with leader election, and start-up errors.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::http_get;
 use dbcluster_operator::cli::run::{self, Started};
 use dbcluster_operator::cli::{OperatorContext, RunError, Settings};
 use dbcluster_operator::databasecluster::types::crd;
@@ -136,17 +139,6 @@ fn operator(
     }
 }
 
-/// A plain HTTP/1.1 GET of `path`: the body.
-async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    raw.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
 async fn lease_holder(sim: &SimServer) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(sim.client(), "default");
     leases.get("dbcluster-operator").await.unwrap().spec.unwrap().holder_identity
@@ -248,20 +240,20 @@ async fn of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_when_it
     let (leader, standby, standby_name) = if by_one == 2 { (one, two, "two") } else { (two, one, "one") };
     // The standby's cache is warm and it reports ready, though it reconciles nothing.
     let (_, standby_metrics, standby_health) = addrs.iter().find(|(name, ..)| *name == standby_name).unwrap();
-    assert_eq!(get(*standby_health, "/readyz").await, "ok\n");
+    assert_eq!(http_get(*standby_health, "/readyz").await.2, "ok\n");
     let cache: serde_json::Value =
-        serde_json::from_str(&get(*standby_metrics, "/debug/cache").await).unwrap();
+        serde_json::from_str(&http_get(*standby_metrics, "/debug/cache").await.2).unwrap();
     assert_eq!(cache["informers"][0]["synced"], true);
     assert_eq!(cache["informers"][0]["objects"], 2);
     let queue: serde_json::Value =
-        serde_json::from_str(&get(*standby_metrics, "/debug/queue").await).unwrap();
+        serde_json::from_str(&http_get(*standby_metrics, "/debug/queue").await.2).unwrap();
     assert_eq!(queue["leading"], false);
     assert_eq!(queue["controllers"].as_array().unwrap().len(), 0);
     let (_, leader_metrics, _) = addrs.iter().find(|(name, ..)| *name != standby_name).unwrap();
     let status =
         |leading: u8| format!("leader_election_master_status{{name=\"dbcluster-operator\"}} {leading}");
-    assert!(get(*standby_metrics, "/metrics").await.lines().any(|l| l == status(0)));
-    assert!(get(*leader_metrics, "/metrics").await.lines().any(|l| l == status(1)));
+    assert!(http_get(*standby_metrics, "/metrics").await.2.lines().any(|l| l == status(0)));
+    assert!(http_get(*leader_metrics, "/metrics").await.2.lines().any(|l| l == status(1)));
     leader.abort();
     let died = Instant::now();
     while lease_holder(&sim).await.as_deref() != Some(standby_name) {

@@ -2,9 +2,12 @@
 //! `/healthz`, `/readyz`, `/debug/queue` and `/debug/cache` after a scripted scenario (a controller
 //! over ConfigMaps whose keys succeed, fail, requeue and hang), on the paused clock.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::http_get as get;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{
@@ -20,23 +23,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-
-/// A plain HTTP/1.1 GET: (status, content type, body).
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let content_type =
-        head.lines().find_map(|l| l.strip_prefix("content-type: ")).unwrap_or_default().to_string();
-    (status, content_type, body.to_string())
-}
 
 #[derive(Debug, thiserror::Error)]
 #[error("the database refused the connection")]

@@ -309,3 +309,19 @@ pub fn condition(cluster: &DatabaseCluster, type_: &str) -> Option<(String, Stri
     let c = status.conditions.iter().find(|c| c.type_ == type_)?;
     Some((c.status.clone(), c.reason.clone()))
 }
+
+/// A plain HTTP/1.1 GET of `path` on `addr`, for the operator's endpoints: (status, content type,
+/// body).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let content_type =
+        head.lines().find_map(|l| l.strip_prefix("content-type: ")).unwrap_or_default().to_string();
+    (status, content_type, body.to_string())
+}
