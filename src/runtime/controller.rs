@@ -75,7 +75,7 @@ pub enum ControllerError {
 }
 
 /// How a controller runs.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ControllerConfig {
     /// The controller's name: the `controller` label of its metrics and the queue's name.
     pub name: String,
@@ -145,6 +145,53 @@ impl PassResult {
 }
 
 /// A controller for the primary kind `K`; see the module docs.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use dbcluster_operator::runtime::ObjectKey;
+/// use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
+/// use dbcluster_operator::runtime::informer::Informer;
+/// use dbcluster_operator::sim::SimServer;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::{Api, PostParams};
+/// use tokio::sync::{mpsc, oneshot};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("cannot happen")]
+/// struct Never;
+/// impl ReconcileError for Never {}
+///
+/// /// Reports each key it is asked to reconcile.
+/// async fn reconcile(key: ObjectKey, seen: Arc<mpsc::UnboundedSender<ObjectKey>>) -> Result<Action, Never> {
+///     let _ = seen.send(key);
+///     Ok(Action::Done)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let cluster = SimServer::start().await?;
+///     let api: Api<ConfigMap> = Api::default_namespaced(cluster.client());
+///     let config_map = serde_json::from_value(serde_json::json!({"metadata": {"name": "a"}}))?;
+///     api.create(&PostParams::default(), &config_map).await?;
+///     let informer = Arc::new(Informer::new(api));
+///     informer.start();
+///
+///     let controller = Controller::new(&informer, ControllerConfig::named("example"));
+///     let (seen, mut reconciled) = mpsc::unbounded_channel();
+///     let (stop, stopped) = oneshot::channel::<()>();
+///     let shutdown = async move {
+///         let _ = stopped.await;
+///     };
+///     let running = tokio::spawn(controller.run(reconcile, Arc::new(seen), shutdown));
+///     assert_eq!(reconciled.recv().await, Some(ObjectKey::namespaced("default", "a")));
+///     let _ = stop.send(());
+///     running.await??;
+///     Ok(())
+/// }
+/// ```
 pub struct Controller<K> {
     config: ControllerConfig,
     queue: WorkQueue<ObjectKey>,
@@ -153,6 +200,12 @@ pub struct Controller<K> {
     exists: Exists,
     last_passes: Arc<DashMap<ObjectKey, LastPass>>,
     _primary: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> std::fmt::Debug for Controller<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("config", &self.config).finish_non_exhaustive()
+    }
 }
 
 impl<K> Controller<K>

@@ -90,6 +90,32 @@ type Handlers<K> = Arc<RwLock<Vec<Arc<dyn EventHandler<K>>>>>;
 
 /// A kind's reflector, cache and handlers. Share one per kind (wrap it in an `Arc`); dropping it
 /// stops the reflector task.
+///
+/// # Examples
+///
+/// ```
+/// use dbcluster_operator::runtime::informer::{Informer, InformerEvent};
+/// use dbcluster_operator::sim::SimServer;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::{Api, PostParams};
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let cluster = SimServer::start().await?;
+///     let api: Api<ConfigMap> = Api::default_namespaced(cluster.client());
+///     let config_map = serde_json::from_value(serde_json::json!({"metadata": {"name": "a"}}))?;
+///     api.create(&PostParams::default(), &config_map).await?;
+///
+///     let informer = Informer::new(api);
+///     informer.add_handler(|event: &InformerEvent<ConfigMap>| {
+///         println!("{:?} changed", event.object().metadata.name);
+///     });
+///     informer.start();
+///     informer.synced().await;
+///     assert_eq!(informer.cache().len(), 1);
+///     Ok(())
+/// }
+/// ```
 pub struct Informer<K> {
     cache: Arc<Cache<K>>,
     handlers: Handlers<K>,

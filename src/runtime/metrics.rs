@@ -64,6 +64,12 @@ pub struct Metrics {
     controller: ControllerFamilies,
 }
 
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -245,7 +251,7 @@ impl QueueMetrics for PrometheusQueueMetrics {
 }
 
 /// One controller's reconcile metrics (`controller_runtime_*`), resolved once.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ControllerMetrics {
     success: Counter,
     error: Counter,

@@ -43,7 +43,7 @@ impl Endpoints {
 }
 
 /// What the handlers read.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ServerState {
     /// The process's metrics registry.
     pub metrics: Arc<Metrics>,

@@ -160,4 +160,96 @@ mod tests {
         );
         assert_eq!(elide_managed_fields(br#"{"items":[{"metadata":{"managedFields":[{"#), None);
     }
+
+    mod property {
+        use proptest::prelude::*;
+        use serde_json::{Map, Value};
+
+        use super::elide_managed_fields;
+
+        /// Strings that stress the scanner: any unicode, and JSON's special characters (quotes,
+        /// backslashes, brackets, the member's own name) that the serialiser must escape or that
+        /// look like structure.
+        fn tricky_string() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<String>(),
+                r#"[\\"{}\[\],: aé\u{1F980}\n]{0,12}"#,
+                Just("managedFields".to_string()),
+                Just("\"managedFields\":[]".to_string()),
+                Just("metadata".to_string()),
+            ]
+        }
+
+        /// Any JSON value, nested a few levels, with tricky strings as keys and values.
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                tricky_string().prop_map(Value::String),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                    prop::collection::btree_map(tricky_string(), inner, 0..5)
+                        .prop_map(|members| Value::Object(members.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// An object whose `metadata` may hold `managedFields` among other members, and whose
+        /// other fields may hold the same name anywhere.
+        fn object() -> impl Strategy<Value = Value> {
+            (
+                prop::collection::btree_map(tricky_string(), json_value(), 0..4),
+                prop::option::of(json_value()),
+                json_value(),
+            )
+                .prop_map(|(meta, managed, data)| {
+                    let mut metadata: Map<String, Value> = meta.into_iter().collect();
+                    metadata.remove("managedFields");
+                    if let Some(managed) = managed {
+                        metadata.insert("managedFields".into(), managed);
+                    }
+                    serde_json::json!({"kind": "ConfigMap", "metadata": metadata, "data": data})
+                })
+        }
+
+        fn without_managed_fields(mut object: Value) -> Value {
+            if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.remove("managedFields");
+            }
+            object
+        }
+
+        /// Decodes `document` after eliding, as the reflector does.
+        fn decode_elided(document: &Value, pretty: bool) -> Value {
+            let text =
+                if pretty { serde_json::to_vec_pretty(document) } else { serde_json::to_vec(document) }
+                    .unwrap();
+            let elided = elide_managed_fields(&text);
+            serde_json::from_slice(elided.as_deref().unwrap_or(&text)).expect("elided text is JSON")
+        }
+
+        proptest! {
+            #[test]
+            fn eliding_a_watch_line_equals_decoding_it_and_dropping_managed_fields(
+                object in object(), event_type in tricky_string(), pretty in any::<bool>(),
+            ) {
+                let line = serde_json::json!({"type": event_type, "object": object.clone()});
+                let expected = serde_json::json!({"type": event_type, "object": without_managed_fields(object)});
+                prop_assert_eq!(decode_elided(&line, pretty), expected);
+            }
+
+            #[test]
+            fn eliding_a_list_page_equals_decoding_it_and_dropping_managed_fields(
+                items in prop::collection::vec(object(), 0..4), list_meta in json_value(), pretty in any::<bool>(),
+            ) {
+                let page = serde_json::json!({"kind": "List", "metadata": list_meta, "items": items.clone()});
+                let items: Vec<Value> = items.into_iter().map(without_managed_fields).collect();
+                let expected = serde_json::json!({"kind": "List", "metadata": list_meta, "items": items});
+                prop_assert_eq!(decode_elided(&page, pretty), expected);
+            }
+        }
+    }
 }
