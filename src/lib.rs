@@ -5,9 +5,11 @@
 //!   controller, leader election and the HTTP server. It knows nothing about Postgres.
 //! - [`databasecluster`] is the operator: the CRD types, pure builders of child objects, status
 //!   computation and the reconcile function.
-//! - [`sim`] is an embedded simulated Kubernetes API server used by `demo` and by the tests.
+//! - `sim` (the `sim` feature, on by default) is an embedded simulated Kubernetes API server used
+//!   by `demo` and by the tests; the image is built without it.
 
 pub mod cli;
 pub mod databasecluster;
 pub mod runtime;
+#[cfg(feature = "sim")]
 pub mod sim;

@@ -1,6 +1,7 @@
 //! The `run` subcommand as users meet it: flag parsing, help text, one-sentence errors with a
 //! non-zero exit, and a clean exit 0 on SIGTERM with the lease released (the binary itself,
 //! against the simulated API server).
+#![cfg(feature = "sim")]
 
 use std::path::Path;
 use std::process::Stdio;

@@ -1,6 +1,7 @@
 //! Children that exist before the operator creates them: one nobody controls is adopted (the
 //! operator's create answers 409, it reads the object and applies its fields and ownerReference),
 //! one another controller owns is left alone and reported, with backoff, until it goes away.
+#![cfg(feature = "sim")]
 
 mod common;
 

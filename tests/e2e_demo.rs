@@ -1,6 +1,7 @@
 //! `dbcluster-operator demo`, the binary a new user runs: it prints how to point kubectl at it and
 //! writes the kubeconfig; the operator runs in process against the simulated cluster, so the live
 //! table shows the sample reach Running 3/3; Ctrl-C stops it cleanly.
+#![cfg(feature = "sim")]
 
 use std::process::Stdio;
 use std::time::Duration;

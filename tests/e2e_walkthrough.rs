@@ -2,6 +2,7 @@
 //! kubelet make pods ready one by one): apply the sample → Provisioning with 0 ready → pods ready
 //! one by one → Running 3/3; replicas 5 → Degraded → Running 5/5; 15.4 → 15.5 → Upgrading while
 //! the pods roll → Running with currentVersion 15.5; delete → the children are garbage collected.
+#![cfg(feature = "sim")]
 
 mod common;
 

@@ -1,14 +1,16 @@
 //! Least privilege, proven on the request log: run the operator against the simulated API server,
 //! then check that every (group, resource, subresource, verb) it used is granted by
 //! `manifests/rbac.yaml` — a Role only in its own namespace — and that every grant was used.
+#![cfg(feature = "sim")]
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use dbcluster_operator::cli::Settings;
 use dbcluster_operator::cli::run;
+use dbcluster_operator::databasecluster::operator;
 use dbcluster_operator::databasecluster::types::{DatabaseCluster, Phase, crd};
 use dbcluster_operator::runtime::leader::LeaseConfig;
+use dbcluster_operator::runtime::manager::ManagerConfig;
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -216,7 +218,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     let setup_requests = sim.request_log().len();
 
     // Started as the Deployment starts it: watching all namespaces, leader election in its own.
-    let settings = Settings {
+    let settings = ManagerConfig {
         namespace: None,
         workers: 4,
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
@@ -226,7 +228,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     };
     let started = run::start(client.clone(), &sim.base_url(), settings).await.unwrap();
     let (signal, signals) = mpsc::channel(1);
-    let operator = tokio::spawn(started.run(run::database_cluster_workload, signals));
+    let operator = tokio::spawn(started.run(operator::workload, signals));
 
     // The seed's walkthrough, drift on every child kind, then deletion.
     let mut own = OwnRequests::default();

@@ -4,6 +4,7 @@
 //! Tests that depend on time run on tokio's paused clock with the real durations (watch timeout,
 //! bookmark interval, backoff reset) and assert exact timings: with jitter off the schedule is
 //! deterministic.
+#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 use std::time::Duration;

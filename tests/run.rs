@@ -1,6 +1,7 @@
 //! `run` as a library against the simulated API server, on the paused clock: shutdown with work in
 //! flight (finish it, start nothing new, release the lease), the shutdown deadline, a second
 //! signal, two replicas with leader election, and start-up errors.
+#![cfg(feature = "sim")]
 
 mod common;
 
@@ -8,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::http_get;
-use dbcluster_operator::cli::run::{self, Started};
-use dbcluster_operator::cli::{OperatorContext, RunError, Settings};
+use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::types::crd;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{
@@ -17,6 +17,7 @@ use dbcluster_operator::runtime::controller::{
 };
 use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::runtime::leader::LeaseConfig;
+use dbcluster_operator::runtime::manager::{Manager, ManagerConfig, ManagerError, WorkloadContext};
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::SimServer;
 use futures::future::BoxFuture;
@@ -44,9 +45,9 @@ async fn create_config_map(sim: &SimServer, name: &str) {
     api.create(&PostParams::default(), &cm).await.unwrap();
 }
 
-fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> Settings {
+fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> ManagerConfig {
     let local = "127.0.0.1:0".parse().unwrap();
-    Settings {
+    ManagerConfig {
         namespace: None,
         workers: 1,
         metrics_addr: local,
@@ -56,7 +57,7 @@ fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> Settings {
     }
 }
 
-async fn start(sim: &SimServer, settings: Settings) -> Started {
+async fn start(sim: &SimServer, settings: ManagerConfig) -> Manager {
     run::start(sim.client(), &sim.base_url(), settings).await.unwrap()
 }
 
@@ -107,7 +108,7 @@ fn operator(
     instance: &'static str,
     work: Duration,
     journal: Arc<Journal>,
-) -> impl FnOnce(OperatorContext) -> BoxFuture<'static, Result<Lead, String>> {
+) -> impl FnOnce(WorkloadContext) -> BoxFuture<'static, Result<Lead, String>> {
     move |context| {
         Box::pin(async move {
             let informer =
@@ -209,7 +210,7 @@ async fn a_second_signal_exits_at_once() {
     signal.send(()).await.unwrap();
     signal.send(()).await.unwrap();
     let result = task.await.unwrap();
-    assert!(matches!(result, Err(RunError::Interrupted)), "{result:?}");
+    assert!(matches!(result, Err(ManagerError::Interrupted)), "{result:?}");
     assert_eq!(
         signalled.elapsed(),
         Duration::ZERO,
@@ -284,6 +285,6 @@ async fn start_names_an_address_already_in_use() {
     let mut settings = settings(None, Duration::from_secs(1));
     settings.health_addr = taken.local_addr().unwrap();
     let error = run::start(sim.client(), &sim.base_url(), settings).await.err().unwrap();
-    assert!(matches!(error, RunError::Listen { flag: "health-addr", .. }), "{error}");
+    assert!(matches!(error, ManagerError::Listen { flag: "health-addr", .. }), "{error}");
     assert!(error.to_string().starts_with(&format!("cannot listen on {}", taken.local_addr().unwrap())));
 }

@@ -1,6 +1,7 @@
 //! The HTTP endpoints over real sockets on 127.0.0.1:0: content and content type of `/metrics`,
 //! `/healthz`, `/readyz`, `/debug/queue` and `/debug/cache` after a scripted scenario (a controller
 //! over ConfigMaps whose keys succeed, fail, requeue and hang), on the paused clock.
+#![cfg(feature = "sim")]
 
 mod common;
 

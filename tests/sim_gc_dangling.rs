@@ -1,6 +1,7 @@
 //! The simulated garbage collector deletes an object created with an ownerReference to an owner
 //! that was deleted, as the kube-controller-manager does (a controller reading a stale cache may
 //! create a child just after its owner was deleted).
+#![cfg(feature = "sim")]
 
 use std::time::Duration;
 

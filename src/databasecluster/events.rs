@@ -165,6 +165,7 @@ mod tests {
         assert_eq!(regarding.uid.as_deref(), Some("uid-1"));
     }
 
+    #[cfg(feature = "sim")]
     #[tokio::test(start_paused = true)]
     async fn identical_events_are_published_once_per_window_and_errors_once_per_message() {
         let sim = crate::sim::SimServer::start().await.unwrap();

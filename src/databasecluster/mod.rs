@@ -1,5 +1,5 @@
 //! The DatabaseCluster operator: CRD types, pure child builders, status, reconcile and the wiring
-//! that runs them ([`operator::run_operator`]).
+//! that runs them ([`operator::workload`]).
 
 pub mod events;
 pub mod operator;
