@@ -3,9 +3,12 @@
 //! `manifests/rbac.yaml` — a Role only in its own namespace — and that every grant was used.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::{WAIT_LIMIT, eventually};
 use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::operator;
 use dbcluster_operator::databasecluster::types::{DatabaseCluster, Phase, crd};
@@ -160,19 +163,21 @@ impl OwnRequests {
     }
 }
 
-/// Reads `name` every 10 ms (simulated) until `done`, noting each read.
+/// Reads `name` until `done` (for at most [`WAIT_LIMIT`]), noting each read.
 async fn until<K>(api: &Api<K>, own: &mut OwnRequests, name: &str, done: impl Fn(Option<&K>) -> bool)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    for _ in 0..20_000 {
+    let reads = std::cell::Cell::new(0);
+    eventually(&format!("{name} to reach the expected state"), WAIT_LIMIT, || async {
+        reads.set(reads.get() + 1);
+        let seen = api.get_opt(name).await.unwrap();
+        if done(seen.as_ref()) { Ok(()) } else { Err(seen) }
+    })
+    .await;
+    for _ in 0..reads.get() {
         own.note::<K>("get");
-        if done(api.get_opt(name).await.unwrap().as_ref()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{name} never reached the expected state");
 }
 
 fn running(replicas: i32) -> impl Fn(Option<&DatabaseCluster>) -> bool {

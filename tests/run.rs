@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::http_get;
+use common::{eventually, http_get};
 use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::types::crd;
 use dbcluster_operator::runtime::ObjectKey;
@@ -158,11 +158,14 @@ async fn shutdown_finishes_the_reconcile_in_flight_starts_nothing_new_and_releas
     // "b" is queued behind "a" (one worker) when the signal comes: it must not start.
     create_config_map(&sim, "b").await;
     let probe = journal.probe.lock().clone().unwrap();
-    while !probe.keys().iter().any(|k| {
-        k.key.name() == "b" && matches!(k.queue.as_ref().map(|q| &q.phase), Some(KeyPhase::Queued { .. }))
-    }) {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    eventually("b queued behind a", Duration::from_secs(5), || async {
+        let keys = probe.keys();
+        let queued = keys.iter().any(|k| {
+            k.key.name() == "b" && matches!(k.queue.as_ref().map(|q| &q.phase), Some(KeyPhase::Queued { .. }))
+        });
+        if queued { Ok(()) } else { Err(keys) }
+    })
+    .await;
     let signalled = Instant::now();
     signal.send(()).await.unwrap();
     task.await.unwrap().unwrap();
@@ -257,9 +260,13 @@ async fn of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_when_it
     assert!(http_get(*leader_metrics, "/metrics").await.2.lines().any(|l| l == status(1)));
     leader.abort();
     let died = Instant::now();
-    while lease_holder(&sim).await.as_deref() != Some(standby_name) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(&format!("{standby_name} to hold the lease"), Duration::from_secs(30), || async {
+        match lease_holder(&sim).await {
+            Some(holder) if holder == standby_name => Ok(()),
+            holder => Err(holder),
+        }
+    })
+    .await;
     let took = died.elapsed();
     assert!(took <= Duration::from_secs(15) + Duration::from_millis(4800), "took over after {took:?}");
     journal.until(|j| j.count("finished", standby_name) == 2).await;
