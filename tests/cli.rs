@@ -75,6 +75,22 @@ fn flags_parse_with_controller_runtime_like_defaults() {
     }
 }
 
+/// With the `sim` feature (the default) the binary offers `demo`, with `run`'s endpoint flags and a
+/// log file; `.ci/run` checks that the image's build (`--no-default-features`) does not.
+#[tokio::test]
+async fn the_default_build_offers_demo_with_endpoints_and_a_log_file() {
+    let top = Command::new(BINARY).arg("--help").output().await.unwrap();
+    assert!(String::from_utf8(top.stdout).unwrap().lines().any(|l| l.trim_start().starts_with("demo ")));
+    let output = Command::new(BINARY).args(["demo", "--help"]).output().await.unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for flag in
+        ["--addr", "--kubeconfig-out", "--metrics-addr", "--health-addr", "--log-file", "target/demo.log"]
+    {
+        assert!(help.contains(flag), "demo help lacks {flag:?}:\n{help}");
+    }
+}
+
 #[tokio::test]
 async fn help_explains_every_flag_the_config_order_and_signals() {
     let output = Command::new(BINARY).args(["run", "--help"]).output().await.unwrap();

@@ -192,6 +192,16 @@ pub struct EventPublisher {
     recent: DashMap<(ObjectKey, String, String), Instant>,
 }
 
+impl std::fmt::Debug for EventPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventPublisher")
+            .field("instance", &self.instance)
+            .field("unresolved_errors", &self.last_error.len())
+            .field("recent", &self.recent.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl EventPublisher {
     /// A publisher writing with `client`, naming `instance` (e.g. the pod name) as the reporter.
     pub fn new(client: Client, instance: impl Into<String>) -> Self {

@@ -103,6 +103,30 @@ pub struct Operator {
     handles: OperatorHandles,
 }
 
+impl std::fmt::Debug for OperatorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorOptions")
+            .field("namespace", &self.namespace)
+            .field("workers", &self.workers)
+            .field("reconcile_timeout", &self.reconcile_timeout)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for OperatorHandles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorHandles").field("queue_len", &self.queue.len()).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator").field("handles", &self.handles).finish_non_exhaustive()
+    }
+}
+
 impl Operator {
     /// Builds the informers, the controller and the reconcile context; nothing runs yet.
     pub fn new(client: Client, options: OperatorOptions) -> Operator {

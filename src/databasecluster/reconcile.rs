@@ -75,6 +75,12 @@ pub struct Context {
     pub events: EventPublisher,
 }
 
+impl Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("events", &self.events).finish_non_exhaustive()
+    }
+}
+
 /// Why a pass failed.
 #[derive(Debug, Error)]
 pub enum Error {
