@@ -2,12 +2,18 @@
 //! here, in the open.
 //!
 //! - [`runtime`] is generic over any Kubernetes resource: work queue, reflector, cache, informer,
-//!   controller, leader election and the HTTP server. It knows nothing about Postgres.
+//!   controller, leader election, the HTTP server and the manager that runs them. It knows nothing
+//!   about Postgres.
 //! - [`databasecluster`] is the operator: the CRD types, pure builders of child objects, status
-//!   computation and the reconcile function.
-//! - [`sim`] is an embedded simulated Kubernetes API server used by `demo` and by the tests.
+//!   computation, drift, Events and the reconcile function.
+//! - [`cli`] is the subcommands: `run`, and `demo` with the `sim` feature.
+//! - `sim` (the `sim` feature, on by default) is an embedded simulated Kubernetes API server used
+//!   by `demo` and by the tests; the image is built without it.
+
+#![warn(missing_docs, missing_debug_implementations)]
 
 pub mod cli;
 pub mod databasecluster;
 pub mod runtime;
+#[cfg(feature = "sim")]
 pub mod sim;

@@ -1,6 +1,7 @@
 //! The cache's indexes kept by an informer against the simulated API server: by namespace and by
 //! controller owner UID, after add, update, owner change and delete; and a schemaless
 //! (`DynamicObject`) informer.
+#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! The `run` subcommand as users meet it: flag parsing, help text, one-sentence errors with a
 //! non-zero exit, and a clean exit 0 on SIGTERM with the lease released (the binary itself,
 //! against the simulated API server).
+#![cfg(feature = "sim")]
 
 use std::path::Path;
 use std::process::Stdio;
@@ -71,6 +72,22 @@ fn flags_parse_with_controller_runtime_like_defaults() {
         &["--unknown"],
     ] {
         assert!(parse(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+/// With the `sim` feature (the default) the binary offers `demo`, with `run`'s endpoint flags and a
+/// log file; `.ci/run` checks that the image's build (`--no-default-features`) does not.
+#[tokio::test]
+async fn the_default_build_offers_demo_with_endpoints_and_a_log_file() {
+    let top = Command::new(BINARY).arg("--help").output().await.unwrap();
+    assert!(String::from_utf8(top.stdout).unwrap().lines().any(|l| l.trim_start().starts_with("demo ")));
+    let output = Command::new(BINARY).args(["demo", "--help"]).output().await.unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for flag in
+        ["--addr", "--kubeconfig-out", "--metrics-addr", "--health-addr", "--log-file", "target/demo.log"]
+    {
+        assert!(help.contains(flag), "demo help lacks {flag:?}:\n{help}");
     }
 }
 

@@ -2,6 +2,7 @@
 //! every informer is synced; `For`, `Owns` and `Watches` map events to keys; the four ways a pass
 //! can end tell the queue the right thing; panics and timeouts are caught; shutdown lets the pass in
 //! flight finish and starts no new one.
+#![cfg(feature = "sim")]
 
 use std::collections::HashMap;
 use std::sync::Arc;

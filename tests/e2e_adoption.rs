@@ -1,6 +1,7 @@
 //! Children that exist before the operator creates them: one nobody controls is adopted (the
 //! operator's create answers 409, it reads the object and applies its fields and ownerReference),
 //! one another controller owns is left alone and reported, with backoff, until it goes away.
+#![cfg(feature = "sim")]
 
 mod common;
 
@@ -65,17 +66,13 @@ async fn another_controllers_child_is_not_taken_over() {
     let operator = cluster.start_operator().await;
     cluster.clusters().create(&PostParams::default(), &sample()).await.unwrap();
 
-    within("a ReconcileError Event naming the other controller", async {
-        loop {
-            let events = cluster.events_about(NAME).await;
-            if events.iter().any(|e| {
-                e.reason.as_deref() == Some("ReconcileError")
-                    && e.note.as_deref().is_some_and(|n| n.contains("ConfigMap someone-else"))
-            }) {
-                break;
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+    eventually("a ReconcileError Event naming the other controller", WAIT_LIMIT, || async {
+        let events = cluster.events_about(NAME).await;
+        let named = events.iter().any(|e| {
+            e.reason.as_deref() == Some("ReconcileError")
+                && e.note.as_deref().is_some_and(|n| n.contains("ConfigMap someone-else"))
+        });
+        if named { Ok(()) } else { Err(events) }
     })
     .await;
     await_passes(&operator, 4).await;

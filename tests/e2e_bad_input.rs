@@ -1,6 +1,7 @@
 //! Bad input, end to end: the CRD's schema and CEL rules refuse bad specs at the API server, and a
 //! spec that bypassed them (stored under an older, looser CRD) ends Failed with a reason, one
 //! Warning Event and a bounded number of passes, until the spec is fixed.
+#![cfg(feature = "sim")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Drift, end to end: the operator corrects a hand edit of a field it owns, recreates a deleted
 //! child, keeps what users and other controllers add, and never changes the app Secret's
 //! password — not across passes, not across a restart of the operator.
+#![cfg(feature = "sim")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The generated password never leaves the Secret: not in a log line of the operator (captured at
 //! trace level), not in an Event, not in the StatefulSet or the cluster's status.
+#![cfg(feature = "sim")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Quiet at rest, end to end: the number of passes from apply to Running is bounded, the pass a
 //! status write brings writes nothing, and once Running, 30 simulated seconds pass with no API
 //! write (and, after a leftover requeue timer, no pass at all); a restarted operator writes nothing.
+#![cfg(feature = "sim")]
 
 mod common;
 

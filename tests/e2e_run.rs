@@ -1,6 +1,7 @@
 //! `run`'s real code path with the DatabaseCluster operator as its workload, against the
 //! simulated API server: the sample reaches Running 3/3, the endpoints show the operator's
 //! informers and controller, and a signal stops it cleanly.
+#![cfg(feature = "sim")]
 
 mod common;
 
@@ -8,8 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::cli::Settings;
-use dbcluster_operator::cli::run::{self, database_cluster_workload};
+use dbcluster_operator::cli::run;
+use dbcluster_operator::databasecluster::operator;
+use dbcluster_operator::runtime::manager::ManagerConfig;
 use kube::api::PostParams;
 use tokio::sync::mpsc;
 
@@ -17,7 +19,7 @@ use tokio::sync::mpsc;
 async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
     let cluster = TestCluster::start().await;
     let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let settings = Settings {
+    let settings = ManagerConfig {
         namespace: None,
         workers: 2,
         metrics_addr: local,
@@ -28,7 +30,7 @@ async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
     let started = run::start(cluster.sim.client(), &cluster.sim.base_url(), settings).await.unwrap();
     let addr = started.metrics_addr;
     let (signal, signals) = mpsc::channel(1);
-    let running = tokio::spawn(started.run(database_cluster_workload, signals));
+    let running = tokio::spawn(started.run(operator::workload, signals));
 
     let api = cluster.clusters();
     api.create(&PostParams::default(), &sample()).await.unwrap();

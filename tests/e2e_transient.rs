@@ -1,6 +1,7 @@
 //! A transient failure, end to end: the API server answers the operator's status patches with 500
 //! for a while; the passes fail and are retried with backoff (one aggregated Warning Event), then
 //! succeed, and nothing is lost: the cluster ends Running at the new size with a fresh status.
+#![cfg(feature = "sim")]
 
 mod common;
 

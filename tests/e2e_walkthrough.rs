@@ -2,6 +2,7 @@
 //! kubelet make pods ready one by one): apply the sample → Provisioning with 0 ready → pods ready
 //! one by one → Running 3/3; replicas 5 → Degraded → Running 5/5; 15.4 → 15.5 → Upgrading while
 //! the pods roll → Running with currentVersion 15.5; delete → the children are garbage collected.
+#![cfg(feature = "sim")]
 
 mod common;
 
@@ -40,22 +41,17 @@ async fn rows_until(
     what: &str,
     done: impl Fn(&DatabaseCluster) -> bool,
 ) -> Vec<Row> {
-    within(what, async {
-        let mut seen: Vec<Row> = Vec::new();
-        loop {
-            if let Some(cluster) = api.get_opt(NAME).await.unwrap() {
-                let current = row(&cluster);
-                if seen.last() != Some(&current) {
-                    seen.push(current);
-                }
-                if done(&cluster) {
-                    return seen;
-                }
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
+    let seen: std::cell::RefCell<Vec<Row>> = Default::default();
+    eventually(what, WAIT_LIMIT, || async {
+        let Some(cluster) = api.get_opt(NAME).await.unwrap() else { return Err(seen.borrow().clone()) };
+        let current = row(&cluster);
+        if seen.borrow().last() != Some(&current) {
+            seen.borrow_mut().push(current);
         }
+        if done(&cluster) { Ok(()) } else { Err(seen.borrow().clone()) }
     })
-    .await
+    .await;
+    seen.into_inner()
 }
 
 fn kubectl() -> PatchParams {

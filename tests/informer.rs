@@ -1,6 +1,7 @@
 //! Informer event fan-out against the simulated API server: every handler sees every event,
 //! updates carry the old state, key mappers wake every owner involved, a late handler is caught up,
 //! and a panicking handler does not stop the others.
+#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 

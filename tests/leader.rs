@@ -1,6 +1,7 @@
 //! Leader election against the simulated API server, on tokio's paused clock: one leader among
 //! candidates, takeover after a crash within the lease's bounds, immediate takeover after a clean
 //! release, and a leader that cannot renew stopping its work before the lease can expire.
+#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -167,3 +167,22 @@ fn the_dockerfile_builds_locked_and_runs_non_root() {
     assert!(dockerfile.lines().any(|l| l.starts_with("USER 65532")));
     assert!(dockerfile.contains(r#"ENTRYPOINT ["/usr/local/bin/dbcluster-operator", "run"]"#));
 }
+
+#[test]
+fn the_image_is_built_without_the_simulator_from_pinned_bases_with_cached_dependencies() {
+    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile")).unwrap();
+    let builds: Vec<&str> = dockerfile.lines().filter(|l| l.contains("cargo build")).collect();
+    assert_eq!(builds.len(), 2, "the dependencies, then the crate: {builds:?}");
+    assert!(builds.iter().all(|l| l.contains("--no-default-features")), "{builds:?}");
+    for from in dockerfile.lines().filter_map(|l| l.strip_prefix("FROM ")) {
+        let image = from.split_whitespace().next().unwrap();
+        let (_, tag) = image.rsplit_once(':').unwrap_or_else(|| panic!("{image} has no tag"));
+        assert!(tag != "latest" && !tag.starts_with("1-"), "{image} floats");
+    }
+    let position = |text: &str| dockerfile.find(text).unwrap_or_else(|| panic!("{text} in the Dockerfile"));
+    assert!(position("COPY Cargo.toml Cargo.lock") < position("cargo build"));
+    assert!(
+        position("cargo build") < position("COPY src src"),
+        "dependencies build before the sources arrive"
+    );
+}

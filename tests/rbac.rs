@@ -1,14 +1,19 @@
 //! Least privilege, proven on the request log: run the operator against the simulated API server,
 //! then check that every (group, resource, subresource, verb) it used is granted by
 //! `manifests/rbac.yaml` — a Role only in its own namespace — and that every grant was used.
+#![cfg(feature = "sim")]
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use dbcluster_operator::cli::Settings;
+use common::{WAIT_LIMIT, eventually};
 use dbcluster_operator::cli::run;
+use dbcluster_operator::databasecluster::operator;
 use dbcluster_operator::databasecluster::types::{DatabaseCluster, Phase, crd};
 use dbcluster_operator::runtime::leader::LeaseConfig;
+use dbcluster_operator::runtime::manager::ManagerConfig;
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -158,19 +163,21 @@ impl OwnRequests {
     }
 }
 
-/// Reads `name` every 10 ms (simulated) until `done`, noting each read.
+/// Reads `name` until `done` (for at most [`WAIT_LIMIT`]), noting each read.
 async fn until<K>(api: &Api<K>, own: &mut OwnRequests, name: &str, done: impl Fn(Option<&K>) -> bool)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    for _ in 0..20_000 {
+    let reads = std::cell::Cell::new(0);
+    eventually(&format!("{name} to reach the expected state"), WAIT_LIMIT, || async {
+        reads.set(reads.get() + 1);
+        let seen = api.get_opt(name).await.unwrap();
+        if done(seen.as_ref()) { Ok(()) } else { Err(seen) }
+    })
+    .await;
+    for _ in 0..reads.get() {
         own.note::<K>("get");
-        if done(api.get_opt(name).await.unwrap().as_ref()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{name} never reached the expected state");
 }
 
 fn running(replicas: i32) -> impl Fn(Option<&DatabaseCluster>) -> bool {
@@ -216,7 +223,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     let setup_requests = sim.request_log().len();
 
     // Started as the Deployment starts it: watching all namespaces, leader election in its own.
-    let settings = Settings {
+    let settings = ManagerConfig {
         namespace: None,
         workers: 4,
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
@@ -226,7 +233,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     };
     let started = run::start(client.clone(), &sim.base_url(), settings).await.unwrap();
     let (signal, signals) = mpsc::channel(1);
-    let operator = tokio::spawn(started.run(run::database_cluster_workload, signals));
+    let operator = tokio::spawn(started.run(operator::workload, signals));
 
     // The seed's walkthrough, drift on every child kind, then deletion.
     let mut own = OwnRequests::default();

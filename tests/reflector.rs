@@ -4,6 +4,9 @@
 //! Tests that depend on time run on tokio's paused clock with the real durations (watch timeout,
 //! bookmark interval, backoff reset) and assert exact timings: with jitter off the schedule is
 //! deterministic.
+#![cfg(feature = "sim")]
+
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -268,9 +271,11 @@ async fn a_410_on_a_continue_token_restarts_the_list() {
     });
     informer.start();
     informer.wait_for(|s| s.added == 500).await;
-    while requests(&sim, "list") < 2 {
-        tokio::task::yield_now().await;
-    }
+    common::eventually("the second page's list request", Duration::from_secs(1), || async {
+        let lists = requests(&sim, "list");
+        if lists >= 2 { Ok(()) } else { Err(format!("{lists} list requests")) }
+    })
+    .await;
     // ...and meanwhile move the server on and forget the history: page 2's token has expired.
     sim.faults().set_latency(Duration::ZERO);
     let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");

@@ -1,21 +1,22 @@
 //! `run` as a library against the simulated API server, on the paused clock: shutdown with work in
 //! flight (finish it, start nothing new, release the lease), the shutdown deadline, a second
 //! signal, two replicas with leader election, and start-up errors.
+#![cfg(feature = "sim")]
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::http_get;
-use dbcluster_operator::cli::run::{self, Started};
-use dbcluster_operator::cli::{OperatorContext, RunError, Settings};
+use common::{eventually, http_get};
+use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::types::crd;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::runtime::introspection::ControllerProbe;
 use dbcluster_operator::runtime::leader::LeaseConfig;
+use dbcluster_operator::runtime::manager::{Manager, ManagerConfig, ManagerError, WorkloadContext};
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::SimServer;
 use futures::future::BoxFuture;
@@ -43,9 +44,9 @@ async fn create_config_map(sim: &SimServer, name: &str) {
     api.create(&PostParams::default(), &cm).await.unwrap();
 }
 
-fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> Settings {
+fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> ManagerConfig {
     let local = "127.0.0.1:0".parse().unwrap();
-    Settings {
+    ManagerConfig {
         namespace: None,
         workers: 1,
         metrics_addr: local,
@@ -55,7 +56,7 @@ fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> Settings {
     }
 }
 
-async fn start(sim: &SimServer, settings: Settings) -> Started {
+async fn start(sim: &SimServer, settings: ManagerConfig) -> Manager {
     run::start(sim.client(), &sim.base_url(), settings).await.unwrap()
 }
 
@@ -106,7 +107,7 @@ fn operator(
     instance: &'static str,
     work: Duration,
     journal: Arc<Journal>,
-) -> impl FnOnce(OperatorContext) -> BoxFuture<'static, Result<Lead, String>> {
+) -> impl FnOnce(WorkloadContext) -> BoxFuture<'static, Result<Lead, String>> {
     move |context| {
         Box::pin(async move {
             let informer =
@@ -156,11 +157,14 @@ async fn shutdown_finishes_the_reconcile_in_flight_starts_nothing_new_and_releas
     // "b" is queued behind "a" (one worker) when the signal comes: it must not start.
     create_config_map(&sim, "b").await;
     let probe = journal.probe.lock().clone().unwrap();
-    while !probe.keys().iter().any(|k| {
-        k.key.name() == "b" && matches!(k.queue.as_ref().map(|q| &q.phase), Some(KeyPhase::Queued { .. }))
-    }) {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    eventually("b queued behind a", Duration::from_secs(5), || async {
+        let keys = probe.keys();
+        let queued = keys.iter().any(|k| {
+            k.key.name() == "b" && matches!(k.queue.as_ref().map(|q| &q.phase), Some(KeyPhase::Queued { .. }))
+        });
+        if queued { Ok(()) } else { Err(keys) }
+    })
+    .await;
     let signalled = Instant::now();
     signal.send(()).await.unwrap();
     task.await.unwrap().unwrap();
@@ -208,7 +212,7 @@ async fn a_second_signal_exits_at_once() {
     signal.send(()).await.unwrap();
     signal.send(()).await.unwrap();
     let result = task.await.unwrap();
-    assert!(matches!(result, Err(RunError::Interrupted)), "{result:?}");
+    assert!(matches!(result, Err(ManagerError::Interrupted)), "{result:?}");
     assert_eq!(
         signalled.elapsed(),
         Duration::ZERO,
@@ -255,9 +259,13 @@ async fn of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_when_it
     assert!(http_get(*leader_metrics, "/metrics").await.2.lines().any(|l| l == status(1)));
     leader.abort();
     let died = Instant::now();
-    while lease_holder(&sim).await.as_deref() != Some(standby_name) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(&format!("{standby_name} to hold the lease"), Duration::from_secs(30), || async {
+        match lease_holder(&sim).await {
+            Some(holder) if holder == standby_name => Ok(()),
+            holder => Err(holder),
+        }
+    })
+    .await;
     let took = died.elapsed();
     assert!(took <= Duration::from_secs(15) + Duration::from_millis(4800), "took over after {took:?}");
     journal.until(|j| j.count("finished", standby_name) == 2).await;
@@ -283,6 +291,6 @@ async fn start_names_an_address_already_in_use() {
     let mut settings = settings(None, Duration::from_secs(1));
     settings.health_addr = taken.local_addr().unwrap();
     let error = run::start(sim.client(), &sim.base_url(), settings).await.err().unwrap();
-    assert!(matches!(error, RunError::Listen { flag: "health-addr", .. }), "{error}");
+    assert!(matches!(error, ManagerError::Listen { flag: "health-addr", .. }), "{error}");
     assert!(error.to_string().starts_with(&format!("cannot listen on {}", taken.local_addr().unwrap())));
 }

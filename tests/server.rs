@@ -1,18 +1,19 @@
 //! The HTTP endpoints over real sockets on 127.0.0.1:0: content and content type of `/metrics`,
 //! `/healthz`, `/readyz`, `/debug/queue` and `/debug/cache` after a scripted scenario (a controller
 //! over ConfigMaps whose keys succeed, fail, requeue and hang), on the paused clock.
+#![cfg(feature = "sim")]
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::http_get as get;
+use common::{eventually, http_get as get};
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
-use dbcluster_operator::runtime::introspection::{ControllerProbe, Introspection};
+use dbcluster_operator::runtime::introspection::{ControllerProbe, Introspection, KeyReport};
 use dbcluster_operator::runtime::metrics::Metrics;
 use dbcluster_operator::runtime::process_metrics::ProcessCollector;
 use dbcluster_operator::runtime::server::{self, Endpoints, METRICS_CONTENT_TYPE, ServerState};
@@ -38,15 +39,13 @@ async fn reconcile(key: ObjectKey, _: Arc<()>) -> Result<Action, Refused> {
     }
 }
 
-/// Polls `probe` until `done` holds (a few paused-clock milliseconds per look).
-async fn until(probe: &ControllerProbe, done: impl Fn(&ControllerProbe) -> bool) {
-    for _ in 0..10_000 {
-        if done(probe) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("condition not reached");
+/// Polls `probe` until `done` holds for its keys, for at most ten (paused-clock) seconds.
+async fn until(what: &str, probe: &ControllerProbe, done: impl Fn(&[KeyReport]) -> bool) {
+    eventually(what, Duration::from_secs(10), || async {
+        let keys = probe.keys();
+        if done(&keys) { Ok(()) } else { Err(keys) }
+    })
+    .await
 }
 
 fn key<'a>(report: &'a Value, name: &str) -> &'a Value {
@@ -102,8 +101,7 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     tokio::spawn(server::serve(metrics_listener, Endpoints::Metrics, state.clone(), stop.clone()));
     tokio::spawn(server::serve(health_listener, Endpoints::Health, state, stop.clone()));
 
-    until(&probe, |probe| {
-        let keys = probe.keys();
+    until("passes of good, bad and slow, busy in the queue", &probe, |keys| {
         let has_pass = |name: &str| keys.iter().any(|k| k.key.name() == name && k.last.is_some());
         let busy = keys.iter().any(|k| k.key.name() == "busy" && k.queue.is_some());
         has_pass("good") && has_pass("bad") && has_pass("slow") && busy
@@ -189,7 +187,7 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     // A deleted object that reconciled cleanly leaves no record; a failing one keeps its record.
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     config_maps.delete("good", &Default::default()).await.unwrap();
-    until(&probe, |probe| !probe.keys().iter().any(|k| k.key.name() == "good")).await;
+    until("good to leave the report", &probe, |keys| !keys.iter().any(|k| k.key.name() == "good")).await;
     assert!(probe.keys().iter().any(|k| k.key.name() == "bad" && k.last.is_some()));
     stop.cancel();
 }

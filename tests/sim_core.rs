@@ -1,5 +1,6 @@
 //! The simulated API server through the unmodified `kube` client over real HTTP: discovery,
 //! every verb, metadata, conflicts, generation and status-subresource rules, pagination, CRDs.
+#![cfg(feature = "sim")]
 
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};

@@ -1,6 +1,7 @@
 //! Custom resources handled as the apiserver handles them, through the `kube` client: pruning of
 //! unknown fields (and `fieldValidation=Strict`), defaulting, OpenAPI validation and CEL rules
 //! including transition rules, each refusal a 422 whose causes name the field.
+#![cfg(feature = "sim")]
 
 use dbcluster_operator::sim::SimServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};

@@ -1,9 +1,10 @@
 //! The `demo` command in process: start, a kubeconfig kubectl can use, the table. The binary a new
 //! user runs is driven by tests/e2e_demo.rs.
+#![cfg(feature = "sim")]
 
 use std::net::SocketAddr;
 
-use dbcluster_operator::sim::demo::{Demo, DemoOptions};
+use dbcluster_operator::cli::demo::{Demo, DemoOptions};
 
 #[tokio::test]
 async fn the_demo_installs_the_crd_and_sample_and_kubectl_sees_them() {

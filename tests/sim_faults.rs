@@ -1,4 +1,5 @@
 //! Fault injection and the request log of the simulated API server, through the `kube` client.
+#![cfg(feature = "sim")]
 
 use std::time::Duration;
 

@@ -1,8 +1,9 @@
 //! The simulated garbage collector deletes an object created with an ownerReference to an owner
 //! that was deleted, as the kube-controller-manager does (a controller reading a stale cache may
 //! create a child just after its owner was deleted).
+#![cfg(feature = "sim")]
 
-use std::time::Duration;
+mod common;
 
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -29,13 +30,6 @@ async fn a_child_created_after_its_owner_was_deleted_is_collected() {
     config_maps.delete("owner", &DeleteParams::default()).await.unwrap();
     secrets.create(&PostParams::default(), &owned("late", &uid)).await.unwrap();
     for name in ["kept", "late"] {
-        let collected = async {
-            while secrets.get_opt(name).await.unwrap().is_some() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(60), collected)
-            .await
-            .unwrap_or_else(|_| panic!("{name} was not collected"));
+        common::await_absent(&secrets, name, &format!("{name} to be collected")).await;
     }
 }

@@ -1,6 +1,7 @@
 //! The simulated Job and CronJob controllers through the `kube` client, on a paused clock:
 //! Jobs complete after `job_duration` (or fail when told to), CronJobs create Jobs on their
 //! schedule and keep their status and history limits.
+#![cfg(feature = "sim")]
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! The simulated API server through the real `kubectl` binary (with a temporary kubeconfig):
 //! apply, get as a table with the CRD's printer columns, short names, `get -w`, patch, get -o
 //! json, delete, and client-side apply of a built-in kind.
+#![cfg(feature = "sim")]
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -1,6 +1,7 @@
 //! Deletion as a real cluster does it, through the `kube` client: finalizers and
 //! deletionTimestamp, ownerReference garbage collection with each propagation policy, and
 //! namespace termination. Background work is awaited through watches, never slept on.
+#![cfg(feature = "sim")]
 
 use dbcluster_operator::sim::SimServer;
 use futures::{StreamExt, TryStreamExt};

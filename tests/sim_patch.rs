@@ -1,5 +1,6 @@
 //! Patch types of the simulated API server through the `kube` client: strategic merge for
 //! built-in kinds, and server-side apply as create-or-merge under a field manager.
+#![cfg(feature = "sim")]
 
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::apps::v1::StatefulSet;

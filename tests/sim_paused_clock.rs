@@ -3,6 +3,7 @@
 //! On a reused connection the client's TCP delays its ACKs, so without TCP_NODELAY on the
 //! server's sockets Nagle held the first watch event for ~40 ms of real time, in which the paused
 //! clock ran past every timeout.
+#![cfg(feature = "sim")]
 
 use std::time::Duration;
 

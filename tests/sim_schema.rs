@@ -1,5 +1,6 @@
 //! The CRD schema module: pruning, defaulting, OpenAPI validation and CEL rules, with the apiserver's
 //! error paths and messages.
+#![cfg(feature = "sim")]
 
 use dbcluster_operator::sim::schema::{FieldError, FieldErrorReason, SchemaError, StructuralSchema};
 use serde_json::{Value, json};

@@ -2,6 +2,7 @@
 //! clock: ordered creation and readiness after `pod_ready_delay`, status fields, PVCs, scale
 //! down from the highest ordinal, rolling update from the highest ordinal honouring
 //! `partition`, and garbage collection of the pods with their StatefulSet.
+#![cfg(feature = "sim")]
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Watch semantics of the simulated API server through the `kube` client: events, resumption
 //! from a resourceVersion, label-selector translation, bookmarks, streaming lists with the
 //! initial-events-end bookmark, 410 for forgotten versions, and the server's timeout.
+#![cfg(feature = "sim")]
 
 use std::time::Duration;
 

@@ -1,4 +1,8 @@
-//! Log setup: `tracing` to stderr, filtered by `RUST_LOG`, as text or JSON.
+//! Log setup: `tracing` filtered by `RUST_LOG`, to stderr as text or JSON (`run`), or to a file
+//! as text without colours (`demo`, whose table owns the terminal).
+
+use std::path::Path;
+use std::sync::Arc;
 
 use tracing_subscriber::EnvFilter;
 
@@ -8,12 +12,27 @@ use crate::cli::LogFormat;
 /// (the runtime reports failures itself, with context, so they would appear twice).
 const DEFAULT_FILTER: &str = "info,kube_client::client::builder=off";
 
-/// Installs the global subscriber; a second call (as in tests) leaves the first in place.
+fn filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER))
+}
+
+/// Installs the global subscriber writing to stderr; a second call (as in tests) leaves the first
+/// in place.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter()).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// Installs the global subscriber writing text lines without ANSI colours to `path` (created, or
+/// truncated, with its directories); a second call leaves the first subscriber in place.
+pub fn init_file(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = Arc::new(std::fs::File::create(path)?);
+    let _ = tracing_subscriber::fmt().with_env_filter(filter()).with_ansi(false).with_writer(file).try_init();
+    Ok(())
 }

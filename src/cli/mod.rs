@@ -1,11 +1,14 @@
-//! The `run` subcommand as a library, so tests can drive it: its flags ([`args`]), finding and
-//! checking the cluster ([`cluster`]), logging ([`logging`]) and the process's life from start to
-//! a clean exit ([`run`]). `main.rs` only parses and dispatches.
+//! The subcommands as a library, so tests can drive them: `run`'s flags ([`args`]), finding and
+//! checking the cluster ([`cluster`]), logging ([`logging`]), `run` itself ([`run`]: the
+//! DatabaseCluster operator under the runtime's manager) and, with the `sim` feature, `demo`
+//! ([`demo`]: the same on the embedded simulated cluster). `main.rs` only parses and dispatches.
 
 pub mod args;
 pub mod cluster;
+#[cfg(feature = "sim")]
+pub mod demo;
 pub mod logging;
 pub mod run;
 
 pub use args::{LogFormat, RunArgs};
-pub use run::{OperatorContext, RunError, Settings};
+pub use run::RunError;

@@ -1,7 +1,9 @@
-//! Publishing [`EventNote`]s about a DatabaseCluster as `events.k8s.io/v1` Events.
+//! The Events the operator reports about a DatabaseCluster, and publishing them as
+//! `events.k8s.io/v1` Events.
 //!
-//! The notes are pure data computed elsewhere (status transitions, created children, scaling);
-//! this module only turns one into an Event ([`build_event`], pure) and creates it. Publishing is
+//! The model is pure data: an [`EventNote`] (type, reason, action, note), computed from a status
+//! transition ([`status_events`]), a created child ([`EventNote::created`]) or a scaling write
+//! ([`scaling_event`]). Publishing turns one into an Event ([`build_event`], pure) and creates it. Publishing is
 //! best effort: an Event that cannot be written is logged and the pass goes on, since Events are
 //! history, not state. Repeats are aggregated client-side: an Event identical to one published
 //! about the same cluster within [`REPEAT_WINDOW`] is not published again (a pass that read a
@@ -9,11 +11,13 @@
 //! `ReconcileError` Event is published only when a cluster's error message changes, not on every
 //! retry.
 
+use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -22,9 +26,126 @@ use kube::{Api, Client, Resource};
 use tokio::time::Instant;
 
 use super::resources::FIELD_MANAGER;
-use super::status::EventNote;
-use super::types::DatabaseCluster;
+use super::status::{condition, find_condition, reason};
+use super::types::{DatabaseCluster, DatabaseClusterStatus};
 use crate::runtime::ObjectKey;
+
+/// The type of an Event: routine, or worth someone's attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// Something expected happened.
+    Normal,
+    /// Something needs attention.
+    Warning,
+}
+
+impl EventType {
+    /// The type as written in an Event.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// An Event to publish about a DatabaseCluster (events.k8s.io/v1 fields), as pure data: reconcile
+/// only sends it. Notes never hold a secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventNote {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// CamelCase reason, e.g. `UpgradeStarted`.
+    pub reason: String,
+    /// What the operator did or failed to do, e.g. `Upgrade`.
+    pub action: &'static str,
+    /// Human-readable details, at most [`EventNote::MAX_NOTE_BYTES`].
+    pub note: String,
+}
+
+impl EventNote {
+    /// The API's limit on an Event's note.
+    pub const MAX_NOTE_BYTES: usize = 1024;
+
+    fn new(type_: EventType, reason: impl Into<String>, action: &'static str, note: String) -> Self {
+        EventNote { type_, reason: reason.into(), action, note: truncate(note, Self::MAX_NOTE_BYTES) }
+    }
+
+    /// A child object was created, e.g. reason `CreatedStatefulSet`.
+    pub fn created(kind: &str, name: &str) -> Self {
+        EventNote::new(
+            EventType::Normal,
+            format!("Created{kind}"),
+            "Create",
+            format!("Created {kind} {name}"),
+        )
+    }
+
+    /// A pass failed; the error is retried with backoff.
+    pub fn reconcile_error(error: &dyn Display) -> Self {
+        EventNote::new(EventType::Warning, "ReconcileError", "Reconcile", error.to_string())
+    }
+}
+
+fn truncate(mut text: String, max_bytes: usize) -> String {
+    if text.len() > max_bytes {
+        let mut end = max_bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// The Events implied by a change of status from `old` (the live status, if any) to `new`:
+/// UpgradeStarted and UpgradeCompleted when `Upgrading` flips, and InvalidSpec (Warning) once per
+/// generation whose spec is invalid. An unchanged status implies none.
+pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
+    let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
+    let now = |type_: &str| find_condition(new, type_);
+    let mut events = Vec::new();
+
+    let was_upgrading = was(condition::UPGRADING).is_some_and(|c| c.status == "True");
+    match now(condition::UPGRADING) {
+        Some(c) if c.status == "True" && !was_upgrading => {
+            events.push(EventNote::new(EventType::Normal, "UpgradeStarted", "Upgrade", c.message.clone()));
+        }
+        Some(c) if c.status == "False" && c.reason == reason::UPGRADE_COMPLETE && was_upgrading => {
+            let version = new.current_version.as_deref().unwrap_or_default();
+            let note = format!("Upgrade to {version} complete");
+            events.push(EventNote::new(EventType::Normal, "UpgradeCompleted", "Upgrade", note));
+        }
+        _ => {}
+    }
+
+    if let Some(ready) = now(condition::READY).filter(|c| c.reason == reason::INVALID_SPEC) {
+        let reported = was(condition::READY).is_some_and(|c| c.reason == reason::INVALID_SPEC)
+            && old.and_then(|old| old.observed_generation) == new.observed_generation;
+        if !reported {
+            events.push(EventNote::new(
+                EventType::Warning,
+                reason::INVALID_SPEC,
+                "Validate",
+                ready.message.clone(),
+            ));
+        }
+    }
+    events
+}
+
+/// The Event for a write that changes the StatefulSet's replicas: ScalingUp or ScalingDown.
+pub fn scaling_event(live: &StatefulSet, desired: &StatefulSet) -> Option<EventNote> {
+    // An unset `replicas` means 1, as the API server defaults it.
+    let replicas = |sts: &StatefulSet| sts.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
+    let (from, to) = (replicas(live), replicas(desired));
+    let reason = match from.cmp(&to) {
+        std::cmp::Ordering::Less => "ScalingUp",
+        std::cmp::Ordering::Greater => "ScalingDown",
+        std::cmp::Ordering::Equal => return None,
+    };
+    Some(EventNote::new(EventType::Normal, reason, "Scale", format!("Scaling from {from} to {to} replicas")))
+}
 
 /// How long an identical Event is not repeated (kube-runtime's recorder aggregates for 6 minutes).
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
@@ -69,6 +190,16 @@ pub struct EventPublisher {
     instance: String,
     last_error: DashMap<ObjectKey, Arc<str>>,
     recent: DashMap<(ObjectKey, String, String), Instant>,
+}
+
+impl std::fmt::Debug for EventPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventPublisher")
+            .field("instance", &self.instance)
+            .field("unresolved_errors", &self.last_error.len())
+            .field("recent", &self.recent.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl EventPublisher {
@@ -128,30 +259,14 @@ impl EventPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::databasecluster::types::DatabaseClusterSpec;
-
-    fn cluster() -> DatabaseCluster {
-        let mut cluster = DatabaseCluster::new(
-            "pg",
-            DatabaseClusterSpec {
-                replicas: 1,
-                version: "15".into(),
-                storage_size: "1Gi".into(),
-                backup_schedule: None,
-                postgres_config: None,
-            },
-        );
-        cluster.metadata.namespace = Some("default".into());
-        cluster.metadata.uid = Some("uid-1".into());
-        cluster
-    }
+    use crate::databasecluster::fixtures::{self, UID};
 
     #[test]
     fn an_event_regards_the_cluster_and_names_the_reporter() {
-        let cluster = cluster();
+        let cluster = fixtures::cluster(1, "15", 1);
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let event = build_event(&cluster, &EventNote::created("Service", "pg"), "op-0", now);
-        assert_eq!(event.metadata.generate_name.as_deref(), Some("pg."));
+        assert_eq!(event.metadata.generate_name.as_deref(), Some("production-postgres."));
         assert_eq!(event.metadata.namespace.as_deref(), Some("default"));
         assert_eq!(event.type_.as_deref(), Some("Normal"));
         assert_eq!(event.reason.as_deref(), Some("CreatedService"));
@@ -162,9 +277,10 @@ mod tests {
         let regarding = event.regarding.unwrap();
         assert_eq!(regarding.kind.as_deref(), Some("DatabaseCluster"));
         assert_eq!(regarding.api_version.as_deref(), Some("databases.madmmas.dev/v1alpha1"));
-        assert_eq!(regarding.uid.as_deref(), Some("uid-1"));
+        assert_eq!(regarding.uid.as_deref(), Some(UID));
     }
 
+    #[cfg(feature = "sim")]
     #[tokio::test(start_paused = true)]
     async fn identical_events_are_published_once_per_window_and_errors_once_per_message() {
         let sim = crate::sim::SimServer::start().await.unwrap();
@@ -173,7 +289,7 @@ mod tests {
             let api: Api<Event> = Api::namespaced(sim.client(), "default");
             api.list(&Default::default()).await.unwrap().items.len()
         };
-        let cluster = cluster();
+        let cluster = fixtures::cluster(1, "15", 1);
         let scaling = EventNote::created("StatefulSet", "pg");
         publisher.publish(&cluster, &scaling).await;
         publisher.publish(&cluster, &scaling).await;
@@ -192,5 +308,16 @@ mod tests {
         publisher.clear_error(&ObjectKey::of(&cluster));
         publisher.publish_error(&cluster, &error).await;
         assert_eq!(count().await, 5);
+    }
+
+    #[test]
+    fn event_notes_are_bounded_and_reasons_are_camel_case() {
+        let long = "é".repeat(1000);
+        let error = EventNote::reconcile_error(&long);
+        assert!(error.note.len() <= EventNote::MAX_NOTE_BYTES && error.note.starts_with('é'));
+        assert_eq!((error.type_, error.reason.as_str()), (EventType::Warning, "ReconcileError"));
+        let created = EventNote::created("StatefulSet", "production-postgres");
+        assert_eq!(created.reason, "CreatedStatefulSet");
+        assert_eq!(created.note, "Created StatefulSet production-postgres");
     }
 }

@@ -1,7 +1,10 @@
 //! The DatabaseCluster operator: CRD types, pure child builders, status, reconcile and the wiring
-//! that runs them ([`operator::run_operator`]).
+//! that runs them ([`operator::workload`]).
 
+pub mod drift;
 pub mod events;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod operator;
 pub mod reconcile;
 pub mod resources;

@@ -1,24 +1,26 @@
 //! The whole operator wired on a `kube::Client`: one informer per kind (DatabaseCluster,
 //! StatefulSet, Service, Secret), a controller for DatabaseClusters that owns the three child
 //! kinds, and [`reconcile`] as its pass. `run` (against a cluster) and `demo` (against the
-//! simulated one) both start it here.
+//! simulated one) both run it under the runtime's manager as [`workload`].
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
 //! so the operator never caches the cluster's other Secrets. Build with [`Operator::new`],
 //! [`Operator::register`] it with the endpoints' [`Introspection`] (or take [`OperatorHandles`]:
-//! queue, caches, informer figures, metrics), then [`Operator::run`] until shutdown;
-//! [`run_operator`] builds and runs in one call.
+//! queue, caches, metrics), then [`Operator::run`] until shutdown; [`workload`] does all of it in
+//! the manager's two stages.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
+use tokio_util::sync::CancellationToken;
 
 use super::events::EventPublisher;
 use super::reconcile::{Context, reconcile};
@@ -27,8 +29,10 @@ use super::types::DatabaseCluster;
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::strip_managed_fields;
 use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};
-use crate::runtime::informer::{Informer, InformerStats};
+use crate::runtime::informer::Informer;
 use crate::runtime::introspection::{InformerProbe, Introspection};
+use crate::runtime::leader;
+use crate::runtime::manager::WorkloadContext;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::reflector::ReflectorConfig;
 use crate::runtime::workqueue::{QueueConfig, WorkQueue};
@@ -92,31 +96,35 @@ pub struct OperatorHandles {
     pub secrets: Arc<Informer<Secret>>,
 }
 
-impl OperatorHandles {
-    /// Each informer's figures, by resource (for `/debug/cache`).
-    pub fn informer_stats(&self) -> Vec<(&'static str, InformerStats)> {
-        vec![
-            ("databaseclusters", self.clusters.stats()),
-            ("statefulsets", self.statefulsets.stats()),
-            ("services", self.services.stats()),
-            ("secrets", self.secrets.stats()),
-        ]
-    }
-
-    /// Whether every informer has applied its first list (for `/readyz`).
-    pub fn synced(&self) -> bool {
-        self.clusters.cache().is_synced()
-            && self.statefulsets.cache().is_synced()
-            && self.services.cache().is_synced()
-            && self.secrets.cache().is_synced()
-    }
-}
-
 /// The operator, built but not yet running.
 pub struct Operator {
     controller: Controller<DatabaseCluster>,
     context: Arc<Context>,
     handles: OperatorHandles,
+}
+
+impl std::fmt::Debug for OperatorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorOptions")
+            .field("namespace", &self.namespace)
+            .field("workers", &self.workers)
+            .field("reconcile_timeout", &self.reconcile_timeout)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for OperatorHandles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorHandles").field("queue_len", &self.queue.len()).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator").field("handles", &self.handles).finish_non_exhaustive()
+    }
 }
 
 impl Operator {
@@ -194,13 +202,26 @@ impl Operator {
     }
 }
 
-/// Builds the operator on `client` and runs it until `shutdown` resolves.
-pub async fn run_operator(
-    client: Client,
-    options: OperatorOptions,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), OperatorError> {
-    Operator::new(client, options).run(shutdown).await
+/// The operator in the manager's two stages: on every replica its informers start and are
+/// registered with the endpoints (`/readyz`, `/debug/*`, informer metrics), so standbys keep warm
+/// caches; the returned stage runs its workers while leading, until `stop` is cancelled.
+pub async fn workload(
+    context: WorkloadContext,
+) -> Result<impl FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), OperatorError>>, OperatorError> {
+    let options = OperatorOptions {
+        namespace: context.namespace,
+        workers: context.workers,
+        shutdown_timeout: context.shutdown_timeout,
+        instance: leader::default_identity(),
+        metrics: context.metrics,
+        ..OperatorOptions::default()
+    };
+    let operator = Operator::new(context.client, options);
+    operator.register(&context.view);
+    operator.start_informers();
+    Ok(move |stop: CancellationToken| -> BoxFuture<'static, Result<(), OperatorError>> {
+        Box::pin(operator.run(stop.cancelled_owned()))
+    })
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>

@@ -39,15 +39,14 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
 
+use super::drift::{keep_immutable_fields, needs_update};
 use super::events::EventPublisher;
+use super::events::{EventNote, scaling_event, status_events};
 use super::resources::{
     FIELD_MANAGER, Owner, OwnerError, app_secret_name, app_secret_password, build_app_secret,
-    build_headless_service, build_statefulset, foreign_controller, headless_service_name,
-    keep_immutable_fields, needs_update, statefulset_name,
+    build_headless_service, build_statefulset, foreign_controller, headless_service_name, statefulset_name,
 };
-use super::status::{
-    EventNote, compute_status, initial_status, is_first_pass, needs_requeue, scaling_event, status_events,
-};
+use super::status::{compute_status, initial_status, is_first_pass, needs_requeue};
 use super::types::{DatabaseCluster, DatabaseClusterStatus};
 use super::validation::{SpecError, validate};
 use crate::runtime::ObjectKey;
@@ -74,6 +73,12 @@ pub struct Context {
     pub secrets: Arc<Cache<Secret>>,
     /// Where Events go.
     pub events: EventPublisher,
+}
+
+impl Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("events", &self.events).finish_non_exhaustive()
+    }
 }
 
 /// Why a pass failed.
@@ -155,8 +160,8 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         Ok(spec) => spec,
         Err(error) => {
             let observed = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
-            write_status(ctx, cluster, compute_status(cluster, observed.as_deref(), Timestamp::now()))
-                .await?;
+            let status = compute_status(cluster, Err(&error), observed.as_deref(), Timestamp::now());
+            write_status(ctx, cluster, status).await?;
             return Err(Error::InvalidSpec(error));
         }
     };
@@ -198,7 +203,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     };
     report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
 
-    let status = compute_status(cluster, Some(&sts), Timestamp::now());
+    let status = compute_status(cluster, Ok(&spec), Some(&sts), Timestamp::now());
     let ready = status.ready_replicas;
     tracing::info!(ready, desired = cluster.spec.replicas, "observed StatefulSet");
     let converging = needs_requeue(&status);

@@ -1,5 +1,5 @@
-//! Pure builders of a DatabaseCluster's children, and the comparison that decides whether a live
-//! child needs a write.
+//! Pure builders of a DatabaseCluster's children. Whether a live child needs a write is decided in
+//! `drift`.
 //!
 //! Children: the headless Service `<name>` (the StatefulSet's `serviceName`), the Secret
 //! `<name>-app` with the connection details, and the StatefulSet `<name>`. Each carries the
@@ -9,8 +9,8 @@
 //! # Writing children without clobbering anyone else's fields
 //!
 //! A builder returns **exactly the fields the operator owns**, nothing defaulted and nothing
-//! copied from the live object (except [`keep_immutable_fields`]). Reconcile writes that object
-//! with **server-side apply**, field manager [`FIELD_MANAGER`], `force = true`
+//! copied from the live object (except what `drift::keep_immutable_fields` copies). Reconcile
+//! writes that object with **server-side apply**, field manager [`FIELD_MANAGER`], `force = true`
 //! (`PatchParams::apply(FIELD_MANAGER).force()` with `Patch::Apply(&desired)`): one request that
 //! creates or updates, needs no prior GET or resourceVersion, and leaves every field another
 //! manager set untouched: a user's annotations and labels, a webhook's sidecar, an HPA's or a
@@ -22,10 +22,9 @@
 //! or as the body of a create: maps (labels, annotations) still merge, but lists the operator
 //! sets (containers, ports) are replaced whole.
 //!
-//! Either way, reconcile writes only when [`needs_update`] says the live object differs from the
-//! desired one in a field the operator owns, so a pass over an unchanged cluster makes no write
-//! (and triggers no watch event, so no further pass). For the StatefulSet, reconcile first calls
-//! [`keep_immutable_fields`] with the live object.
+//! Either way, reconcile writes only when `drift::needs_update` says the live object differs from
+//! the desired one in a field the operator owns, so a pass over an unchanged cluster makes no
+//! write (and triggers no watch event, so no further pass).
 //!
 //! The Secret is the exception to "apply whenever": its password must never change. When the
 //! cache holds no `<name>-app`, reconcile draws a password and **creates** the Secret (POST, not
@@ -49,8 +48,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
-use serde::Serialize;
-use serde_json::Value;
 use thiserror::Error;
 
 use super::types::DatabaseCluster;
@@ -439,101 +436,14 @@ fn data_volume_claim(owner: &Owner, spec: &ValidSpec) -> PersistentVolumeClaim {
     }
 }
 
-/// Copies from the live StatefulSet the fields the API server refuses to change
-/// (`volumeClaimTemplates`), so that an update never fails on them; a larger `storageSize` is not
-/// applied to an existing StatefulSet.
-pub fn keep_immutable_fields(desired: &mut StatefulSet, live: &StatefulSet) {
-    if let (Some(desired), Some(live)) = (desired.spec.as_mut(), live.spec.as_ref()) {
-        desired.volume_claim_templates.clone_from(&live.volume_claim_templates);
-    }
-}
-
-/// Whether `live` differs from `desired` in a field `desired` sets, i.e. whether a write is due.
-///
-/// Fields `desired` leaves out belong to others (server defaults, users, other controllers) and
-/// are ignored. Lists of objects match entry by entry in any order and may hold extra entries
-/// (another manager's container or env var); lists of scalars (commands, access modes) and empty
-/// lists must be equal. An empty value (`null`, `false`, `0`, `""`, `[]`, `{}`) in `desired` also
-/// matches an absent field, since the API server drops such values; so a builder marks an owned
-/// list that is now empty with `[]` rather than leaving it out.
-pub fn needs_update<K: Serialize>(desired: &K, live: &K) -> bool {
-    match (serde_json::to_value(desired), serde_json::to_value(live)) {
-        (Ok(desired), Ok(live)) => !covers(&live, &desired),
-        // Invariant: k8s-openapi objects always serialise to JSON; were they not to, writing is
-        // the safe answer.
-        _ => true,
-    }
-}
-
-/// Whether `live` holds every field of `desired` with the same value (see [`needs_update`]).
-fn covers(live: &Value, desired: &Value) -> bool {
-    match (live, desired) {
-        (Value::Object(live), Value::Object(desired)) => {
-            desired.iter().all(|(key, want)| match live.get(key) {
-                Some(have) => covers(have, want),
-                None => is_empty(want),
-            })
-        }
-        (Value::Array(live), Value::Array(desired))
-            if !desired.is_empty() && desired.iter().all(Value::is_object) =>
-        {
-            desired.iter().all(|want| live.iter().any(|have| covers(have, want)))
-        }
-        (Value::Null, want) => is_empty(want),
-        (have, want) => have == want,
-    }
-}
-
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.values().all(is_empty),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD;
-    use serde_json::json;
+    use serde_json::Value;
 
     use super::*;
-    use crate::databasecluster::types::DatabaseClusterSpec;
-    use crate::databasecluster::validation::validate_spec;
-
-    const PASSWORD: &str = "Xq7:p@ss/w0rd%UNIQUE";
-
-    fn cluster() -> DatabaseCluster {
-        let mut cluster = DatabaseCluster::new(
-            "production-postgres",
-            DatabaseClusterSpec {
-                replicas: 3,
-                version: "15.4".into(),
-                storage_size: "1Gi".into(),
-                backup_schedule: None,
-                postgres_config: None,
-            },
-        );
-        cluster.metadata.namespace = Some("default".into());
-        cluster.metadata.uid = Some("8d3c2c0e-uid".into());
-        cluster
-    }
-
-    fn owner() -> Owner {
-        Owner::of(&cluster()).unwrap()
-    }
-
-    fn statefulset_for(cluster: &DatabaseCluster) -> StatefulSet {
-        build_statefulset(&Owner::of(cluster).unwrap(), &validate_spec(&cluster.spec).unwrap())
-    }
-
-    fn statefulset() -> StatefulSet {
-        statefulset_for(&cluster())
-    }
+    use crate::databasecluster::fixtures::{PASSWORD, UID, owner, seed, statefulset, statefulset_for};
 
     fn container(sts: &StatefulSet) -> &Container {
         let containers = &sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers;
@@ -558,7 +468,7 @@ mod tests {
 
     #[test]
     fn an_owner_needs_the_name_namespace_and_uid_the_server_assigned() {
-        let mut cluster = cluster();
+        let mut cluster = seed();
         cluster.metadata.uid = None;
         assert_eq!(Owner::of(&cluster), Err(OwnerError::MissingMetadata("uid")));
         cluster.metadata.namespace = None;
@@ -575,7 +485,7 @@ mod tests {
                     api_version: "databases.madmmas.dev/v1alpha1".into(),
                     kind: "DatabaseCluster".into(),
                     name: "production-postgres".into(),
-                    uid: "8d3c2c0e-uid".into(),
+                    uid: UID.into(),
                     controller: Some(true),
                     block_owner_deletion: Some(true),
                 }],
@@ -647,7 +557,7 @@ mod tests {
 
     #[test]
     fn the_data_volume_claim_has_the_canonical_storage_size() {
-        let mut cluster = cluster();
+        let mut cluster = seed();
         cluster.spec.storage_size = "1.5Gi".into();
         let sts = statefulset_for(&cluster);
         let claims = sts.spec.unwrap().volume_claim_templates.unwrap();
@@ -727,7 +637,7 @@ mod tests {
     fn postgres_config_becomes_sorted_server_arguments() {
         let sts = statefulset();
         assert_eq!(container(&sts).args, Some(Vec::new()));
-        let mut cluster = cluster();
+        let mut cluster = seed();
         cluster.spec.postgres_config = Some(BTreeMap::from([
             ("shared_buffers".to_owned(), "256MB".to_owned()),
             ("max_connections".to_owned(), "200".to_owned()),
@@ -797,127 +707,6 @@ mod tests {
             children().into_iter().map(|c| c.2).collect::<Vec<_>>(),
             children().into_iter().map(|c| c.2).collect::<Vec<_>>()
         );
-    }
-
-    /// The desired StatefulSet as a server would return it: with identity, defaults, other
-    /// managers' fields and status added.
-    fn as_stored(sts: &StatefulSet) -> Value {
-        let mut live = serde_json::to_value(sts).unwrap();
-        live["metadata"]["uid"] = json!("sts-uid");
-        live["metadata"]["resourceVersion"] = json!("42");
-        live["metadata"]["generation"] = json!(1);
-        live["metadata"]["annotations"] = json!({"team.example.com/owner": "payments"});
-        live["metadata"]["labels"]["team"] = json!("payments");
-        live["spec"]["podManagementPolicy"] = json!("OrderedReady");
-        live["spec"]["revisionHistoryLimit"] = json!(10);
-        live["spec"]["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
-        let pod = &mut live["spec"]["template"]["spec"];
-        pod["restartPolicy"] = json!("Always");
-        pod["dnsPolicy"] = json!("ClusterFirst");
-        let container = &mut pod["containers"][0];
-        container["imagePullPolicy"] = json!("IfNotPresent");
-        container["terminationMessagePath"] = json!("/dev/termination-log");
-        container["readinessProbe"]["successThreshold"] = json!(1);
-        container["env"].as_array_mut().unwrap().push(json!({"name": "TZ", "value": "UTC"}));
-        pod["containers"].as_array_mut().unwrap().push(json!({"name": "exporter", "image": "exporter:1"}));
-        live["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"] = json!("Filesystem");
-        live["spec"]["volumeClaimTemplates"][0]["status"] = json!({"phase": "Pending"});
-        live["status"] = json!({"replicas": 3, "readyReplicas": 3});
-        live
-    }
-
-    fn stored(value: Value) -> StatefulSet {
-        serde_json::from_value(value).unwrap()
-    }
-
-    #[test]
-    fn nothing_needs_writing_when_only_others_fields_differ() {
-        let desired = statefulset();
-        assert!(!needs_update(&desired, &desired));
-        assert!(!needs_update(&desired, &stored(as_stored(&desired))));
-    }
-
-    #[test]
-    fn drift_in_an_owned_field_needs_a_write() {
-        let desired = statefulset();
-        let drifted = |edit: &dyn Fn(&mut Value)| {
-            let mut live = as_stored(&desired);
-            edit(&mut live);
-            needs_update(&desired, &stored(live))
-        };
-        assert!(drifted(&|live| live["spec"]["replicas"] = json!(5)), "replicas");
-        assert!(drifted(
-            &|live| live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("postgres:15.5")
-        ));
-        assert!(drifted(&|live| live["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("other")));
-        assert!(drifted(&|live| {
-            live["metadata"]["labels"].as_object_mut().unwrap().remove("app.kubernetes.io/component");
-        }));
-        assert!(drifted(&|live| {
-            live["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"] =
-                json!(["pg_isready"])
-        }));
-        assert!(drifted(&|live| {
-            live["spec"]["template"]["spec"]["containers"][0]["env"] =
-                json!([{"name": "PGDATA", "value": "/x"}])
-        }));
-        assert!(drifted(&|live| {
-            live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("1Gi")
-        }));
-        assert!(drifted(&|live| live["metadata"]["ownerReferences"] = json!([])));
-    }
-
-    #[test]
-    fn removing_postgres_config_needs_a_write() {
-        let mut configured = cluster();
-        configured.spec.postgres_config = Some(BTreeMap::from([("work_mem".to_owned(), "8MB".to_owned())]));
-        let live = stored(as_stored(&statefulset_for(&configured)));
-        let desired = statefulset();
-        assert!(needs_update(&desired, &live), "the old -c arguments must be removed");
-        let mut without_args = as_stored(&desired);
-        without_args["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("args");
-        assert!(!needs_update(&desired, &stored(without_args)), "the server drops an empty args list");
-    }
-
-    #[test]
-    fn scalar_lists_must_match_in_order() {
-        let desired = json!({"command": ["a", "b"]});
-        assert!(covers(&json!({"command": ["a", "b"]}), &desired));
-        assert!(!covers(&json!({"command": ["b", "a"]}), &desired));
-        assert!(!covers(&json!({"command": ["a", "b", "c"]}), &desired));
-    }
-
-    #[test]
-    fn empty_desired_values_match_absent_fields() {
-        assert!(covers(&json!({}), &json!({"a": null, "b": [], "c": {}, "d": "", "e": false, "f": 0})));
-        assert!(!covers(&json!({}), &json!({"a": true})));
-        assert!(!covers(&json!({"a": {}}), &json!({"a": {"b": 1}})));
-    }
-
-    #[test]
-    fn secrets_compare_equal_when_the_password_is_reused() {
-        let desired = build_app_secret(&owner(), PASSWORD);
-        let mut live = serde_json::to_value(&desired).unwrap();
-        live["metadata"]["annotations"] = json!({"reflector/enabled": "true"});
-        let live: Secret = serde_json::from_value(live).unwrap();
-        assert!(!needs_update(&desired, &live));
-        let regenerated = build_app_secret(&owner(), "another");
-        assert!(needs_update(&regenerated, &live));
-    }
-
-    #[test]
-    fn an_existing_statefulset_keeps_its_volume_claim_templates() {
-        let live = stored(as_stored(&statefulset()));
-        let mut larger = cluster();
-        larger.spec.storage_size = "2Gi".into();
-        let mut desired = statefulset_for(&larger);
-        assert!(needs_update(&desired, &live), "the claim template differs");
-        keep_immutable_fields(&mut desired, &live);
-        assert_eq!(
-            desired.spec.as_ref().unwrap().volume_claim_templates,
-            live.spec.as_ref().unwrap().volume_claim_templates
-        );
-        assert!(!needs_update(&desired, &live));
     }
 
     #[test]

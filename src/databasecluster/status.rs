@@ -1,5 +1,5 @@
 //! The DatabaseCluster's status as a pure function of the cluster, its observed StatefulSet and the
-//! time, and the Events a change of status implies.
+//! time. The Events a change of status implies are in `events`.
 //!
 //! Conditions follow `metav1.Condition`: `Ready` (the summary), `Degraded` and `Upgrading`, each
 //! with the cluster's generation as `observedGeneration`; `lastTransitionTime` moves only when a
@@ -13,15 +13,13 @@
 //! A simulated StatefulSet controller must therefore maintain `observedGeneration`,
 //! `currentRevision`, `updateRevision` and `updatedReplicas` as the real one does.
 
-use std::fmt::Display;
-
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::resources::POSTGRES_CONTAINER;
 use super::types::{DatabaseCluster, DatabaseClusterStatus, Phase};
-use super::validation::validate;
+use super::validation::{SpecError, ValidSpec};
 
 /// Condition types the operator owns.
 pub mod condition {
@@ -80,12 +78,14 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
     }
 }
 
-/// The status of `cluster` given its StatefulSet as observed (`None` if there is none yet).
+/// The status of `cluster` given the pass's validation of its spec (`valid`: reconcile validates
+/// once and passes the result on) and its StatefulSet as observed (`None` if there is none yet).
 ///
 /// Phase: Failed if the spec is invalid, Upgrading while a version change rolls out, otherwise
 /// Provisioning (no replica ready), Degraded (some) or Running (all).
 pub fn compute_status(
     cluster: &DatabaseCluster,
+    valid: Result<&ValidSpec, &SpecError>,
     observed: Option<&StatefulSet>,
     now: Timestamp,
 ) -> DatabaseClusterStatus {
@@ -97,8 +97,7 @@ pub fn compute_status(
         Some(Rollout { version: Some(version), complete: true }) => Some(version.clone()),
         _ => previous.current_version.clone(),
     };
-    let valid = validate(cluster);
-    let spec_version = valid.as_ref().ok().map(|spec| spec.version.as_str().to_owned());
+    let spec_version = valid.ok().map(|spec| spec.version.as_str().to_owned());
     let template_version = rollout.and_then(|rollout| rollout.version);
     let upgrade_target = current_version.as_ref().and_then(|running| {
         [spec_version.as_ref(), template_version.as_ref()]
@@ -109,7 +108,7 @@ pub fn compute_status(
     });
 
     let mut conditions = ConditionSetter::new(previous.conditions, cluster.metadata.generation, now);
-    match &valid {
+    match valid {
         Err(error) => conditions.set(condition::READY, "False", reason::INVALID_SPEC, error.to_string()),
         Ok(_) if ready >= desired => conditions.set(
             condition::READY,
@@ -274,151 +273,28 @@ pub fn find_condition<'a>(status: &'a DatabaseClusterStatus, type_: &str) -> Opt
     status.conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// The type of an Event: routine, or worth someone's attention.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    /// Something expected happened.
-    Normal,
-    /// Something needs attention.
-    Warning,
-}
-
-impl EventType {
-    /// The type as written in an Event.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
-
-/// An Event to publish about a DatabaseCluster (events.k8s.io/v1 fields), as pure data: reconcile
-/// only sends it. Notes never hold a secret.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventNote {
-    /// Normal or Warning.
-    pub type_: EventType,
-    /// CamelCase reason, e.g. `UpgradeStarted`.
-    pub reason: String,
-    /// What the operator did or failed to do, e.g. `Upgrade`.
-    pub action: &'static str,
-    /// Human-readable details, at most [`EventNote::MAX_NOTE_BYTES`].
-    pub note: String,
-}
-
-impl EventNote {
-    /// The API's limit on an Event's note.
-    pub const MAX_NOTE_BYTES: usize = 1024;
-
-    fn new(type_: EventType, reason: impl Into<String>, action: &'static str, note: String) -> Self {
-        EventNote { type_, reason: reason.into(), action, note: truncate(note, Self::MAX_NOTE_BYTES) }
-    }
-
-    /// A child object was created, e.g. reason `CreatedStatefulSet`.
-    pub fn created(kind: &str, name: &str) -> Self {
-        EventNote::new(
-            EventType::Normal,
-            format!("Created{kind}"),
-            "Create",
-            format!("Created {kind} {name}"),
-        )
-    }
-
-    /// A pass failed; the error is retried with backoff.
-    pub fn reconcile_error(error: &dyn Display) -> Self {
-        EventNote::new(EventType::Warning, "ReconcileError", "Reconcile", error.to_string())
-    }
-}
-
-fn truncate(mut text: String, max_bytes: usize) -> String {
-    if text.len() > max_bytes {
-        let mut end = max_bytes;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
-}
-
-/// The Events implied by a change of status from `old` (the live status, if any) to `new`:
-/// UpgradeStarted and UpgradeCompleted when `Upgrading` flips, and InvalidSpec (Warning) once per
-/// generation whose spec is invalid. An unchanged status implies none.
-pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
-    let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
-    let now = |type_: &str| find_condition(new, type_);
-    let mut events = Vec::new();
-
-    let was_upgrading = was(condition::UPGRADING).is_some_and(|c| c.status == "True");
-    match now(condition::UPGRADING) {
-        Some(c) if c.status == "True" && !was_upgrading => {
-            events.push(EventNote::new(EventType::Normal, "UpgradeStarted", "Upgrade", c.message.clone()));
-        }
-        Some(c) if c.status == "False" && c.reason == reason::UPGRADE_COMPLETE && was_upgrading => {
-            let version = new.current_version.as_deref().unwrap_or_default();
-            let note = format!("Upgrade to {version} complete");
-            events.push(EventNote::new(EventType::Normal, "UpgradeCompleted", "Upgrade", note));
-        }
-        _ => {}
-    }
-
-    if let Some(ready) = now(condition::READY).filter(|c| c.reason == reason::INVALID_SPEC) {
-        let reported = was(condition::READY).is_some_and(|c| c.reason == reason::INVALID_SPEC)
-            && old.and_then(|old| old.observed_generation) == new.observed_generation;
-        if !reported {
-            events.push(EventNote::new(
-                EventType::Warning,
-                reason::INVALID_SPEC,
-                "Validate",
-                ready.message.clone(),
-            ));
-        }
-    }
-    events
-}
-
-/// The Event for a write that changes the StatefulSet's replicas: ScalingUp or ScalingDown.
-pub fn scaling_event(live: &StatefulSet, desired: &StatefulSet) -> Option<EventNote> {
-    // An unset `replicas` means 1, as the API server defaults it.
-    let replicas = |sts: &StatefulSet| sts.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
-    let (from, to) = (replicas(live), replicas(desired));
-    let reason = match from.cmp(&to) {
-        std::cmp::Ordering::Less => "ScalingUp",
-        std::cmp::Ordering::Greater => "ScalingDown",
-        std::cmp::Ordering::Equal => return None,
-    };
-    Some(EventNote::new(EventType::Normal, reason, "Scale", format!("Scaling from {from} to {to} replicas")))
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
 
     use super::*;
+    use crate::databasecluster::events::{EventType, scaling_event, status_events};
+    use crate::databasecluster::fixtures::cluster;
+    use crate::databasecluster::validation::validate;
+
+    /// [`super::compute_status`] with the validation reconcile does first.
+    fn compute_status(
+        cluster: &DatabaseCluster,
+        observed: Option<&StatefulSet>,
+        now: Timestamp,
+    ) -> DatabaseClusterStatus {
+        super::compute_status(cluster, validate(cluster).as_ref(), observed, now)
+    }
     use crate::databasecluster::resources::{Owner, build_statefulset};
-    use crate::databasecluster::types::DatabaseClusterSpec;
     use crate::databasecluster::validation::validate_spec;
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + second).unwrap()
-    }
-
-    fn cluster(replicas: i32, version: &str, generation: i64) -> DatabaseCluster {
-        let mut cluster = DatabaseCluster::new(
-            "production-postgres",
-            DatabaseClusterSpec {
-                replicas,
-                version: version.into(),
-                storage_size: "1Gi".into(),
-                backup_schedule: None,
-                postgres_config: None,
-            },
-        );
-        cluster.metadata.namespace = Some("default".into());
-        cluster.metadata.uid = Some("uid-1".into());
-        cluster.metadata.generation = Some(generation);
-        cluster
     }
 
     /// The cluster as the next pass reads it, after this pass wrote `status`.
@@ -823,16 +699,5 @@ mod tests {
         assert_eq!(image_tag("postgres:15.4@sha256:abc"), Some("15.4"));
         assert_eq!(image_tag("registry:5000/postgres"), None);
         assert_eq!(image_tag("postgres"), None);
-    }
-
-    #[test]
-    fn event_notes_are_bounded_and_reasons_are_camel_case() {
-        let long = "é".repeat(1000);
-        let error = EventNote::reconcile_error(&long);
-        assert!(error.note.len() <= EventNote::MAX_NOTE_BYTES && error.note.starts_with('é'));
-        assert_eq!((error.type_, error.reason.as_str()), (EventType::Warning, "ReconcileError"));
-        let created = EventNote::created("StatefulSet", "production-postgres");
-        assert_eq!(created.reason, "CreatedStatefulSet");
-        assert_eq!(created.note, "Created StatefulSet production-postgres");
     }
 }

@@ -244,17 +244,8 @@ fn is_parameter_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::databasecluster::fixtures::spec;
     use crate::databasecluster::types::{DEFAULT_STORAGE_SIZE, DatabaseClusterStatus};
-
-    fn spec(replicas: i32, version: &str, storage: &str) -> DatabaseClusterSpec {
-        DatabaseClusterSpec {
-            replicas,
-            version: version.into(),
-            storage_size: storage.into(),
-            backup_schedule: None,
-            postgres_config: None,
-        }
-    }
 
     #[test]
     fn a_valid_spec_parses_every_field() {

@@ -13,6 +13,7 @@ pub mod informer;
 pub mod introspection;
 pub mod key;
 pub mod leader;
+pub mod manager;
 pub mod metrics;
 pub mod process_metrics;
 pub mod reflector;

@@ -8,7 +8,8 @@
 //! built-in defaults (`defaults`), custom-resource schemas ([`schema`], via `admission`) and the
 //! patch formats (`patch`, `apply`) on the way. Background tasks: garbage collection (`gc`) and
 //! the simulated kubelet, StatefulSet, Job and CronJob controllers (`controllers`). Tests steer
-//! faults through [`Faults`] and read the [`RequestRecord`] log; [`demo`] is the `demo` command.
+//! faults through [`Faults`] and read the [`RequestRecord`] log. The `demo` command (`cli::demo`)
+//! prints its live table with kubectl's [`json_path`] and [`age`].
 
 mod admission;
 mod api_error;
@@ -16,7 +17,6 @@ mod apply;
 mod cluster;
 mod controllers;
 mod defaults;
-pub mod demo;
 mod discovery;
 mod faults;
 mod gc;
@@ -44,6 +44,7 @@ use std::time::Duration;
 
 pub use faults::Faults;
 pub use request_log::RequestRecord;
+pub use table::{age, json_path};
 
 use cluster::Cluster;
 

@@ -1,5 +1,6 @@
-//! The end-to-end tests' harness: a simulated API server with the DatabaseCluster CRD installed,
-//! the operator started exactly as `run` starts it, and bounded waits on watches (never sleeps).
+//! The tests' harness: a simulated API server with the DatabaseCluster CRD installed, the
+//! operator started exactly as `run` starts it, and the one bounded wait, [`eventually`], that
+//! every test polls with (its timeout says what was expected and what was last seen).
 
 // Each e2e test file uses a different part of the harness.
 #![allow(dead_code)]
@@ -91,15 +92,10 @@ impl TestCluster {
 /// Waits until Events with each of `reasons` exist about `name` (an Event is published right
 /// after the status write that implies it); returns every Event's reason.
 pub async fn await_event_reasons(cluster: &TestCluster, name: &str, reasons: &[&str]) -> Vec<String> {
-    within(&format!("events {reasons:?}"), async {
-        loop {
-            let seen: Vec<String> =
-                cluster.events_about(name).await.into_iter().filter_map(|e| e.reason).collect();
-            if reasons.iter().all(|r| seen.iter().any(|s| s == r)) {
-                return seen;
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+    eventually(&format!("events {reasons:?} about {name}"), WAIT_LIMIT, || async {
+        let seen: Vec<String> =
+            cluster.events_about(name).await.into_iter().filter_map(|e| e.reason).collect();
+        if reasons.iter().all(|r| seen.iter().any(|s| s == r)) { Ok(seen) } else { Err(seen) }
     })
     .await
 }
@@ -193,6 +189,34 @@ impl RunningOperator {
     }
 }
 
+/// Polls `condition` every [`POLL_INTERVAL`] until it returns `Ok(value)`, for at most `limit`
+/// (simulated time under a paused clock), and returns the value. `Err(seen)` means "not yet" and
+/// carries what was seen: on timeout the test fails saying what it waited for and what it saw last.
+pub async fn eventually<T, Seen, Fut>(what: &str, limit: Duration, mut condition: impl FnMut() -> Fut) -> T
+where
+    Fut: Future<Output = Result<T, Seen>>,
+    Seen: Debug,
+{
+    let mut last_seen = None;
+    let polling = async {
+        loop {
+            match condition().await {
+                Ok(value) => return value,
+                Err(seen) => last_seen = Some(seen),
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    };
+    let result = tokio::time::timeout(limit, polling).await;
+    match result {
+        Ok(value) => value,
+        Err(_) => match last_seen {
+            Some(seen) => panic!("timed out after {limit:?} waiting for {what}; last seen: {seen:?}"),
+            None => panic!("timed out after {limit:?} waiting for {what}; the condition never answered"),
+        },
+    }
+}
+
 /// Awaits `future`, failing the test if it takes longer than [`WAIT_LIMIT`].
 pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     match tokio::time::timeout(WAIT_LIMIT, future).await {
@@ -217,12 +241,10 @@ pub async fn await_object<K>(api: &Api<K>, name: &str, what: &str, done: impl Fn
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    within(what, async {
-        loop {
-            if let Some(obj) = api.get_opt(name).await.expect("get").filter(|o| done(o)) {
-                return obj;
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
+    eventually(what, WAIT_LIMIT, || async {
+        match api.get_opt(name).await.expect("get") {
+            Some(obj) if done(&obj) => Ok(obj),
+            seen => Err(seen),
         }
     })
     .await
@@ -233,9 +255,10 @@ pub async fn await_absent<K>(api: &Api<K>, name: &str, what: &str)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    within(what, async {
-        while api.get_opt(name).await.expect("get").is_some() {
-            tokio::time::sleep(POLL_INTERVAL).await;
+    eventually(what, WAIT_LIMIT, || async {
+        match api.get_opt(name).await.expect("get") {
+            None => Ok(()),
+            Some(obj) => Err(obj),
         }
     })
     .await
@@ -244,23 +267,22 @@ where
 /// Waits until the operator's cache holds `key` in a state satisfying `done`.
 pub async fn await_cached<K>(cache: &Cache<K>, key: &ObjectKey, what: &str, done: impl Fn(&K) -> bool)
 where
-    K: Resource + Send + Sync + 'static,
+    K: Resource + Debug + Send + Sync + 'static,
 {
-    within(what, async {
-        while cache.get(key).is_none_or(|obj| !done(&obj)) {
-            tokio::time::sleep(POLL_INTERVAL).await;
+    eventually(what, WAIT_LIMIT, || async {
+        match cache.get(key) {
+            Some(obj) if done(&obj) => Ok(()),
+            seen => Err(seen),
         }
     })
     .await
 }
 
-/// Waits until the operator has finished at least `n` passes (polled on its metrics, each poll
-/// after a simulated millisecond).
+/// Waits until the operator has finished at least `n` passes (polled on its metrics).
 pub async fn await_passes(operator: &RunningOperator, n: u64) {
-    within(&format!("{n} reconcile passes"), async {
-        while operator.passes() < n {
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+    eventually(&format!("{n} reconcile passes"), WAIT_LIMIT, || async {
+        let passes = operator.passes();
+        if passes >= n { Ok(()) } else { Err(format!("{passes} passes")) }
     })
     .await
 }
@@ -280,9 +302,11 @@ pub fn settled(operator: &RunningOperator) -> bool {
 pub async fn reconcile_now(operator: &RunningOperator, key: &ObjectKey) {
     let before = operator.passes();
     operator.handles.queue.add(key.clone());
-    within("a pass of the enqueued key", async {
-        while operator.passes() <= before || !settled(operator) {
-            tokio::time::sleep(POLL_INTERVAL).await;
+    eventually("a pass of the enqueued key, then a settled queue", WAIT_LIMIT, || async {
+        if operator.passes() > before && settled(operator) {
+            Ok(())
+        } else {
+            Err(operator.handles.queue.snapshot())
         }
     })
     .await

@@ -1,0 +1,321 @@
+//! `dbcluster-operator demo`: the simulated cluster on loopback with a kubeconfig for kubectl, the
+//! DatabaseCluster CRD installed, the sample cluster applied, the operator running in process
+//! under the same [`Manager`] as `run` (so `/metrics`, `/healthz`, `/readyz` and `/debug/*` are
+//! served), and the clusters' progress printed as a live table like
+//! `kubectl get databasecluster -w`, until a signal stops it.
+//!
+//! The table owns the terminal, so the operator's log goes to a file (text, no colours) whose
+//! path is printed at start with the endpoints' addresses. The endpoints default to free loopback
+//! ports, so two demos never collide.
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceColumnDefinition, CustomResourceDefinition,
+};
+use kube::api::WatchParams;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent};
+use serde_json::Value;
+
+use crate::cli::{logging, run};
+use crate::databasecluster::operator;
+use crate::databasecluster::types::{self, DatabaseCluster};
+use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
+use crate::sim::{SimConfig, SimError, SimServer};
+
+/// The sample the demo applies: the seed's `production-postgres`.
+const SAMPLE: &str = include_str!("../../manifests/samples/databasecluster.yaml");
+
+/// Concurrent reconciles in the demo (as many as the operator's default).
+const DEMO_WORKERS: usize = 4;
+
+/// How long reconciles in flight may take after Ctrl-C.
+const DEMO_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Start the embedded simulated cluster, run the operator on it and show a sample cluster's progress.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Address of the simulated API server (loopback; port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: SocketAddr,
+    /// Where to write the kubeconfig for kubectl.
+    #[arg(long, default_value = "target/demo.kubeconfig")]
+    pub kubeconfig_out: PathBuf,
+    /// Where the operator's /metrics, /debug/queue and /debug/cache are served (port 0: a free one).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub metrics_addr: SocketAddr,
+    /// Where the operator's /healthz and /readyz are served (the same address: one listener for all).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub health_addr: SocketAddr,
+    /// Where the operator's log is written (text), since the table owns the terminal.
+    #[arg(long, value_name = "PATH", default_value = "target/demo.log")]
+    pub log_file: PathBuf,
+}
+
+/// Where the simulated server listens and writes its kubeconfig.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Listening address; port 0 picks a free one.
+    pub addr: SocketAddr,
+    /// Where to write the kubeconfig for kubectl.
+    pub kubeconfig_out: PathBuf,
+}
+
+/// Why the demo stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// The server did not start.
+    #[error(transparent)]
+    Start(#[from] SimError),
+    /// A file the demo writes (the kubeconfig, the log) could not be written.
+    #[error("writing {path}: {source}")]
+    File {
+        /// The path asked for.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A request to the simulated server failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What the demo was doing.
+        what: &'static str,
+        /// The client error.
+        source: kube::Error,
+    },
+    /// The embedded sample or CRD is not what the demo expects.
+    #[error("{0}")]
+    Manifest(String),
+    /// The operator's manager could not start or ended with an error.
+    #[error(transparent)]
+    Manager(#[from] ManagerError),
+    /// The async runtime could not start.
+    #[error("starting the async runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The manager's task panicked.
+    #[error("the operator's task failed: {0}")]
+    Task(String),
+    /// Printing the table failed.
+    #[error("printing the table: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+fn api_error(what: &'static str) -> impl FnOnce(kube::Error) -> DemoError {
+    move |source| DemoError::Api { what, source }
+}
+
+/// A started demo: the server, with the CRD and the sample in it.
+#[derive(Debug)]
+pub struct Demo {
+    server: SimServer,
+    clusters: Api<DynamicObject>,
+    columns: Vec<CustomResourceColumnDefinition>,
+}
+
+impl Demo {
+    /// Starts the server, writes the kubeconfig, installs the CRD and applies the sample.
+    pub async fn start(options: &DemoOptions) -> Result<Demo, DemoError> {
+        let server = SimServer::start_with(SimConfig { addr: options.addr, ..SimConfig::default() }).await?;
+        write_creating_dirs(&options.kubeconfig_out, server.kubeconfig_yaml().as_bytes())?;
+
+        let client = server.client();
+        let crd = types::crd();
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .map_err(api_error("installing the DatabaseCluster CRD"))?;
+        let columns = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .ok_or_else(|| DemoError::Manifest("the CRD stores no version".into()))?
+            .additional_printer_columns
+            .clone()
+            .unwrap_or_default();
+        let resource = ApiResource::erase::<DatabaseCluster>(&());
+        let sample: Value = serde_saphyr::from_str(SAMPLE).map_err(|e| DemoError::Manifest(e.to_string()))?;
+        let name = sample["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let namespace = sample["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &resource)
+            .patch(&name, &PatchParams::apply("dbcluster-demo"), &Patch::Apply(&sample))
+            .await
+            .map_err(api_error("applying the sample DatabaseCluster"))?;
+        let clusters = Api::all_with(client, &resource);
+        Ok(Demo { server, clusters, columns })
+    }
+
+    /// The running server (its address, kubeconfig, faults).
+    pub fn server(&self) -> &SimServer {
+        &self.server
+    }
+
+    /// How to point kubectl at the demo.
+    pub fn instructions(&self, kubeconfig: &Path) -> String {
+        format!(
+            "Simulated Kubernetes API server listening on {url}\n\
+             kubeconfig written to {path}; in another terminal:\n\
+             \n  export KUBECONFIG={path}\n  kubectl get databaseclusters\n  kubectl get statefulsets,pods\n\n",
+            url = self.server.base_url(),
+            path = kubeconfig.display(),
+        )
+    }
+
+    /// Prints the clusters as a table, then one row per change, until `stop` completes; then
+    /// shuts the server down.
+    pub async fn watch_until(
+        self,
+        stop: impl Future<Output = ()>,
+        out: &mut impl Write,
+    ) -> Result<(), DemoError> {
+        tokio::pin!(stop);
+        writeln!(out, "{}", self.header())?;
+        let list = self.clusters.list(&ListParams::default()).await.map_err(api_error("listing clusters"))?;
+        for c in &list.items {
+            writeln!(out, "{}", self.row(c))?;
+        }
+        out.flush()?;
+        let mut rv = list.metadata.resource_version.unwrap_or_default();
+        'rewatch: loop {
+            let stream = self
+                .clusters
+                .watch(&WatchParams::default(), &rv)
+                .await
+                .map_err(api_error("watching clusters"))?;
+            let mut stream = stream.boxed();
+            loop {
+                let event = tokio::select! {
+                    _ = &mut stop => break 'rewatch,
+                    event = stream.try_next() => event,
+                };
+                match event {
+                    Ok(Some(WatchEvent::Added(c) | WatchEvent::Modified(c) | WatchEvent::Deleted(c))) => {
+                        rv = c.metadata.resource_version.clone().unwrap_or(rv);
+                        writeln!(out, "{}", self.row(&c))?;
+                        out.flush()?;
+                    }
+                    Ok(Some(WatchEvent::Bookmark(b))) => rv = b.metadata.resource_version,
+                    // The server ended the watch (timeout) or it failed: watch again from `rv`.
+                    Ok(Some(WatchEvent::Error(_)) | None) | Err(_) => continue 'rewatch,
+                }
+            }
+        }
+        self.server.shutdown().await;
+        Ok(())
+    }
+
+    fn shown_columns(&self) -> impl Iterator<Item = &CustomResourceColumnDefinition> {
+        self.columns.iter().filter(|c| c.priority.unwrap_or(0) == 0)
+    }
+
+    fn header(&self) -> String {
+        let mut cells = vec!["NAME".to_string()];
+        cells.extend(self.shown_columns().map(|c| c.name.to_uppercase()));
+        format_row(&cells)
+    }
+
+    fn row(&self, cluster: &DynamicObject) -> String {
+        let obj = serde_json::to_value(cluster).unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        let mut cells = vec![cluster.metadata.name.clone().unwrap_or_default()];
+        for c in self.shown_columns() {
+            let cell = match (c.type_.as_str(), crate::sim::json_path(&obj, &c.json_path)) {
+                (_, None | Some(Value::Null)) => String::new(),
+                ("date", Some(Value::String(s))) => crate::sim::age(Some(&s), now),
+                (_, Some(Value::String(s))) => s,
+                (_, Some(v)) => v.to_string(),
+            };
+            cells.push(cell);
+        }
+        format_row(&cells)
+    }
+}
+
+fn format_row(cells: &[String]) -> String {
+    let mut line = String::new();
+    for (i, cell) in cells.iter().enumerate() {
+        let width = if i == 0 { 24 } else { 14 };
+        line.push_str(&format!("{cell:<width$}"));
+    }
+    line.trim_end().to_string()
+}
+
+fn write_creating_dirs(path: &Path, contents: &[u8]) -> Result<(), DemoError> {
+    let file_error = |source| DemoError::File { path: path.to_path_buf(), source };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(file_error)?;
+    }
+    std::fs::write(path, contents).map_err(file_error)
+}
+
+/// Where the operator's endpoints and log are, as printed at start.
+fn operator_lines(manager: &Manager, log_file: &Path) -> String {
+    let (metrics, health) = (manager.metrics_addr, manager.health_addr);
+    format!(
+        "Operator metrics: http://{metrics}/metrics  http://{metrics}/debug/queue  http://{metrics}/debug/cache\n\
+         Operator probes:  http://{health}/healthz  http://{health}/readyz\n\
+         Operator log:     {log}\n\n\
+         Press Ctrl-C to stop.\n",
+        log = log_file.display(),
+    )
+}
+
+/// Runs the demo until SIGINT or SIGTERM: start the server and the operator's manager, print the
+/// instructions, the endpoints and the log's path, then the live table. On a signal the manager
+/// shuts the operator down in order first, then the table stops and the server with it.
+pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
+    // Handlers are installed before anything is printed, so a signal is never missed.
+    let signals = os_signals();
+    let options = DemoOptions { addr: args.addr, kubeconfig_out: args.kubeconfig_out.clone() };
+    let demo = Demo::start(&options).await?;
+    let config = ManagerConfig {
+        namespace: None,
+        workers: DEMO_WORKERS,
+        metrics_addr: args.metrics_addr,
+        health_addr: args.health_addr,
+        leader_election: None,
+        shutdown_timeout: DEMO_SHUTDOWN_TIMEOUT,
+    };
+    let manager = run::start(demo.server().client(), &demo.server().base_url(), config).await?;
+    let mut out = std::io::stdout();
+    write!(
+        out,
+        "{}{}",
+        demo.instructions(&options.kubeconfig_out),
+        operator_lines(&manager, &args.log_file)
+    )?;
+    let running = tokio::spawn(manager.run(operator::workload, signals));
+    let mut ended = None;
+    demo.watch_until(async { ended = Some(running.await) }, &mut out).await?;
+    match ended {
+        Some(Ok(Ok(()))) | None => {}
+        Some(Ok(Err(error))) => return Err(error.into()),
+        Some(Err(error)) => return Err(DemoError::Task(error.to_string())),
+    }
+    writeln!(out, "stopped")?;
+    Ok(())
+}
+
+/// `dbcluster-operator demo`: logs to `--log-file`, runs [`run`] on a multi-threaded runtime and
+/// prints one `demo: …` line on failure.
+pub fn main(args: DemoArgs) -> ExitCode {
+    let result = logging::init_file(&args.log_file)
+        .map_err(|source| DemoError::File { path: args.log_file.clone(), source })
+        .and_then(|()| {
+            let runtime = tokio::runtime::Runtime::new().map_err(DemoError::Runtime)?;
+            runtime.block_on(run(args))
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("demo: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
