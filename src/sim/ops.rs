@@ -178,7 +178,8 @@ pub fn create(
         known_fields::check(kind, &mut obj, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
     }
-    let served = if is_crd(kind) { Some(admission::crd_serving(kind, &obj)?) } else { None };
+    let served =
+        if is_crd(kind) { Some(admission::crd_serving(kind, &obj, None, state.version)?) } else { None };
     initialise_kind(kind, &mut obj, &now);
     let written = obj.clone();
     record_write(kind, cx, None, &mut obj, &written);
@@ -328,7 +329,11 @@ pub fn update(
         defaults::apply(&kind.group, &kind.plural, &mut new);
         immutable::check_update(kind, &old, &new)?;
     }
-    let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
+    let served = if is_crd(kind) {
+        Some(admission::crd_serving(kind, &new, Some(&old), state.version)?)
+    } else {
+        None
+    };
     if kind.generation {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         let bumped =
