@@ -24,6 +24,7 @@ mod handlers;
 mod immutable;
 mod known_fields;
 mod meta;
+mod names;
 mod openapi;
 mod ops;
 mod patch;

@@ -11,6 +11,7 @@ use crate::sim::gc::GcWork;
 use crate::sim::immutable;
 use crate::sim::known_fields;
 use crate::sim::meta::{self, Manager};
+use crate::sim::names::{self, NameRule};
 use crate::sim::resources::{Kind, established_crd_status};
 use crate::sim::state::State;
 
@@ -130,9 +131,13 @@ pub fn create(
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
+    let mut generated_from = None;
     let name = match (obj["metadata"]["name"].as_str(), obj["metadata"]["generateName"].as_str()) {
         (Some(n), _) if !n.is_empty() => n.to_string(),
-        (_, Some(prefix)) if !prefix.is_empty() => meta::generated_name(prefix),
+        (_, Some(prefix)) if !prefix.is_empty() => {
+            generated_from = Some(prefix.to_string());
+            meta::generated_name(prefix)
+        }
         _ => {
             return Err(ApiError::invalid(
                 kind,
@@ -145,6 +150,12 @@ pub fn create(
             ));
         }
     };
+    let mut causes =
+        names::name_causes(NameRule::of(&kind.group, &kind.plural), &name, generated_from.as_deref());
+    causes.extend(names::label_and_annotation_causes(&obj["metadata"]));
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(kind, &name, causes));
+    }
     if state.store.get(&kind.storage_key(), ns, &name).is_some() {
         return Err(ApiError::already_exists(kind, &name));
     }
@@ -321,6 +332,10 @@ pub fn update(
                 field: "metadata.finalizers".into(),
             }],
         ));
+    }
+    let causes = names::label_and_annotation_causes(&new["metadata"]);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(kind, name, causes));
     }
     if kind.custom {
         admission::admit_custom(kind, &mut new, Some(&old), cx.strict)?;
