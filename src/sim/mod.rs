@@ -18,6 +18,7 @@ mod controllers;
 mod defaults;
 pub mod demo;
 mod discovery;
+mod events;
 mod faults;
 mod gc;
 mod handlers;

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::defaults;
+use crate::sim::events;
 use crate::sim::gc::GcWork;
 use crate::sim::immutable;
 use crate::sim::known_fields;
@@ -189,6 +190,7 @@ pub fn create(
         known_fields::check(kind, &mut obj, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
     }
+    store_event_as_core(kind, &mut obj, &name)?;
     let served =
         if is_crd(kind) { Some(admission::crd_serving(kind, &obj, None, state.version)?) } else { None };
     initialise_kind(kind, &mut obj, &now);
@@ -235,6 +237,18 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
         }
         _ => {}
     }
+}
+
+/// For Events of either version: converts an `events.k8s.io/v1` one to the stored core shape,
+/// then validates it.
+fn store_event_as_core(kind: &Kind, obj: &mut Value, name: &str) -> Result<(), ApiError> {
+    if events::is_events_v1(kind) {
+        events::to_core(obj);
+    } else if !(kind.group.is_empty() && kind.plural == "events") {
+        return Ok(());
+    }
+    let causes = events::causes(kind, obj);
+    if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
 }
 
 fn is_crd(kind: &Kind) -> bool {
@@ -342,6 +356,7 @@ pub fn update(
     } else {
         known_fields::check(kind, &mut new, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut new);
+        store_event_as_core(kind, &mut new, name)?;
         immutable::check_update(kind, &old, &new)?;
     }
     let served = if is_crd(kind) {
@@ -513,7 +528,12 @@ pub fn remove(state: &mut State, kind: &Kind, namespace: &str, name: &str) -> Op
         let names: Vec<(String, String)> =
             state.store.list(&key, None).map(crate::sim::store::object_name).collect();
         for (ns, n) in names {
-            state.store.remove(&key, &ns, &n);
+            // Each custom resource goes as any deleted object goes: its dependents are collected.
+            let Some(resource) = state.store.remove(&key, &ns, &n) else { continue };
+            if let Some(uid) = resource["metadata"]["uid"].as_str() {
+                state.gc_queue.push(GcWork::Dependents(uid.to_string()));
+                state.removed_uids.insert(uid.to_string());
+            }
         }
         state.registry.unserve_crd(&group, &plural);
     }

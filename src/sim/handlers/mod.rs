@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::sim::api_error::ApiError;
 use crate::sim::cluster::Cluster;
 use crate::sim::discovery;
+use crate::sim::events;
 use crate::sim::openapi;
 use crate::sim::patch::PatchType;
 use crate::sim::request_log::RequestRecord;
@@ -54,6 +55,9 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
 /// all versions; the apiVersion is the one requested).
 pub fn present(kind: &Kind, obj: &Value) -> Value {
     let mut obj = obj.clone();
+    if events::is_events_v1(kind) {
+        events::to_events_v1(&mut obj);
+    }
     obj["apiVersion"] = Value::String(kind.api_version());
     obj
 }
