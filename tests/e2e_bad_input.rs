@@ -54,6 +54,50 @@ async fn cel_refuses_a_major_version_change_and_allows_a_minor_one() {
     assert_eq!(patched.spec.version, "15.5");
 }
 
+#[tokio::test]
+async fn the_crd_installs_on_1_28_and_refuses_a_shrink_in_any_notation() {
+    // TestCluster's simulator runs as Kubernetes 1.28 (the default), whose apiserver compiles new
+    // CEL expressions without the quantity library.
+    let cluster = TestCluster::start().await;
+    let api = cluster.clusters();
+    api.create(&PostParams::default(), &sample()).await.unwrap();
+    let patch = |size: &str| Patch::Merge(json!({"spec": {"storageSize": size}}));
+    let resize = |size: &'static str| {
+        let api = api.clone();
+        async move { api.patch("production-postgres", &PatchParams::default(), &patch(size)).await }
+    };
+    // From 1Gi: restated in other notations, then grown, then restated again.
+    for same_or_more in ["1024Mi", "1073741824", "1048576Ki", "1.5Gi", "1536Mi", "1.7G", "1700M", "1.7G"] {
+        resize(same_or_more).await.unwrap_or_else(|e| panic!("{same_or_more}: {e}"));
+    }
+    for smaller in ["1699999999", "1.5Gi", "1G", "0.001Ti", "1699M"] {
+        let (code, message) = refusal(resize(smaller).await.unwrap_err());
+        assert_eq!(code, 422, "{smaller}");
+        assert!(message.contains(types::STORAGE_SHRINK_MESSAGE), "{smaller}: {message}");
+    }
+    let stored = api.get("production-postgres").await.unwrap();
+    assert_eq!(stored.spec.storage_size, "1.7G");
+}
+
+#[tokio::test]
+async fn the_crd_refuses_a_name_its_children_could_not_carry() {
+    let cluster = TestCluster::start().await;
+    let api = cluster.clusters();
+    let named = |name: &str| {
+        let mut cluster = sample();
+        cluster.metadata.name = Some(name.to_owned());
+        cluster
+    };
+    let longest = "a".repeat(52);
+    for bad in ["a".repeat(53), "1db".to_owned(), "db.prod".to_owned(), "db-".to_owned()] {
+        let (code, message) = refusal(api.create(&PostParams::default(), &named(&bad)).await.unwrap_err());
+        assert_eq!(code, 422, "{bad}");
+        assert!(message.contains(types::CLUSTER_NAME_MESSAGE), "{bad}: {message}");
+    }
+    api.create(&PostParams::default(), &named(&longest)).await.unwrap();
+    api.create(&PostParams::default(), &named("db-2")).await.unwrap();
+}
+
 /// The operator's CRD without the storageSize pattern and the version's CEL rule: what an older
 /// CRD might have let in.
 fn loose_crd() -> CustomResourceDefinition {

@@ -30,7 +30,7 @@ async fn discovery_reports_version_groups_and_resources() {
     let sim = SimServer::start().await.unwrap();
     let client = sim.client();
     let version = client.apiserver_version().await.unwrap();
-    assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "33"));
+    assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "28"), "the oldest supported");
     let core = client.list_core_api_versions().await.unwrap();
     assert_eq!(core.versions, ["v1"]);
     let groups = client.list_api_groups().await.unwrap();
@@ -415,4 +415,70 @@ async fn secret_string_data_is_stored_as_data_and_unknown_fields_are_dropped() {
     let secret = secrets.get("s").await.unwrap();
     assert_eq!(secret.data.unwrap()["password"].0, b"hunter2");
     assert_eq!(secret.type_.as_deref(), Some("Opaque"));
+}
+
+#[tokio::test]
+async fn events_are_served_as_core_and_events_k8s_io_and_both_refuse_bad_ones() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    let sim = dbcluster_operator::sim::SimServer::start().await.unwrap();
+    let v1: kube::Api<Event> = kube::Api::default_namespaced(sim.client());
+    let core: kube::Api<CoreEvent> = kube::Api::default_namespaced(sim.client());
+    let event = |name: &str, extra: serde_json::Value| {
+        let mut e = serde_json::json!({
+            "metadata": {"name": name}, "eventTime": "2026-01-01T00:00:00.000000Z",
+            "type": "Normal", "reason": "Created", "action": "Create", "note": "made it",
+            "reportingController": "x/y", "reportingInstance": "i",
+            "regarding": {"kind": "Pod", "name": "p", "namespace": "default"},
+        });
+        json_patch::merge(&mut e, &extra);
+        e
+    };
+    v1.create(&Default::default(), &serde_json::from_value(event("p.1", serde_json::json!({}))).unwrap())
+        .await
+        .unwrap();
+    let as_core = core.get("p.1").await.unwrap();
+    assert_eq!(as_core.involved_object.name.as_deref(), Some("p"));
+    assert_eq!(as_core.message.as_deref(), Some("made it"));
+    let as_v1 = v1.get("p.1").await.unwrap();
+    assert_eq!(as_v1.note.as_deref(), Some("made it"));
+
+    let refused = |result: Result<Event, kube::Error>| match result {
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let long_reason = "R".repeat(129);
+    for (name, extra, field) in [
+        ("a.1", serde_json::json!({"regarding": null}), "regarding"),
+        ("a.2", serde_json::json!({"type": "Info"}), "type"),
+        ("a.3", serde_json::json!({"reason": long_reason}), "reason"),
+    ] {
+        let (code, message) = refused(
+            v1.create(&Default::default(), &serde_json::from_value(event(name, extra)).unwrap()).await,
+        );
+        assert_eq!(code, 422, "{message}");
+        assert!(message.contains(field), "{message}");
+    }
+    let core_event = |extra: serde_json::Value| {
+        let mut e = serde_json::json!({
+            "metadata": {"name": "c.1"}, "type": "Normal", "reason": "Created", "message": "m",
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        });
+        json_patch::merge(&mut e, &extra);
+        serde_json::from_value::<CoreEvent>(e).unwrap()
+    };
+    for (extra, field) in [
+        (
+            serde_json::json!({"involvedObject": {"kind": null, "name": null, "namespace": null}}),
+            "involvedObject",
+        ),
+        (serde_json::json!({"type": "Info"}), "type"),
+        (serde_json::json!({"reason": "R".repeat(129)}), "reason"),
+    ] {
+        match core.create(&Default::default(), &core_event(extra)).await {
+            Err(kube::Error::Api(s)) => assert!(s.code == 422 && s.message.contains(field), "{}", s.message),
+            other => panic!("expected a refusal for {field}, got {other:?}"),
+        }
+    }
+    core.create(&Default::default(), &core_event(serde_json::json!({}))).await.unwrap();
 }

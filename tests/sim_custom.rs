@@ -3,7 +3,7 @@
 //! including transition rules, each refusal a 422 whose causes name the field.
 #![cfg(feature = "sim")]
 
-use dbcluster_operator::sim::SimServer;
+use dbcluster_operator::sim::{KubernetesVersion, SimConfig, SimServer};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -57,8 +57,10 @@ fn crd() -> Value {
     })
 }
 
+/// A server new enough (1.29) for the CRD's quantity rule in a new expression.
 async fn setup() -> (SimServer, Api<DynamicObject>) {
-    let sim = SimServer::start().await.unwrap();
+    let config = SimConfig { kubernetes_version: KubernetesVersion::new(29), ..SimConfig::default() };
+    let sim = SimServer::start_with(config).await.unwrap();
     let crds: Api<DynamicObject> = Api::all_with(
         sim.client(),
         &ApiResource::from_gvk_with_plural(
@@ -205,4 +207,29 @@ async fn a_custom_resource_update_must_name_a_resource_version() {
     let (causes, _) = invalid(api.replace("pg", &PostParams::default(), &unconditional).await);
     assert_eq!(causes, [("metadata.resourceVersion".to_string(), "FieldValueInvalid".to_string())]);
     api.replace("pg", &PostParams::default(), &created).await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_the_crd_deletes_its_resources_and_through_gc_their_children() {
+    let (sim, api) = setup().await;
+    let created =
+        api.create(&PostParams::default(), &cluster(json!({"replicas": 1, "version": "15"}))).await.unwrap();
+    let owner = json!([{
+        "apiVersion": "databases.example.dev/v1alpha1", "kind": "DatabaseCluster", "name": "pg",
+        "uid": created.metadata.uid.unwrap(), "controller": true, "blockOwnerDeletion": true,
+    }]);
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(sim.client());
+    let child = json!({"metadata": {"name": "pg-config", "ownerReferences": owner}});
+    config_maps.create(&PostParams::default(), &serde_json::from_value(child).unwrap()).await.unwrap();
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(sim.client());
+    crds.delete("databaseclusters.databases.example.dev", &Default::default()).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while config_maps.get_opt("pg-config").await.unwrap().is_some() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the garbage collector deletes the child of the deleted custom resource");
 }

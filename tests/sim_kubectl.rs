@@ -271,3 +271,49 @@ spec:
     f.ok(&["rollout", "status", "statefulset/web"]).await;
     assert_eq!(f.ok(&["get", "sts", "web", "-o", "jsonpath={.status.readyReplicas}"]).await, "3");
 }
+
+/// An `events.k8s.io/v1` Event about the sample cluster, as the operator writes one.
+async fn event_about_the_sample(f: &Fixture) {
+    let cluster = f.clusters().get("production-postgres").await.unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(f.sim.client());
+    let event = json!({
+        "metadata": {"name": "production-postgres.1a2b3c"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "type": "Normal", "reason": "CreatedService", "action": "Create",
+        "note": "Created Service production-postgres",
+        "reportingController": "databases.example.dev/op", "reportingInstance": "op-0",
+        "regarding": {"apiVersion": "databases.example.dev/v1alpha1", "kind": "DatabaseCluster",
+                      "name": "production-postgres", "namespace": "default", "uid": cluster.metadata.uid},
+    });
+    events.create(&Default::default(), &serde_json::from_value(event).unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn events_written_as_events_k8s_io_show_in_kubectl_get_events_and_describe() {
+    let f = Fixture::new().await;
+    f.install().await;
+    event_about_the_sample(&f).await;
+    let listed = f.ok(&["get", "events"]).await;
+    assert!(listed.contains("CreatedService"), "{listed}");
+    let described = f.ok(&["describe", "dbc", "production-postgres"]).await;
+    assert!(
+        described.contains("CreatedService") && described.contains("Created Service production-postgres"),
+        "{described}"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_creates_namespaces_config_maps_and_secrets() {
+    // kubectl sends JSON for these requests (`kubectl create` encodes built-in kinds as JSON
+    // unless told otherwise); the simulator answers JSON, which kubectl reads.
+    let f = Fixture::new().await;
+    f.ok(&["create", "namespace", "foo"]).await;
+    f.ok(&["create", "configmap", "settings", "-n", "foo", "--from-literal=a=1"]).await;
+    f.ok(&["create", "secret", "generic", "creds", "-n", "foo", "--from-literal=password=s3cret"]).await;
+    let got = f.ok(&["get", "configmap", "settings", "-n", "foo", "-o", "jsonpath={.data.a}"]).await;
+    assert_eq!(got, "1");
+    let got = f.ok(&["get", "secret", "creds", "-n", "foo", "-o", "jsonpath={.data.password}"]).await;
+    assert_eq!(got, "czNjcmV0");
+    let refused = f.fails(&["create", "namespace", "Foo.Bar"]).await;
+    assert!(refused.contains("RFC 1123 label"), "{refused}");
+}

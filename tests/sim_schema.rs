@@ -827,3 +827,54 @@ fn defaults_must_validate_and_survive_pruning() {
     }}});
     assert!(StructuralSchema::compile(&completed_by_nested_defaults).is_ok());
 }
+
+/// A CRD whose one rule calls `isQuantity`, as the operator's CRD did before 1.28 support.
+fn crd_with_rule(rule: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": {"size": {
+                    "type": "string", "maxLength": 32,
+                    "x-kubernetes-validations": [{"rule": rule}],
+                }}}},
+            }}}],
+        },
+    })
+}
+
+#[tokio::test]
+async fn new_cel_expressions_get_the_quantity_library_from_1_29_and_string_format_from_1_30() {
+    use dbcluster_operator::sim::{KubernetesVersion, SimConfig, SimServer};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, PostParams};
+
+    let quantity = "!isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0";
+    let format = "'%s'.format([self]) == self";
+    for (minor, rule, accepted) in [
+        (28, quantity, false),
+        (29, quantity, true),
+        (29, format, false),
+        (30, format, true),
+        (28, "self.split('.')[0] != '' && ['a'].join('') == 'a'", true),
+    ] {
+        let config = SimConfig { kubernetes_version: KubernetesVersion::new(minor), ..SimConfig::default() };
+        let sim = SimServer::start_with(config).await.unwrap();
+        let crds: Api<CustomResourceDefinition> = Api::all(sim.client());
+        let crd: CustomResourceDefinition = serde_json::from_value(crd_with_rule(rule)).unwrap();
+        let result = crds.create(&PostParams::default(), &crd).await;
+        match (result, accepted) {
+            (Ok(_), true) => {}
+            (Err(kube::Error::Api(status)), false) => {
+                assert_eq!(status.code, 422, "1.{minor} {rule}");
+                assert!(status.message.contains("undeclared reference to"), "{}", status.message);
+                assert!(status.message.contains("x-kubernetes-validations[0].rule"), "{}", status.message);
+            }
+            (result, _) => panic!("1.{minor} {rule}: {result:?}"),
+        }
+    }
+}

@@ -227,3 +227,46 @@ async fn volume_claim_templates_are_immutable_and_claims_grow_but_never_shrink()
         other => panic!("expected 422, got {other:?}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_name_too_long_for_the_revision_label_gets_no_pods_and_a_failed_create_event() {
+    let sim = start().await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let named = |name: &str| {
+        let mut sts = stateful_set(1);
+        sts.metadata.name = Some(name.to_owned());
+        sts
+    };
+    // 53 characters plus `-` and the hash exceed the 63 characters of a label value.
+    let long = "a".repeat(53);
+    sets.create(&PostParams::default(), &named(&long)).await.unwrap();
+    let failed = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let list = events.list(&ListParams::default()).await.unwrap();
+            if let Some(e) = list.items.into_iter().find(|e| e.reason.as_deref() == Some("FailedCreate")) {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a FailedCreate event");
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    assert_eq!(failed.involved_object.name.as_deref(), Some(long.as_str()));
+    let message = failed.message.unwrap_or_default();
+    assert!(message.contains("must be no more than 63 characters"), "{message}");
+    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty(), "no pods");
+
+    // 52 characters fit: the pod is created.
+    let fits = "b".repeat(52);
+    sets.create(&PostParams::default(), &named(&fits)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while pods.get_opt(&format!("{fits}-0")).await.unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the pod of a 52-character StatefulSet");
+}

@@ -13,6 +13,7 @@
 
 use std::fmt::Display;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -153,14 +154,26 @@ pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// The `reportingController` of every Event the operator writes.
 pub const REPORTING_CONTROLLER: &str = "databases.madmmas.dev/dbcluster-operator";
 
-/// The Event describing `note` about `cluster`, reported by `instance` at `now`. The name is left
-/// to the server (`generateName`), as recorders do, so that Events never collide.
+/// The name of an Event about the object `regarding`, as client-go's recorder names it:
+/// `<object>.<hex suffix>`, the suffix unique within this process (nanoseconds since the epoch,
+/// bumped past the last one handed out). A `generateName` of `<object>.` would be refused: a
+/// generated name's prefix must itself be a valid DNS subdomain, which a trailing `.` is not.
+pub fn event_name(regarding: &str, now: Timestamp) -> String {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let nanos = u64::try_from(now.as_nanosecond()).unwrap_or_default();
+    let previous = LAST.fetch_max(nanos, Ordering::Relaxed);
+    let suffix = if previous >= nanos { LAST.fetch_add(1, Ordering::Relaxed) + 1 } else { nanos };
+    format!("{regarding}.{suffix:x}")
+}
+
+/// The Event describing `note` about `cluster`, reported by `instance` at `now`, named by
+/// [`event_name`] so that Events never collide.
 pub fn build_event(cluster: &DatabaseCluster, note: &EventNote, instance: &str, now: Timestamp) -> Event {
     let meta = &cluster.metadata;
     let name = meta.name.clone().unwrap_or_default();
     Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{name}.")),
+            name: Some(event_name(&name, now)),
             namespace: meta.namespace.clone(),
             ..ObjectMeta::default()
         },
@@ -230,6 +243,13 @@ impl EventPublisher {
         let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
         match api.create(&params, &event).await {
             Ok(_) => tracing::debug!(reason = %note.reason, "event published"),
+            // Logged once: an Event is not retried (Events are history, not state).
+            Err(kube::Error::Api(status)) => tracing::warn!(
+                reason = %note.reason,
+                code = status.code,
+                message = %status.message,
+                "the API server refused an event"
+            ),
             Err(error) => tracing::warn!(reason = %note.reason, %error, "could not publish an event"),
         }
     }
@@ -266,7 +286,9 @@ mod tests {
         let cluster = fixtures::cluster(1, "15", 1);
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let event = build_event(&cluster, &EventNote::created("Service", "pg"), "op-0", now);
-        assert_eq!(event.metadata.generate_name.as_deref(), Some("production-postgres."));
+        let name = event.metadata.name.as_deref().unwrap();
+        assert!(name.starts_with("production-postgres.") && name.len() > 20, "{name}");
+        assert!(event.metadata.generate_name.is_none());
         assert_eq!(event.metadata.namespace.as_deref(), Some("default"));
         assert_eq!(event.type_.as_deref(), Some("Normal"));
         assert_eq!(event.reason.as_deref(), Some("CreatedService"));
@@ -278,6 +300,52 @@ mod tests {
         assert_eq!(regarding.kind.as_deref(), Some("DatabaseCluster"));
         assert_eq!(regarding.api_version.as_deref(), Some("databases.madmmas.dev/v1alpha1"));
         assert_eq!(regarding.uid.as_deref(), Some(UID));
+    }
+
+    #[test]
+    fn event_names_are_the_object_a_dot_and_a_unique_hex_suffix() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let (a, b) = (event_name("pg", now), event_name("pg", now));
+        assert_ne!(a, b, "unique even at the same instant");
+        for name in [&a, &b] {
+            let suffix = name.strip_prefix("pg.").unwrap();
+            assert!(u64::from_str_radix(suffix, 16).is_ok(), "{name}");
+        }
+    }
+
+    #[cfg(feature = "sim")]
+    #[tokio::test]
+    async fn a_refused_event_is_logged_once_at_warn_with_the_servers_message() {
+        use std::io::Write;
+        #[derive(Clone, Default)]
+        struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
+        impl Write for Captured {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let sim = crate::sim::SimServer::start().await.unwrap();
+        let publisher = EventPublisher::new(sim.client(), "test");
+        let mut refused = fixtures::cluster(1, "15", 1);
+        // Not a valid Event name (upper case): the server answers 422.
+        refused.metadata.name = Some("PG".into());
+        publisher.publish(&refused, &EventNote::created("Service", "pg")).await;
+        let log = String::from_utf8(captured.0.lock().clone()).unwrap();
+        assert_eq!(log.matches("the API server refused an event").count(), 1, "{log}");
+        assert!(log.contains("WARN") && log.contains("code=422"), "{log}");
+        assert!(log.contains("a lowercase RFC 1123 subdomain"), "the server's message: {log}");
     }
 
     #[cfg(feature = "sim")]

@@ -1,10 +1,12 @@
 //! The `DatabaseCluster` custom resource (`databases.madmmas.dev/v1alpha1`) and its CRD.
 //!
 //! Every rule the OpenAPI schema can express lives in the generated CRD (required fields, ranges,
-//! patterns, the `10Gi` default, the phase enum, `listType=map` conditions); the two rules it cannot
-//! express are CEL transition rules (`x-kubernetes-validations`): the major version may not change
-//! and `storageSize` may not shrink. What can still slip past an older CRD is caught by
-//! [`validate_spec`](super::validation::validate_spec).
+//! patterns, the `10Gi` default, the phase enum, `listType=map` conditions); the rules it cannot
+//! express are CEL rules (`x-kubernetes-validations`): the major version may not change,
+//! `storageSize` may not shrink, and the cluster's name must fit its children's names and labels.
+//! Every rule compiles on Kubernetes 1.28, whose apiserver compiles new expressions without the
+//! quantity library (so the no-shrink rule converts quantities to bytes itself). What can still slip
+//! past an older CRD is caught by [`validate_spec`](super::validation::validate_spec).
 
 use std::collections::BTreeMap;
 
@@ -21,6 +23,66 @@ pub const MAJOR_VERSION_CHANGE_MESSAGE: &str =
     "changing the major version is not supported: create a new cluster and migrate the data";
 /// Message of the CEL rule that rejects a smaller `storageSize`.
 pub const STORAGE_SHRINK_MESSAGE: &str = "storageSize may not shrink";
+
+/// Message of the CEL rule that refuses a cluster name its children could not carry.
+pub const CLUSTER_NAME_MESSAGE: &str = "metadata.name must be at most 52 characters of lower-case letters, \
+     digits and '-', starting with a letter and ending with a letter or digit: it names the cluster's \
+     Service (a DNS-1035 label) and StatefulSet, whose pods carry it in a 63-character \
+     controller-revision-hash label together with an 11-character hash";
+
+/// The cluster-name rule (see [`CLUSTER_NAME_MESSAGE`]); `generateName` is checked by the
+/// apiserver on the generated name, which the rule sees.
+pub const CLUSTER_NAME_RULE: &str =
+    "size(self.metadata.name) <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+
+/// The quantities `storageSize` admits: a positive decimal number and a binary or decimal suffix.
+pub const STORAGE_SIZE_PATTERN: &str =
+    r"^(0*[1-9][0-9]*(\.[0-9]+)?|0*\.[0-9]*[1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
+
+/// The suffixes of [`STORAGE_SIZE_PATTERN`] with their multipliers.
+const STORAGE_SUFFIXES: &[(&str, &str)] = &[
+    ("", "1.0"),
+    ("k", "1e3"),
+    ("M", "1e6"),
+    ("G", "1e9"),
+    ("T", "1e12"),
+    ("P", "1e15"),
+    ("E", "1e18"),
+    ("Ki", "1024.0"),
+    ("Mi", "1048576.0"),
+    ("Gi", "1073741824.0"),
+    ("Ti", "1099511627776.0"),
+    ("Pi", "1125899906842624.0"),
+    ("Ei", "1152921504606846976.0"),
+];
+
+/// The CEL expression for the size in bytes (a double) of the quantity `var`, using only what a
+/// Kubernetes 1.28 apiserver compiles new expressions with (no quantity library before 1.29): the
+/// number before the suffix times the suffix's multiplier, looked up in a map (shallow, so that
+/// parsers need little stack).
+fn storage_bytes_expression(var: &str) -> String {
+    let suffix_length = format!("({var}.endsWith('i') ? 2 : ({var}.matches('[kMGTPE]$') ? 1 : 0))");
+    let multipliers: Vec<String> =
+        STORAGE_SUFFIXES.iter().map(|(suffix, factor)| format!("'{suffix}': {factor}")).collect();
+    format!(
+        "double({var}.substring(0, size({var}) - {suffix_length})) * {{{}}}[{var}.substring(size({var}) - {suffix_length})]",
+        multipliers.join(", ")
+    )
+}
+
+/// The transition rule that refuses a smaller `storageSize`: both sizes are converted to bytes as
+/// doubles and compared with half a byte of slack, so that one size written two ways (`1.1G`,
+/// `1100M`) is never mistaken for a shrink through rounding; the doubles are exact to well under
+/// half a byte below 2^52 bytes (4 PiB). A stored value the pattern does not admit (written under an
+/// older CRD) is not judged: the operator reports it as an invalid spec.
+pub fn storage_no_shrink_rule() -> String {
+    let pattern = STORAGE_SIZE_PATTERN.replace('\\', "\\\\");
+    format!(
+        "!oldSelf.matches('{pattern}') || !self.matches('{pattern}') || {} + 0.5 >= {}",
+        storage_bytes_expression("self"),
+        storage_bytes_expression("oldSelf"),
+    )
+}
 
 /// Desired state of a PostgreSQL cluster: how many instances, which version, how much storage.
 // Clippy reads the repeated `type_ = "string"` of two printer columns as a duplicated attribute.
@@ -53,7 +115,8 @@ pub const STORAGE_SHRINK_MESSAGE: &str = "storageSize may not shrink";
         json_path = ".status.currentVersion",
         description = "PostgreSQL version every instance runs"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new(CLUSTER_NAME_RULE).message(CLUSTER_NAME_MESSAGE)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DatabaseClusterSpec {
@@ -72,14 +135,10 @@ pub struct DatabaseClusterSpec {
     /// It may grow but never shrink.
     #[serde(default = "default_storage_size")]
     #[schemars(
-        regex(
-            pattern = r"^(0*[1-9][0-9]*(\.[0-9]+)?|0*\.[0-9]*[1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
-        ),
+        regex(pattern = STORAGE_SIZE_PATTERN),
         length(max = 32)
     )]
-    #[x_kube(validation = Rule::new(
-        "!isQuantity(string(oldSelf)) || quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"
-    ).message(STORAGE_SHRINK_MESSAGE))]
+    #[x_kube(validation = Rule::new(storage_no_shrink_rule()).message(STORAGE_SHRINK_MESSAGE))]
     pub storage_size: String,
 
     /// Cron schedule for backups (five fields, or a macro such as `@daily`).

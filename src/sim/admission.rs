@@ -2,10 +2,14 @@
 //! against their CRD version's schema (prune, strict unknown-field rejection, defaults,
 //! validation with CEL rules), and CRDs themselves (names, compilable schemas).
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::resources::{Kind, crd_kinds};
+use crate::sim::schema::SchemaError;
+use crate::sim::version::KubernetesVersion;
 
 fn name_of(obj: &Value) -> &str {
     obj["metadata"]["name"].as_str().unwrap_or_default()
@@ -38,12 +42,39 @@ pub fn admit_custom(kind: &Kind, obj: &mut Value, old: Option<&Value>, strict: b
     Err(ApiError::invalid(kind, name_of(obj), causes))
 }
 
-/// The kinds a CRD will serve, or 422 if its names or schemas are unacceptable.
-pub fn crd_serving(kind: &Kind, crd: &Value) -> Result<Vec<Kind>, ApiError> {
+/// The kinds a CRD will serve, or 422 if its names or schemas are unacceptable: on a server of
+/// `version`, a CEL expression that `old` (the stored CRD, on update) did not hold may use only
+/// the functions that version offers to new expressions.
+pub fn crd_serving(
+    kind: &Kind,
+    crd: &Value,
+    old: Option<&Value>,
+    version: KubernetesVersion,
+) -> Result<Vec<Kind>, ApiError> {
     let mut causes = name_causes(crd);
+    let mut stored = HashSet::new();
+    if let Some(old) = old {
+        collect_expressions(old, &mut stored);
+    }
+    let is_stored = |source: &str| stored.contains(source);
     match crd_kinds(crd) {
-        Ok(kinds) if causes.is_empty() => return Ok(kinds),
-        Ok(_) => {}
+        Ok(kinds) => {
+            for (i, served) in kinds.iter().enumerate() {
+                let Some(schema) = &served.schema else { continue };
+                if let Err(SchemaError::Invalid { path, message }) =
+                    schema.check_new_expressions(version, &is_stored)
+                {
+                    causes.push(Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!("Invalid value: {message}"),
+                        field: format!("spec.versions[{i}].schema.{path}"),
+                    });
+                }
+            }
+            if causes.is_empty() {
+                return Ok(kinds);
+            }
+        }
         Err(errors) => causes.extend(errors.into_iter().map(|(field, message)| Cause {
             reason: "FieldValueInvalid".into(),
             message: format!("Invalid value: {message}"),
@@ -51,6 +82,26 @@ pub fn crd_serving(kind: &Kind, crd: &Value) -> Result<Vec<Kind>, ApiError> {
         })),
     }
     Err(ApiError::invalid(kind, name_of(crd), causes))
+}
+
+/// Every CEL `rule` and `messageExpression` source (trimmed) anywhere in `value`.
+fn collect_expressions(value: &Value, into: &mut HashSet<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
+                for rule in rules {
+                    for key in ["rule", "messageExpression"] {
+                        if let Some(source) = rule[key].as_str() {
+                            into.insert(source.trim().to_owned());
+                        }
+                    }
+                }
+            }
+            map.values().for_each(|v| collect_expressions(v, into));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_expressions(v, into)),
+        _ => {}
+    }
 }
 
 fn name_causes(crd: &Value) -> Vec<Cause> {
@@ -84,4 +135,37 @@ fn name_causes(crd: &Value) -> Vec<Cause> {
         );
     }
     causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::resources::Registry;
+    use serde_json::json;
+
+    fn crd(rule: &str) -> Value {
+        json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"size": {"type": "string", "x-kubernetes-validations": [{"rule": rule}]}},
+                }}}],
+            },
+        })
+    }
+
+    #[test]
+    fn a_stored_expression_is_not_judged_by_the_new_expression_environment() {
+        let registry = Registry::with_built_ins();
+        let kind = registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
+        let v1_28 = KubernetesVersion::new(28);
+        let stored = crd(" isQuantity(self) ");
+        assert!(crd_serving(&kind, &stored, None, v1_28).is_err(), "new on 1.28");
+        assert!(crd_serving(&kind, &stored, Some(&crd("isQuantity(self)")), v1_28).is_ok(), "kept on update");
+        let error = crd_serving(&kind, &crd("quantity(self).sign() > 0"), Some(&stored), v1_28).unwrap_err();
+        assert!(error.message.contains("undeclared reference to 'quantity'"), "{}", error.message);
+    }
 }

@@ -31,7 +31,7 @@ pub struct Cluster {
 impl Cluster {
     /// A cluster with built-in kinds and no objects.
     pub fn new(config: SimConfig) -> Self {
-        let state = Arc::new(Mutex::new(State::new(config.history_limit)));
+        let state = Arc::new(Mutex::new(State::new(config.history_limit, config.kubernetes_version)));
         Self {
             faults: Faults::new(state.clone()),
             state,

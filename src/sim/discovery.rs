@@ -4,17 +4,14 @@
 use serde_json::{Value, json};
 
 use crate::sim::resources::{Kind, Registry};
+use crate::sim::version::KubernetesVersion;
 
-/// The Kubernetes version the simulated server reports.
-pub const KUBERNETES_VERSION: (&str, &str, &str) = ("1", "33", "v1.33.1");
-
-/// `/version`.
-pub fn version() -> Value {
-    let (major, minor, git) = KUBERNETES_VERSION;
+/// `/version`, reporting `version`.
+pub fn version(version: KubernetesVersion) -> Value {
     json!({
-        "major": major,
-        "minor": minor,
-        "gitVersion": git,
+        "major": "1",
+        "minor": version.minor.to_string(),
+        "gitVersion": version.git_version(),
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",

@@ -24,8 +24,10 @@ pub fn new_uid() -> String {
     )
 }
 
-/// `generateName` plus five random characters from the apiserver's alphabet.
+/// `generateName` (cut to 58 characters, as the apiserver cuts it) plus five random characters
+/// from the apiserver's alphabet.
 pub fn generated_name(prefix: &str) -> String {
+    let prefix = prefix.char_indices().nth(58).map_or(prefix, |(at, _)| &prefix[..at]);
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     let suffix: String = (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();

@@ -18,12 +18,14 @@ mod cluster;
 mod controllers;
 mod defaults;
 mod discovery;
+mod events;
 mod faults;
 mod gc;
 mod handlers;
 mod immutable;
 mod known_fields;
 mod meta;
+mod names;
 mod openapi;
 mod ops;
 mod patch;
@@ -36,6 +38,7 @@ mod server;
 mod state;
 mod store;
 mod table;
+pub mod version;
 mod watch;
 
 use std::net::SocketAddr;
@@ -45,6 +48,7 @@ use std::time::Duration;
 pub use faults::Faults;
 pub use request_log::RequestRecord;
 pub use table::{age, json_path};
+pub use version::KubernetesVersion;
 
 use cluster::Cluster;
 
@@ -65,6 +69,9 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// How long a simulated Job runs before it completes (or fails).
     pub job_duration: Duration,
+    /// The Kubernetes version to behave as (default the oldest supported, 1.28): what `/version`
+    /// reports and which CEL functions new CRD expressions may use.
+    pub kubernetes_version: KubernetesVersion,
 }
 
 impl Default for SimConfig {
@@ -77,6 +84,7 @@ impl Default for SimConfig {
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(10),
             job_duration: Duration::from_secs(1),
+            kubernetes_version: KubernetesVersion::OLDEST_SUPPORTED,
         }
     }
 }

@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::sim::discovery::KUBERNETES_VERSION;
 use crate::sim::resources::{Kind, Registry};
+use crate::sim::version::KubernetesVersion;
 
 /// The path of a group version in the v3 index: `api/v1`, `apis/apps/v1`.
 fn group_version_path(group: &str, version: &str) -> String {
@@ -22,12 +22,14 @@ fn digest(text: &str) -> String {
 }
 
 /// `/openapi/v3`: one entry per served group version, with a hash of its document.
-pub fn v3_index(registry: &Registry) -> Value {
+pub fn v3_index(registry: &Registry, server: KubernetesVersion) -> Value {
     let mut paths = Map::new();
     for (group, versions) in registry.groups() {
         for version in versions {
             let path = group_version_path(&group, &version);
-            let doc = v3_group_version(registry, &group, &version).map(|d| d.to_string()).unwrap_or_default();
+            let doc = v3_group_version(registry, &group, &version, server)
+                .map(|d| d.to_string())
+                .unwrap_or_default();
             paths.insert(
                 path.clone(),
                 json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", digest(&doc))}),
@@ -55,7 +57,12 @@ fn patch_operation(kind: &Kind) -> Value {
 }
 
 /// `/openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`, if served.
-pub fn v3_group_version(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+pub fn v3_group_version(
+    registry: &Registry,
+    group: &str,
+    version: &str,
+    server: KubernetesVersion,
+) -> Option<Value> {
     let kinds: Vec<_> = registry.all().filter(|k| k.group == group && k.version == version).collect();
     if kinds.is_empty() {
         return None;
@@ -73,7 +80,7 @@ pub fn v3_group_version(registry: &Registry, group: &str, version: &str) -> Opti
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION.2},
+        "info": {"title": "Kubernetes", "version": server.git_version()},
         "paths": paths,
         "components": {"schemas": {}},
     }))
@@ -86,13 +93,13 @@ mod tests {
     #[test]
     fn index_and_documents_cover_the_served_group_versions() {
         let r = Registry::with_built_ins();
-        let index = v3_index(&r);
+        let index = v3_index(&r, KubernetesVersion::default());
         let url = index["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap();
         assert!(url.starts_with("/openapi/v3/apis/apps/v1?hash="));
-        let doc = v3_group_version(&r, "apps", "v1").unwrap();
+        let doc = v3_group_version(&r, "apps", "v1", KubernetesVersion::default()).unwrap();
         let op = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"]["patch"];
         assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "StatefulSet");
         assert!(op["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
-        assert!(v3_group_version(&r, "nope", "v1").is_none());
+        assert!(v3_group_version(&r, "nope", "v1", KubernetesVersion::default()).is_none());
     }
 }

@@ -7,10 +7,12 @@ use serde_json::{Value, json};
 use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::defaults;
+use crate::sim::events;
 use crate::sim::gc::GcWork;
 use crate::sim::immutable;
 use crate::sim::known_fields;
 use crate::sim::meta::{self, Manager};
+use crate::sim::names::{self, NameRule};
 use crate::sim::resources::{Kind, established_crd_status};
 use crate::sim::state::State;
 
@@ -130,9 +132,13 @@ pub fn create(
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
+    let mut generated_from = None;
     let name = match (obj["metadata"]["name"].as_str(), obj["metadata"]["generateName"].as_str()) {
         (Some(n), _) if !n.is_empty() => n.to_string(),
-        (_, Some(prefix)) if !prefix.is_empty() => meta::generated_name(prefix),
+        (_, Some(prefix)) if !prefix.is_empty() => {
+            generated_from = Some(prefix.to_string());
+            meta::generated_name(prefix)
+        }
         _ => {
             return Err(ApiError::invalid(
                 kind,
@@ -145,6 +151,12 @@ pub fn create(
             ));
         }
     };
+    let mut causes =
+        names::name_causes(NameRule::of(&kind.group, &kind.plural), &name, generated_from.as_deref());
+    causes.extend(names::label_and_annotation_causes(&obj["metadata"]));
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(kind, &name, causes));
+    }
     if state.store.get(&kind.storage_key(), ns, &name).is_some() {
         return Err(ApiError::already_exists(kind, &name));
     }
@@ -178,7 +190,9 @@ pub fn create(
         known_fields::check(kind, &mut obj, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
     }
-    let served = if is_crd(kind) { Some(admission::crd_serving(kind, &obj)?) } else { None };
+    store_event_as_core(kind, &mut obj, &name)?;
+    let served =
+        if is_crd(kind) { Some(admission::crd_serving(kind, &obj, None, state.version)?) } else { None };
     initialise_kind(kind, &mut obj, &now);
     let written = obj.clone();
     record_write(kind, cx, None, &mut obj, &written);
@@ -223,6 +237,18 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
         }
         _ => {}
     }
+}
+
+/// For Events of either version: converts an `events.k8s.io/v1` one to the stored core shape,
+/// then validates it.
+fn store_event_as_core(kind: &Kind, obj: &mut Value, name: &str) -> Result<(), ApiError> {
+    if events::is_events_v1(kind) {
+        events::to_core(obj);
+    } else if !(kind.group.is_empty() && kind.plural == "events") {
+        return Ok(());
+    }
+    let causes = events::causes(kind, obj);
+    if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
 }
 
 fn is_crd(kind: &Kind) -> bool {
@@ -321,14 +347,23 @@ pub fn update(
             }],
         ));
     }
+    let causes = names::label_and_annotation_causes(&new["metadata"]);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(kind, name, causes));
+    }
     if kind.custom {
         admission::admit_custom(kind, &mut new, Some(&old), cx.strict)?;
     } else {
         known_fields::check(kind, &mut new, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut new);
+        store_event_as_core(kind, &mut new, name)?;
         immutable::check_update(kind, &old, &new)?;
     }
-    let served = if is_crd(kind) { Some(admission::crd_serving(kind, &new)?) } else { None };
+    let served = if is_crd(kind) {
+        Some(admission::crd_serving(kind, &new, Some(&old), state.version)?)
+    } else {
+        None
+    };
     if kind.generation {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         let bumped =
@@ -493,7 +528,12 @@ pub fn remove(state: &mut State, kind: &Kind, namespace: &str, name: &str) -> Op
         let names: Vec<(String, String)> =
             state.store.list(&key, None).map(crate::sim::store::object_name).collect();
         for (ns, n) in names {
-            state.store.remove(&key, &ns, &n);
+            // Each custom resource goes as any deleted object goes: its dependents are collected.
+            let Some(resource) = state.store.remove(&key, &ns, &n) else { continue };
+            if let Some(uid) = resource["metadata"]["uid"].as_str() {
+                state.gc_queue.push(GcWork::Dependents(uid.to_string()));
+                state.removed_uids.insert(uid.to_string());
+            }
         }
         state.registry.unserve_crd(&group, &plural);
     }

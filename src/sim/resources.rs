@@ -63,8 +63,12 @@ impl Kind {
         if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
-    /// The storage key shared by every version of a resource: `pods`, `statefulsets.apps`.
+    /// The storage key shared by every version of a resource: `pods`, `statefulsets.apps`
+    /// (`events.k8s.io` Events are stored as core Events, `events`).
     pub fn storage_key(&self) -> String {
+        if self.group == "events.k8s.io" && self.plural == "events" {
+            return "events".to_owned();
+        }
         storage_key(&self.group, &self.plural)
     }
 
@@ -144,6 +148,15 @@ const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
         ],
     ),
     ("namespaces", &[("Status", "string", ".status.phase")]),
+    (
+        "events",
+        &[
+            ("Type", "string", ".type"),
+            ("Reason", "string", ".reason"),
+            ("Object", "string", ".involvedObject.name"),
+            ("Message", "string", ".message"),
+        ],
+    ),
 ];
 
 fn built_in_columns(plural: &str) -> Vec<PrinterColumn> {

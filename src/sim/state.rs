@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use crate::sim::gc::GcWork;
 use crate::sim::resources::Registry;
 use crate::sim::store::Store;
+use crate::sim::version::KubernetesVersion;
 
 /// Everything a request may read or change, guarded together so each request is atomic.
 #[derive(Debug)]
@@ -20,17 +21,20 @@ pub struct State {
     /// The uids of every object removed so far, so that a dependent created later with an
     /// ownerReference to one of them is collected (uids that never existed are left alone).
     pub removed_uids: HashSet<String>,
+    /// The Kubernetes version the server behaves as.
+    pub version: KubernetesVersion,
 }
 
 impl State {
-    /// Built-in kinds, no objects, a watch history of `history_limit` events.
-    pub fn new(history_limit: usize) -> Self {
+    /// Built-in kinds of `version`, no objects, a watch history of `history_limit` events.
+    pub fn new(history_limit: usize, version: KubernetesVersion) -> Self {
         Self {
             registry: Registry::with_built_ins(),
             store: Store::new(history_limit),
             gc_queue: Vec::new(),
             gc_waiting: false,
             removed_uids: HashSet::new(),
+            version,
         }
     }
 }

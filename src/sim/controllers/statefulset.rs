@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
-use crate::sim::controllers::{create_with_status, is_deleting, owned_by, write_status};
-use crate::sim::ops::{self, DeleteOptions};
+use crate::sim::controllers::{MANAGER, create_with_status, is_deleting, owned_by, write_status};
+use crate::sim::ops::{self, DeleteOptions, WriteContext};
 use crate::sim::state::State;
 
 /// The label holding a pod's revision, as the real controller sets it.
@@ -142,7 +142,44 @@ fn create_pod(state: &mut State, sts: &Value, ordinal: i64, revision: &str, temp
         }
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec});
-    create_with_status(state, "", "pods", Some(ns), pod, None);
+    let Some(kind) = state.registry.get("", "v1", "pods") else { return };
+    if let Err(e) = ops::create(state, &kind, Some(ns), pod, &WriteContext::update(MANAGER)) {
+        let message = format!("create Pod {pod_name} in StatefulSet {name} failed error: {}", e.message);
+        record_failed_create(state, sts, &message);
+    }
+}
+
+/// A `FailedCreate` Warning Event about `sts`, as the real controller records a refused pod:
+/// one Event per distinct message, its `count` raised on each repeat.
+fn record_failed_create(state: &mut State, sts: &Value, message: &str) {
+    let (name, ns) = (
+        sts["metadata"]["name"].as_str().unwrap_or_default(),
+        sts["metadata"]["namespace"].as_str().unwrap_or_default(),
+    );
+    let hash = message
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    let event_name = format!("{name}.{hash:x}");
+    let now = crate::sim::meta::now();
+    let Some(kind) = state.registry.get("", "v1", "events") else { return };
+    if let Some(existing) = state.store.get("events", ns, &event_name).cloned() {
+        let mut repeated = existing;
+        repeated["count"] = json!(repeated["count"].as_i64().unwrap_or(1) + 1);
+        repeated["lastTimestamp"] = json!(now);
+        let _ =
+            ops::update(state, &kind, Some(ns), &event_name, repeated, None, &WriteContext::update(MANAGER));
+        return;
+    }
+    let event = json!({
+        "metadata": {"name": event_name, "namespace": ns},
+        "involvedObject": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "namespace": ns, "uid": sts["metadata"]["uid"]},
+        "type": "Warning", "reason": "FailedCreate", "message": message,
+        "source": {"component": "statefulset-controller"},
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    });
+    if let Err(e) = ops::create(state, &kind, Some(ns), event, &WriteContext::update(MANAGER)) {
+        tracing::debug!(error = %e.message, "simulated StatefulSet controller could not record an event");
+    }
 }
 
 fn ensure_pvc(state: &mut State, sts: &Value, claim: &Value, pvc_name: &str) {

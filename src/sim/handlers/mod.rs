@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::sim::api_error::ApiError;
 use crate::sim::cluster::Cluster;
 use crate::sim::discovery;
+use crate::sim::events;
 use crate::sim::openapi;
 use crate::sim::patch::PatchType;
 use crate::sim::request_log::RequestRecord;
@@ -54,6 +55,9 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
 /// all versions; the apiVersion is the one requested).
 pub fn present(kind: &Kind, obj: &Value) -> Value {
     let mut obj = obj.clone();
+    if events::is_events_v1(kind) {
+        events::to_events_v1(&mut obj);
+    }
     obj["apiVersion"] = Value::String(kind.api_version());
     obj
 }
@@ -232,7 +236,7 @@ fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<
     }
     let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let doc = match segments.as_slice() {
-        ["version"] => Some(discovery::version()),
+        ["version"] => Some(discovery::version(cluster.config.kubernetes_version)),
         ["healthz"] | ["livez"] | ["readyz"] => {
             let mut resp = Response::new(Full::new(Bytes::from_static(b"ok")).boxed_unsync());
             resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain"));
@@ -248,12 +252,12 @@ fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<
             );
             return Some(resp);
         }
-        ["openapi", "v3"] => Some(cluster.read(|s| openapi::v3_index(&s.registry))),
+        ["openapi", "v3"] => Some(cluster.read(|s| openapi::v3_index(&s.registry, s.version))),
         ["openapi", "v3", "api", version] => {
-            cluster.read(|s| openapi::v3_group_version(&s.registry, "", version))
+            cluster.read(|s| openapi::v3_group_version(&s.registry, "", version, s.version))
         }
         ["openapi", "v3", "apis", group, version] => {
-            cluster.read(|s| openapi::v3_group_version(&s.registry, group, version))
+            cluster.read(|s| openapi::v3_group_version(&s.registry, group, version, s.version))
         }
         ["api"] => Some(discovery::core_versions(&cluster.config.addr.to_string())),
         ["apis"] => Some(cluster.read(|s| discovery::groups(&s.registry))),

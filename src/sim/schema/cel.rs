@@ -16,6 +16,7 @@ use super::errors::FieldError;
 use super::node::{JsonType, SchemaNode};
 use super::quantity::Quantity;
 use super::{FieldErrorReason, SchemaError};
+use crate::sim::version::KubernetesVersion;
 
 /// The CEL type of quantities, named as Kubernetes names it.
 static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");
@@ -144,10 +145,13 @@ enum RuleReason {
 /// One compiled `x-kubernetes-validations` entry.
 #[derive(Debug)]
 pub(super) struct CelRule {
+    /// Where the rule is in the schema, e.g. `openAPIV3Schema.properties.spec.x-kubernetes-validations[0]`.
+    path: String,
     source: String,
     program: Program,
     message: Option<String>,
-    message_expression: Option<Program>,
+    /// `messageExpression`: its source (trimmed) and program.
+    message_expression: Option<(String, Program)>,
     /// `fieldPath` with its leading dot removed, appended to the rule's own path on failure.
     field_path: Option<String>,
     reason: RuleReason,
@@ -215,7 +219,7 @@ impl CelRule {
             optional_string(rule, "rule", path)?.ok_or_else(|| rule_error(path, "rule is required"))?;
         let program = compile_program(source, path, "rule")?;
         let message_expression = optional_string(rule, "messageExpression", path)?
-            .map(|expr| compile_program(expr, path, "messageExpression"))
+            .map(|expr| compile_program(expr, path, "messageExpression").map(|p| (expr.trim().to_owned(), p)))
             .transpose()?;
         let reason = match optional_string(rule, "reason", path)? {
             None | Some("FieldValueInvalid") => RuleReason::Invalid,
@@ -235,6 +239,7 @@ impl CelRule {
             ));
         }
         Ok(CelRule {
+            path: path.to_owned(),
             source: source.trim().to_owned(),
             program,
             message: optional_string(rule, "message", path)?
@@ -245,6 +250,39 @@ impl CelRule {
             reason,
             uses_old_self,
         })
+    }
+
+    /// Refuses the rule if it is new (not among the `stored` sources) and calls a function that
+    /// `version`'s environment for new expressions does not declare, as the apiserver's compiler
+    /// does: `undeclared reference to 'isQuantity'` on 1.28.
+    pub(super) fn check_new_expression(
+        &self,
+        version: KubernetesVersion,
+        stored: &dyn Fn(&str) -> bool,
+    ) -> Result<(), SchemaError> {
+        let message = self.message_expression.as_ref().map(|(source, program)| (source.as_str(), program));
+        let expressions =
+            [("rule", Some((self.source.as_str(), &self.program))), ("messageExpression", message)];
+        for (what, expression) in expressions {
+            let Some((source, program)) = expression else { continue };
+            if stored(source) {
+                continue;
+            }
+            let references = program.references();
+            let mut functions = references.functions();
+            functions.sort_unstable();
+            if let Some(missing) = functions.into_iter().find(|f| !version.allows_new_cel_function(f)) {
+                return Err(rule_error(
+                    &format!("{}.{what}", self.path),
+                    format!(
+                        "compilation failed: ERROR: <input>: undeclared reference to '{missing}' \
+                         (in container '') (new expressions on Kubernetes {version} are compiled for {previous})",
+                        previous = KubernetesVersion::new(version.minor - 1),
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// What runtime errors cite the rule by: its message if it has one, else its source.
@@ -259,7 +297,7 @@ impl CelRule {
 
     /// The message from `messageExpression`, if it evaluates to a usable one-line string.
     fn expressed_message(&self, context: &Context) -> Option<String> {
-        let expression = self.message_expression.as_ref()?;
+        let (_, expression) = self.message_expression.as_ref()?;
         match expression.execute(context) {
             Ok(cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
                 Some(s.trim().to_owned())

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 pub use errors::{FieldError, FieldErrorReason};
 
+use crate::sim::version::KubernetesVersion;
 use node::SchemaNode;
 use validate::FieldPath;
 
@@ -51,6 +52,17 @@ impl StructuralSchema {
     /// Compiles `open_api_v3_schema` (the CRD version's `schema.openAPIV3Schema`).
     pub fn compile(open_api_v3_schema: &Value) -> Result<Self, SchemaError> {
         Ok(StructuralSchema { root: SchemaNode::compile(open_api_v3_schema, "openAPIV3Schema", true)? })
+    }
+
+    /// Refuses the schema if a CEL expression not among the `stored` ones (the sources the CRD
+    /// already held, which the apiserver compiles with its own, newer environment) calls a function
+    /// that `version` does not offer to new expressions (see [`KubernetesVersion`]).
+    pub fn check_new_expressions(
+        &self,
+        version: KubernetesVersion,
+        stored: &dyn Fn(&str) -> bool,
+    ) -> Result<(), SchemaError> {
+        self.root.all_rules().into_iter().try_for_each(|rule| rule.check_new_expression(version, stored))
     }
 
     /// Applies the schema's defaults to `obj` in place: absent fields (and nulls where null is not

@@ -312,6 +312,24 @@ impl SchemaNode {
         Ok(())
     }
 
+    /// Every CEL rule of this node and the nodes under it.
+    pub(super) fn all_rules(&self) -> Vec<&CelRule> {
+        let mut rules: Vec<&CelRule> = self.rules.iter().collect();
+        let children = self
+            .properties
+            .values()
+            .chain(self.additional_properties.as_deref())
+            .chain(self.items.as_deref())
+            .chain(self.all_of.iter())
+            .chain(self.any_of.iter())
+            .chain(self.one_of.iter())
+            .chain(self.not.as_deref());
+        for child in children {
+            rules.extend(child.all_rules());
+        }
+        rules
+    }
+
     /// The schema for the value under `key` of an object this node describes.
     pub(super) fn property(&self, key: &str) -> Option<&SchemaNode> {
         self.properties.get(key).or(self.additional_properties.as_deref())

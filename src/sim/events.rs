@@ -1,0 +1,109 @@
+//! Events stored once and served in two versions, as the apiserver serves them: `core/v1`
+//! (`involvedObject`, `message`; what `kubectl get events` and `kubectl describe` read) and
+//! `events.k8s.io/v1` (`regarding`, `note`; what controllers write). Objects are stored in the
+//! core shape and converted on the way in and out; both versions are validated alike. Pure.
+
+use serde_json::{Map, Value};
+
+use crate::sim::api_error::Cause;
+use crate::sim::resources::Kind;
+
+/// Fields renamed between `events.k8s.io/v1` (first) and `core/v1` (second).
+const RENAMED: &[(&str, &str)] = &[
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+];
+
+/// The longest `reason` an Event may have.
+const REASON_MAX: usize = 128;
+
+/// Whether `kind` is `events.k8s.io/v1` Events (stored as core Events).
+pub fn is_events_v1(kind: &Kind) -> bool {
+    kind.group == "events.k8s.io" && kind.plural == "events"
+}
+
+fn rename(obj: &mut Value, from_index: usize, api_version: &str) {
+    if let Some(map) = obj.as_object_mut() {
+        let mut renamed = Map::new();
+        for (k, v) in std::mem::take(map) {
+            let to = RENAMED.iter().find_map(|pair| {
+                let (a, b) = (pair.0, pair.1);
+                let (from, to) = if from_index == 0 { (a, b) } else { (b, a) };
+                (k == from).then_some(to)
+            });
+            renamed.insert(to.map_or(k, str::to_owned), v);
+        }
+        *map = renamed;
+        map.insert("apiVersion".into(), Value::String(api_version.to_owned()));
+    }
+}
+
+/// An `events.k8s.io/v1` Event in the stored `core/v1` shape.
+pub fn to_core(obj: &mut Value) {
+    rename(obj, 0, "v1");
+}
+
+/// A stored (`core/v1`) Event as `events.k8s.io/v1` presents it.
+pub fn to_events_v1(obj: &mut Value) {
+    rename(obj, 1, "events.k8s.io/v1");
+}
+
+/// The causes of a 422 for a (core-shaped) Event written through `kind`'s version: the object it
+/// is about is required, `type` is `Normal` or `Warning`, `reason` at most 128 characters.
+pub fn causes(kind: &Kind, event: &Value) -> Vec<Cause> {
+    let v1 = is_events_v1(kind);
+    let mut causes = Vec::new();
+    let about = &event["involvedObject"];
+    if about.as_object().is_none_or(|m| m.values().all(|v| v.as_str().is_some_and(str::is_empty))) {
+        causes.push(Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: if v1 { "regarding" } else { "involvedObject" }.into(),
+        });
+    }
+    match event["type"].as_str() {
+        Some("Normal" | "Warning") => {}
+        None | Some("") if !v1 => {}
+        other => causes.push(Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!(
+                "Invalid value: {:?}: has invalid value: {}",
+                other.unwrap_or_default(),
+                other.unwrap_or_default()
+            ),
+            field: "type".into(),
+        }),
+    }
+    if let Some(reason) = event["reason"].as_str().filter(|r| r.chars().count() > REASON_MAX) {
+        causes.push(Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {reason:?}: can have at most {REASON_MAX} characters"),
+            field: "reason".into(),
+        });
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_convert_both_ways() {
+        let v1 = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "regarding": {"name": "pg"}, "note": "hi", "reason": "R", "reportingController": "c"});
+        let mut core = v1.clone();
+        to_core(&mut core);
+        assert_eq!(
+            core,
+            json!({"apiVersion": "v1", "kind": "Event", "involvedObject": {"name": "pg"}, "message": "hi", "reason": "R", "reportingComponent": "c"})
+        );
+        to_events_v1(&mut core);
+        assert_eq!(core, v1);
+    }
+}
