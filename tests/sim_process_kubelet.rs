@@ -188,23 +188,29 @@ async fn a_crashing_container_restarts_with_back_off_and_keeps_its_previous_log(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_gate_readiness_and_a_service_forwards_to_ready_pods() {
     let cluster = process_cluster().await;
+    let maps: Api<ConfigMap> = cluster.api();
+    let site = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site"}, "data": {"index.html": "hello"}});
+    maps.create(&PostParams::default(), &serde_json::from_value(site).unwrap()).await.unwrap();
+    // `127.0.0.1` as an argument is the pod's own address (pods share the host's network).
     let pods = create_pod(
         &cluster,
         "web",
-        json!({"containers": [{
-            "name": "web", "image": "postgres:15",
-            "command": ["bash", "-c", "sleep 2; mkdir -p /tmp/site && echo hello > /tmp/site/index.html && exec python3 -m http.server --bind 127.0.0.1 --directory /tmp/site 8080"],
-            "ports": [{"name": "http", "containerPort": 8080}],
-            "readinessProbe": {"httpGet": {"path": "/index.html", "port": "http"}, "periodSeconds": 1},
-            "livenessProbe": {"tcpSocket": {"port": 8080}, "initialDelaySeconds": 5, "periodSeconds": 1},
-        }]}),
+        json!({
+            "containers": [{
+                "name": "web", "image": "postgres:15",
+                "command": ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", "/site", "8080"],
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/index.html", "port": "http"}, "periodSeconds": 1},
+                "livenessProbe": {"tcpSocket": {"port": 8080}, "initialDelaySeconds": 5, "periodSeconds": 1},
+                "volumeMounts": [{"name": "site", "mountPath": "/site"}],
+            }],
+            "volumes": [{"name": "site", "configMap": {"name": "site"}}],
+        }),
     )
     .await;
     let services: Api<Service> = cluster.api();
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]}});
     services.create(&PostParams::default(), &serde_json::from_value(svc).unwrap()).await.unwrap();
-    let not_yet = await_pod(&pods, "web", "running", phase_is("Running")).await;
-    assert!(!ready(&not_yet), "not ready before the server answers");
     await_pod(&pods, "web", "ready", ready).await;
     let ip = cluster.sim.resolve("default", "web.default.svc.cluster.local").expect("the Service resolves");
     assert!(ip.to_string().starts_with("127.11."), "{ip}");
