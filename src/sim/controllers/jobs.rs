@@ -85,12 +85,7 @@ impl Jobs {
             run_job_pods(state, &stamp(self.clock.now(now)));
             return None;
         }
-        let running: Vec<Value> = state
-            .store
-            .list("jobs.batch", None)
-            .filter(|j| finished(j).is_none() && !is_deleting(j) && j["spec"]["suspend"] != true)
-            .cloned()
-            .collect();
+        let running = running_jobs(state);
         let uids: Vec<String> =
             running.iter().filter_map(|j| j["metadata"]["uid"].as_str().map(String::from)).collect();
         self.finish_at.retain(|uid, _| uids.contains(uid));
@@ -273,14 +268,19 @@ impl Jobs {
     }
 }
 
-/// Jobs on the process kubelet: one pod at a time from the template, the outcome from its phase.
-fn run_job_pods(state: &mut State, wall: &str) {
-    let running: Vec<Value> = state
+/// The Jobs not finished, deleted or suspended.
+fn running_jobs(state: &State) -> Vec<Value> {
+    state
         .store
         .list("jobs.batch", None)
         .filter(|j| finished(j).is_none() && !is_deleting(j) && j["spec"]["suspend"] != true)
         .cloned()
-        .collect();
+        .collect()
+}
+
+/// Jobs on the process kubelet: one pod at a time from the template, the outcome from its phase.
+fn run_job_pods(state: &mut State, wall: &str) {
+    let running = running_jobs(state);
     for job in running {
         let (ns, uid) =
             (job_ns(&job).to_owned(), job["metadata"]["uid"].as_str().unwrap_or_default().to_owned());
