@@ -23,6 +23,9 @@ pub struct State {
     pub removed_uids: HashSet<String>,
     /// The Kubernetes version the server behaves as.
     pub version: KubernetesVersion,
+    /// Whether a deleted pod keeps a deletionTimestamp until its kubelet stopped it (the process
+    /// kubelet removes it then) instead of going at once.
+    pub graceful_pod_deletion: bool,
 }
 
 impl State {
@@ -35,6 +38,7 @@ impl State {
             gc_waiting: false,
             removed_uids: HashSet::new(),
             version,
+            graceful_pod_deletion: false,
         }
     }
 }
