@@ -51,6 +51,7 @@ struct ControllerFamilies {
     errors: Family<Labels, Counter>,
     terminal_errors: Family<Labels, Counter>,
     panics: Family<Labels, Counter>,
+    timeouts: Family<Labels, Counter>,
     time: HistogramFamily,
     active_workers: Family<Labels, Gauge>,
     max_concurrent: Family<Labels, Gauge>,
@@ -86,6 +87,7 @@ impl Metrics {
             errors: Family::default(),
             terminal_errors: Family::default(),
             panics: Family::default(),
+            timeouts: Family::default(),
             time: Family::new_with_constructor(reconcile_histogram),
             active_workers: Family::default(),
             max_concurrent: Family::default(),
@@ -137,6 +139,11 @@ impl Metrics {
             c.panics.clone(),
         );
         r.register(
+            "controller_runtime_reconcile_timeouts",
+            "Total number of reconciliation timeouts per controller",
+            c.timeouts.clone(),
+        );
+        r.register(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             c.time.clone(),
@@ -159,9 +166,10 @@ impl Metrics {
         f(&mut self.registry.lock())
     }
 
-    /// The workqueue metrics of the queue called `name`, ready to hand to `QueueConfig`.
+    /// The workqueue metrics of the queue called `name`, ready to hand to `QueueConfig`. Labelled
+    /// `name` and `controller` (both the queue's name), as controller-runtime labels them.
     pub fn queue(&self, name: &str) -> Arc<dyn QueueMetrics> {
-        let labels: Labels = vec![("name", name.to_string())];
+        let labels: Labels = vec![("name", name.to_string()), ("controller", name.to_string())];
         let w = &self.workqueue;
         Arc::new(PrometheusQueueMetrics {
             depth: w.depth.get_or_create_owned(&labels),
@@ -190,6 +198,7 @@ impl Metrics {
             errors: c.errors.get_or_create_owned(&labels),
             terminal_errors: c.terminal_errors.get_or_create_owned(&labels),
             panics: c.panics.get_or_create_owned(&labels),
+            timeouts: c.timeouts.get_or_create_owned(&labels),
             time: c.time.get_or_create_owned(&labels),
             active_workers: c.active_workers.get_or_create_owned(&labels),
             max_concurrent: c.max_concurrent.get_or_create_owned(&labels),
@@ -252,6 +261,7 @@ pub struct ControllerMetrics {
     errors: Counter,
     terminal_errors: Counter,
     panics: Counter,
+    timeouts: Counter,
     time: Histogram,
     active_workers: Gauge,
     max_concurrent: Gauge,
@@ -270,6 +280,9 @@ pub enum PassResult {
     TerminalError,
     /// The pass panicked (counted as an error too).
     Panic,
+    /// The pass outlived the reconcile timeout (counted as an error too, as controller-runtime
+    /// counts the context's deadline error).
+    Timeout,
 }
 
 impl PassResult {
@@ -281,6 +294,7 @@ impl PassResult {
             Self::Error => "error",
             Self::TerminalError => "terminal_error",
             Self::Panic => "panic",
+            Self::Timeout => "timeout",
         }
     }
 }
@@ -292,12 +306,13 @@ impl ControllerMetrics {
         match result {
             PassResult::Success => self.success.inc(),
             PassResult::RequeueAfter => self.requeue_after.inc(),
-            PassResult::Error | PassResult::TerminalError | PassResult::Panic => {
+            PassResult::Error | PassResult::TerminalError | PassResult::Panic | PassResult::Timeout => {
                 self.error.inc();
                 self.errors.inc();
                 match result {
                     PassResult::TerminalError => self.terminal_errors.inc(),
                     PassResult::Panic => self.panics.inc(),
+                    PassResult::Timeout => self.timeouts.inc(),
                     _ => 0,
                 }
             }
@@ -333,25 +348,68 @@ mod tests {
         controller.set_max_concurrent(4);
         controller.pass(PassResult::Success, Duration::from_millis(20));
         controller.pass(PassResult::TerminalError, Duration::from_millis(20));
+        controller.pass(PassResult::Timeout, Duration::from_secs(2));
+        controller.pass(PassResult::Panic, Duration::from_millis(1));
         controller.active_workers(1);
 
         let text = metrics.encode();
         for line in [
-            "workqueue_adds_total{name=\"databasecluster\"} 2",
-            "workqueue_depth{name=\"databasecluster\"} 2",
-            "workqueue_retries_total{name=\"databasecluster\"} 1",
-            "workqueue_queue_duration_seconds_count{name=\"databasecluster\"} 1",
-            "workqueue_unfinished_work_seconds{name=\"databasecluster\"} 3.0",
-            "workqueue_longest_running_processor_seconds{name=\"databasecluster\"} 2.0",
+            "workqueue_adds_total{name=\"databasecluster\",controller=\"databasecluster\"} 2",
+            "workqueue_depth{name=\"databasecluster\",controller=\"databasecluster\"} 2",
+            "workqueue_retries_total{name=\"databasecluster\",controller=\"databasecluster\"} 1",
+            "workqueue_queue_duration_seconds_count{name=\"databasecluster\",controller=\"databasecluster\"} 1",
+            "workqueue_unfinished_work_seconds{name=\"databasecluster\",controller=\"databasecluster\"} 3.0",
+            "workqueue_longest_running_processor_seconds{name=\"databasecluster\",controller=\"databasecluster\"} 2.0",
             "controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"success\"} 1",
-            "controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"error\"} 1",
-            "controller_runtime_reconcile_errors_total{controller=\"databasecluster\"} 1",
+            "controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"error\"} 3",
+            "controller_runtime_reconcile_errors_total{controller=\"databasecluster\"} 3",
             "controller_runtime_terminal_reconcile_errors_total{controller=\"databasecluster\"} 1",
-            "controller_runtime_reconcile_time_seconds_count{controller=\"databasecluster\"} 2",
+            "controller_runtime_reconcile_timeouts_total{controller=\"databasecluster\"} 1",
+            "controller_runtime_reconcile_panics_total{controller=\"databasecluster\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"databasecluster\"} 4",
             "controller_runtime_active_workers{controller=\"databasecluster\"} 1",
             "controller_runtime_max_concurrent_reconciles{controller=\"databasecluster\"} 4",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+    }
+
+    /// The `le` bounds of histogram `name`'s first series, in order.
+    fn bucket_bounds(text: &str, name: &str) -> Vec<f64> {
+        let prefix = format!("{name}_bucket{{");
+        let mut bounds = Vec::new();
+        for line in text.lines().filter(|l| l.starts_with(&prefix)) {
+            let le = line.split("le=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+            if le == "+Inf" {
+                break;
+            }
+            bounds.push(le.parse::<f64>().unwrap());
+        }
+        bounds
+    }
+
+    #[test]
+    fn histograms_use_controller_runtimes_buckets() {
+        let metrics = Metrics::new();
+        let queue = metrics.queue("q");
+        queue.queue_duration(Duration::from_millis(1));
+        queue.work_duration(Duration::from_millis(1));
+        metrics.controller("c").pass(PassResult::Success, Duration::from_millis(1));
+        let text = metrics.encode();
+        // client-go / controller-runtime: prometheus.ExponentialBuckets(10e-9, 10, 12).
+        let queue_buckets: Vec<f64> = (0..12).map(|i| 10e-9 * 10f64.powi(i)).collect();
+        for name in ["workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"] {
+            let bounds = bucket_bounds(&text, name);
+            assert_eq!(bounds.len(), queue_buckets.len(), "{name}: {bounds:?}");
+            for (got, want) in bounds.iter().zip(&queue_buckets) {
+                assert!((got / want - 1.0).abs() < 1e-9, "{name}: {got} vs {want}");
+            }
+        }
+        let reconcile = [
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+            1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+            25.0, 30.0, 40.0, 50.0, 60.0,
+        ];
+        assert_eq!(bucket_bounds(&text, "controller_runtime_reconcile_time_seconds"), reconcile);
     }
 }
