@@ -43,7 +43,8 @@ mod tests {
 
     #[test]
     fn the_hint_comes_from_the_status_details() {
-        let status = |seconds: u32| serde_json::json!({"code": 429, "details": {"retryAfterSeconds": seconds}});
+        let status =
+            |seconds: u32| serde_json::json!({"code": 429, "details": {"retryAfterSeconds": seconds}});
         assert_eq!(retry_after(&api_error(status(3))), Some(Duration::from_secs(3)));
         assert_eq!(retry_after(&api_error(status(0))), None);
         assert_eq!(retry_after(&api_error(serde_json::json!({"code": 500}))), None);

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::runtime::controller::PassResult;
 use crate::runtime::workqueue::QueueMetrics;
 
 type Labels = Vec<(&'static str, String)>;
@@ -52,6 +53,10 @@ struct ControllerFamilies {
     terminal_errors: Family<Labels, Counter>,
     panics: Family<Labels, Counter>,
     timeouts: Family<Labels, Counter>,
+    stale_waits: Family<Labels, Counter>,
+    stale_wait_timeouts: Family<Labels, Counter>,
+    stale_wait_time: HistogramFamily,
+    hot_loop_keys: Family<Labels, Gauge>,
     time: HistogramFamily,
     active_workers: Family<Labels, Gauge>,
     max_concurrent: Family<Labels, Gauge>,
@@ -62,6 +67,12 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     workqueue: WorkqueueFamilies,
     controller: ControllerFamilies,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
 }
 
 impl Default for Metrics {
@@ -88,6 +99,10 @@ impl Metrics {
             terminal_errors: Family::default(),
             panics: Family::default(),
             timeouts: Family::default(),
+            stale_waits: Family::default(),
+            stale_wait_timeouts: Family::default(),
+            stale_wait_time: Family::new_with_constructor(reconcile_histogram),
+            hot_loop_keys: Family::default(),
             time: Family::new_with_constructor(reconcile_histogram),
             active_workers: Family::default(),
             max_concurrent: Family::default(),
@@ -142,6 +157,26 @@ impl Metrics {
             "controller_runtime_reconcile_timeouts",
             "Total number of reconciliation timeouts per controller",
             c.timeouts.clone(),
+        );
+        r.register(
+            "controller_runtime_stale_cache_waits",
+            "Passes that first waited for the caches to deliver the previous pass's writes",
+            c.stale_waits.clone(),
+        );
+        r.register(
+            "controller_runtime_stale_cache_wait_timeouts",
+            "Waits for the caches to deliver a pass's writes that ended at their bound",
+            c.stale_wait_timeouts.clone(),
+        );
+        r.register(
+            "controller_runtime_stale_cache_wait_seconds",
+            "How long passes waited for the caches to deliver the previous pass's writes",
+            c.stale_wait_time.clone(),
+        );
+        r.register(
+            "controller_runtime_hot_loop_keys",
+            "Keys whose passes keep writing (hot loops), slowed by the per-key backoff",
+            c.hot_loop_keys.clone(),
         );
         r.register(
             "controller_runtime_reconcile_time_seconds",
@@ -199,6 +234,10 @@ impl Metrics {
             terminal_errors: c.terminal_errors.get_or_create_owned(&labels),
             panics: c.panics.get_or_create_owned(&labels),
             timeouts: c.timeouts.get_or_create_owned(&labels),
+            stale_waits: c.stale_waits.get_or_create_owned(&labels),
+            stale_wait_timeouts: c.stale_wait_timeouts.get_or_create_owned(&labels),
+            stale_wait_time: c.stale_wait_time.get_or_create_owned(&labels),
+            hot_loop_keys: c.hot_loop_keys.get_or_create_owned(&labels),
             time: c.time.get_or_create_owned(&labels),
             active_workers: c.active_workers.get_or_create_owned(&labels),
             max_concurrent: c.max_concurrent.get_or_create_owned(&labels),
@@ -253,7 +292,7 @@ impl QueueMetrics for PrometheusQueueMetrics {
 }
 
 /// One controller's reconcile metrics (`controller_runtime_*`), resolved once.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ControllerMetrics {
     success: Counter,
     error: Counter,
@@ -262,44 +301,31 @@ pub struct ControllerMetrics {
     terminal_errors: Counter,
     panics: Counter,
     timeouts: Counter,
+    stale_waits: Counter,
+    stale_wait_timeouts: Counter,
+    stale_wait_time: Histogram,
+    hot_loop_keys: Gauge,
     time: Histogram,
     active_workers: Gauge,
     max_concurrent: Gauge,
 }
 
-/// How one reconcile pass ended, for `controller_runtime_reconcile_total{result}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PassResult {
-    /// `Ok(Action::Done)`.
-    Success,
-    /// `Ok(Action::RequeueAfter(_))`.
-    RequeueAfter,
-    /// An error, retried with backoff.
-    Error,
-    /// An error that is not retried.
-    TerminalError,
-    /// The pass panicked (counted as an error too).
-    Panic,
-    /// The pass outlived the reconcile timeout (counted as an error too, as controller-runtime
-    /// counts the context's deadline error).
-    Timeout,
-}
-
-impl PassResult {
-    /// A lower-case name for logs and the debug endpoint.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Success => "success",
-            Self::RequeueAfter => "requeue_after",
-            Self::Error => "error",
-            Self::TerminalError => "terminal_error",
-            Self::Panic => "panic",
-            Self::Timeout => "timeout",
+impl ControllerMetrics {
+    /// A pass first waited `waited` for the caches to deliver the previous pass's writes
+    /// (`timed_out`: it gave up at the bound).
+    pub fn stale_cache_wait(&self, waited: Duration, timed_out: bool) {
+        self.stale_waits.inc();
+        self.stale_wait_time.observe(waited.as_secs_f64());
+        if timed_out {
+            self.stale_wait_timeouts.inc();
         }
     }
-}
 
-impl ControllerMetrics {
+    /// The number of keys in a hot loop now.
+    pub fn set_hot_loop_keys(&self, keys: usize) {
+        self.hot_loop_keys.set(keys as i64);
+    }
+
     /// Records one finished pass and how long it took.
     pub fn pass(&self, result: PassResult, took: Duration) {
         self.time.observe(took.as_secs_f64());
@@ -319,14 +345,29 @@ impl ControllerMetrics {
         };
     }
 
-    /// A worker started (+1) or finished (-1) a pass.
-    pub fn active_workers(&self, delta: i64) {
-        self.active_workers.inc_by(delta);
+    /// Counts a worker as busy (`controller_runtime_active_workers`) until the returned guard is
+    /// dropped: a pass that is cancelled or aborted drops it too, so the gauge cannot leak.
+    pub fn active_worker(&self) -> ActiveWorker {
+        self.active_workers.inc();
+        ActiveWorker { gauge: self.active_workers.clone() }
     }
 
     /// Records the number of workers the controller runs.
     pub fn set_max_concurrent(&self, workers: usize) {
         self.max_concurrent.set(workers as i64);
+    }
+}
+
+/// One busy worker, counted in `controller_runtime_active_workers` while this lives (see
+/// [`ControllerMetrics::active_worker`]); like the work queue's `Claim`, dropping is releasing.
+#[derive(Debug)]
+pub struct ActiveWorker {
+    gauge: Gauge,
+}
+
+impl Drop for ActiveWorker {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 
@@ -350,7 +391,9 @@ mod tests {
         controller.pass(PassResult::TerminalError, Duration::from_millis(20));
         controller.pass(PassResult::Timeout, Duration::from_secs(2));
         controller.pass(PassResult::Panic, Duration::from_millis(1));
-        controller.active_workers(1);
+        let busy = controller.active_worker();
+        let done = controller.active_worker();
+        drop(done);
 
         let text = metrics.encode();
         for line in [
@@ -372,6 +415,13 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+        drop(busy);
+        assert!(
+            metrics
+                .encode()
+                .lines()
+                .any(|l| l == "controller_runtime_active_workers{controller=\"databasecluster\"} 0")
+        );
     }
 
     /// The `le` bounds of histogram `name`'s first series, in order.

@@ -144,7 +144,8 @@ mod tests {
             let _ = recorded(config_map("b", Some("8")));
         })
         .await;
-        let recorded: Vec<_> = writes.iter().map(|w| (w.key.name().to_string(), w.resource_version.as_str())).collect();
+        let recorded: Vec<_> =
+            writes.iter().map(|w| (w.key.name().to_string(), w.resource_version.as_str())).collect();
         assert_eq!(recorded, [("a".to_string(), "7"), ("b".to_string(), "8")]);
         assert!(writes.iter().all(|w| w.kind.0 == "ConfigMap"));
     }
