@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::workqueue::{Claim, QueueConfig, QueueMetrics, WorkQueue};
+use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
 
 /// Counts live heap bytes while `COUNTING` is on.
@@ -504,6 +504,91 @@ fn memory<H: Harness>(_c: &mut Criterion) {
     drop((producer, consumer));
 }
 
+/// A restart's backlog (issue 15): 10 000 keys queued at once, 4 workers at 1 ms a pass, and a
+/// live event every 5 ms. Criterion times the drain (until the last backlog key is served); the
+/// latency from each live event's add to the start of its pass is printed as p50/p99. `low`
+/// queues the backlog at `Priority::Low` (the controller's choice for initial lists and
+/// resyncs); otherwise everything is one FIFO, the baseline.
+fn backlog(c: &mut Criterion, low: bool) {
+    const BACKLOG: usize = 10_000;
+    const WORKERS: usize = 4;
+    const PASS: Duration = Duration::from_millis(1);
+    const LIVE_EVERY: Duration = Duration::from_millis(5);
+    let name = if low { "priority" } else { "fifo" };
+    let rt = multi_thread();
+    let backlog_keys = Arc::new(keys(BACKLOG));
+    let live_latencies = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let mut group = c.benchmark_group("backlog");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(BACKLOG as u64));
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut elapsed = Duration::ZERO;
+                for _ in 0..iters {
+                    let queue = WorkQueue::<ObjectKey>::new(QueueConfig::default());
+                    let priority = if low { Priority::Low } else { Priority::Normal };
+                    let start = Instant::now();
+                    for key in backlog_keys.iter() {
+                        queue.add_with_priority(key.clone(), priority);
+                    }
+                    let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(BACKLOG));
+                    let drained = Arc::new(Notify::new());
+                    let live_added: Arc<Mutex<Vec<Option<Instant>>>> = Arc::default();
+                    let workers: Vec<_> = (0..WORKERS)
+                        .map(|_| {
+                            let (queue, remaining, drained) =
+                                (queue.clone(), remaining.clone(), drained.clone());
+                            let (live_added, live_latencies) = (live_added.clone(), live_latencies.clone());
+                            tokio::spawn(async move {
+                                while let Some(claim) = queue.get().await {
+                                    if let Some(n) = claim.key().name().strip_prefix("live-") {
+                                        let n: usize = n.parse().unwrap();
+                                        let added = live_added.lock().unwrap()[n].take().unwrap();
+                                        live_latencies.lock().unwrap().push(added.elapsed());
+                                    } else if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                                        drained.notify_one();
+                                    }
+                                    tokio::time::sleep(PASS).await;
+                                    drop(claim);
+                                }
+                            })
+                        })
+                        .collect();
+                    let live = {
+                        let (queue, live_added) = (queue.clone(), live_added.clone());
+                        tokio::spawn(async move {
+                            for n in 0.. {
+                                tokio::time::sleep(LIVE_EVERY).await;
+                                live_added.lock().unwrap().push(Some(Instant::now()));
+                                queue.add(ObjectKey::namespaced("live", &format!("live-{n}")));
+                            }
+                        })
+                    };
+                    drained.notified().await;
+                    elapsed += start.elapsed();
+                    live.abort();
+                    queue.shutdown();
+                    for worker in workers {
+                        worker.await.unwrap();
+                    }
+                }
+                elapsed
+            })
+        });
+    });
+    group.finish();
+    let mut latencies = std::mem::take(&mut *live_latencies.lock().unwrap());
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "backlog/{name}: {BACKLOG} keys queued, {WORKERS} workers at {PASS:?} a pass: live event to its pass over {} events: p50 {:?}, p99 {:?}",
+        latencies.len(),
+        at(0.50),
+        at(0.99)
+    );
+}
+
 /// Whether a command-line filter (criterion's positional argument, `group` or `group/queue`)
 /// selects the group `name`; used to skip the expensive set-up of benchmarks filtered out.
 fn selected(name: &str) -> bool {
@@ -534,6 +619,10 @@ fn all(c: &mut Criterion) {
         big_queue_waiting::<Ours<false>>(c);
         big_queue_waiting::<Baseline>(c);
         big_queue_waiting::<Channel>(c);
+    }
+    if selected("backlog") {
+        backlog(c, false);
+        backlog(c, true);
     }
     if selected("memory") {
         memory::<Ours<false>>(c);

@@ -12,6 +12,7 @@ use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::writes::recorded;
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -29,6 +30,13 @@ enum Behaviour {
     FailTerminally,
     Panic,
     Hang,
+    /// Fails with a server hint to retry after this long.
+    FailRetryAfter(Duration),
+    /// Writes the object on every pass (a flapping field), recording the write.
+    Flap,
+    /// Reads `data.n` from the cache and writes `n + 1` with the cached resourceVersion as a
+    /// precondition, until it is 3 (a pass acting on what it read from the cache).
+    CountToThree,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -36,11 +44,22 @@ enum Behaviour {
 struct TestError {
     message: &'static str,
     terminal: bool,
+    retry_after: Option<Duration>,
+}
+
+impl TestError {
+    fn new(message: &'static str, terminal: bool) -> Self {
+        Self { message, terminal, retry_after: None }
+    }
 }
 
 impl ReconcileError for TestError {
     fn is_terminal(&self) -> bool {
         self.terminal
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 }
 
@@ -53,6 +72,9 @@ struct Recorder {
     caches: Mutex<Vec<Box<dyn Fn() -> bool + Send>>>,
     changed: Notify,
     gate: Mutex<Option<oneshot::Receiver<()>>>,
+    /// The client for the writing behaviours, and the ConfigMap cache they read.
+    client: Mutex<Option<(kube::Client, Arc<Informer<ConfigMap>>)>>,
+    conflicts: Mutex<usize>,
 }
 
 impl Recorder {
@@ -93,8 +115,12 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
     match behaviour {
         Behaviour::Done => Ok(Action::Done),
         Behaviour::RequeueAfter(d) => Ok(Action::RequeueAfter(d)),
-        Behaviour::Fail => Err(TestError { message: "boom", terminal: false }),
-        Behaviour::FailTerminally => Err(TestError { message: "invalid", terminal: true }),
+        Behaviour::Fail => Err(TestError::new("boom", false)),
+        Behaviour::FailTerminally => Err(TestError::new("invalid", true)),
+        Behaviour::FailRetryAfter(after) => {
+            Err(TestError { message: "throttled", terminal: false, retry_after: Some(after) })
+        }
+        Behaviour::Flap | Behaviour::CountToThree => write_pass(&key, &rec, behaviour).await,
         Behaviour::Panic => panic!("reconcile bug"),
         Behaviour::Hang => {
             let gate = rec.gate.lock().take();
@@ -106,6 +132,33 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
             rec.changed.notify_waiters();
             Ok(Action::Done)
         }
+    }
+}
+
+/// The writing behaviours: one write through the API, recorded for the controller.
+async fn write_pass(key: &ObjectKey, rec: &Recorder, behaviour: Behaviour) -> Result<Action, TestError> {
+    let (client, informer) = rec.client.lock().clone().expect("the test set a client");
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let Some(cached) = informer.cache().get(key) else { return Ok(Action::Done) };
+    let n: u64 = cached.data.as_ref().and_then(|d| d.get("n")).and_then(|n| n.parse().ok()).unwrap_or(0);
+    if matches!(behaviour, Behaviour::CountToThree) && n >= 3 {
+        return Ok(Action::Done);
+    }
+    let patch = json!({"metadata": {"resourceVersion": cached.metadata.resource_version}, "data": {"n": (n + 1).to_string()}});
+    match api.patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(written) => {
+            recorded(written);
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            *rec.conflicts.lock() += 1;
+            return Err(TestError::new("conflict: the cache was stale", false));
+        }
+        Err(_) => return Err(TestError::new("write failed", false)),
+    }
+    match behaviour {
+        // Back soon, before the watch has brought the write: the next pass must wait for it.
+        Behaviour::CountToThree => Ok(Action::RequeueAfter(Duration::from_millis(10))),
+        _ => Ok(Action::Done),
     }
 }
 
@@ -307,6 +360,87 @@ async fn a_panic_or_a_timeout_is_an_error_retried_with_backoff() {
         text.lines()
             .any(|l| l.starts_with("controller_runtime_reconcile_panics_total{controller=\"test\"} "))
     );
+    let timeouts = metric(&h.metrics, "controller_runtime_reconcile_timeouts_total{controller=\"test\"}");
+    assert!(timeouts.is_some_and(|n| n >= 1.0), "timeouts counted: {timeouts:?}");
+}
+
+/// The value of the series `series` (name and labels), if present.
+fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
+    metrics.encode().lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_with_a_retry_after_hint_is_retried_no_earlier() {
+    let h = Harness::start().await;
+    h.recorder.behaviour.lock().insert("throttled".into(), Behaviour::FailRetryAfter(Duration::from_secs(2)));
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("throttled")).await.unwrap();
+    h.config_maps.start();
+    h.secrets.start();
+    let (_stop, _task) = h.run(h.controller());
+    h.recorder.wait_until(|r| r.passes_of("throttled").len() >= 3).await;
+    let passes = h.recorder.passes_of("throttled");
+    // The backoff alone would retry after 5 ms, then 10 ms.
+    for pair in passes.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_secs(2),
+            "retried {:?} after a 2 s hint",
+            pair[1] - pair[0]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_pass_waits_for_the_cache_to_hold_the_previous_passs_write() {
+    let h = Harness::start().await;
+    // The watch lags 300 ms behind every write: a pass right after its own write would read the
+    // old value, and its precondition would fail with 409.
+    h.sim.faults().set_watch_event_latency(Duration::from_millis(300));
+    h.recorder.behaviour.lock().insert("counter".into(), Behaviour::CountToThree);
+    *h.recorder.client.lock() = Some((h.sim.client(), Arc::clone(&h.config_maps)));
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("counter")).await.unwrap();
+    h.config_maps.start();
+    h.secrets.start();
+    let (_stop, _task) = h.run(h.controller());
+    h.recorder.wait_until(|r| r.passes_of("counter").len() >= 4).await;
+    // Each write's own event requeues the key at once; it still ran only on fresh data.
+    assert_eq!(*h.recorder.conflicts.lock(), 0, "a pass acted on a stale cache");
+    let live: ConfigMap = h.api().get("counter").await.unwrap();
+    assert_eq!(live.data.unwrap()["n"], "3");
+    let waits = metric(&h.metrics, "controller_runtime_stale_cache_waits_total{controller=\"test\"}");
+    assert!(waits.is_some_and(|n| n >= 1.0), "stale cache waits: {waits:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_passes_keep_writing_is_reported_and_slowed() {
+    let h = Harness::start().await;
+    h.recorder.behaviour.lock().insert("flapping".into(), Behaviour::Flap);
+    *h.recorder.client.lock() = Some((h.sim.client(), Arc::clone(&h.config_maps)));
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("flapping")).await.unwrap();
+    h.config_maps.start();
+    h.secrets.start();
+    let (_stop, _task) = h.run(h.controller());
+    // Ten writing passes are tolerated; from the eleventh the backoff (5 ms, 10 ms, ...) holds it.
+    h.recorder.wait_until(|r| r.passes_of("flapping").len() >= 16).await;
+    let hot = metric(&h.metrics, "controller_runtime_hot_loop_keys{controller=\"test\"}");
+    assert_eq!(hot, Some(1.0));
+    let passes = h.recorder.passes_of("flapping");
+    let gaps: Vec<Duration> = passes.windows(2).map(|p| p[1] - p[0]).collect();
+    // Passes 12.. each wait at least the growing backoff: 5, 10, 20, 40 ms.
+    for (n, gap) in gaps[11..15].iter().enumerate() {
+        let floor = Duration::from_millis(5 << n);
+        assert!(*gap >= floor, "pass {} came {gap:?} after the previous, backoff {floor:?}", n + 13);
+    }
+    // Settling: once a pass writes nothing the key is calm again.
+    h.recorder.behaviour.lock().insert("flapping".into(), Behaviour::Done);
+    // The gauge moves after a pass ends (no event to await): look every 10 ms, for a minute at most.
+    let hot_keys = || metric(&h.metrics, "controller_runtime_hot_loop_keys{controller=\"test\"}");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while hot_keys() != Some(0.0) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the key never settled");
 }
 
 #[tokio::test]

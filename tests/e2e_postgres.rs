@@ -32,7 +32,7 @@ async fn the_seeds_walkthrough_runs_real_postgres_and_upgrades_keeping_the_data(
     let api = cluster.clusters();
     let started = std::time::Instant::now();
     api.patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&sample())).await.unwrap();
-    eventually("Running 3/3", || async {
+    eventually_some("Running 3/3", || async {
         let c = api.get(NAME).await.ok()?;
         (phase(&c) == Some("Running") && ready(&c) == 3).then_some(())
     })
@@ -53,7 +53,7 @@ async fn the_seeds_walkthrough_runs_real_postgres_and_upgrades_keeping_the_data(
     let before = pod_uids(&pods).await;
     let upgrade = json!({"spec": {"version": "15.5"}});
     api.patch(NAME, &PatchParams::default(), &Patch::Merge(&upgrade)).await.unwrap();
-    eventually("Running 3/3 on 15.5", || async {
+    eventually_some("Running 3/3 on 15.5", || async {
         let c = api.get(NAME).await.ok()?;
         let status = c.status.clone()?;
         (phase(&c) == Some("Running") && ready(&c) == 3 && status.current_version.as_deref() == Some("15.5"))

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbcluster_operator::runtime::cache::strip_managed_fields;
+use dbcluster_operator::runtime::client::client as runtime_client;
 use dbcluster_operator::runtime::informer::{Informer, InformerEvent};
 use dbcluster_operator::runtime::reflector::{InitialList, ReconnectBackoffConfig, ReflectorConfig};
 use dbcluster_operator::sim::{SimConfig, SimServer};
@@ -331,10 +332,8 @@ async fn a_500_burst_backs_off_exponentially_and_the_schedule_resets_after_a_hea
 #[tokio::test(start_paused = true)]
 async fn a_429_burst_backs_off_honouring_retry_after_as_a_floor() {
     let sim = SimServer::start().await.unwrap();
-    // kube's default client retries 429s itself; without that the reflector sees them.
-    let mut config = kube::Config::new(sim.base_url().parse().unwrap());
-    config.default_retry = false;
-    let client = Client::try_from(config).unwrap();
+    // kube's default client retries 429s itself; the runtime's client leaves them to the reflector.
+    let client = runtime_client(kube::Config::new(sim.base_url().parse().unwrap())).unwrap();
     sim.faults().fail_next("configmaps", 2, 429);
     let informer = informer(client, settings());
     let started = Instant::now();
@@ -344,6 +343,10 @@ async fn a_429_burst_backs_off_honouring_retry_after_as_a_floor() {
     assert_eq!(started.elapsed(), Duration::from_secs(2));
     assert_eq!(informer.stats().failures, 2);
     assert_eq!(informer_backoff_ms(&informer), 1000);
+    // Exactly the requests the reflector's policy sends: two refused (streaming) lists and the one
+    // that worked, whose watch goes on (kube's retry layer would have sent retries of its own).
+    let requests = sim.request_log().iter().filter(|r| r.resource == "configmaps").count();
+    assert_eq!(requests, 3);
 }
 
 /// A stricter view of ConfigMaps: `data.port` must be a number. The server stores any string, so

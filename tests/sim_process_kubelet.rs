@@ -24,7 +24,7 @@ async fn create_pod(cluster: &TestCluster, name: &str, spec: Value) -> Api<Pod> 
 }
 
 async fn await_pod(pods: &Api<Pod>, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    eventually(what, || async {
+    eventually_some(what, || async {
         let pod = pods.get_opt(name).await.ok()??;
         let value = serde_json::to_value(&pod).ok()?;
         done(&value).then_some(value)
@@ -214,7 +214,7 @@ async fn probes_gate_readiness_and_a_service_forwards_to_ready_pods() {
     await_pod(&pods, "web", "ready", ready).await;
     let ip = cluster.sim.resolve("default", "web.default.svc.cluster.local").expect("the Service resolves");
     assert!(ip.to_string().starts_with("127.11."), "{ip}");
-    let answer = eventually("the Service forwards", || async {
+    let answer = eventually_some("the Service forwards", || async {
         let (code, _, body) = http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await;
         (code == 200).then_some(body)
     })
@@ -270,7 +270,8 @@ async fn child_simulator() {
     let cluster = process_cluster().await;
     let pods = create_pod(&cluster, "sleeper", json!({"containers": [{"name": "s", "image": "postgres:15", "command": ["bash", "-c", format!("sleep {marker} & sleep {marker}; wait")]}]})).await;
     await_pod(&pods, "sleeper", "running", phase_is("Running")).await;
-    eventually("the sleep processes", || async { (!processes_with(&marker).is_empty()).then_some(()) }).await;
+    eventually_some("the sleep processes", || async { (!processes_with(&marker).is_empty()).then_some(()) })
+        .await;
     println!("READY");
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
@@ -314,7 +315,7 @@ async fn processes_never_outlive_the_simulator() {
     assert_eq!(processes_with(&marker).len(), 2, "the pod's processes run");
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    eventually("no process of the killed simulator's pod", || async {
+    eventually_some("no process of the killed simulator's pod", || async {
         processes_with(&marker).is_empty().then_some(())
     })
     .await;
@@ -339,7 +340,7 @@ async fn jobs_succeed_or_fail_as_their_pods_do() {
     let outcome = |name: &'static str| {
         let jobs = jobs.clone();
         async move {
-            eventually(&format!("{name} finished"), || async {
+            eventually_some(&format!("{name} finished"), || async {
                 let j = jobs.get(name).await.ok()?;
                 let conditions = j.status?.conditions?;
                 conditions

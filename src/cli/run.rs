@@ -89,7 +89,8 @@ async fn run_from_environment(args: RunArgs) -> Result<(), RunError> {
     let config = cluster::load_config(&source, args.context.as_deref()).await?;
     let url = config.cluster_url.to_string().trim_end_matches('/').to_string();
     let manager_config = manager_config(&args, &config.default_namespace);
-    let client = Client::try_from(config)
+    // kube's own retries off: the reflector's and the work queue's policies are the only ones.
+    let client = crate::runtime::client::client(config)
         .map_err(|e| RunError::Client { url: url.clone(), reason: cluster::one_line(&e) })?;
     let manager = start(client, &url, manager_config).await?;
     Ok(manager.run(operator::workload, os_signals()).await?)

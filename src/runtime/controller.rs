@@ -13,9 +13,18 @@
 //! |---|---|
 //! | `Ok(Action::Done)` | `forget` (backoff reset) |
 //! | `Ok(Action::RequeueAfter(d))` | `forget`, then `add_after(d)` |
-//! | `Err(e)`, not terminal (or a panic, or a timeout) | `add_rate_limited` (per-key backoff) |
+//! | `Err(e)`, not terminal (or a panic, or a timeout) | `add_rate_limited` (per-key backoff), no earlier than `e.retry_after()` |
 //! | `Err(e)` with `e.is_terminal()` | `forget`; no retry until the next event |
 //!
+//! Each pass runs inside [`record_writes`]: what it wrote through [`recorded`] is kept for the
+//! key. Before the key's next pass the worker waits (at most `stale_cache_wait`, then goes on and
+//! counts it) until the informers of the written kinds have delivered those writes (read-your-
+//! writes, KEP-5647; see `freshness`). A key whose passes keep writing is a hot loop (see
+//! `hotloop`): reported once per window, and its passes held back by the per-key backoff until
+//! a pass writes nothing.
+//!
+//! [`record_writes`]: crate::runtime::writes::record_writes
+//! [`recorded`]: crate::runtime::writes::recorded
 //! Reconcile receives only the key and the shared context; it reads objects from the caches.
 
 use std::future::Future;
@@ -37,10 +46,13 @@ use tracing::Instrument;
 
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_owner;
-use crate::runtime::informer::Informer;
+use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, Waited};
+use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
+use crate::runtime::informer::{EventOrigin, Informer};
 use crate::runtime::introspection::{ControllerProbe, LastPass};
 use crate::runtime::metrics::ControllerMetrics;
-use crate::runtime::workqueue::{QueueConfig, WorkQueue};
+use crate::runtime::workqueue::{Priority, QueueConfig, WorkQueue};
+use crate::runtime::writes::{Write, record_writes};
 
 /// What a successful reconcile pass asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +70,13 @@ pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
     /// Whether retrying is pointless. Defaults to `false`.
     fn is_terminal(&self) -> bool {
         false
+    }
+
+    /// How long the server asked to wait before trying again (its `Retry-After`), if it did: the
+    /// retry comes no earlier, whatever the backoff says. Defaults to `None`; see
+    /// [`crate::runtime::client::retry_after`] for a `kube::Error`.
+    fn retry_after(&self) -> Option<Duration> {
+        None
     }
 }
 
@@ -91,6 +110,10 @@ pub struct ControllerConfig {
     pub queue: QueueConfig,
     /// Where the reconcile metrics go.
     pub metrics: Option<ControllerMetrics>,
+    /// How long a pass waits at most for the caches to hold its key's previous writes.
+    pub stale_cache_wait: Duration,
+    /// When a key's writing passes count as a hot loop.
+    pub hot_loop: HotLoopConfig,
 }
 
 impl ControllerConfig {
@@ -105,6 +128,8 @@ impl ControllerConfig {
             shutdown_timeout: Duration::from_secs(30),
             queue: QueueConfig::named(name),
             metrics: None,
+            stale_cache_wait: DEFAULT_STALE_CACHE_WAIT,
+            hot_loop: HotLoopConfig::default(),
         }
     }
 }
@@ -129,6 +154,9 @@ pub enum PassResult {
     TerminalError,
     /// The pass panicked (counted as an error too).
     Panic,
+    /// The pass outlived the reconcile timeout (counted as an error too, as controller-runtime
+    /// counts the context's deadline error).
+    Timeout,
 }
 
 impl PassResult {
@@ -140,6 +168,7 @@ impl PassResult {
             Self::Error => "error",
             Self::TerminalError => "terminal_error",
             Self::Panic => "panic",
+            Self::Timeout => "timeout",
         }
     }
 }
@@ -199,6 +228,7 @@ pub struct Controller<K> {
     registrations: Vec<Registration>,
     exists: Exists,
     last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+    freshness: Freshness,
     _primary: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -223,6 +253,7 @@ where
             registrations: Vec::new(),
             exists: Arc::new(move |key| cache.get(key).is_some()),
             last_passes: Arc::default(),
+            freshness: Freshness::default(),
             _primary: std::marker::PhantomData,
         };
         controller.watches(primary, |obj: &K| Some(ObjectKey::of(obj)))
@@ -233,11 +264,14 @@ where
     pub fn owns<C>(self, children: &Arc<Informer<C>>) -> Self
     where
         C: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        C::DynamicType: Default,
     {
         self.watches(children, |child: &C| controller_owner_key::<K, C>(child))
     }
 
-    /// Also reconcile whatever keys `mapper` returns for each changed object of kind `W`.
+    /// Also reconcile whatever keys `mapper` returns for each changed object of kind `W`. Keys
+    /// from list results are queued at low priority, keys from watch events at normal priority;
+    /// writes of kind `W` are waited for on this informer before the writer's next pass.
     pub fn watches<W, I>(
         mut self,
         informer: &Arc<Informer<W>>,
@@ -245,13 +279,21 @@ where
     ) -> Self
     where
         W: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        W::DynamicType: Default,
         I: IntoIterator<Item = ObjectKey> + 'static,
     {
+        self.freshness.watch(informer);
         let for_sync = Arc::clone(informer);
         self.synced.push(async move { for_sync.synced().await }.boxed());
         let informer = Arc::clone(informer);
         self.registrations.push(Box::new(move |queue: WorkQueue<ObjectKey>| {
-            informer.add_key_mapper(mapper, move |key| queue.add(key));
+            informer.add_key_mapper(mapper, move |key, origin| {
+                let priority = match origin {
+                    EventOrigin::List => Priority::Low,
+                    EventOrigin::Watch => Priority::Normal,
+                };
+                queue.add_with_priority(key, priority);
+            });
         }));
         self
     }
@@ -287,7 +329,7 @@ where
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         E: ReconcileError,
     {
-        let Self { config, queue, synced, registrations, exists, last_passes, .. } = self;
+        let Self { config, queue, synced, registrations, exists, last_passes, freshness, .. } = self;
         let stop = CancellationToken::new();
         tokio::pin!(shutdown);
 
@@ -316,6 +358,12 @@ where
             context,
             exists,
             last_passes,
+            freshness,
+            pending_writes: DashMap::new(),
+            hot_loops: parking_lot::Mutex::new(HotLoops::new(
+                config.hot_loop.clone(),
+                config.queue.backoff.clone(),
+            )),
         });
         let mut workers = JoinSet::new();
         for _ in 0..config.workers {
@@ -364,6 +412,11 @@ struct Worker<Ctx, F> {
     context: Arc<Ctx>,
     exists: Exists,
     last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+    /// The informers whose delivery of a pass's writes the next pass waits for.
+    freshness: Freshness,
+    /// What each key's last pass wrote (until its next pass has waited for it).
+    pending_writes: DashMap<ObjectKey, Vec<Write>>,
+    hot_loops: parking_lot::Mutex<HotLoops>,
 }
 
 /// Numbers each pass so that its log lines can be told apart from the next pass's.
@@ -397,13 +450,29 @@ where
     /// One pass for `key`, and what the queue is told afterwards.
     async fn pass(&self, key: ObjectKey) {
         let metrics = self.config.metrics.as_ref();
+        if let Some(not_before) = self.hot_loops.lock().not_before(&key) {
+            let now = Instant::now();
+            if not_before > now {
+                // A hot loop: its passes wait out the per-key backoff.
+                self.queue.add_after(key, not_before - now);
+                return;
+            }
+        }
         // Dropped when the pass ends, is cancelled at shutdown or its worker is aborted.
         let _busy = metrics.map(ControllerMetrics::active_worker);
+        let stale_wait = self.wait_for_own_writes(&key).await;
         let started = Instant::now();
         let pass = AssertUnwindSafe((self.reconcile)(key.clone(), Arc::clone(&self.context))).catch_unwind();
-        let outcome = match self.config.reconcile_timeout {
-            Some(limit) => tokio::time::timeout(limit, pass).await.map_err(|_| limit),
-            None => Ok(pass.await),
+        let pass = record_writes(pass);
+        let (outcome, writes) = match self.config.reconcile_timeout {
+            Some(limit) => match tokio::time::timeout(limit, pass).await {
+                Ok((outcome, writes)) => (Ok(outcome), writes),
+                Err(_) => (Err(limit), Vec::new()),
+            },
+            None => {
+                let (outcome, writes) = pass.await;
+                (Ok(outcome), writes)
+            }
         };
         let took = started.elapsed();
         let mut error_message = None;
@@ -425,9 +494,10 @@ where
             }
             Ok(Ok(Err(error))) => {
                 let retries = self.queue.num_requeues(&key);
-                tracing::warn!(error = %error, retries, "reconcile failed; retrying with backoff");
+                let retry_after = error.retry_after();
+                tracing::warn!(error = %error, retries, ?retry_after, "reconcile failed; retrying with backoff");
                 error_message = Some(error.to_string());
-                self.queue.add_rate_limited(key.clone());
+                self.queue.add_rate_limited_after(key.clone(), retry_after.unwrap_or_default());
                 PassResult::Error
             }
             Ok(Err(panic)) => {
@@ -441,23 +511,86 @@ where
                 tracing::warn!(timeout = ?limit, "reconcile timed out; retrying with backoff");
                 error_message = Some(format!("timed out after {limit:?}"));
                 self.queue.add_rate_limited(key.clone());
-                PassResult::Error
+                PassResult::Timeout
             }
         };
         if let Some(m) = metrics {
             m.pass(result, took);
         }
-        self.remember(key, result, error_message, took);
+        let hot = self.watch_for_hot_loop(&key, &writes);
+        if !writes.is_empty() {
+            self.pending_writes.insert(key.clone(), writes.clone());
+        }
+        let last = LastPass {
+            result,
+            error: error_message,
+            finished: Instant::now(),
+            took,
+            writes,
+            stale_cache_wait: stale_wait,
+            hot_loop: hot,
+        };
+        self.remember(key, last);
+    }
+
+    /// Waits (bounded) until the informers have delivered what the key's previous pass wrote.
+    async fn wait_for_own_writes(&self, key: &ObjectKey) -> Option<Waited> {
+        let (_, writes) = self.pending_writes.remove(key)?;
+        let waited = self.freshness.wait_for(&writes, self.config.stale_cache_wait).await;
+        if waited.waited.is_zero() {
+            return None;
+        }
+        if waited.timed_out {
+            tracing::warn!(waited = ?waited.waited, "the caches did not deliver the previous pass's writes in time; reconciling anyway");
+        } else {
+            tracing::debug!(waited = ?waited.waited, "waited for the caches to deliver the previous pass's writes");
+        }
+        if let Some(m) = &self.config.metrics {
+            m.stale_cache_wait(waited.waited, waited.timed_out);
+        }
+        Some(waited)
+    }
+
+    /// Feeds the pass's writes to the hot-loop detector; true if the key is hot.
+    fn watch_for_hot_loop(&self, key: &ObjectKey, writes: &[Write]) -> bool {
+        let mut hot_loops = self.hot_loops.lock();
+        let verdict = hot_loops.observe(key, Instant::now(), writes);
+        let hot_keys = hot_loops.hot_keys();
+        drop(hot_loops);
+        let changed = match &verdict {
+            Verdict::Calm { settled } => *settled,
+            Verdict::Hot { report, new, .. } => {
+                if *report {
+                    let written: Vec<String> = writes
+                        .iter()
+                        .map(|w| format!("{} {} (rv {})", w.kind, w.key, w.resource_version))
+                        .collect();
+                    tracing::warn!(
+                        writes = self.config.hot_loop.writes,
+                        window = ?self.config.hot_loop.window,
+                        ?written,
+                        "hot loop: every pass of this key writes; slowing it with the per-key backoff until a pass writes nothing"
+                    );
+                }
+                *new
+            }
+        };
+        if changed && let Some(m) = &self.config.metrics {
+            m.set_hot_loop_keys(hot_keys);
+        }
+        matches!(verdict, Verdict::Hot { .. })
     }
 
     /// Keeps the key's last pass for the debug endpoint; a deleted object that reconciled cleanly
     /// leaves no record behind, so the records stay as many as the objects.
-    fn remember(&self, key: ObjectKey, result: PassResult, error: Option<String>, took: Duration) {
-        if result == PassResult::Success && !(self.exists)(&key) {
+    fn remember(&self, key: ObjectKey, last: LastPass) {
+        if last.result == PassResult::Success && !(self.exists)(&key) {
             self.last_passes.remove(&key);
+            self.pending_writes.remove(&key);
+            self.hot_loops.lock().remove(&key);
             return;
         }
-        self.last_passes.insert(key, LastPass { result, error, finished: Instant::now(), took });
+        self.last_passes.insert(key, last);
     }
 }
 

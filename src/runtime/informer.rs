@@ -26,10 +26,27 @@ use crate::runtime::reflector::{InitialList, Reflector, ReflectorConfig, Reflect
 
 pub use crate::runtime::cache::InformerEvent;
 
+/// Where a change came from: a list (the initial list, a relist, or the replay of the cache to a
+/// handler registered late) or a live watch event. The controller queues list changes at low
+/// priority, so a restart's backlog never delays a user's change (issue 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOrigin {
+    /// A list result, or the cache replayed to a new handler.
+    List,
+    /// A watch event.
+    Watch,
+}
+
 /// Something told about every change an informer applies to its cache.
 pub trait EventHandler<K>: Send + Sync + 'static {
     /// Called once per change, on the informer's task; must return quickly.
     fn on_event(&self, event: &InformerEvent<K>);
+
+    /// `on_event`, told where the change came from. Defaults to `on_event`.
+    fn on_event_from(&self, event: &InformerEvent<K>, origin: EventOrigin) {
+        let _ = origin;
+        self.on_event(event);
+    }
 }
 
 impl<K, F> EventHandler<K> for F
@@ -173,7 +190,7 @@ where
     pub fn add_handler(&self, handler: impl EventHandler<K>) {
         let mut handlers = self.handlers.write();
         for obj in self.cache.list() {
-            call(&handler, &InformerEvent::Added(obj), &self.counters);
+            call(&handler, &InformerEvent::Added(obj), EventOrigin::List, &self.counters);
         }
         handlers.push(Arc::new(handler));
     }
@@ -181,25 +198,15 @@ where
     /// Registers a key mapper: for every change, `sink` receives each key `mapper` returns for the
     /// object (for an update, for the old and the new state, without repeats — so a child whose
     /// controller owner changed wakes both owners). The controller's `For`/`Owns`/`Watches`
-    /// wiring is built on this.
+    /// wiring is built on this. `sink` is also told where the change came from.
     pub fn add_key_mapper<I>(
         &self,
         mapper: impl Fn(&K) -> I + Send + Sync + 'static,
-        sink: impl Fn(ObjectKey) + Send + Sync + 'static,
+        sink: impl Fn(ObjectKey, EventOrigin) + Send + Sync + 'static,
     ) where
-        I: IntoIterator<Item = ObjectKey>,
+        I: IntoIterator<Item = ObjectKey> + 'static,
     {
-        self.add_handler(move |event: &InformerEvent<K>| {
-            let mut keys: Vec<ObjectKey> = mapper(event.object()).into_iter().collect();
-            if let Some(old) = event.old() {
-                for key in mapper(old) {
-                    if !keys.contains(&key) {
-                        keys.push(key);
-                    }
-                }
-            }
-            keys.into_iter().for_each(&sink);
-        });
+        self.add_handler(KeyMapper { mapper, sink, _kind: std::marker::PhantomData });
     }
 
     /// Starts the reflector task (once; later calls do nothing). Needs a tokio runtime.
@@ -215,6 +222,10 @@ where
             // Held across the write, so `add_handler` sees each change either in the cache it
             // replays or as an event, never both.
             let handlers = handlers.read();
+            let origin = match event {
+                ReflectorEvent::Listed(_) => EventOrigin::List,
+                _ => EventOrigin::Watch,
+            };
             let changes = writer.apply(event);
             for change in &changes {
                 let counter = match change {
@@ -224,7 +235,7 @@ where
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
                 for handler in handlers.iter() {
-                    call(handler.as_ref(), change, &counters);
+                    call(handler.as_ref(), change, origin, &counters);
                 }
             }
             reflector_stats.touch();
@@ -288,8 +299,46 @@ impl<K> Drop for Informer<K> {
     }
 }
 
-fn call<K>(handler: &(impl EventHandler<K> + ?Sized), event: &InformerEvent<K>, counters: &EventCounters) {
-    if catch_unwind(AssertUnwindSafe(|| handler.on_event(event))).is_err() {
+/// The handler behind `add_key_mapper`.
+struct KeyMapper<K, M, S> {
+    mapper: M,
+    sink: S,
+    _kind: std::marker::PhantomData<fn(&K)>,
+}
+
+impl<K, M, S, I> EventHandler<K> for KeyMapper<K, M, S>
+where
+    K: Resource + 'static,
+    M: Fn(&K) -> I + Send + Sync + 'static,
+    S: Fn(ObjectKey, EventOrigin) + Send + Sync + 'static,
+    I: IntoIterator<Item = ObjectKey> + 'static,
+{
+    fn on_event(&self, event: &InformerEvent<K>) {
+        self.on_event_from(event, EventOrigin::Watch);
+    }
+
+    fn on_event_from(&self, event: &InformerEvent<K>, origin: EventOrigin) {
+        let mut keys: Vec<ObjectKey> = (self.mapper)(event.object()).into_iter().collect();
+        if let Some(old) = event.old() {
+            for key in (self.mapper)(old) {
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        for key in keys {
+            (self.sink)(key, origin);
+        }
+    }
+}
+
+fn call<K>(
+    handler: &(impl EventHandler<K> + ?Sized),
+    event: &InformerEvent<K>,
+    origin: EventOrigin,
+    counters: &EventCounters,
+) {
+    if catch_unwind(AssertUnwindSafe(|| handler.on_event_from(event, origin))).is_err() {
         counters.handler_panics.fetch_add(1, Ordering::Relaxed);
         tracing::error!("an informer event handler panicked; the informer goes on");
     }

@@ -24,8 +24,10 @@ use tokio::time::{Duration, Instant};
 
 use crate::runtime::ObjectKey;
 use crate::runtime::controller::PassResult;
+use crate::runtime::freshness::Waited;
 use crate::runtime::informer::{Informer, InformerStats};
 use crate::runtime::workqueue::{KeyPhase, KeyState, WorkQueue};
+use crate::runtime::writes::Write;
 
 /// How a key's most recent pass ended, for `/debug/queue`.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +40,12 @@ pub struct LastPass {
     pub finished: Instant,
     /// How long the pass took.
     pub took: Duration,
+    /// What it wrote (the server's resourceVersions).
+    pub writes: Vec<Write>,
+    /// How long it waited first for the caches to deliver the previous pass's writes, if at all.
+    pub stale_cache_wait: Option<Waited>,
+    /// The key was in a hot loop after this pass.
+    pub hot_loop: bool,
 }
 
 /// One key as the debug endpoint shows it: the queue's view and the last pass.
@@ -283,6 +291,9 @@ pub struct KeyView {
     pub waiting_seconds_left: Option<f64>,
     /// Failures since the last success.
     pub requeues: u32,
+    /// Queued (or due back) at low priority: from a list, behind live events.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub low_priority: bool,
     /// Its last pass, if it had one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_pass: Option<LastPassView>,
@@ -301,6 +312,18 @@ pub struct LastPassView {
     pub finished_seconds_ago: f64,
     /// How long it took, in seconds.
     pub took_seconds: f64,
+    /// What it wrote.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<Write>,
+    /// Seconds it first waited for the caches to deliver the previous pass's writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_cache_wait_seconds: Option<f64>,
+    /// That wait ended at its bound rather than with the caches up to date.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stale_cache_wait_timed_out: bool,
+    /// The key is in a hot loop: its passes keep writing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hot_loop: bool,
 }
 
 impl KeyView {
@@ -331,6 +354,7 @@ impl KeyView {
             waiting_until,
             waiting_seconds_left: left.map(|offset| offset.max(0.0)),
             requeues: state.map_or(0, |s| s.requeues),
+            low_priority: state.is_some_and(|s| s.low_priority),
             last_pass: report.last.as_ref().map(|last| {
                 let (finished, offset) = clock.render(last.finished);
                 LastPassView {
@@ -339,6 +363,13 @@ impl KeyView {
                     finished,
                     finished_seconds_ago: -offset,
                     took_seconds: round_ms(last.took.as_secs_f64()),
+                    writes: last.writes.clone(),
+                    stale_cache_wait_seconds: last
+                        .stale_cache_wait
+                        .as_ref()
+                        .map(|w| round_ms(w.waited.as_secs_f64())),
+                    stale_cache_wait_timed_out: last.stale_cache_wait.as_ref().is_some_and(|w| w.timed_out),
+                    hot_loop: last.hot_loop,
                 }
             }),
         }

@@ -77,6 +77,13 @@ impl Hash for ObjectKey {
     }
 }
 
+/// Serialized as its `namespace/name` text (the debug endpoint's reports).
+impl serde::Serialize for ObjectKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.full)

@@ -52,6 +52,11 @@ struct ControllerFamilies {
     errors: Family<Labels, Counter>,
     terminal_errors: Family<Labels, Counter>,
     panics: Family<Labels, Counter>,
+    timeouts: Family<Labels, Counter>,
+    stale_waits: Family<Labels, Counter>,
+    stale_wait_timeouts: Family<Labels, Counter>,
+    stale_wait_time: HistogramFamily,
+    hot_loop_keys: Family<Labels, Gauge>,
     time: HistogramFamily,
     active_workers: Family<Labels, Gauge>,
     max_concurrent: Family<Labels, Gauge>,
@@ -93,6 +98,11 @@ impl Metrics {
             errors: Family::default(),
             terminal_errors: Family::default(),
             panics: Family::default(),
+            timeouts: Family::default(),
+            stale_waits: Family::default(),
+            stale_wait_timeouts: Family::default(),
+            stale_wait_time: Family::new_with_constructor(reconcile_histogram),
+            hot_loop_keys: Family::default(),
             time: Family::new_with_constructor(reconcile_histogram),
             active_workers: Family::default(),
             max_concurrent: Family::default(),
@@ -144,6 +154,31 @@ impl Metrics {
             c.panics.clone(),
         );
         r.register(
+            "controller_runtime_reconcile_timeouts",
+            "Total number of reconciliation timeouts per controller",
+            c.timeouts.clone(),
+        );
+        r.register(
+            "controller_runtime_stale_cache_waits",
+            "Passes that first waited for the caches to deliver the previous pass's writes",
+            c.stale_waits.clone(),
+        );
+        r.register(
+            "controller_runtime_stale_cache_wait_timeouts",
+            "Waits for the caches to deliver a pass's writes that ended at their bound",
+            c.stale_wait_timeouts.clone(),
+        );
+        r.register(
+            "controller_runtime_stale_cache_wait_seconds",
+            "How long passes waited for the caches to deliver the previous pass's writes",
+            c.stale_wait_time.clone(),
+        );
+        r.register(
+            "controller_runtime_hot_loop_keys",
+            "Keys whose passes keep writing (hot loops), slowed by the per-key backoff",
+            c.hot_loop_keys.clone(),
+        );
+        r.register(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             c.time.clone(),
@@ -166,9 +201,10 @@ impl Metrics {
         f(&mut self.registry.lock())
     }
 
-    /// The workqueue metrics of the queue called `name`, ready to hand to `QueueConfig`.
+    /// The workqueue metrics of the queue called `name`, ready to hand to `QueueConfig`. Labelled
+    /// `name` and `controller` (both the queue's name), as controller-runtime labels them.
     pub fn queue(&self, name: &str) -> Arc<dyn QueueMetrics> {
-        let labels: Labels = vec![("name", name.to_string())];
+        let labels: Labels = vec![("name", name.to_string()), ("controller", name.to_string())];
         let w = &self.workqueue;
         Arc::new(PrometheusQueueMetrics {
             depth: w.depth.get_or_create_owned(&labels),
@@ -197,6 +233,11 @@ impl Metrics {
             errors: c.errors.get_or_create_owned(&labels),
             terminal_errors: c.terminal_errors.get_or_create_owned(&labels),
             panics: c.panics.get_or_create_owned(&labels),
+            timeouts: c.timeouts.get_or_create_owned(&labels),
+            stale_waits: c.stale_waits.get_or_create_owned(&labels),
+            stale_wait_timeouts: c.stale_wait_timeouts.get_or_create_owned(&labels),
+            stale_wait_time: c.stale_wait_time.get_or_create_owned(&labels),
+            hot_loop_keys: c.hot_loop_keys.get_or_create_owned(&labels),
             time: c.time.get_or_create_owned(&labels),
             active_workers: c.active_workers.get_or_create_owned(&labels),
             max_concurrent: c.max_concurrent.get_or_create_owned(&labels),
@@ -259,24 +300,45 @@ pub struct ControllerMetrics {
     errors: Counter,
     terminal_errors: Counter,
     panics: Counter,
+    timeouts: Counter,
+    stale_waits: Counter,
+    stale_wait_timeouts: Counter,
+    stale_wait_time: Histogram,
+    hot_loop_keys: Gauge,
     time: Histogram,
     active_workers: Gauge,
     max_concurrent: Gauge,
 }
 
 impl ControllerMetrics {
+    /// A pass first waited `waited` for the caches to deliver the previous pass's writes
+    /// (`timed_out`: it gave up at the bound).
+    pub fn stale_cache_wait(&self, waited: Duration, timed_out: bool) {
+        self.stale_waits.inc();
+        self.stale_wait_time.observe(waited.as_secs_f64());
+        if timed_out {
+            self.stale_wait_timeouts.inc();
+        }
+    }
+
+    /// The number of keys in a hot loop now.
+    pub fn set_hot_loop_keys(&self, keys: usize) {
+        self.hot_loop_keys.set(keys as i64);
+    }
+
     /// Records one finished pass and how long it took.
     pub fn pass(&self, result: PassResult, took: Duration) {
         self.time.observe(took.as_secs_f64());
         match result {
             PassResult::Success => self.success.inc(),
             PassResult::RequeueAfter => self.requeue_after.inc(),
-            PassResult::Error | PassResult::TerminalError | PassResult::Panic => {
+            PassResult::Error | PassResult::TerminalError | PassResult::Panic | PassResult::Timeout => {
                 self.error.inc();
                 self.errors.inc();
                 match result {
                     PassResult::TerminalError => self.terminal_errors.inc(),
                     PassResult::Panic => self.panics.inc(),
+                    PassResult::Timeout => self.timeouts.inc(),
                     _ => 0,
                 }
             }
@@ -327,23 +389,27 @@ mod tests {
         controller.set_max_concurrent(4);
         controller.pass(PassResult::Success, Duration::from_millis(20));
         controller.pass(PassResult::TerminalError, Duration::from_millis(20));
+        controller.pass(PassResult::Timeout, Duration::from_secs(2));
+        controller.pass(PassResult::Panic, Duration::from_millis(1));
         let busy = controller.active_worker();
         let done = controller.active_worker();
         drop(done);
 
         let text = metrics.encode();
         for line in [
-            "workqueue_adds_total{name=\"databasecluster\"} 2",
-            "workqueue_depth{name=\"databasecluster\"} 2",
-            "workqueue_retries_total{name=\"databasecluster\"} 1",
-            "workqueue_queue_duration_seconds_count{name=\"databasecluster\"} 1",
-            "workqueue_unfinished_work_seconds{name=\"databasecluster\"} 3.0",
-            "workqueue_longest_running_processor_seconds{name=\"databasecluster\"} 2.0",
+            "workqueue_adds_total{name=\"databasecluster\",controller=\"databasecluster\"} 2",
+            "workqueue_depth{name=\"databasecluster\",controller=\"databasecluster\"} 2",
+            "workqueue_retries_total{name=\"databasecluster\",controller=\"databasecluster\"} 1",
+            "workqueue_queue_duration_seconds_count{name=\"databasecluster\",controller=\"databasecluster\"} 1",
+            "workqueue_unfinished_work_seconds{name=\"databasecluster\",controller=\"databasecluster\"} 3.0",
+            "workqueue_longest_running_processor_seconds{name=\"databasecluster\",controller=\"databasecluster\"} 2.0",
             "controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"success\"} 1",
-            "controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"error\"} 1",
-            "controller_runtime_reconcile_errors_total{controller=\"databasecluster\"} 1",
+            "controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"error\"} 3",
+            "controller_runtime_reconcile_errors_total{controller=\"databasecluster\"} 3",
             "controller_runtime_terminal_reconcile_errors_total{controller=\"databasecluster\"} 1",
-            "controller_runtime_reconcile_time_seconds_count{controller=\"databasecluster\"} 2",
+            "controller_runtime_reconcile_timeouts_total{controller=\"databasecluster\"} 1",
+            "controller_runtime_reconcile_panics_total{controller=\"databasecluster\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"databasecluster\"} 4",
             "controller_runtime_active_workers{controller=\"databasecluster\"} 1",
             "controller_runtime_max_concurrent_reconciles{controller=\"databasecluster\"} 4",
         ] {
@@ -356,5 +422,44 @@ mod tests {
                 .lines()
                 .any(|l| l == "controller_runtime_active_workers{controller=\"databasecluster\"} 0")
         );
+    }
+
+    /// The `le` bounds of histogram `name`'s first series, in order.
+    fn bucket_bounds(text: &str, name: &str) -> Vec<f64> {
+        let prefix = format!("{name}_bucket{{");
+        let mut bounds = Vec::new();
+        for line in text.lines().filter(|l| l.starts_with(&prefix)) {
+            let le = line.split("le=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+            if le == "+Inf" {
+                break;
+            }
+            bounds.push(le.parse::<f64>().unwrap());
+        }
+        bounds
+    }
+
+    #[test]
+    fn histograms_use_controller_runtimes_buckets() {
+        let metrics = Metrics::new();
+        let queue = metrics.queue("q");
+        queue.queue_duration(Duration::from_millis(1));
+        queue.work_duration(Duration::from_millis(1));
+        metrics.controller("c").pass(PassResult::Success, Duration::from_millis(1));
+        let text = metrics.encode();
+        // client-go / controller-runtime: prometheus.ExponentialBuckets(10e-9, 10, 12).
+        let queue_buckets: Vec<f64> = (0..12).map(|i| 10e-9 * 10f64.powi(i)).collect();
+        for name in ["workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"] {
+            let bounds = bucket_bounds(&text, name);
+            assert_eq!(bounds.len(), queue_buckets.len(), "{name}: {bounds:?}");
+            for (got, want) in bounds.iter().zip(&queue_buckets) {
+                assert!((got / want - 1.0).abs() < 1e-9, "{name}: {got} vs {want}");
+            }
+        }
+        let reconcile = [
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+            1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+            25.0, 30.0, 40.0, 50.0, 60.0,
+        ];
+        assert_eq!(bucket_bounds(&text, "controller_runtime_reconcile_time_seconds"), reconcile);
     }
 }

@@ -8,7 +8,10 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod cache;
+pub mod client;
 pub mod controller;
+pub mod freshness;
+pub mod hotloop;
 pub mod informer;
 pub mod introspection;
 pub mod key;
@@ -19,5 +22,6 @@ pub mod process_metrics;
 pub mod reflector;
 pub mod server;
 pub mod workqueue;
+pub mod writes;
 
 pub use key::ObjectKey;

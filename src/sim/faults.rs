@@ -15,6 +15,7 @@ struct Pending {
     failures: HashMap<String, (usize, u16)>,
     gone_watches: HashSet<String>,
     latency: Duration,
+    watch_event_latency: Duration,
     failing_jobs: usize,
 }
 
@@ -67,6 +68,16 @@ impl Faults {
 
     pub(crate) fn latency(&self) -> Duration {
         self.pending.lock().latency
+    }
+
+    /// Delays every watch event (and bookmark) by `d` before it is sent: the watch lags behind
+    /// the writes, as a busy apiserver's does.
+    pub fn set_watch_event_latency(&self, d: Duration) {
+        self.pending.lock().watch_event_latency = d;
+    }
+
+    pub(crate) fn watch_event_latency(&self) -> Duration {
+        self.pending.lock().watch_event_latency
     }
 
     /// The injected status for this request of `resource`, if one is pending (and consumes it).

@@ -28,19 +28,17 @@ pub async fn process_cluster() -> TestCluster {
     TestCluster::start_with(SimConfig { kubelet: KubeletKind::Process, ..SimConfig::default() }).await
 }
 
-/// Waits (real time, bounded) for `check` to return `Some`.
-pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+/// Waits (real time, bounded by [`REAL_WAIT`]) for `check` to return `Some`: the shared
+/// [`eventually`](super::eventually) for checks that have nothing to report while they wait.
+pub async fn eventually_some<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
     mut check: impl FnMut() -> F,
 ) -> T {
-    let deadline = tokio::time::Instant::now() + REAL_WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {REAL_WAIT:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    super::eventually(what, REAL_WAIT, || {
+        let next = check();
+        async move { next.await.ok_or("not yet") }
+    })
+    .await
 }
 
 /// Runs `sql` with `psql` from the host against `uri`; its trimmed output, or psql's error.

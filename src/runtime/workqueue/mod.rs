@@ -1,7 +1,8 @@
-//! A deduplicating, delaying, rate-limited work queue of keys (client-go's guarantees).
+//! A deduplicating, delaying, rate-limited work queue of keys with priorities (client-go's
+//! guarantees, and controller-runtime's priority queue without its starvation).
 //!
 //! Semantics (each has a test in `tests/workqueue.rs`):
-//! 1. A key is queued at most once; ready keys leave first in, first out.
+//! 1. A key is queued at most once; ready keys of one priority leave first in, first out.
 //! 2. A key handed out by `get` is never handed out again until its [`Claim`] is dropped; if it
 //!    was added meanwhile it runs exactly once more afterwards.
 //! 3. `add_after` keeps the earlier due time; a timer that fires adds the key like `add` does.
@@ -14,17 +15,32 @@
 //!    the bucket bounds the rate of retries actually reaching workers.
 //! 7. `forget` drops all of a key's state once nothing is pending for it.
 //! 8. `shutdown` stops intake and timers; getters drain what is ready, then get `None`.
+//! 9. Any number of workers and producers at once: no key is processed by two workers at
+//!    once, and every key runs after its last add.
+//! 10. Keys added at [`Priority::Low`] (the controller's initial lists and resyncs) are handed
+//!     out only when no normal key is ready. A normal add of a key queued low moves it to the
+//!     back of the normal line; a low add of a queued key changes nothing.
+//! 11. Ageing: a low key that has waited `low_priority_max_wait` (default 60 s) joins the back
+//!     of the normal line, so a stream of live events never starves the backlog
+//!     (controller-runtime#3496).
+//! 12. A key added while processing re-runs at the highest priority it was added with; timers
+//!     and retries add at normal priority (they are explicit requeues).
+//! 13. `add_rate_limited_after(key, d)` is `add_rate_limited` that retries no earlier than `d`
+//!     from now: a server's `Retry-After` is a floor under the backoff.
 //!
 //! - `queue.rs`: the [`WorkQueue`] handle, [`QueueConfig`] and the [`Claim`] guard.
-//! - `state.rs`: the state behind the queue's single lock: a slab of per-key slots (one hash per
-//!   operation, none to hand out or finish a key), the ready FIFO, the processing list.
+//! - `state.rs`: the state behind the queue's single lock: a slab of 40-byte per-key slots (one
+//!   hash per operation, none to hand out or finish a key), the normal and low ready lines.
 //! - `delay.rs`: the timer heap and the one background task that fires it.
 //! - `backoff.rs`: per-key exponential backoff; `bucket.rs`: the overall retry budget (governor,
 //!   on tokio's clock).
 //! - `metrics.rs`: the [`QueueMetrics`] hooks and an in-memory implementation.
 //!
-//! Waking: each key that becomes ready wakes at most one parked getter (a counted
-//! `tokio::sync::Notify` permit), so an add costs the same with one waiting worker or a thousand.
+//! Waking: a key that becomes ready wakes one parked getter (a `tokio::sync::Notify` permit)
+//! only if no woken getter is already on its way; a woken getter that claims a key wakes up to
+//! two more while keys remain ready. So an add costs the same with one waiting worker or a
+//! thousand and rarely pays for a wake-up itself (the wake-up of a parked worker thread is the
+//! add's tail), while a burst still reaches every worker in a logarithmic number of hops.
 
 mod backoff;
 mod bucket;
@@ -36,4 +52,5 @@ mod state;
 pub use backoff::BackoffConfig;
 pub use bucket::{BucketConfig, TokioClock, TokioInstant};
 pub use metrics::{InMemoryMetrics, QueueMetrics};
-pub use queue::{Claim, KeyPhase, KeyState, QueueConfig, WorkQueue};
+pub use queue::{Claim, DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig, WorkQueue};
+pub use state::Priority;

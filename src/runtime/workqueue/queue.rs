@@ -16,13 +16,13 @@ use super::backoff::BackoffConfig;
 use super::bucket::{BucketConfig, RetryBucket};
 use super::delay::{Epoch, Next, TimerTarget, run_timers};
 use super::metrics::QueueMetrics;
-use super::state::{Added, NEVER, State};
+use super::state::{Added, LazyNow, NEVER, Priority, State};
 
 /// How often outstanding claims are sampled for the unfinished-work metrics (client-go's period).
 const UNFINISHED_WORK_PERIOD: Duration = Duration::from_millis(500);
 
 /// How a [`WorkQueue`] behaves: its name (for metrics), the per-key backoff, the overall retry
-/// budget and where metrics go.
+/// budget, how long a low-priority key may wait, and where metrics go.
 #[derive(Clone)]
 pub struct QueueConfig {
     /// The queue's name, the `name` label of its metrics.
@@ -33,7 +33,15 @@ pub struct QueueConfig {
     pub retry_bucket: Option<BucketConfig>,
     /// Where the workqueue metrics go; `None` also skips the clock reads they need.
     pub metrics: Option<Arc<dyn QueueMetrics>>,
+    /// How long a [`Priority::Low`] key waits at most before it joins the normal line (ageing, so
+    /// the initial backlog is never starved by a steady stream of live events). Millisecond
+    /// resolution; at most 24 days.
+    pub low_priority_max_wait: Duration,
 }
+
+/// The default [`QueueConfig::low_priority_max_wait`]: a minute, far longer than a restart's
+/// backlog usually takes to drain, short enough that no key is put off for long.
+pub const DEFAULT_LOW_PRIORITY_MAX_WAIT: Duration = Duration::from_secs(60);
 
 impl Default for QueueConfig {
     fn default() -> Self {
@@ -42,6 +50,7 @@ impl Default for QueueConfig {
             backoff: BackoffConfig::default(),
             retry_bucket: Some(BucketConfig::default()),
             metrics: None,
+            low_priority_max_wait: DEFAULT_LOW_PRIORITY_MAX_WAIT,
         }
     }
 }
@@ -65,6 +74,7 @@ impl fmt::Debug for QueueConfig {
             .field("backoff", &self.backoff)
             .field("retry_bucket", &self.retry_bucket)
             .field("metrics", &self.metrics.is_some())
+            .field("low_priority_max_wait", &self.low_priority_max_wait)
             .finish()
     }
 }
@@ -106,6 +116,8 @@ pub struct KeyState<K> {
     pub timer: Option<Instant>,
     /// Failures since the last `forget` (`num_requeues`).
     pub requeues: u32,
+    /// Queued (or due back after its claim) at [`Priority::Low`].
+    pub low_priority: bool,
 }
 
 /// A deduplicating, delaying, rate-limited queue of keys with client-go's guarantees: a key is
@@ -172,7 +184,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// An empty queue.
     pub fn new(config: QueueConfig) -> Self {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(config.metrics.is_some())),
+            state: Mutex::new(State::new(
+                config.metrics.is_some(),
+                u32::try_from(config.low_priority_max_wait.as_millis()).unwrap_or(u32::MAX),
+            )),
             hasher: DefaultHashBuilder::default(),
             getters: Notify::new(),
             drained: Notify::new(),
@@ -194,9 +209,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         &self.shared.name
     }
 
-    /// Queues `key` unless it is already queued; if it is being processed, it runs once more
-    /// after its claim is dropped. Ignored after shutdown. Never allocates for a duplicate.
+    /// Queues `key` at normal priority unless it is already queued; if it is being processed,
+    /// it runs once more after its claim is dropped. Ignored after shutdown. Never allocates for
+    /// a duplicate.
     pub fn add(&self, key: K) {
+        self.add_with_priority(key, Priority::Normal);
+    }
+
+    /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
+    /// to the back of the normal line; a low add of a key already queued changes nothing.
+    pub fn add_with_priority(&self, key: K, priority: Priority) {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(&key);
         let added = {
@@ -205,7 +227,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                 return;
             }
             let id = state.find_or_insert(hash, key);
-            state.enqueue(id, || shared.epoch.nanos_now())
+            state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now()))
         };
         shared.report_added(added);
     }
@@ -234,16 +256,23 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// the overall retry budget allows. A failure while the previous retry is still pending
     /// counts for nothing: the pending due time stands.
     pub fn add_rate_limited(&self, key: K) {
+        self.add_rate_limited_after(key, Duration::ZERO);
+    }
+
+    /// `add_rate_limited`, retrying no earlier than `at_least` from now whatever the backoff
+    /// says: the floor a server's `Retry-After` asks for (the backoff still grows as usual).
+    pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(&key);
         let now = shared.epoch.nanos_now();
+        let floor = now.saturating_add(nanos(at_least));
         let poke = {
             let mut state = shared.state.lock();
             if state.shut_down {
                 return;
             }
             let id = state.find_or_insert(hash, key);
-            state.fail(id, now, |failures| nanos(shared.backoff.delay(failures)))
+            state.fail(id, now, floor, |failures| nanos(shared.backoff.delay(failures)))
         };
         if let Some(metrics) = &shared.metrics {
             metrics.retried();
@@ -254,30 +283,40 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// Waits for a ready key and claims it; dropping the claim marks the key done. Returns
     /// `None` once the queue is shut down and no key is ready. Cancel-safe.
     pub async fn get(&self) -> Option<Claim<K>> {
+        let mut woken_up = false;
         loop {
-            if let Some(outcome) = self.try_claim(false) {
+            if let Some(outcome) = self.try_claim(false, woken_up) {
                 return outcome;
             }
             let woken = self.shared.getters.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            if let Some(outcome) = self.try_claim(true) {
+            if let Some(outcome) = self.try_claim(true, false) {
                 return outcome;
             }
             self.shared.ensure_timer_task();
             woken.await;
+            woken_up = true;
         }
     }
 
     /// `Some(claim)` or `Some(None)` (shut down) if decided; `None` if the caller must wait
-    /// (and then, when `park`, it is counted as parked).
-    fn try_claim(&self, park: bool) -> Option<Option<Claim<K>>> {
+    /// (and then, when `park`, it is counted as parked). `woken`: the caller was woken, so it
+    /// passes wakes on to other parked getters if keys remain ready.
+    fn try_claim(&self, park: bool, woken: bool) -> Option<Option<Claim<K>>> {
         let shared = &*self.shared;
-        let now = shared.timestamp();
+        let mut now = shared.lazy_now();
+        let mut wakes = 0;
         let (id, key, queued_at) = {
             let mut state = shared.state.lock();
-            match state.pop_ready(now) {
+            if woken {
+                state.wake_arrived();
+            }
+            match state.pop_ready(&mut now) {
                 Some((id, queued_at)) => {
+                    if woken {
+                        wakes = state.pass_wakes_on();
+                    }
                     // Invariant: a ready slot tracks a key (slots lose their key only when idle).
                     let key = state.slot(id).key.clone().expect("a ready slot tracks a key");
                     (id, key, queued_at)
@@ -291,9 +330,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                 }
             }
         };
+        for _ in 0..wakes {
+            shared.getters.notify_one();
+        }
         if let Some(metrics) = &shared.metrics {
             metrics.depth(-1);
-            metrics.queue_duration(Duration::from_nanos(now.saturating_sub(queued_at)));
+            metrics.queue_duration(Duration::from_nanos(now.get().saturating_sub(queued_at)));
         }
         Some(Some(Claim { shared: Arc::clone(&self.shared), key, slot: id }))
     }
@@ -314,7 +356,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(key);
         let state = shared.state.lock();
-        state.find(hash, key).map_or(0, |id| state.slot(id).failures)
+        state.find(hash, key).map_or(0, |id| state.slot(id).failures())
     }
 
     /// Ready keys: neither being processed nor waiting for a timer.
@@ -378,7 +420,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                 } else {
                     KeyPhase::Idle
                 };
-                Some(KeyState { key: slot.key.clone()?, phase, timer, requeues: slot.failures })
+                Some(KeyState {
+                    key: slot.key.clone()?,
+                    phase,
+                    timer,
+                    requeues: slot.failures(),
+                    low_priority: slot.is_low(),
+                })
             })
             .collect()
     }
@@ -390,7 +438,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
     /// Keys with a failure count (the state `forget` drops).
     pub fn failure_entries(&self) -> usize {
-        self.shared.state.lock().tracked().filter(|(slot, _)| slot.failures > 0).count()
+        self.shared.state.lock().tracked().filter(|(slot, _)| slot.failures() > 0).count()
     }
 
     /// Entries in the timer heap, including superseded ones not yet expired.
@@ -400,9 +448,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
-    /// Now in queue nanoseconds when metrics are on; 0 (no clock read) otherwise.
-    fn timestamp(&self) -> u64 {
-        if self.metrics.is_some() { self.epoch.nanos_now() } else { 0 }
+    /// The clock for one operation, read on first use (timed queues and the low line read it).
+    fn lazy_now(&self) -> LazyNow<impl FnMut() -> u64 + '_> {
+        LazyNow::new(|| self.epoch.nanos_now())
     }
 
     fn report_added(&self, added: Added) {
@@ -439,10 +487,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
 
     /// The claim on slot `id` was dropped.
     fn finish(&self, id: u32) {
-        let now = self.timestamp();
+        let mut now = self.lazy_now();
         let (finished, shut_down) = {
             let mut state = self.state.lock();
-            (state.finish(id), state.shut_down)
+            (state.finish(id, &mut now), state.shut_down)
         };
         if finished.wake {
             self.getters.notify_one();
@@ -451,7 +499,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
             self.drained.notify_waiters();
         }
         if let Some(metrics) = &self.metrics {
-            metrics.work_duration(Duration::from_nanos(now.saturating_sub(finished.started_at)));
+            metrics.work_duration(Duration::from_nanos(now.get().saturating_sub(finished.started_at)));
             if finished.requeued {
                 metrics.depth(1);
             }

@@ -1,6 +1,10 @@
 //! The queue's state behind its one lock: a slab of per-key slots, a hash index into it, the
-//! ready FIFO, the processing list, the timer heap and the retry line. Pure data; no locking,
-//! no waking, no clock: callers pass the time and act on what each operation reports.
+//! ready lines (normal and low priority), the processing list, the timer heap and the retry line.
+//! Pure data; no locking, no waking: callers pass the clock (read only when an operation needs
+//! it) and act on what each operation reports.
+//!
+//! Memory per queued key (untimed queue): the 40-byte slot (for a 24-byte key), an index entry
+//! (4 bytes and a control byte per bucket) and a 4-byte place in the ready line; nothing else.
 
 use std::collections::VecDeque;
 
@@ -11,29 +15,47 @@ use super::delay::TimerHeap;
 /// A due time meaning "no timer".
 pub(crate) const NEVER: u64 = u64::MAX;
 
-/// The key is in the ready FIFO.
+/// The key is in a ready line (normal, or low when `LOW` is also set).
 const QUEUED: u8 = 1;
 /// A claim on the key is outstanding.
 const PROCESSING: u8 = 1 << 1;
-/// Added while processing: goes back to the ready FIFO when the claim is dropped.
+/// Added while processing: goes back to a ready line when the claim is dropped.
 const DIRTY: u8 = 1 << 2;
 /// The pending timer is a retry after a failure (its release spends a token of the bucket).
 const BACKOFF: u8 = 1 << 3;
 /// The key's retry is due and waits in line for a token of the bucket.
 const IN_RETRY_LINE: u8 = 1 << 4;
+/// With `QUEUED`: the key waits in the low line. With `DIRTY`: it goes back there.
+const LOW: u8 = 1 << 5;
+/// The low line still holds an entry for this slot that no longer counts (the key was promoted
+/// to normal); the slot is kept until that entry is skipped, so the entry never names another key.
+const STALE_LOW: u8 = 1 << 6;
 
-/// Everything the queue knows about one key. Slots are reused; a slot is free when it tracks
-/// nothing (not queued, not processing, no timer, no failures).
+/// How urgent an add is. Keys from the initial list and from resyncs are `Low`; keys from live
+/// watch events, timers and explicit requeues are `Normal`. A low key waits only while normal
+/// keys are ready, and at most the queue's `low_priority_max_wait` before it joins the normal
+/// line itself (so it is never starved).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// Background work: served after normal keys, until it has waited too long.
+    Low,
+    /// The default.
+    #[default]
+    Normal,
+}
+
+/// Everything the queue knows about one key, in 40 bytes beside a 24-byte key. Slots are reused;
+/// a slot is free when it tracks nothing (no flag, no timer, no failures).
 pub(crate) struct Slot<K> {
     pub(crate) key: Option<K>,
-    /// The key's hash, kept so the index can be rebuilt and the slot unlinked without re-hashing.
-    hash: u64,
     /// When the pending timer fires, or `NEVER`.
     pub(crate) due: u64,
-    /// Consecutive failures since the last `forget`.
-    pub(crate) failures: u32,
-    /// Position in the processing list while processing.
-    processing_pos: u32,
+    /// The key's hash folded to 32 bits, kept so the index can grow and the slot be unlinked
+    /// without re-hashing the key (the index hashes are derived from it, see [`index_hash`]).
+    hash: u32,
+    /// Consecutive failures since the last `forget`, saturating at `u16::MAX` (the backoff
+    /// reaches its cap after 19).
+    failures: u16,
     flags: u8,
 }
 
@@ -58,28 +80,51 @@ impl<K> Slot<K> {
         self.flags & IN_RETRY_LINE != 0
     }
 
+    /// Queued (or due back) at low priority.
+    pub(crate) fn is_low(&self) -> bool {
+        self.flags & LOW != 0
+    }
+
+    pub(crate) fn failures(&self) -> u32 {
+        u32::from(self.failures)
+    }
+
     /// A retry is pending: its timer has not fired, or it waits for a token.
     fn retry_pending(&self) -> bool {
         self.flags & (BACKOFF | IN_RETRY_LINE) != 0
     }
 }
 
-/// When a key was queued and handed out, kept beside the slots only for queues that report
-/// metrics (so an untimed queue pays neither the clock reads nor the 16 bytes per key).
+/// A key's 64-bit hash folded to the 32 bits a slot keeps.
+pub(crate) fn fold_hash(hash: u64) -> u32 {
+    (hash ^ (hash >> 32)) as u32
+}
+
+/// The index's hash of a slot, rebuilt from its 32 bits: the low half feeds hashbrown's bucket
+/// choice, the high half (the same bits) its 7-bit tag, so both stay well spread.
+fn index_hash(short: u32) -> u64 {
+    (u64::from(short) << 32) | u64::from(short)
+}
+
+/// When a key was queued and handed out, and its place in the processing list, kept beside the
+/// slots only for queues that report metrics (untimed queues pay neither the clock reads nor the
+/// bytes).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Times {
-    /// When the key was last added to the ready FIFO (or marked dirty).
+    /// When the key was last added to a ready line (or marked dirty).
     pub(crate) queued_at: u64,
     /// When the current claim was handed out.
     pub(crate) started_at: u64,
+    /// Position in the processing list while processing.
+    processing_pos: u32,
 }
 
 /// What an add changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Added {
-    /// Already queued or already marked dirty: nothing changed.
+    /// Already queued or already marked dirty (perhaps promoted from low to normal): no new add.
     Duplicate,
-    /// Now in the ready FIFO; `wake` says a parked getter must be woken.
+    /// Now in a ready line; `wake` says a parked getter must be woken.
     Queued { wake: bool },
     /// Processing: marked dirty, to be queued again when its claim is dropped.
     Dirty,
@@ -105,34 +150,85 @@ pub(crate) struct Released {
     pub(crate) wakes: usize,
 }
 
+/// A clock read at most once per operation, only if the operation needs it.
+pub(crate) struct LazyNow<F> {
+    read: F,
+    value: Option<u64>,
+}
+
+impl<F: FnMut() -> u64> LazyNow<F> {
+    /// Reads nothing yet.
+    pub(crate) fn new(read: F) -> Self {
+        Self { read, value: None }
+    }
+
+    /// The time in queue nanoseconds, read on first use.
+    pub(crate) fn get(&mut self) -> u64 {
+        *self.value.get_or_insert_with(&mut self.read)
+    }
+
+    /// The time in whole milliseconds, wrapping every 49.7 days (the low line's timestamps:
+    /// its ages are compared with wrapping arithmetic, so only ages below 24 days are exact).
+    fn millis(&mut self) -> u32 {
+        (self.get() / 1_000_000) as u32
+    }
+}
+
+/// A low-line entry: the slot in the low 32 bits, when it joined (wrapping milliseconds) above.
+fn low_entry(id: u32, at_ms: u32) -> u64 {
+    (u64::from(at_ms) << 32) | u64::from(id)
+}
+
+fn low_entry_parts(entry: u64) -> (u32, u32) {
+    (entry as u32, (entry >> 32) as u32)
+}
+
 pub(crate) struct State<K> {
     index: HashTable<u32>,
     slots: Vec<Slot<K>>,
     free: Vec<u32>,
+    /// The normal ready line.
     ready: VecDeque<u32>,
+    /// The low ready line ([`low_entry`]s), stale entries included.
+    low: VecDeque<u64>,
+    /// Entries of `low` that still count.
+    low_len: usize,
+    /// How long a low key waits before it joins the normal line, in milliseconds.
+    low_max_wait_ms: u32,
+    /// Outstanding claims.
+    processing_len: usize,
+    /// The slots with outstanding claims (timed queues only: the unfinished-work sample).
     processing: Vec<u32>,
     timers: TimerHeap,
     retry_line: VecDeque<u32>,
     /// Per-slot times, for timed queues only.
     times: Option<Vec<Times>>,
-    /// Getters that found nothing and wait to be woken; each ready key wakes at most one.
+    /// Getters that found nothing and wait to be woken.
     pub(crate) parked_getters: usize,
+    /// Getters woken that have not yet looked for a key (a stored `Notify` permit counts too).
+    wakes_in_flight: usize,
     pub(crate) shut_down: bool,
 }
 
 impl<K: Eq> State<K> {
-    /// Empty state; `timed` keeps queue and processing times per key.
-    pub(crate) fn new(timed: bool) -> Self {
+    /// Empty state; `timed` keeps queue and processing times per key; a low key joins the normal
+    /// line after `low_max_wait_ms`.
+    pub(crate) fn new(timed: bool, low_max_wait_ms: u32) -> Self {
         Self {
             index: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
             ready: VecDeque::new(),
+            low: VecDeque::new(),
+            low_len: 0,
+            low_max_wait_ms: low_max_wait_ms.min(u32::MAX / 2),
+            processing_len: 0,
             processing: Vec::new(),
             timers: TimerHeap::default(),
             retry_line: VecDeque::new(),
             times: timed.then(Vec::new),
             parked_getters: 0,
+            wakes_in_flight: 0,
             shut_down: false,
         }
     }
@@ -144,6 +240,7 @@ impl<K: Eq> State<K> {
     /// The slot tracking `key`, if any.
     pub(crate) fn find(&self, hash: u64, key: &K) -> Option<u32> {
         let slots = &self.slots;
+        let hash = index_hash(fold_hash(hash));
         self.index.find(hash, |&id| slots[id as usize].key.as_ref() == Some(key)).copied()
     }
 
@@ -152,7 +249,8 @@ impl<K: Eq> State<K> {
         if let Some(id) = self.find(hash, &key) {
             return id;
         }
-        let slot = Slot { key: Some(key), hash, due: NEVER, failures: 0, processing_pos: 0, flags: 0 };
+        let short = fold_hash(hash);
+        let slot = Slot { key: Some(key), hash: short, due: NEVER, failures: 0, flags: 0 };
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = slot;
@@ -173,7 +271,7 @@ impl<K: Eq> State<K> {
             }
         }
         let slots = &self.slots;
-        self.index.insert_unique(hash, id, |&other| slots[other as usize].hash);
+        self.index.insert_unique(index_hash(short), id, |&other| index_hash(slots[other as usize].hash));
         id
     }
 
@@ -184,53 +282,155 @@ impl<K: Eq> State<K> {
             return;
         }
         slot.key = None;
-        if let Ok(entry) = self.index.find_entry(slot.hash, |&other| other == id) {
+        if let Ok(entry) = self.index.find_entry(index_hash(slot.hash), |&other| other == id) {
             entry.remove();
         }
         self.free.push(id);
     }
 
-    /// Adds the key: queued unless already queued (dedup) or processing (then dirty). `now` is
-    /// read only when a timed queue records the add (never for a duplicate).
-    pub(crate) fn enqueue(&mut self, id: u32, now: impl FnOnce() -> u64) -> Added {
+    /// Adds the key at `priority`: queued unless already queued (dedup; a normal add promotes a
+    /// low key to the normal line) or processing (then dirty). The clock is read only when a
+    /// timed queue records the add or the low line needs it (never for a duplicate).
+    pub(crate) fn enqueue(
+        &mut self,
+        id: u32,
+        priority: Priority,
+        now: &mut LazyNow<impl FnMut() -> u64>,
+    ) -> Added {
+        let low = priority == Priority::Low;
         let slot = &mut self.slots[id as usize];
-        if slot.flags & (QUEUED | DIRTY) != 0 {
+        let flags = slot.flags;
+        if flags & (QUEUED | DIRTY) != 0 {
+            if flags & LOW != 0 && !low {
+                slot.flags &= !LOW;
+                if flags & QUEUED != 0 {
+                    slot.flags |= STALE_LOW;
+                    self.low_len -= 1;
+                    self.promote_aged(now);
+                    self.ready.push_back(id);
+                }
+            }
             return Added::Duplicate;
         }
-        let processing = slot.flags & PROCESSING != 0;
         if let Some(times) = &mut self.times {
-            times[id as usize].queued_at = now();
+            times[id as usize].queued_at = now.get();
         }
         let slot = &mut self.slots[id as usize];
-        if processing {
-            slot.flags |= DIRTY;
+        if flags & PROCESSING != 0 {
+            slot.flags |= DIRTY | if low { LOW } else { 0 };
             return Added::Dirty;
         }
-        slot.flags |= QUEUED;
-        Added::Queued { wake: self.push_ready(id) }
+        Added::Queued { wake: self.push_ready(id, priority, now) }
     }
 
-    fn push_ready(&mut self, id: u32) -> bool {
-        self.ready.push_back(id);
-        let wake = self.parked_getters > 0;
+    /// Puts the (not queued) key into the line for `priority`; true if a parked getter must be woken.
+    fn push_ready(&mut self, id: u32, priority: Priority, now: &mut LazyNow<impl FnMut() -> u64>) -> bool {
+        if !self.low.is_empty() {
+            self.promote_aged(now);
+        }
+        let slot = &mut self.slots[id as usize];
+        match priority {
+            Priority::Normal => {
+                slot.flags |= QUEUED;
+                self.ready.push_back(id);
+            }
+            Priority::Low => {
+                let revive = slot.flags & STALE_LOW != 0;
+                slot.flags = (slot.flags & !STALE_LOW) | QUEUED | LOW;
+                self.low_len += 1;
+                if !revive {
+                    // A stale entry still in line takes the key back at its earlier place.
+                    self.low.push_back(low_entry(id, now.millis()));
+                }
+            }
+        }
+        // A wake already on its way is enough: that getter passes wakes on (`wake_arrived`).
+        let wake = self.parked_getters > 0 && self.wakes_in_flight == 0;
         if wake {
             self.parked_getters -= 1;
+            self.wakes_in_flight += 1;
         }
         wake
     }
 
-    /// Hands out the oldest ready key: it becomes processing. Returns the slot and when it was queued.
-    pub(crate) fn pop_ready(&mut self, now: u64) -> Option<(u32, u64)> {
-        let id = self.ready.pop_front()?;
-        let pos = self.processing.len() as u32;
-        self.processing.push(id);
+    /// A woken getter is looking for a key (call before `pop_ready`).
+    pub(crate) fn wake_arrived(&mut self) {
+        self.wakes_in_flight = self.wakes_in_flight.saturating_sub(1);
+    }
+
+    /// After a woken getter claimed a key: how many more parked getters to wake (up to two,
+    /// never more than the ready keys no wake is on its way for), so a burst reaches every
+    /// worker in a logarithmic number of hops while the adds themselves wake at most one.
+    pub(crate) fn pass_wakes_on(&mut self) -> usize {
+        const FAN_OUT: usize = 2;
+        let uncovered = self.ready_len().saturating_sub(self.wakes_in_flight);
+        let wakes = FAN_OUT.min(self.parked_getters).min(uncovered);
+        self.parked_getters -= wakes;
+        self.wakes_in_flight += wakes;
+        wakes
+    }
+
+    /// Moves low keys that have waited `low_max_wait_ms` to the back of the normal line (where
+    /// they now count as normal keys), dropping stale entries met on the way.
+    fn promote_aged(&mut self, now: &mut LazyNow<impl FnMut() -> u64>) {
+        let now_ms = now.millis();
+        while let Some(&entry) = self.low.front() {
+            let (id, at_ms) = low_entry_parts(entry);
+            let flags = self.slots[id as usize].flags;
+            if flags & STALE_LOW != 0 {
+                self.low.pop_front();
+                self.drop_stale_low(id);
+            } else if now_ms.wrapping_sub(at_ms) >= self.low_max_wait_ms {
+                self.low.pop_front();
+                self.low_len -= 1;
+                self.slots[id as usize].flags &= !LOW;
+                self.ready.push_back(id);
+            } else {
+                return;
+            }
+        }
+    }
+
+    fn drop_stale_low(&mut self, id: u32) {
+        self.slots[id as usize].flags &= !STALE_LOW;
+        self.release_if_idle(id);
+    }
+
+    /// The oldest counting entry of the low line.
+    fn pop_low(&mut self) -> Option<u32> {
+        while let Some(entry) = self.low.pop_front() {
+            let (id, _) = low_entry_parts(entry);
+            if self.slots[id as usize].flags & STALE_LOW != 0 {
+                self.drop_stale_low(id);
+                continue;
+            }
+            self.low_len -= 1;
+            self.slots[id as usize].flags &= !LOW;
+            return Some(id);
+        }
+        None
+    }
+
+    /// Hands out the next ready key (aged low keys first join the normal line; the normal line
+    /// goes before the low one): it becomes processing. Returns the slot and when it was queued.
+    pub(crate) fn pop_ready(&mut self, now: &mut LazyNow<impl FnMut() -> u64>) -> Option<(u32, u64)> {
+        if !self.low.is_empty() {
+            self.promote_aged(now);
+        }
+        let id = match self.ready.pop_front() {
+            Some(id) => id,
+            None => self.pop_low()?,
+        };
+        self.processing_len += 1;
         let slot = &mut self.slots[id as usize];
         slot.flags = (slot.flags & !QUEUED) | PROCESSING;
-        slot.processing_pos = pos;
         let queued_at = match &mut self.times {
             Some(times) => {
-                times[id as usize].started_at = now;
-                times[id as usize].queued_at
+                let times = &mut times[id as usize];
+                times.started_at = now.get();
+                times.processing_pos = self.processing.len() as u32;
+                self.processing.push(id);
+                times.queued_at
             }
             None => 0,
         };
@@ -238,24 +438,28 @@ impl<K: Eq> State<K> {
     }
 
     /// The claim on `id` was dropped: requeue it if dirty, else release it if idle.
-    pub(crate) fn finish(&mut self, id: u32) -> Finished {
+    pub(crate) fn finish(&mut self, id: u32, now: &mut LazyNow<impl FnMut() -> u64>) -> Finished {
         let started_at = self.times(id).started_at;
-        let slot = &mut self.slots[id as usize];
-        let pos = slot.processing_pos as usize;
-        let dirty = slot.flags & DIRTY != 0;
-        slot.flags &= !(PROCESSING | DIRTY);
-        self.processing.swap_remove(pos);
-        if let Some(&moved) = self.processing.get(pos) {
-            self.slots[moved as usize].processing_pos = pos as u32;
+        if let Some(times) = &mut self.times {
+            let pos = times[id as usize].processing_pos as usize;
+            self.processing.swap_remove(pos);
+            if let Some(&moved) = self.processing.get(pos) {
+                times[moved as usize].processing_pos = pos as u32;
+            }
         }
+        self.processing_len -= 1;
+        let slot = &mut self.slots[id as usize];
+        let flags = slot.flags;
+        slot.flags &= !(PROCESSING | DIRTY | LOW);
+        let dirty = flags & DIRTY != 0;
         let wake = if dirty {
-            self.slots[id as usize].flags |= QUEUED;
-            self.push_ready(id)
+            let priority = if flags & LOW != 0 { Priority::Low } else { Priority::Normal };
+            self.push_ready(id, priority, now)
         } else {
             self.release_if_idle(id);
             false
         };
-        Finished { started_at, requeued: dirty, wake, idle: self.processing.is_empty() }
+        Finished { started_at, requeued: dirty, wake, idle: self.processing_len == 0 }
     }
 
     /// Sets a timer for `id` at `due` unless an earlier one is pending (or its retry is already
@@ -269,17 +473,24 @@ impl<K: Eq> State<K> {
         self.timers.push(due, id)
     }
 
-    /// Records a failure of `id` and schedules its retry. A failure while a retry is still
-    /// pending changes nothing: the pending due time stands and the count is not raised
+    /// Records a failure of `id` and schedules its retry after `delay_for(failures)`, but not
+    /// before `floor` (a due time the server asked for). A failure while a retry is still pending
+    /// changes nothing: the pending due time stands and the count is not raised
     /// (kubernetes/kubernetes#132805). Returns `Some(poke)` when a failure was counted.
-    pub(crate) fn fail(&mut self, id: u32, now: u64, delay_for: impl FnOnce(u32) -> u64) -> Option<bool> {
+    pub(crate) fn fail(
+        &mut self,
+        id: u32,
+        now: u64,
+        floor: u64,
+        delay_for: impl FnOnce(u32) -> u64,
+    ) -> Option<bool> {
         let slot = &mut self.slots[id as usize];
         if slot.retry_pending() {
             return None;
         }
         slot.failures = slot.failures.saturating_add(1);
         slot.flags |= BACKOFF;
-        let due = now.saturating_add(delay_for(slot.failures)).min(NEVER - 1);
+        let due = now.saturating_add(delay_for(u32::from(slot.failures))).max(floor).min(NEVER - 1);
         Some(self.schedule(id, due))
     }
 
@@ -300,6 +511,7 @@ impl<K: Eq> State<K> {
         mut take_token: Option<impl FnMut() -> Result<(), T>>,
     ) -> (Released, Option<T>) {
         let mut released = Released::default();
+        let mut clock = LazyNow::new(|| now);
         while let Some((due, id)) = self.timers.pop_due(now) {
             let slot = &mut self.slots[id as usize];
             if slot.key.is_none() || slot.due != due {
@@ -311,7 +523,7 @@ impl<K: Eq> State<K> {
                 self.retry_line.push_back(id);
             } else {
                 slot.flags &= !BACKOFF;
-                self.release(id, now, &mut released);
+                self.release(id, &mut clock, &mut released);
             }
         }
         let mut retry_at = None;
@@ -323,14 +535,15 @@ impl<K: Eq> State<K> {
                 }
                 self.retry_line.pop_front();
                 self.slots[id as usize].flags &= !IN_RETRY_LINE;
-                self.release(id, now, &mut released);
+                self.release(id, &mut clock, &mut released);
             }
         }
         (released, retry_at)
     }
 
-    fn release(&mut self, id: u32, now: u64, released: &mut Released) {
-        match self.enqueue(id, || now) {
+    /// A timer's or retry's add: an explicit requeue, so normal priority.
+    fn release(&mut self, id: u32, now: &mut LazyNow<impl FnMut() -> u64>, released: &mut Released) {
+        match self.enqueue(id, Priority::Normal, now) {
             Added::Duplicate => {}
             Added::Dirty => released.added += 1,
             Added::Queued { wake } => {
@@ -346,11 +559,12 @@ impl<K: Eq> State<K> {
         self.timers.next_due()
     }
 
+    /// Ready keys, both lines.
     pub(crate) fn ready_len(&self) -> usize {
-        self.ready.len()
+        self.ready.len() + self.low_len
     }
 
-    /// When each outstanding claim was handed out (timed queues; zeros otherwise).
+    /// When each outstanding claim was handed out (timed queues; empty otherwise).
     pub(crate) fn processing_since(&self) -> impl Iterator<Item = u64> {
         self.processing.iter().map(|&id| self.times(id).started_at)
     }
@@ -361,7 +575,7 @@ impl<K: Eq> State<K> {
     }
 
     pub(crate) fn processing_len(&self) -> usize {
-        self.processing.len()
+        self.processing_len
     }
 
     /// Every tracked key's slot, with its times.
@@ -378,5 +592,16 @@ impl<K: Eq> State<K> {
     /// Heap entries, stale ones included (for the bounded-state checks).
     pub(crate) fn timer_entries(&self) -> usize {
         self.timers.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_beside_an_object_key_takes_40_bytes() {
+        assert_eq!(std::mem::size_of::<crate::runtime::ObjectKey>(), 24);
+        assert_eq!(std::mem::size_of::<Slot<crate::runtime::ObjectKey>>(), 40);
     }
 }

@@ -216,6 +216,10 @@ async fn stream_events(cluster: Arc<Cluster>, open: OpenWatch) {
                 Some(line(&settings.bookmark(last_rv, false)))
             }
         };
+        let lag = cluster.faults.watch_event_latency();
+        if out.is_some() && !lag.is_zero() {
+            tokio::time::sleep(lag).await;
+        }
         if let Some(l) = out
             && tx.send(l).await.is_err()
         {

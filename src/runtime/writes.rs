@@ -1,0 +1,152 @@
+//! What a reconcile pass wrote: the record behind read-your-writes (KEP-5647, stale controller
+//! mitigation) and hot-loop detection.
+//!
+//! A pass that runs right after its own write may read a cache the watch has not yet brought up to
+//! date, and act on stale data (a second Event, a 409 on a stale precondition, a duplicate child).
+//! So every write the server acknowledges is recorded during the pass ([`recorded`]): the object's
+//! kind, key and the resourceVersion the server returned. Before the key's next pass the
+//! controller waits (bounded) until each informer holding those kinds has delivered that
+//! resourceVersion ([`resource_version_reached`]).
+//!
+//! Recording is ambient: the controller runs each pass inside [`record_writes`], and
+//! [`recorded`] adds to the current pass's record (outside a pass it does nothing), so reconcile
+//! code only wraps the result of each write.
+
+use std::cell::RefCell;
+use std::future::Future;
+
+use kube::Resource;
+use serde::Serialize;
+
+use crate::runtime::ObjectKey;
+
+/// The kind of an object, as the controller matches writes to informers: `group/Kind`
+/// (`Kind` alone for the core group).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct KindName(pub String);
+
+impl KindName {
+    /// The kind of `K`.
+    pub fn of<K: Resource>() -> Self
+    where
+        K::DynamicType: Default,
+    {
+        let types = K::DynamicType::default();
+        let group = K::group(&types);
+        let kind = K::kind(&types);
+        Self(if group.is_empty() { kind.into_owned() } else { format!("{group}/{kind}") })
+    }
+}
+
+impl std::fmt::Display for KindName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One write the server acknowledged: which object, and the resourceVersion it returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Write {
+    /// The object's kind.
+    pub kind: KindName,
+    /// The object's key.
+    pub key: ObjectKey,
+    /// The resourceVersion the server returned for the write.
+    pub resource_version: String,
+}
+
+tokio::task_local! {
+    static PASS_WRITES: RefCell<Vec<Write>>;
+}
+
+/// Runs `pass`, collecting what it records with [`recorded`]; returns its output and the writes.
+pub async fn record_writes<F: Future>(pass: F) -> (F::Output, Vec<Write>) {
+    PASS_WRITES
+        .scope(RefCell::new(Vec::new()), async move {
+            let output = pass.await;
+            let writes = PASS_WRITES.with(|writes| writes.take());
+            (output, writes)
+        })
+        .await
+}
+
+/// Records `object`, as the server returned it from a write, in the current pass's record, and
+/// hands it back. Outside a pass (or for an object without a resourceVersion) it only hands it back.
+pub fn recorded<K: Resource>(object: K) -> K
+where
+    K::DynamicType: Default,
+{
+    if let Some(resource_version) = object.meta().resource_version.clone() {
+        let write = Write { kind: KindName::of::<K>(), key: ObjectKey::of(&object), resource_version };
+        // Outside `record_writes` there is no record to add to: nothing to do.
+        let _ = PASS_WRITES.try_with(|writes| writes.borrow_mut().push(write));
+    }
+    object
+}
+
+/// Whether an informer that has delivered `seen` has also delivered `wanted`. Kubernetes
+/// resourceVersions are decimal integers from one counter (comparable since 1.35, KEP-5504; the
+/// informer applies events in that order), compared here by length then digits. Versions that
+/// are not plain decimals cannot be ordered: only equality counts, so a wait on them ends at its
+/// bound.
+pub fn resource_version_reached(seen: &str, wanted: &str) -> bool {
+    let decimal = |rv: &str| !rv.is_empty() && rv.bytes().all(|b| b.is_ascii_digit());
+    if decimal(seen) && decimal(wanted) {
+        let (seen, wanted) = (seen.trim_start_matches('0'), wanted.trim_start_matches('0'));
+        (seen.len(), seen) >= (wanted.len(), wanted)
+    } else {
+        seen == wanted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn config_map(name: &str, rv: Option<&str>) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some("prod".into()),
+                name: Some(name.into()),
+                resource_version: rv.map(Into::into),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    #[test]
+    fn resource_versions_compare_as_integers() {
+        assert!(resource_version_reached("10", "9"));
+        assert!(resource_version_reached("10", "10"));
+        assert!(!resource_version_reached("9", "10"));
+        assert!(resource_version_reached("0100", "99"));
+        assert!(!resource_version_reached("abc", "9"));
+        assert!(resource_version_reached("abc", "abc"));
+    }
+
+    #[test]
+    fn kinds_are_named_by_group() {
+        assert_eq!(KindName::of::<ConfigMap>().0, "ConfigMap");
+        assert_eq!(KindName::of::<StatefulSet>().0, "apps/StatefulSet");
+    }
+
+    #[tokio::test]
+    async fn writes_are_recorded_within_a_pass_only() {
+        let _ = recorded(config_map("outside", Some("1")));
+        let ((), writes) = record_writes(async {
+            let _ = recorded(config_map("a", Some("7")));
+            tokio::task::yield_now().await;
+            let _ = recorded(config_map("no-version", None));
+            let _ = recorded(config_map("b", Some("8")));
+        })
+        .await;
+        let recorded: Vec<_> =
+            writes.iter().map(|w| (w.key.name().to_string(), w.resource_version.as_str())).collect();
+        assert_eq!(recorded, [("a".to_string(), "7"), ("b".to_string(), "8")]);
+        assert!(writes.iter().all(|w| w.kind.0 == "ConfigMap"));
+    }
+}
