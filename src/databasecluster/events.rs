@@ -139,6 +139,7 @@ mod tests {
                 storage_size: "1Gi".into(),
                 backup_schedule: None,
                 postgres_config: None,
+                ..DatabaseClusterSpec::default()
             },
         );
         cluster.metadata.namespace = Some("default".into());
