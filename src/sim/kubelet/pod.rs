@@ -201,10 +201,9 @@ impl PodWorker {
             let Some(current) = s.store.get("pods", &ns, &name) else { return };
             if current["metadata"]["uid"] == uid.as_str()
                 && current["metadata"]["deletionTimestamp"].is_string()
+                && let Some(kind) = s.registry.get("", "v1", "pods")
             {
-                if let Some(kind) = s.registry.get("", "v1", "pods") {
-                    crate::sim::ops::remove(s, &kind, &ns, &name);
-                }
+                crate::sim::ops::remove(s, &kind, &ns, &name);
             }
         });
         let _ = std::fs::remove_dir_all(&self.entry.dirs.root);
