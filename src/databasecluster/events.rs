@@ -138,6 +138,8 @@ mod tests {
                 version: "15".into(),
                 storage_size: "1Gi".into(),
                 backup_schedule: None,
+                backup: None,
+                bootstrap: None,
                 postgres_config: None,
             },
         );

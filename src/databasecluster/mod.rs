@@ -1,6 +1,7 @@
 //! The DatabaseCluster operator: CRD types, pure child builders, status, reconcile and the wiring
 //! that runs them ([`operator::run_operator`]).
 
+pub mod backup;
 pub mod events;
 pub mod operator;
 pub mod reconcile;

@@ -77,6 +77,8 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        backups: previous.backups,
+        restored_from: previous.restored_from,
     }
 }
 
@@ -178,6 +180,8 @@ pub fn compute_status(
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        backups: previous.backups,
+        restored_from: previous.restored_from,
     }
 }
 
@@ -412,6 +416,8 @@ mod tests {
                 version: version.into(),
                 storage_size: "1Gi".into(),
                 backup_schedule: None,
+                backup: None,
+                bootstrap: None,
                 postgres_config: None,
             },
         );

@@ -13,6 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use super::backup::spec::{BOOTSTRAP_IMMUTABLE_MESSAGE, SCHEDULE_PATTERN};
+pub use super::backup::spec::{BackupSpec, BackupsStatus, BootstrapSpec, RestoredFrom};
+
 /// The storage size used when the spec leaves `storageSize` out.
 pub const DEFAULT_STORAGE_SIZE: &str = "10Gi";
 
@@ -56,6 +59,7 @@ pub const STORAGE_SHRINK_MESSAGE: &str = "storageSize may not shrink";
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap)").message(BOOTSTRAP_IMMUTABLE_MESSAGE))]
 pub struct DatabaseClusterSpec {
     /// Number of PostgreSQL instances (1 to 10).
     #[schemars(range(min = 1, max = 10))]
@@ -82,12 +86,21 @@ pub struct DatabaseClusterSpec {
     ).message(STORAGE_SHRINK_MESSAGE))]
     pub storage_size: String,
 
-    /// Cron schedule for backups (five fields, or a macro such as `@daily`).
+    /// Deprecated alias of `backup.schedule` (the seed's field), still honoured: a cron schedule
+    /// for backups (five fields, or a macro such as `@daily`). It may not differ from
+    /// `backup.schedule` when both are set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(
-        pattern = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|([0-9A-Za-z*?,/-]+\s+){4}[0-9A-Za-z*?,/-]+)$"
-    ))]
+    #[schemars(regex(pattern = SCHEDULE_PATTERN), length(max = 128))]
     pub backup_schedule: Option<String>,
+
+    /// Scheduled and on-demand physical backups into the volume `<name>-backups`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
+
+    /// How the cluster gets its first data (default: an empty database). Set at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(BOOTSTRAP_IMMUTABLE_MESSAGE))]
+    pub bootstrap: Option<BootstrapSpec>,
 
     /// PostgreSQL server parameters, passed to the server as `-c name=value`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,6 +139,14 @@ pub struct DatabaseClusterStatus {
     /// When the last successful backup finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup_time: Option<Time>,
+
+    /// The last backup, the newest backup Job and the last on-demand token handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backups: Option<BackupsStatus>,
+
+    /// The backup this cluster was restored from (`spec.bootstrap.fromBackup`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFrom>,
 }
 
 /// The schema of `metav1.Condition` lists with the apiserver's own validation (k8s-openapi's schema

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
+use super::backup::spec::{BackupSpecError, ValidBackup, validate_backup, validate_bootstrap};
 use super::types::{DatabaseCluster, DatabaseClusterSpec};
 
 /// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
@@ -28,7 +29,7 @@ const RESERVED_PARAMETERS: &[&str] = &[
 ];
 
 /// A spec the operator can act on, with every field parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ValidSpec {
     /// Number of instances, within [`REPLICAS_RANGE`].
     pub replicas: i32,
@@ -38,6 +39,8 @@ pub struct ValidSpec {
     pub storage: StorageSize,
     /// Server parameters, sorted by name so that rendering them is deterministic.
     pub postgres_config: BTreeMap<String, String>,
+    /// The backup configuration, if backups are asked for.
+    pub backup: Option<ValidBackup>,
 }
 
 /// A PostgreSQL version as `major` or `major.minor`.
@@ -194,6 +197,9 @@ pub enum SpecError {
         /// The version the spec asks for.
         desired: String,
     },
+    /// `spec.backup`, `spec.backupSchedule` or `spec.bootstrap` cannot be acted on.
+    #[error(transparent)]
+    Backup(#[from] BackupSpecError),
 }
 
 /// Checks a spec on its own: every field parses and lies in range.
@@ -214,13 +220,15 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
             return Err(SpecError::ReservedParameter(name.clone()));
         }
     }
-    Ok(ValidSpec { replicas: spec.replicas, version, storage, postgres_config })
+    let backup = validate_backup(spec)?;
+    Ok(ValidSpec { replicas: spec.replicas, version, storage, postgres_config, backup })
 }
 
 /// Checks a cluster: its spec, and that the version does not change the major version of the one
 /// the instances run (`status.currentVersion`), which the CRD's CEL rule normally prevents.
 pub fn validate(cluster: &DatabaseCluster) -> Result<ValidSpec, SpecError> {
     let valid = validate_spec(&cluster.spec)?;
+    validate_bootstrap(cluster.metadata.name.as_deref().unwrap_or_default(), &cluster.spec)?;
     let running = cluster.status.as_ref().and_then(|status| status.current_version.as_deref());
     if let Some(running) = running
         && major_of(running) != major_of(valid.version.as_str())
@@ -252,6 +260,8 @@ mod tests {
             version: version.into(),
             storage_size: storage.into(),
             backup_schedule: None,
+            backup: None,
+            bootstrap: None,
             postgres_config: None,
         }
     }
