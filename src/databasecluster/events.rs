@@ -141,6 +141,7 @@ mod tests {
                 backup: None,
                 bootstrap: None,
                 postgres_config: None,
+                ..DatabaseClusterSpec::default()
             },
         );
         cluster.metadata.namespace = Some("default".into());

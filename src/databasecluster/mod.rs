@@ -2,10 +2,17 @@
 //! that runs them ([`operator::run_operator`]).
 
 pub mod backup;
+pub mod config;
+pub mod credentials;
 pub mod events;
+pub mod instance_events;
+pub mod instances;
 pub mod operator;
 pub mod reconcile;
 pub mod resources;
+pub mod roll;
+pub mod services;
 pub mod status;
+pub mod topology;
 pub mod types;
 pub mod validation;

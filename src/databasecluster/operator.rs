@@ -1,6 +1,7 @@
 //! The whole operator wired on a `kube::Client`: one informer per kind (DatabaseCluster,
-//! StatefulSet, Service, Secret), a controller for DatabaseClusters that owns the three child
-//! kinds, and [`reconcile`] as its pass. `run` (against a cluster) and `demo` (against the
+//! StatefulSet, Service, Secret, ConfigMap, PodDisruptionBudget, Pod), a controller for
+//! DatabaseClusters that owns the child kinds and watches the pods (mapped to their cluster by
+//! the `app.kubernetes.io/instance` label), and [`reconcile`] as its pass. `run` (against a cluster) and `demo` (against the
 //! simulated one) both start it here.
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
@@ -15,11 +16,14 @@ use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
+use super::backup::reconcile::cluster_of_backup_object;
 use super::events::EventPublisher;
 use super::reconcile::{Context, reconcile};
 use super::resources::{FIELD_MANAGER, label};
@@ -90,6 +94,18 @@ pub struct OperatorHandles {
     pub services: Arc<Informer<Service>>,
     /// The Secret informer.
     pub secrets: Arc<Informer<Secret>>,
+    /// The ConfigMap informer.
+    pub configmaps: Arc<Informer<ConfigMap>>,
+    /// The PodDisruptionBudget informer.
+    pub pdbs: Arc<Informer<PodDisruptionBudget>>,
+    /// The pod informer (the clusters' pods, mapped to their cluster by label).
+    pub pods: Arc<Informer<Pod>>,
+    /// The backup Job informer (mapped to their cluster by the backup label).
+    pub jobs: Arc<Informer<Job>>,
+    /// The backup CronJob informer.
+    pub cronjobs: Arc<Informer<CronJob>>,
+    /// The PersistentVolumeClaim informer (the backup volumes, mapped by the backup label).
+    pub volumes: Arc<Informer<PersistentVolumeClaim>>,
 }
 
 impl OperatorHandles {
@@ -100,6 +116,12 @@ impl OperatorHandles {
             ("statefulsets", self.statefulsets.stats()),
             ("services", self.services.stats()),
             ("secrets", self.secrets.stats()),
+            ("configmaps", self.configmaps.stats()),
+            ("poddisruptionbudgets", self.pdbs.stats()),
+            ("pods", self.pods.stats()),
+            ("jobs", self.jobs.stats()),
+            ("cronjobs", self.cronjobs.stats()),
+            ("persistentvolumeclaims", self.volumes.stats()),
         ]
     }
 
@@ -109,6 +131,12 @@ impl OperatorHandles {
             && self.statefulsets.cache().is_synced()
             && self.services.cache().is_synced()
             && self.secrets.cache().is_synced()
+            && self.configmaps.cache().is_synced()
+            && self.pdbs.cache().is_synced()
+            && self.pods.cache().is_synced()
+            && self.jobs.cache().is_synced()
+            && self.cronjobs.cache().is_synced()
+            && self.volumes.cache().is_synced()
     }
 }
 
@@ -127,6 +155,12 @@ impl Operator {
         let statefulsets = managed_informer::<StatefulSet>(&client, namespace);
         let services = managed_informer::<Service>(&client, namespace);
         let secrets = managed_informer::<Secret>(&client, namespace);
+        let configmaps = managed_informer::<ConfigMap>(&client, namespace);
+        let pdbs = managed_informer::<PodDisruptionBudget>(&client, namespace);
+        let pods = managed_informer::<Pod>(&client, namespace);
+        let jobs = managed_informer::<Job>(&client, namespace);
+        let cronjobs = managed_informer::<CronJob>(&client, namespace);
+        let volumes = managed_informer::<PersistentVolumeClaim>(&client, namespace);
 
         let metrics = Arc::clone(&options.metrics);
         let config = ControllerConfig {
@@ -137,8 +171,16 @@ impl Operator {
             metrics: Some(metrics.controller(CONTROLLER_NAME)),
             ..ControllerConfig::named(CONTROLLER_NAME)
         };
-        let controller =
-            Controller::new(&clusters, config).owns(&statefulsets).owns(&services).owns(&secrets);
+        let controller = Controller::new(&clusters, config)
+            .owns(&statefulsets)
+            .owns(&services)
+            .owns(&secrets)
+            .owns(&configmaps)
+            .owns(&pdbs)
+            .watches(&pods, cluster_of_pod)
+            .owns(&cronjobs)
+            .watches(&jobs, cluster_of_backup_object::<Job>)
+            .watches(&volumes, cluster_of_backup_object::<PersistentVolumeClaim>);
         let context = Arc::new(Context {
             events: EventPublisher::new(client.clone(), options.instance),
             client,
@@ -146,6 +188,12 @@ impl Operator {
             statefulsets: Arc::clone(statefulsets.cache()),
             services: Arc::clone(services.cache()),
             secrets: Arc::clone(secrets.cache()),
+            configmaps: Arc::clone(configmaps.cache()),
+            pdbs: Arc::clone(pdbs.cache()),
+            pods: Arc::clone(pods.cache()),
+            jobs: Arc::clone(jobs.cache()),
+            cronjobs: Arc::clone(cronjobs.cache()),
+            volumes: Arc::clone(volumes.cache()),
         });
         let handles = OperatorHandles {
             queue: controller.queue().clone(),
@@ -154,6 +202,12 @@ impl Operator {
             statefulsets,
             services,
             secrets,
+            configmaps,
+            pdbs,
+            pods,
+            jobs,
+            cronjobs,
+            volumes,
         };
         Operator { controller, context, handles }
     }
@@ -171,6 +225,12 @@ impl Operator {
         view.add_informer("statefulsets", Arc::clone(&handles.statefulsets) as Arc<dyn InformerProbe>);
         view.add_informer("services", Arc::clone(&handles.services) as Arc<dyn InformerProbe>);
         view.add_informer("secrets", Arc::clone(&handles.secrets) as Arc<dyn InformerProbe>);
+        view.add_informer("configmaps", Arc::clone(&handles.configmaps) as Arc<dyn InformerProbe>);
+        view.add_informer("poddisruptionbudgets", Arc::clone(&handles.pdbs) as Arc<dyn InformerProbe>);
+        view.add_informer("pods", Arc::clone(&handles.pods) as Arc<dyn InformerProbe>);
+        view.add_informer("jobs", Arc::clone(&handles.jobs) as Arc<dyn InformerProbe>);
+        view.add_informer("cronjobs", Arc::clone(&handles.cronjobs) as Arc<dyn InformerProbe>);
+        view.add_informer("persistentvolumeclaims", Arc::clone(&handles.volumes) as Arc<dyn InformerProbe>);
         view.add_controller(self.controller.probe());
     }
 
@@ -182,6 +242,12 @@ impl Operator {
         self.handles.statefulsets.start();
         self.handles.services.start();
         self.handles.secrets.start();
+        self.handles.configmaps.start();
+        self.handles.pdbs.start();
+        self.handles.pods.start();
+        self.handles.jobs.start();
+        self.handles.cronjobs.start();
+        self.handles.volumes.start();
     }
 
     /// Starts the informers (if not yet started) and reconciles until `shutdown` resolves; passes
@@ -201,6 +267,13 @@ pub async fn run_operator(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), OperatorError> {
     Operator::new(client, options).run(shutdown).await
+}
+
+/// The DatabaseCluster a pod belongs to: its `app.kubernetes.io/instance` label (the pod's
+/// controller is the StatefulSet, not the cluster).
+fn cluster_of_pod(pod: &Pod) -> Option<ObjectKey> {
+    let name = pod.metadata.labels.as_ref()?.get(label::INSTANCE)?;
+    Some(ObjectKey::new(pod.metadata.namespace.as_deref(), name))
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>

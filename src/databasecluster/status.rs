@@ -20,7 +20,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::resources::POSTGRES_CONTAINER;
-use super::types::{DatabaseCluster, DatabaseClusterStatus, Phase};
+use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
 use super::validation::validate;
 
 /// Condition types the operator owns.
@@ -73,12 +73,12 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
     DatabaseClusterStatus {
         phase: Some(Phase::Provisioning),
         ready_replicas: 0,
+        ready_instances: Some(format!("0/{}", cluster.spec.replicas)),
         current_version: previous.current_version,
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
-        backups: previous.backups,
-        restored_from: previous.restored_from,
+        ..DatabaseClusterStatus::default()
     }
 }
 
@@ -162,8 +162,11 @@ pub fn compute_status(
         ),
     }
 
+    let existing = observed.and_then(|sts| sts.status.as_ref()).map(|s| s.replicas).unwrap_or(0);
     let phase = if valid.is_err() {
         Phase::Failed
+    } else if desired == 0 && existing == 0 {
+        Phase::Hibernated
     } else if upgrade_target.is_some() {
         Phase::Upgrading
     } else if ready == 0 {
@@ -176,19 +179,37 @@ pub fn compute_status(
     DatabaseClusterStatus {
         phase: Some(phase),
         ready_replicas: ready,
+        replicas: existing,
+        ready_instances: Some(format!("{ready}/{desired}")),
         current_version,
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
         backups: previous.backups,
         restored_from: previous.restored_from,
+        current_primary: previous.current_primary,
+        instances: previous.instances,
     }
+}
+
+/// `status` with the instances as observed: `status.instances[]` and `currentPrimary`. A primary
+/// that could not be observed this pass keeps the last one observed while its pod exists.
+pub fn with_instances(
+    mut status: DatabaseClusterStatus,
+    instances: Vec<InstanceStatus>,
+    current_primary: Option<String>,
+) -> DatabaseClusterStatus {
+    let still_there = |name: &String| instances.iter().any(|i| &i.name == name);
+    status.current_primary = current_primary.or(status.current_primary.filter(still_there));
+    status.instances = instances;
+    status
 }
 
 /// Whether reconcile should look again after a delay (the seed's 10 s safety net): while the
 /// cluster converges. Running needs no timer, and Failed waits for a spec change.
 pub fn needs_requeue(status: &DatabaseClusterStatus) -> bool {
     matches!(status.phase, Some(Phase::Provisioning | Phase::Degraded | Phase::Upgrading))
+        || status.instances.iter().any(|i| !i.ready || i.role == super::topology::ROLE_UNKNOWN)
 }
 
 /// What the StatefulSet says about its rollout.
@@ -232,21 +253,21 @@ fn image_tag(image: &str) -> Option<&str> {
 }
 
 /// Upserts conditions by type, stamping `lastTransitionTime` only when the status flips.
-struct ConditionSetter {
+pub(crate) struct ConditionSetter {
     conditions: Vec<Condition>,
     generation: Option<i64>,
     now: Time,
 }
 
 impl ConditionSetter {
-    fn new(conditions: Vec<Condition>, generation: Option<i64>, now: Timestamp) -> Self {
+    pub(crate) fn new(conditions: Vec<Condition>, generation: Option<i64>, now: Timestamp) -> Self {
         // The API stores whole seconds; stamping whole seconds keeps a written status equal to
         // the one read back.
         let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
         ConditionSetter { conditions, generation, now: Time(now) }
     }
 
-    fn set(&mut self, type_: &str, status: &str, reason: &str, message: String) {
+    pub(crate) fn set(&mut self, type_: &str, status: &str, reason: &str, message: String) {
         match self.conditions.iter_mut().find(|c| c.type_ == type_) {
             Some(existing) => {
                 if existing.status != status {
@@ -268,7 +289,7 @@ impl ConditionSetter {
         }
     }
 
-    fn into_inner(self) -> Vec<Condition> {
+    pub(crate) fn into_inner(self) -> Vec<Condition> {
         self.conditions
     }
 }
@@ -315,7 +336,12 @@ impl EventNote {
     /// The API's limit on an Event's note.
     pub const MAX_NOTE_BYTES: usize = 1024;
 
-    fn new(type_: EventType, reason: impl Into<String>, action: &'static str, note: String) -> Self {
+    pub(crate) fn new(
+        type_: EventType,
+        reason: impl Into<String>,
+        action: &'static str,
+        note: String,
+    ) -> Self {
         EventNote { type_, reason: reason.into(), action, note: truncate(note, Self::MAX_NOTE_BYTES) }
     }
 
@@ -419,6 +445,7 @@ mod tests {
                 backup: None,
                 bootstrap: None,
                 postgres_config: None,
+                ..DatabaseClusterSpec::default()
             },
         );
         cluster.metadata.namespace = Some("default".into());

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::sim::SimConfig;
 use crate::sim::faults::Faults;
 use crate::sim::gc;
+use crate::sim::kubelet::Node;
 use crate::sim::request_log::RequestLog;
 use crate::sim::state::State;
 
@@ -25,19 +26,24 @@ pub struct Cluster {
     pub config: SimConfig,
     /// Cancelled when the server shuts down.
     pub shutdown: CancellationToken,
+    /// The process kubelet's host side (its files, processes and pods' logs).
+    pub node: Arc<Node>,
     gc_wake: Notify,
 }
 
 impl Cluster {
     /// A cluster with built-in kinds and no objects.
     pub fn new(config: SimConfig) -> Self {
-        let state = Arc::new(Mutex::new(State::new(config.history_limit)));
+        let mut state = State::new(config.history_limit);
+        state.graceful_pod_deletion = config.kubelet == crate::sim::KubeletKind::Process;
+        let state = Arc::new(Mutex::new(state));
         Self {
             faults: Faults::new(state.clone()),
             state,
             log: RequestLog::default(),
             config,
             shutdown: CancellationToken::new(),
+            node: Arc::new(Node::default()),
             gc_wake: Notify::new(),
         }
     }

@@ -23,6 +23,7 @@ mod gc;
 mod handlers;
 mod immutable;
 mod known_fields;
+pub mod kubelet;
 mod meta;
 mod openapi;
 mod ops;
@@ -64,6 +65,19 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// How long a simulated Job runs before it completes (or fails).
     pub job_duration: Duration,
+    /// Which kubelet runs the pods: Ready on a timer, or real local processes.
+    pub kubelet: KubeletKind,
+}
+
+/// The simulator's two kubelets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KubeletKind {
+    /// Marks pods Running and Ready `pod_ready_delay` after it sees them; runs nothing (for scale).
+    #[default]
+    Timer,
+    /// Runs each pod's containers as local processes on the pod's own loopback address
+    /// ([`kubelet`](crate::sim::kubelet)); needs root.
+    Process,
 }
 
 impl Default for SimConfig {
@@ -76,6 +90,7 @@ impl Default for SimConfig {
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(10),
             job_duration: Duration::from_secs(1),
+            kubelet: KubeletKind::Timer,
         }
     }
 }
@@ -161,6 +176,13 @@ impl SimServer {
         )
     }
 
+    /// The address a cluster name (`<svc>.<ns>.svc.cluster.local`, `<pod>.<headless-svc>`…)
+    /// resolves to for a pod in `namespace`, with the process kubelet (`None` with the timer
+    /// kubelet, or for an unknown name). A client on the host connects there as a pod would.
+    pub fn resolve(&self, namespace: &str, name: &str) -> Option<std::net::Ipv4Addr> {
+        self.cluster.node.resolve(namespace, name)
+    }
+
     /// Fault injection for tests.
     pub fn faults(&self) -> &Faults {
         &self.cluster.faults
@@ -183,5 +205,6 @@ impl SimServer {
 impl Drop for SimServer {
     fn drop(&mut self) {
         self.cluster.shutdown.cancel();
+        self.cluster.node.kill_all();
     }
 }

@@ -435,7 +435,8 @@ pub fn delete(
     if opts.propagation == Propagation::Foreground && !finals.iter().any(|f| f == FOREGROUND_FINALIZER) {
         finals.push(FOREGROUND_FINALIZER.to_string());
     }
-    if finals.is_empty() && !is_namespace {
+    let graceful_pod = state.graceful_pod_deletion && kind.group.is_empty() && kind.plural == "pods";
+    if finals.is_empty() && !is_namespace && !graceful_pod {
         if opts.dry_run {
             return Ok(Deletion::Gone(old));
         }
@@ -453,7 +454,9 @@ pub fn delete(
     }
     let mut marked = old.clone();
     marked["metadata"]["deletionTimestamp"] = json!(meta::now());
-    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    let grace =
+        if graceful_pod { old["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30) } else { 0 };
+    marked["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
     if !finals.is_empty() {
         marked["metadata"]["finalizers"] = json!(finals);
     }

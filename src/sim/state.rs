@@ -20,6 +20,9 @@ pub struct State {
     /// The uids of every object removed so far, so that a dependent created later with an
     /// ownerReference to one of them is collected (uids that never existed are left alone).
     pub removed_uids: HashSet<String>,
+    /// Whether a deleted pod keeps a deletionTimestamp until its kubelet stopped it (the process
+    /// kubelet removes it then) instead of going at once.
+    pub graceful_pod_deletion: bool,
 }
 
 impl State {
@@ -31,6 +34,7 @@ impl State {
             gc_queue: Vec::new(),
             gc_waiting: false,
             removed_uids: HashSet::new(),
+            graceful_pod_deletion: false,
         }
     }
 }

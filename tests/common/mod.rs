@@ -4,6 +4,8 @@
 // Each e2e test file uses a different part of the harness.
 #![allow(dead_code)]
 
+pub mod postgres;
+
 use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;

@@ -331,6 +331,7 @@ mod tests {
                 ..BackupSpec::default()
             }),
             bootstrap: None,
+            ..DatabaseClusterSpec::default()
         };
         validate_spec(&spec).unwrap()
     }

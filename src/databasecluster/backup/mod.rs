@@ -12,7 +12,10 @@
 //! the manifest as its termination message, which is how the operator learns the backup's name
 //! and size. The status follows the Jobs' real outcomes.
 pub mod jobs;
+pub mod reconcile;
+pub mod restore;
 pub mod spec;
+pub mod status;
 
 /// The backup Job's program (`scripts/backup.sh`), run by `bash -c` in the backup pod.
 pub const BACKUP_SCRIPT: &str = include_str!("../scripts/backup.sh");
@@ -44,6 +47,7 @@ pub(crate) mod fixtures {
             postgres_config: None,
             backup: None,
             bootstrap: None,
+            ..DatabaseClusterSpec::default()
         }
     }
 

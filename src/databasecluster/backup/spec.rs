@@ -340,6 +340,7 @@ mod tests {
             postgres_config: None,
             backup,
             bootstrap: None,
+            ..DatabaseClusterSpec::default()
         }
     }
 

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::Instant;
 
+use crate::sim::KubeletKind;
 use crate::sim::cluster::Cluster;
+use crate::sim::kubelet::ProcessKubelet;
 use crate::sim::ops::{self, WriteContext};
 use crate::sim::state::State;
 
@@ -100,10 +102,19 @@ pub fn write(
     }
 }
 
+/// The simulator's kubelet, as configured.
+#[derive(Debug)]
+enum Kubelet {
+    /// Ready on a timer.
+    Timer(kubelet::Kubelet),
+    /// Real processes (`sim::kubelet`).
+    Process(ProcessKubelet),
+}
+
 /// The controllers' memory between passes.
 #[derive(Debug)]
 struct Controllers {
-    kubelet: kubelet::Kubelet,
+    kubelet: Kubelet,
     revisions: statefulset::Revisions,
     jobs: jobs::Jobs,
 }
@@ -111,7 +122,13 @@ struct Controllers {
 impl Controllers {
     /// One pass of every controller; returns when the next timer is due, if any.
     fn pass(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
-        let kubelet_due = self.kubelet.pass(state, now);
+        let kubelet_due = match &mut self.kubelet {
+            Kubelet::Timer(timer) => timer.pass(state, now),
+            Kubelet::Process(process) => {
+                process.pass(state);
+                None
+            }
+        };
         statefulset::reconcile_all(state, &mut self.revisions);
         volumes::reconcile_all(state);
         let jobs_due = self.jobs.pass(state, now);
@@ -123,7 +140,10 @@ impl Controllers {
 pub async fn run(cluster: Arc<Cluster>) {
     let mut events = cluster.read(|s| s.store.hub.subscribe());
     let mut controllers = Controllers {
-        kubelet: kubelet::Kubelet::new(cluster.config.pod_ready_delay),
+        kubelet: match cluster.config.kubelet {
+            KubeletKind::Timer => Kubelet::Timer(kubelet::Kubelet::new(cluster.config.pod_ready_delay)),
+            KubeletKind::Process => Kubelet::Process(ProcessKubelet::new(cluster.clone())),
+        },
         revisions: statefulset::Revisions::default(),
         jobs: jobs::Jobs::new(cluster.clone()),
     };

@@ -177,6 +177,17 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
     if let Some(code) = subresource_failure.or_else(|| cluster.faults.take_failure(&target.kind.plural)) {
         return Err(ApiError::injected(code));
     }
+    if target.kind.group.is_empty()
+        && target.kind.plural == "pods"
+        && target.subresource.as_deref() == Some("log")
+    {
+        let (ns, name) =
+            (target.namespace.clone().unwrap_or_default(), target.name.clone().unwrap_or_default());
+        if verb != Verb::Get {
+            return Err(ApiError::method_not_allowed("the log subresource supports get"));
+        }
+        return crate::sim::kubelet::logs::respond(&cluster, &target.kind, &ns, &name, &query);
+    }
     let served = match target.subresource.as_deref() {
         None => true,
         Some("status") => target.kind.status_subresource,

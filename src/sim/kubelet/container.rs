@@ -1,0 +1,239 @@
+//! One container's processes: starting it in its sandbox with its log file, watching it with its
+//! probes, stopping it (`preStop`, SIGTERM, the grace period, SIGKILL) and restarting it with
+//! back-off.
+//!
+//! Rules:
+//! 1. A container that exits is restarted when the pod's `restartPolicy` says so (`Always`; or
+//!    `OnFailure` and a non-zero exit): the first restart at once, then after 10 s, 20 s, 40 s …
+//!    capped at 300 s (waiting `CrashLoopBackOff` meanwhile); a run of 10 minutes resets the
+//!    back-off. Each restart increments `restartCount`, and the run that ended is `lastState`.
+//! 2. A failed liveness or startup probe stops the container as a deletion would, then rule 1.
+//! 3. Stopping runs the `preStop` exec hook (within the grace period), sends SIGTERM, waits for the
+//!    rest of the grace period, then SIGKILLs the whole sandbox.
+//! 4. A container's stdout and stderr go to one file per run (`<n>.log`, `n` = its restart count),
+//!    which `kubectl logs` reads (`--previous` is the run before).
+//! 5. A configuration that cannot be built (a missing Secret…) leaves the container waiting,
+//!    `CreateContainerConfigError`, retried with the same back-off.
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::sim::kubelet::Node;
+use crate::sim::kubelet::probes::{self, ExecContext, Probe, Tally};
+use crate::sim::kubelet::sandbox::Sandbox;
+use crate::sim::kubelet::status::ContainerState;
+use crate::sim::meta;
+
+/// Everything needed to start one run of a container, built fresh before each run.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The program (looked up on the container's `PATH`).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The environment.
+    pub env: Vec<(String, String)>,
+    /// Namespaces, mounts and user.
+    pub sandbox: Arc<Sandbox>,
+    /// The startup probe.
+    pub startup: Option<Probe>,
+    /// The readiness probe.
+    pub readiness: Option<Probe>,
+    /// The liveness probe.
+    pub liveness: Option<Probe>,
+    /// The `preStop` exec hook's command.
+    pub pre_stop: Option<Vec<String>>,
+}
+
+/// A started run: the sandbox's init process.
+#[derive(Debug)]
+pub struct Run {
+    child: tokio::process::Child,
+    /// The init's pid (its mount namespace is the container's).
+    pub init_pid: i32,
+    node: Arc<Node>,
+}
+
+impl Run {
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: signalling our own child, which has not been reaped while `self` lives.
+        unsafe { libc::kill(self.init_pid, signal) };
+    }
+
+    /// Waits for the run to end; its exit code (128 + signal when killed).
+    pub async fn wait(&mut self) -> i32 {
+        let status = self.child.wait().await;
+        self.node.forget_process(self.init_pid);
+        match status {
+            Ok(s) => s
+                .code()
+                .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(9)),
+            Err(_) => 255,
+        }
+    }
+
+    /// Rule 3: preStop, SIGTERM, grace, SIGKILL; the exit code.
+    pub async fn stop(&mut self, grace: Duration, pre_stop: Option<&[String]>, ctx: &ExecContext) -> i32 {
+        let deadline = Instant::now() + grace;
+        if let Some(command) = pre_stop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(e) = probes::exec(command, ctx, left.max(Duration::from_secs(1))).await {
+                tracing::info!(error = %e, "preStop hook failed");
+            }
+        }
+        self.signal(libc::SIGTERM);
+        match tokio::time::timeout_at(deadline, self.child.wait()).await {
+            Ok(_) => {}
+            Err(_) => self.signal(libc::SIGKILL),
+        }
+        self.wait().await
+    }
+}
+
+/// Starts one run, its output appended to `log`.
+pub fn start(node: &Arc<Node>, launch: &Launch, log: &PathBuf) -> std::io::Result<Run> {
+    if let Some(parent) = log.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+    let out: OwnedFd = file.try_clone()?.into();
+    let err: OwnedFd = file.into();
+    let mut cmd = tokio::process::Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .env_clear()
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(true);
+    let sandbox = launch.sandbox.clone();
+    // SAFETY: `enter` only makes async-signal-safe calls on data prepared before the fork.
+    unsafe { cmd.pre_exec(move || sandbox.enter()) };
+    let child = cmd.spawn()?;
+    let init_pid = child.id().map_or(0, |p| p as i32);
+    node.remember_process(init_pid);
+    Ok(Run { child, init_pid, node: node.clone() })
+}
+
+/// The back-off before restart number `restarts` (0-based): 0, 10 s, 20 s … 300 s.
+pub fn back_off(restarts: u32) -> Duration {
+    if restarts == 0 {
+        return Duration::ZERO;
+    }
+    let secs = 10u64.saturating_mul(1u64 << (restarts - 1).min(5));
+    Duration::from_secs(secs.min(300))
+}
+
+/// What ended a run.
+#[derive(Debug)]
+pub enum Ending {
+    /// The process exited by itself.
+    Exited(i32),
+    /// A probe failed; the run was stopped.
+    Unhealthy(i32, String),
+    /// The pod is being deleted; the run was stopped.
+    Terminated(i32),
+}
+
+/// Watches a running container with its probes until it exits, fails a probe, or `stop` fires;
+/// `on_change(started, ready)` reports probe verdicts.
+pub async fn watch_run(
+    run: &mut Run,
+    launch: &Launch,
+    ctx: &ExecContext,
+    grace: impl Fn() -> Duration,
+    stop: &CancellationToken,
+    on_change: &(dyn Fn(bool, bool) + Send + Sync),
+) -> Ending {
+    let started_at = Instant::now();
+    let verdict = probe_until_unhealthy(launch, ctx, started_at, on_change);
+    tokio::select! {
+        code = run.wait() => Ending::Exited(code),
+        reason = verdict => {
+            let code = run.stop(grace(), launch.pre_stop.as_deref(), ctx).await;
+            Ending::Unhealthy(code, reason)
+        }
+        _ = stop.cancelled() => {
+            let code = run.stop(grace(), launch.pre_stop.as_deref(), ctx).await;
+            Ending::Terminated(code)
+        }
+    }
+}
+
+/// Probe rules 1–3: returns why the container must be restarted (it never returns otherwise).
+async fn probe_until_unhealthy(
+    launch: &Launch,
+    ctx: &ExecContext,
+    started_at: Instant,
+    on_change: &(dyn Fn(bool, bool) + Send + Sync),
+) -> String {
+    if let Some(probe) = &launch.startup {
+        tokio::time::sleep_until(started_at + probe.initial_delay).await;
+        let mut tally = Tally::default();
+        loop {
+            let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
+            match tally.record(result.is_ok(), probe) {
+                Some(true) => break,
+                Some(false) => return format!("Startup probe failed: {}", result.err().unwrap_or_default()),
+                None => tokio::time::sleep(probe.period).await,
+            }
+        }
+    }
+    on_change(true, launch.readiness.is_none());
+    let readiness = async {
+        let Some(probe) = &launch.readiness else { return std::future::pending::<()>().await };
+        tokio::time::sleep_until(started_at + probe.initial_delay).await;
+        let mut tally = Tally::default();
+        loop {
+            let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
+            if let Some(ready) = tally.record(result.is_ok(), probe) {
+                on_change(true, ready);
+                tally = Tally::default();
+            }
+            tokio::time::sleep(probe.period).await;
+        }
+    };
+    let liveness = async {
+        let Some(probe) = &launch.liveness else { return std::future::pending::<String>().await };
+        tokio::time::sleep_until(started_at + probe.initial_delay).await;
+        let mut tally = Tally::default();
+        loop {
+            let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
+            if tally.record(result.is_ok(), probe) == Some(false) {
+                return format!("Liveness probe failed: {}", result.err().unwrap_or_default());
+            }
+            tokio::time::sleep(probe.period).await;
+        }
+    };
+    tokio::select! {
+        () = readiness => unreachable!("the readiness loop never ends"),
+        reason = liveness => reason,
+    }
+}
+
+/// The terminated state of a run that ended with `code`.
+pub fn terminated(code: i32, started_at: &str) -> ContainerState {
+    ContainerState::Terminated {
+        exit_code: code,
+        reason: if code == 0 { "Completed".into() } else { "Error".into() },
+        started_at: started_at.to_owned(),
+        finished_at: meta::now(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_off_doubles_from_ten_seconds_to_five_minutes() {
+        let secs: Vec<u64> = (0..8).map(|n| back_off(n).as_secs()).collect();
+        assert_eq!(secs, [0, 10, 20, 40, 80, 160, 300, 300]);
+    }
+}

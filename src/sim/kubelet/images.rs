@@ -1,0 +1,130 @@
+//! The image table: which host programs stand in for a container image.
+//!
+//! - `postgres:<major>[.<minor>…][-suffix]` → the host's PostgreSQL `<major>` server binaries, found
+//!   where Debian installs them (`/usr/lib/postgresql/<major>/bin`) or, failing that, through
+//!   `pg_config --bindir` when that reports the same major version. The directory is prepended to
+//!   `PATH`, and the container gets the image's entrypoint contract (`entrypoint`) when it has no
+//!   `command`. Every minor version of a major maps to the same binaries: an upgrade 15.4 → 15.5 is a
+//!   real restart on the same server program.
+//! - the operator's own image (`dbcluster-operator[:tag]`, any registry) → the current executable.
+//! - anything else has no mapping: the kubelet reports `ErrImagePull`, as a real kubelet reports an
+//!   image it cannot pull.
+
+use std::path::{Path, PathBuf};
+
+/// The operator's image name (its last path segment, without tag).
+pub const OPERATOR_IMAGE: &str = "dbcluster-operator";
+
+/// What an image runs as on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Image {
+    /// The official `postgres` image of a major version: its binaries' directory.
+    Postgres {
+        /// The major version (`15`).
+        major: u32,
+        /// The directory holding `postgres`, `initdb`, `pg_ctl`, `pg_isready`…
+        bin_dir: PathBuf,
+    },
+    /// The operator's own image: the current executable.
+    Operator {
+        /// The executable's path.
+        program: PathBuf,
+    },
+}
+
+impl Image {
+    /// The directory to prepend to `PATH`.
+    pub fn bin_dir(&self) -> Option<&Path> {
+        match self {
+            Image::Postgres { bin_dir, .. } => Some(bin_dir),
+            Image::Operator { program } => program.parent(),
+        }
+    }
+}
+
+/// The image reference split into its repository's last segment and its tag (`docker.io/library/
+/// postgres:15.4` → `("postgres", "15.4")`; no tag → `latest`).
+pub fn name_and_tag(image: &str) -> (&str, &str) {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    match last.split_once(':') {
+        Some((name, tag)) => (name, tag),
+        None => (last, "latest"),
+    }
+}
+
+/// The PostgreSQL major version a `postgres` tag names (`15.4`, `15`, `15.4-bookworm` → 15).
+pub fn postgres_major(tag: &str) -> Option<u32> {
+    let digits: String = tag.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Looks an image up on this host; `None` when nothing stands in for it.
+pub fn resolve(image: &str) -> Option<Image> {
+    let (name, tag) = name_and_tag(image);
+    match name {
+        "postgres" => {
+            let major = postgres_major(tag)?;
+            postgres_bin_dir(major).map(|bin_dir| Image::Postgres { major, bin_dir })
+        }
+        OPERATOR_IMAGE => std::env::current_exe().ok().map(|program| Image::Operator { program }),
+        _ => None,
+    }
+}
+
+/// The directory of PostgreSQL `major`'s server binaries on this host, if installed.
+pub fn postgres_bin_dir(major: u32) -> Option<PathBuf> {
+    let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
+    if debian.join("postgres").is_file() {
+        return Some(debian);
+    }
+    let bindir = std::process::Command::new("pg_config").arg("--bindir").output().ok()?;
+    let version = std::process::Command::new("pg_config").arg("--version").output().ok()?;
+    let version = String::from_utf8_lossy(&version.stdout);
+    let reported = version.split_whitespace().nth(1).and_then(postgres_major)?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&bindir.stdout).trim());
+    (reported == major && dir.join("postgres").is_file()).then_some(dir)
+}
+
+/// The message a real kubelet gives for an image it cannot pull.
+pub fn pull_error_message(image: &str) -> String {
+    format!(
+        "Failed to pull image \"{image}\": the process kubelet has no host program for this image \
+         (it runs postgres:<major> with the host's PostgreSQL <major> and {OPERATOR_IMAGE} as itself)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_split_into_name_and_tag() {
+        assert_eq!(name_and_tag("postgres:15.4"), ("postgres", "15.4"));
+        assert_eq!(name_and_tag("docker.io/library/postgres:15"), ("postgres", "15"));
+        assert_eq!(name_and_tag("postgres"), ("postgres", "latest"));
+        assert_eq!(name_and_tag("ghcr.io/x/dbcluster-operator:0.1@sha256:ab"), ("dbcluster-operator", "0.1"));
+    }
+
+    #[test]
+    fn tags_name_their_major_version() {
+        assert_eq!(postgres_major("15.4"), Some(15));
+        assert_eq!(postgres_major("16"), Some(16));
+        assert_eq!(postgres_major("15.4-bookworm"), Some(15));
+        assert_eq!(postgres_major("latest"), None);
+    }
+
+    #[test]
+    fn unknown_images_have_no_mapping_and_the_message_names_them() {
+        assert_eq!(resolve("nginx:1.25"), None);
+        assert_eq!(resolve("postgres:latest"), None);
+        assert_eq!(resolve("postgres:3"), None);
+        assert!(pull_error_message("nginx:1.25").contains("\"nginx:1.25\""));
+    }
+
+    #[test]
+    fn the_operators_image_is_the_current_executable() {
+        let Some(Image::Operator { program }) = resolve("dbcluster-operator:latest") else { panic!() };
+        assert_eq!(program, std::env::current_exe().unwrap());
+    }
+}

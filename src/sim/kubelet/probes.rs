@@ -1,0 +1,309 @@
+//! Probes (`exec`, `tcpSocket`, `httpGet`) with their timings, as a kubelet runs them.
+//!
+//! Rules (each has a test in `tests/sim_process_kubelet.rs` or below):
+//! 1. The startup probe runs first, from `initialDelaySeconds` after the container started, every
+//!    `periodSeconds`; until it succeeds neither liveness nor readiness runs, and
+//!    `failureThreshold` consecutive failures kill the container (it restarts per the pod's policy).
+//! 2. Readiness runs from `initialDelaySeconds` after the start (or at once after the startup probe
+//!    succeeded, when that was later): `failureThreshold` consecutive failures make the container
+//!    unready, `successThreshold` consecutive successes ready again. No readiness probe: ready
+//!    once started.
+//! 3. Liveness runs likewise; `failureThreshold` consecutive failures kill the container.
+//! 4. Each attempt has `timeoutSeconds`: an exec probe still running then is killed and fails;
+//!    a connection not made (or an HTTP answer not read) in time fails.
+//! 5. `exec` runs the command in the container's mount namespace, environment and user (so
+//!    `pg_isready` finds the container's `PATH`); exit 0 succeeds. `tcpSocket` succeeds when a TCP
+//!    connection opens; `httpGet` when the answer's status is 200–399 (plain HTTP only: `HTTPS`
+//!    fails with a message saying so). Both default to the pod IP; named ports are the
+//!    container's `ports[].name`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::sim::kubelet::sandbox::{Identity, Sandbox};
+
+/// What a probe (or a lifecycle hook) does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Runs a command in the container.
+    Exec(Vec<String>),
+    /// Opens a TCP connection.
+    Tcp(SocketAddr),
+    /// Sends an HTTP GET.
+    Http {
+        /// Where.
+        addr: SocketAddr,
+        /// The request path.
+        path: String,
+        /// `scheme: HTTPS`, which this kubelet does not speak.
+        https: bool,
+    },
+}
+
+/// A probe with its timings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// What it does.
+    pub action: Action,
+    /// `initialDelaySeconds`.
+    pub initial_delay: Duration,
+    /// `periodSeconds`.
+    pub period: Duration,
+    /// `timeoutSeconds`.
+    pub timeout: Duration,
+    /// `successThreshold`.
+    pub success_threshold: u32,
+    /// `failureThreshold`.
+    pub failure_threshold: u32,
+}
+
+/// A port of the container by number or by name (`ports[].name`).
+pub fn resolve_port(port: &Value, container: &Value) -> Option<u16> {
+    if let Some(n) = port.as_u64() {
+        return u16::try_from(n).ok();
+    }
+    let name = port.as_str()?;
+    if let Ok(n) = name.parse() {
+        return Some(n);
+    }
+    container["ports"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)
+        .and_then(|p| p["containerPort"].as_u64())
+        .and_then(|n| u16::try_from(n).ok())
+}
+
+/// The action of a probe or hook handler (`exec` / `tcpSocket` / `httpGet`).
+pub fn action(handler: &Value, container: &Value, pod_ip: IpAddr) -> Option<Action> {
+    if let Some(command) = handler["exec"]["command"].as_array() {
+        return Some(Action::Exec(command.iter().filter_map(Value::as_str).map(str::to_owned).collect()));
+    }
+    let host = |h: &Value| h.as_str().and_then(|h| h.parse().ok()).unwrap_or(pod_ip);
+    if handler["tcpSocket"].is_object() {
+        let t = &handler["tcpSocket"];
+        return Some(Action::Tcp(SocketAddr::new(host(&t["host"]), resolve_port(&t["port"], container)?)));
+    }
+    if handler["httpGet"].is_object() {
+        let h = &handler["httpGet"];
+        return Some(Action::Http {
+            addr: SocketAddr::new(host(&h["host"]), resolve_port(&h["port"], container)?),
+            path: h["path"].as_str().unwrap_or("/").to_owned(),
+            https: h["scheme"] == "HTTPS",
+        });
+    }
+    None
+}
+
+/// A probe of the API (`readinessProbe`…) with the defaults the API gives.
+pub fn parse(probe: &Value, container: &Value, pod_ip: IpAddr) -> Option<Probe> {
+    let seconds = |field: &str, default: u64| Duration::from_secs(probe[field].as_u64().unwrap_or(default));
+    Some(Probe {
+        action: action(probe, container, pod_ip)?,
+        initial_delay: seconds("initialDelaySeconds", 0),
+        period: seconds("periodSeconds", 10).max(Duration::from_secs(1)),
+        timeout: seconds("timeoutSeconds", 1).max(Duration::from_secs(1)),
+        success_threshold: probe["successThreshold"].as_u64().unwrap_or(1).max(1) as u32,
+        failure_threshold: probe["failureThreshold"].as_u64().unwrap_or(3).max(1) as u32,
+    })
+}
+
+/// How to run an exec action inside a running container.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    /// The container's init process (its mount namespace is the container's).
+    pub init_pid: i32,
+    /// The container's environment.
+    pub env: Vec<(String, String)>,
+    /// The container's user and working directory.
+    pub identity: Identity,
+}
+
+/// Runs `command` in the container, killing it after `timeout`; `Ok(())` on exit 0.
+pub async fn exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> Result<(), String> {
+    let Some((program, args)) = command.split_first() else { return Err("an empty command".into()) };
+    let mount_ns = std::fs::File::open(format!("/proc/{}/ns/mnt", ctx.init_pid))
+        .map_err(|e| format!("the container is not running: {e}"))?;
+    let fd = mount_ns.as_raw_fd();
+    let identity = ctx.identity.clone();
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(ctx.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: `join` only makes async-signal-safe calls; `fd` stays open until spawn returns.
+    unsafe { cmd.pre_exec(move || Sandbox::join(fd, &identity)) };
+    let mut child = cmd.spawn().map_err(|e| format!("exec {program}: {e}"))?;
+    drop(mount_ns);
+    let mut stderr = child.stderr.take();
+    let waited = tokio::time::timeout(timeout, child.wait()).await;
+    let status = match waited {
+        Ok(status) => status.map_err(|e| e.to_string())?,
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                // SAFETY: signalling the probe's own process group.
+                unsafe { libc::killpg(pid as i32, libc::SIGKILL) };
+            }
+            return Err(format!("command timed out after {}s", timeout.as_secs()));
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let mut said = String::new();
+    if let Some(err) = stderr.as_mut() {
+        let _ = tokio::time::timeout(Duration::from_millis(100), err.read_to_string(&mut said)).await;
+    }
+    Err(format!("command {command:?} exited with {}: {}", status.code().unwrap_or(-1), said.trim()))
+}
+
+/// One attempt of `action`.
+pub async fn attempt(action: &Action, ctx: &ExecContext, timeout: Duration) -> Result<(), String> {
+    match action {
+        Action::Exec(command) => exec(command, ctx, timeout).await,
+        Action::Tcp(addr) => {
+            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(format!("dial tcp {addr}: {e}")),
+                Err(_) => Err(format!("dial tcp {addr}: i/o timeout")),
+            }
+        }
+        Action::Http { https: true, addr, .. } => {
+            Err(format!("HTTPS probe of {addr}: the process kubelet speaks plain HTTP only"))
+        }
+        Action::Http { addr, path, .. } => {
+            let get = async {
+                let mut stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+                let request = format!(
+                    "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.28\r\nConnection: close\r\n\r\n"
+                );
+                stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+                let mut head = vec![0u8; 64];
+                let n = stream.read(&mut head).await.map_err(|e| e.to_string())?;
+                let line = String::from_utf8_lossy(&head[..n]).to_string();
+                let code: u16 = line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse().ok())
+                    .ok_or("no HTTP status line")?;
+                if (200..400).contains(&code) {
+                    Ok(())
+                } else {
+                    Err(format!("HTTP probe failed with statuscode: {code}"))
+                }
+            };
+            match tokio::time::timeout(timeout, get).await {
+                Ok(result) => result,
+                Err(_) => Err(format!("Get \"http://{addr}{path}\": context deadline exceeded")),
+            }
+        }
+    }
+}
+
+/// Consecutive results of one probe, turned into its verdict by the thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tally {
+    successes: u32,
+    failures: u32,
+}
+
+impl Tally {
+    /// Records one result; returns `Some(true)` when the success threshold is reached,
+    /// `Some(false)` at the failure threshold, `None` in between.
+    pub fn record(&mut self, ok: bool, probe: &Probe) -> Option<bool> {
+        if ok {
+            self.failures = 0;
+            self.successes += 1;
+            (self.successes >= probe.success_threshold).then_some(true)
+        } else {
+            self.successes = 0;
+            self.failures += 1;
+            (self.failures >= probe.failure_threshold).then_some(false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ip() -> IpAddr {
+        "127.10.0.5".parse().unwrap()
+    }
+
+    #[test]
+    fn probes_take_the_apis_defaults_and_named_ports() {
+        let container = json!({"ports": [{"name": "postgres", "containerPort": 5432}]});
+        let probe = parse(&json!({"tcpSocket": {"port": "postgres"}}), &container, ip()).unwrap();
+        assert_eq!(probe.action, Action::Tcp("127.10.0.5:5432".parse().unwrap()));
+        assert_eq!((probe.period, probe.timeout), (Duration::from_secs(10), Duration::from_secs(1)));
+        assert_eq!((probe.success_threshold, probe.failure_threshold), (1, 3));
+        let http = parse(
+            &json!({"httpGet": {"port": 8080, "path": "/healthz"}, "periodSeconds": 2}),
+            &container,
+            ip(),
+        )
+        .unwrap();
+        assert_eq!(
+            http.action,
+            Action::Http { addr: "127.10.0.5:8080".parse().unwrap(), path: "/healthz".into(), https: false }
+        );
+        assert_eq!(http.period, Duration::from_secs(2));
+        assert!(parse(&json!({"tcpSocket": {"port": "nope"}}), &container, ip()).is_none());
+    }
+
+    #[test]
+    fn thresholds_count_consecutive_results() {
+        let probe = Probe {
+            action: Action::Exec(vec![]),
+            initial_delay: Duration::ZERO,
+            period: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            success_threshold: 2,
+            failure_threshold: 3,
+        };
+        let mut tally = Tally::default();
+        assert_eq!(tally.record(false, &probe), None);
+        assert_eq!(tally.record(false, &probe), None);
+        assert_eq!(tally.record(true, &probe), None);
+        assert_eq!(tally.record(false, &probe), None, "a success resets the failures");
+        assert_eq!(tally.record(false, &probe), None);
+        assert_eq!(tally.record(false, &probe), Some(false));
+        assert_eq!(tally.record(true, &probe), None);
+        assert_eq!(tally.record(true, &probe), Some(true));
+    }
+
+    #[tokio::test]
+    async fn tcp_and_http_probes_see_what_listens() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 512];
+                let n = s.read(&mut buf).await.unwrap();
+                let ok = String::from_utf8_lossy(&buf[..n]).starts_with("GET /ok ");
+                let reply =
+                    if ok { "HTTP/1.1 204 No Content\r\n\r\n" } else { "HTTP/1.1 503 Unavailable\r\n\r\n" };
+                let _ = s.write_all(reply.as_bytes()).await;
+            }
+        });
+        let ctx = ExecContext { init_pid: 0, env: vec![], identity: Identity::default() };
+        let t = Duration::from_secs(1);
+        assert!(attempt(&Action::Tcp(addr), &ctx, t).await.is_ok());
+        assert!(attempt(&Action::Http { addr, path: "/ok".into(), https: false }, &ctx, t).await.is_ok());
+        let failed = attempt(&Action::Http { addr, path: "/bad".into(), https: false }, &ctx, t).await;
+        assert_eq!(failed, Err("HTTP probe failed with statuscode: 503".into()));
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        assert!(attempt(&Action::Tcp(closed), &ctx, t).await.is_err());
+    }
+}

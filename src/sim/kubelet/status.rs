@@ -1,0 +1,270 @@
+//! The pod status the process kubelet reports, from what it knows of each container. Pure data:
+//! the supervisors change it, [`PodModel::to_status`] renders it as the API's `PodStatus`.
+//!
+//! Phase: `Pending` until the init containers are done and every container has started once
+//! (an unpullable image, a config error or a container being created keep it there); `Succeeded`
+//! or `Failed` once every container has terminated for good (no restart is coming); `Running`
+//! otherwise. `Ready` = `ContainersReady` = every container running and ready.
+
+use serde_json::{Value, json};
+
+/// One container's state, as `containerStatuses[].state` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerState {
+    /// Not running: `ContainerCreating`, `ErrImagePull`, `CrashLoopBackOff`, `PodInitializing`…
+    Waiting {
+        /// The reason.
+        reason: String,
+        /// What went wrong, if anything.
+        message: Option<String>,
+    },
+    /// Running since `started_at`.
+    Running {
+        /// RFC 3339.
+        started_at: String,
+    },
+    /// Exited.
+    Terminated {
+        /// The exit code (128 + signal for a killed process).
+        exit_code: i32,
+        /// `Completed`, `Error`, `OOMKilled`…
+        reason: String,
+        /// RFC 3339.
+        started_at: String,
+        /// RFC 3339.
+        finished_at: String,
+    },
+}
+
+impl ContainerState {
+    /// A waiting state.
+    pub fn waiting(reason: &str, message: Option<String>) -> Self {
+        ContainerState::Waiting { reason: reason.to_owned(), message }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            ContainerState::Waiting { reason, message } => match message {
+                Some(m) => json!({"waiting": {"reason": reason, "message": m}}),
+                None => json!({"waiting": {"reason": reason}}),
+            },
+            ContainerState::Running { started_at } => json!({"running": {"startedAt": started_at}}),
+            ContainerState::Terminated { exit_code, reason, started_at, finished_at } => json!({
+                "terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started_at, "finishedAt": finished_at}
+            }),
+        }
+    }
+}
+
+/// What the kubelet knows of one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerModel {
+    /// The container's name.
+    pub name: String,
+    /// Its image.
+    pub image: String,
+    /// The current state.
+    pub state: ContainerState,
+    /// The previous run's final state.
+    pub last_state: Option<ContainerState>,
+    /// How many times it was restarted.
+    pub restart_count: u32,
+    /// Whether the readiness probe (or no probe) says ready.
+    pub ready: bool,
+    /// Whether the startup probe (or no probe) passed.
+    pub started: bool,
+    /// Whether it has terminated and will not run again.
+    pub finished: bool,
+}
+
+impl ContainerModel {
+    /// A container about to be created.
+    pub fn new(container: &Value) -> Self {
+        Self {
+            name: container["name"].as_str().unwrap_or_default().to_owned(),
+            image: container["image"].as_str().unwrap_or_default().to_owned(),
+            state: ContainerState::waiting("ContainerCreating", None),
+            last_state: None,
+            restart_count: 0,
+            ready: false,
+            started: false,
+            finished: false,
+        }
+    }
+
+    fn has_run(&self) -> bool {
+        self.restart_count > 0 || !matches!(self.state, ContainerState::Waiting { .. })
+    }
+
+    fn to_json(&self, image_known: bool) -> Value {
+        let mut status = json!({
+            "name": self.name,
+            "image": self.image,
+            "imageID": if image_known { format!("process-kubelet://{}", self.image) } else { String::new() },
+            "ready": self.ready,
+            "started": self.started,
+            "restartCount": self.restart_count,
+            "state": self.state.to_json(),
+            "lastState": self.last_state.as_ref().map_or(json!({}), ContainerState::to_json),
+        });
+        if matches!(self.state, ContainerState::Running { .. }) {
+            status["containerID"] = json!(format!("process://{}", self.name));
+        }
+        status
+    }
+}
+
+/// What the kubelet knows of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodModel {
+    /// The pod IP.
+    pub pod_ip: String,
+    /// When the kubelet took the pod (RFC 3339).
+    pub start_time: String,
+    /// The init containers.
+    pub init: Vec<ContainerModel>,
+    /// Whether every init container has succeeded.
+    pub initialized: bool,
+    /// The containers.
+    pub containers: Vec<ContainerModel>,
+    /// When the last condition changed (RFC 3339).
+    pub transition_time: String,
+}
+
+impl PodModel {
+    /// A pod whose containers are all about to be created.
+    pub fn new(pod: &Value, pod_ip: String, now: &str) -> Self {
+        let models = |field: &str| {
+            pod["spec"][field].as_array().into_iter().flatten().map(ContainerModel::new).collect::<Vec<_>>()
+        };
+        let init = models("initContainers");
+        Self {
+            pod_ip,
+            start_time: now.to_owned(),
+            initialized: init.is_empty(),
+            init,
+            containers: models("containers"),
+            transition_time: now.to_owned(),
+        }
+    }
+
+    /// The pod's phase.
+    pub fn phase(&self) -> &'static str {
+        if self.init.iter().any(|c| {
+            c.finished && matches!(c.state, ContainerState::Terminated { exit_code, .. } if exit_code != 0)
+        }) {
+            return "Failed";
+        }
+        if !self.initialized {
+            return "Pending";
+        }
+        if !self.containers.is_empty() && self.containers.iter().all(|c| c.finished) {
+            let all_ok = self
+                .containers
+                .iter()
+                .all(|c| matches!(c.state, ContainerState::Terminated { exit_code: 0, .. }));
+            return if all_ok { "Succeeded" } else { "Failed" };
+        }
+        if self.containers.iter().all(ContainerModel::has_run) { "Running" } else { "Pending" }
+    }
+
+    /// Whether every container is running and ready.
+    pub fn ready(&self) -> bool {
+        !self.containers.is_empty()
+            && self.containers.iter().all(|c| c.ready && matches!(c.state, ContainerState::Running { .. }))
+    }
+
+    /// The API's `PodStatus`.
+    pub fn to_status(&self, image_known: bool) -> Value {
+        let ready = self.ready();
+        let t = &self.transition_time;
+        let condition = |kind: &str, ok: bool| json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": t});
+        let mut status = json!({
+            "phase": self.phase(),
+            "conditions": [
+                condition("PodReadyToStartContainers", true),
+                condition("Initialized", self.initialized),
+                condition("Ready", ready),
+                condition("ContainersReady", ready),
+                condition("PodScheduled", true),
+            ],
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": self.pod_ip,
+            "podIPs": [{"ip": self.pod_ip}],
+            "startTime": self.start_time,
+            "containerStatuses": self.containers.iter().map(|c| c.to_json(image_known)).collect::<Vec<_>>(),
+            "qosClass": "Burstable",
+        });
+        if !self.init.is_empty() {
+            status["initContainerStatuses"] =
+                json!(self.init.iter().map(|c| c.to_json(image_known)).collect::<Vec<_>>());
+        }
+        status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Value {
+        json!({"spec": {"initContainers": [{"name": "init", "image": "postgres:15"}], "containers": [{"name": "db", "image": "postgres:15"}]}})
+    }
+
+    fn terminated(code: i32) -> ContainerState {
+        ContainerState::Terminated {
+            exit_code: code,
+            reason: "Error".into(),
+            started_at: "a".into(),
+            finished_at: "b".into(),
+        }
+    }
+
+    #[test]
+    fn a_pod_is_pending_until_initialised_and_started() {
+        let mut model = PodModel::new(&pod(), "127.10.0.1".into(), "t");
+        assert_eq!(model.phase(), "Pending");
+        model.initialized = true;
+        assert_eq!(model.phase(), "Pending");
+        model.containers[0].state = ContainerState::Running { started_at: "t".into() };
+        assert_eq!(model.phase(), "Running");
+        assert!(!model.ready());
+        model.containers[0].ready = true;
+        assert!(model.ready());
+        let status = model.to_status(true);
+        assert_eq!(
+            status["conditions"][2],
+            json!({"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "t"})
+        );
+        assert_eq!(status["podIP"], "127.10.0.1");
+    }
+
+    #[test]
+    fn a_crash_looping_container_keeps_the_pod_running_and_unready() {
+        let mut model = PodModel::new(&pod(), "ip".into(), "t");
+        model.initialized = true;
+        model.containers[0].restart_count = 3;
+        model.containers[0].last_state = Some(terminated(1));
+        model.containers[0].state = ContainerState::waiting("CrashLoopBackOff", Some("back-off".into()));
+        assert_eq!(model.phase(), "Running");
+        let status = model.to_status(true);
+        assert_eq!(status["containerStatuses"][0]["state"]["waiting"]["reason"], "CrashLoopBackOff");
+        assert_eq!(status["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 1);
+    }
+
+    #[test]
+    fn finished_containers_decide_success_or_failure() {
+        let mut model = PodModel::new(&pod(), "ip".into(), "t");
+        model.initialized = true;
+        model.containers[0].finished = true;
+        model.containers[0].state = terminated(0);
+        assert_eq!(model.phase(), "Succeeded");
+        model.containers[0].state = terminated(2);
+        assert_eq!(model.phase(), "Failed");
+        let mut failed_init = PodModel::new(&pod(), "ip".into(), "t");
+        failed_init.init[0].finished = true;
+        failed_init.init[0].state = terminated(1);
+        assert_eq!(failed_init.phase(), "Failed");
+    }
+}
