@@ -1,5 +1,8 @@
-//! The simulated Job and CronJob controllers. A Job starts when first seen and finishes
-//! `job_duration` later: succeeded, or failed when `Faults::fail_next_jobs` says so. A CronJob
+//! The simulated Job and CronJob controllers. With the timer kubelet a Job starts when first seen
+//! and finishes `job_duration` later: succeeded, or failed when `Faults::fail_next_jobs` says so.
+//! With the process kubelet a Job runs real pods from its template (`<job>-<suffix>`, labelled
+//! `job-name` and `controller-uid`, owned by the Job): it completes when a pod succeeds, and a
+//! failed pod is replaced until `backoffLimit` (default 6) failures fail the Job. A CronJob
 //! creates a Job at each scheduled time (the latest missed one when several were missed),
 //! honours `suspend` and `concurrencyPolicy`, keeps `active`, `lastScheduleTime` and
 //! `lastSuccessfulTime`, and prunes finished Jobs beyond the history limits. Schedules follow a
@@ -12,6 +15,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::sim::KubeletKind;
 use crate::sim::cluster::Cluster;
 use crate::sim::controllers::cron::Schedule;
 use crate::sim::controllers::{condition, create_with_status, is_deleting, owned_by, write_status};
@@ -77,12 +81,11 @@ impl Jobs {
     }
 
     fn jobs(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
-        let running: Vec<Value> = state
-            .store
-            .list("jobs.batch", None)
-            .filter(|j| finished(j).is_none() && !is_deleting(j) && j["spec"]["suspend"] != true)
-            .cloned()
-            .collect();
+        if self.cluster.config.kubelet == KubeletKind::Process {
+            run_job_pods(state, &stamp(self.clock.now(now)));
+            return None;
+        }
+        let running = running_jobs(state);
         let uids: Vec<String> =
             running.iter().filter_map(|j| j["metadata"]["uid"].as_str().map(String::from)).collect();
         self.finish_at.retain(|uid, _| uids.contains(uid));
@@ -263,6 +266,80 @@ impl Jobs {
         }
         write_status(state, "batch", "cronjobs", &current, Value::Object(status));
     }
+}
+
+/// The Jobs not finished, deleted or suspended.
+fn running_jobs(state: &State) -> Vec<Value> {
+    state
+        .store
+        .list("jobs.batch", None)
+        .filter(|j| finished(j).is_none() && !is_deleting(j) && j["spec"]["suspend"] != true)
+        .cloned()
+        .collect()
+}
+
+/// Jobs on the process kubelet: one pod at a time from the template, the outcome from its phase.
+fn run_job_pods(state: &mut State, wall: &str) {
+    let running = running_jobs(state);
+    for job in running {
+        let (ns, uid) =
+            (job_ns(&job).to_owned(), job["metadata"]["uid"].as_str().unwrap_or_default().to_owned());
+        let pods: Vec<Value> =
+            state.store.list("pods", Some(&ns)).filter(|p| owned_by(p, &uid)).cloned().collect();
+        let phase = |p: &Value| p["status"]["phase"].as_str().unwrap_or_default().to_owned();
+        let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
+        let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i64;
+        let active = pods
+            .iter()
+            .filter(|p| !matches!(phase(p).as_str(), "Succeeded" | "Failed") && !is_deleting(p))
+            .count() as i64;
+        let limit = job["spec"]["backoffLimit"].as_i64().unwrap_or(6);
+        let start = job["status"]["startTime"].as_str().map_or_else(|| wall.to_owned(), str::to_owned);
+        let status = if succeeded > 0 {
+            json!({
+                "startTime": start, "completionTime": wall, "ready": 0, "succeeded": succeeded, "failed": failed,
+                "conditions": [
+                    condition("SuccessCriteriaMet", true, "CompletionsReached", "Reached expected number of succeeded pods", wall),
+                    condition("Complete", true, "CompletionsReached", "Reached expected number of succeeded pods", wall),
+                ],
+            })
+        } else if failed > limit {
+            json!({
+                "startTime": start, "failed": failed, "ready": 0,
+                "conditions": [
+                    condition("FailureTarget", true, "BackoffLimitExceeded", "Job has reached the specified backoff limit", wall),
+                    condition("Failed", true, "BackoffLimitExceeded", "Job has reached the specified backoff limit", wall),
+                ],
+            })
+        } else {
+            if active == 0 {
+                create_job_pod(state, &job);
+            }
+            json!({"startTime": start, "active": 1, "ready": 0, "failed": failed})
+        };
+        write_status(state, "batch", "jobs", &job, status);
+    }
+}
+
+fn create_job_pod(state: &mut State, job: &Value) {
+    let name = job_name(job);
+    let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+    let template = &job["spec"]["template"];
+    let mut meta = template["metadata"].as_object().cloned().unwrap_or_default();
+    let mut labels = meta.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
+    labels.insert("job-name".into(), json!(name));
+    labels.insert("batch.kubernetes.io/job-name".into(), json!(name));
+    labels.insert("controller-uid".into(), json!(uid));
+    labels.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
+    meta.insert("labels".into(), Value::Object(labels));
+    meta.insert("generateName".into(), json!(format!("{name}-")));
+    meta.insert("namespace".into(), json!(job_ns(job)));
+    meta.insert(
+        "ownerReferences".into(),
+        json!([{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]),
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]});
+    create_with_status(state, "", "pods", Some(job_ns(job)), pod, None);
 }
 
 fn job_ns(job: &Value) -> &str {

@@ -24,6 +24,7 @@
 //! server) SIGKILLs every init, which takes the whole namespace with it.
 
 pub mod addresses;
+pub mod choice;
 mod container;
 mod entrypoint;
 mod env;

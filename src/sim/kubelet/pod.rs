@@ -201,10 +201,9 @@ impl PodWorker {
             let Some(current) = s.store.get("pods", &ns, &name) else { return };
             if current["metadata"]["uid"] == uid.as_str()
                 && current["metadata"]["deletionTimestamp"].is_string()
+                && let Some(kind) = s.registry.get("", "v1", "pods")
             {
-                if let Some(kind) = s.registry.get("", "v1", "pods") {
-                    crate::sim::ops::remove(s, &kind, &ns, &name);
-                }
+                crate::sim::ops::remove(s, &kind, &ns, &name);
             }
         });
         let _ = std::fs::remove_dir_all(&self.entry.dirs.root);
@@ -448,6 +447,24 @@ impl PodWorker {
         })
     }
 
+    /// Builds and starts the next run of `c`, its output in `<restarts>.log`; on failure, the
+    /// waiting state to report (`CreateContainerConfigError`, `RunContainerError`).
+    fn start_run(
+        &self,
+        c: &Value,
+        image: &Image,
+        restarts: u32,
+    ) -> Result<(Launch, container::Run), ContainerState> {
+        let launch = self
+            .launch(c, image)
+            .map_err(|m| ContainerState::waiting("CreateContainerConfigError", Some(m)))?;
+        let log =
+            self.entry.dirs.logs(c["name"].as_str().unwrap_or_default()).join(format!("{restarts}.log"));
+        let run = container::start(&self.node, &launch, &log)
+            .map_err(|e| ContainerState::waiting("RunContainerError", Some(e.to_string())))?;
+        Ok((launch, run))
+    }
+
     fn hostname(&self) -> String {
         self.pod["spec"]["hostname"].as_str().unwrap_or(name_of(&self.pod)).to_owned()
     }
@@ -475,28 +492,14 @@ impl PodWorker {
                 if self.entry.stop.is_cancelled() {
                     return false;
                 }
-                let launch = match self.launch(c, image) {
-                    Ok(l) => l,
-                    Err(message) => {
-                        self.update(|m| {
-                            m.init[i].state =
-                                ContainerState::waiting("CreateContainerConfigError", Some(message))
-                        });
+                let (launch, mut run) = match self.start_run(c, image, restarts) {
+                    Ok(started) => started,
+                    Err(waiting) => {
+                        self.update(|m| m.init[i].state = waiting);
                         if !self.pause(container::back_off(restarts + 1)).await {
                             return false;
                         }
                         continue;
-                    }
-                };
-                let log = self.entry.dirs.logs(&name).join(format!("{restarts}.log"));
-                let mut run = match container::start(&self.node, &launch, &log) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.update(|m| {
-                            m.init[i].state =
-                                ContainerState::waiting("RunContainerError", Some(e.to_string()))
-                        });
-                        return false;
                     }
                 };
                 let started_at = meta::now();
@@ -557,28 +560,12 @@ impl PodWorker {
                 self.update(|m| m.containers[i].finished = true);
                 return;
             }
-            let launch = match self.launch(c, image) {
-                Ok(l) => l,
-                Err(message) => {
-                    self.update(|m| {
-                        m.containers[i].state =
-                            ContainerState::waiting("CreateContainerConfigError", Some(message))
-                    });
+            let (launch, mut run) = match self.start_run(c, image, restarts) {
+                Ok(started) => started,
+                Err(waiting) => {
+                    self.update(|m| m.containers[i].state = waiting);
                     step += 1;
                     self.pause(container::back_off(step)).await;
-                    continue;
-                }
-            };
-            let log = self.entry.dirs.logs(&name).join(format!("{restarts}.log"));
-            let mut run = match container::start(&self.node, &launch, &log) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.update(|m| {
-                        m.containers[i].state =
-                            ContainerState::waiting("RunContainerError", Some(e.to_string()))
-                    });
-                    step += 1;
-                    let _ = self.pause(container::back_off(step)).await;
                     continue;
                 }
             };

@@ -2,8 +2,8 @@
 //! namespaces, the pod's files bind-mounted where the container expects them, then the pod's user.
 //!
 //! The spawned process is a small *init* (the forked child, which never execs): it enters new
-//! namespaces, makes every mount private (nothing propagates to the host), remounts `/` read-only
-//! for `readOnlyRootFilesystem`, bind-mounts the binds in order, then forks the container's
+//! namespaces, makes every mount private (nothing propagates to the host), bind-mounts the binds in
+//! order, remounts `/` read-only for `readOnlyRootFilesystem`, then forks the container's
 //! process, which becomes PID 1 of the new PID namespace, drops to `runAsUser`/`runAsGroup` with
 //! the supplementary groups (`fsGroup`…), changes to `workingDir` and execs. The init forwards
 //! SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 to it and exits with its status (128 + signal when
@@ -170,16 +170,6 @@ impl Sandbox {
                 std::ptr::null(),
             ))?;
             check(libc::sethostname(self.hostname.as_ptr(), self.hostname.as_bytes().len()))?;
-            if self.read_only_root {
-                let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
-                check(libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    flags,
-                    std::ptr::null(),
-                ))?;
-            }
             // Every source is opened before the first bind: a bind (of `/tmp`, say) may hide the
             // path of a later source, never the inode an open descriptor holds.
             if self.binds.len() > MAX_BINDS {
@@ -210,6 +200,17 @@ impl Sandbox {
                         std::ptr::null(),
                     ))?;
                 }
+            }
+            // Last: a bind made from a read-only mount would be read-only too.
+            if self.read_only_root {
+                let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+                check(libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    flags,
+                    std::ptr::null(),
+                ))?;
             }
             match libc::fork() {
                 -1 => Err(std::io::Error::last_os_error()),

@@ -1,0 +1,357 @@
+//! The simulator's process kubelet over real HTTP: pods run as real processes (the `postgres:15`
+//! image maps to the host's PostgreSQL 15 binaries and gives `bash`, `python3`, `sleep`… of the host
+//! through its `PATH`). Each test states the kubelet rule it proves.
+
+mod common;
+
+use std::time::Duration;
+
+use common::postgres::*;
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+fn pod(name: &str, spec: Value) -> Pod {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}}, "spec": spec}))
+        .expect("a valid pod")
+}
+
+async fn create_pod(cluster: &TestCluster, name: &str, spec: Value) -> Api<Pod> {
+    let pods: Api<Pod> = cluster.api();
+    pods.create(&PostParams::default(), &pod(name, spec)).await.expect("the pod is accepted");
+    pods
+}
+
+async fn await_pod(pods: &Api<Pod>, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    eventually(what, || async {
+        let pod = pods.get_opt(name).await.ok()??;
+        let value = serde_json::to_value(&pod).ok()?;
+        done(&value).then_some(value)
+    })
+    .await
+}
+
+fn phase_is(phase: &'static str) -> impl Fn(&Value) -> bool {
+    move |p| p["status"]["phase"] == phase
+}
+
+fn ready(p: &Value) -> bool {
+    p["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// `kubectl logs` against the cluster; stdout, or stderr on failure.
+fn kubectl_logs(cluster: &TestCluster, args: &[&str]) -> Result<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config"), cluster.sim.kubeconfig_yaml()).unwrap();
+    let out = std::process::Command::new("kubectl")
+        .arg("logs")
+        .args(args)
+        .env("KUBECONFIG", dir.path().join("config"))
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_without_a_host_program_is_err_image_pull() {
+    let cluster = process_cluster().await;
+    let pods =
+        create_pod(&cluster, "web", json!({"containers": [{"name": "web", "image": "nginx:1.25"}]})).await;
+    let p = await_pod(&pods, "web", "ErrImagePull", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
+    })
+    .await;
+    assert_eq!(p["status"]["phase"], "Pending");
+    let message = p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].as_str().unwrap();
+    assert!(message.contains("\"nginx:1.25\""), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_gets_its_command_env_volumes_user_and_names() {
+    let cluster = process_cluster().await;
+    let secrets: Api<Secret> = cluster.api();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"password": "s3cr3t"}});
+    secrets.create(&PostParams::default(), &serde_json::from_value(secret).unwrap()).await.unwrap();
+    let maps: Api<ConfigMap> = cluster.api();
+    let map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"mode": "fast", "app.conf": "x=1"}});
+    maps.create(&PostParams::default(), &serde_json::from_value(map).unwrap()).await.unwrap();
+    let script = r#"
+        echo "args=$0 $1"
+        echo "password=$PASSWORD mode=$MODE name=$NAME ip=$IP url=$URL"
+        echo "user=$(id -u):$(id -g) groups=$(id -G) pwd=$(pwd) host=$(hostname)"
+        echo "conf=$(cat /etc/cfg/app.conf) secret=$(cat /etc/creds/password) podname=$(cat /etc/info/name)"
+        touch /etc/oops 2>/dev/null && echo root=writable || echo root=readonly
+        touch /scratch/ok && echo scratch=writable
+        getent hosts localhost | awk '{print "localhost=" $1}'
+    "#;
+    let pods = create_pod(
+        &cluster,
+        "probe-env",
+        json!({
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 1234, "runAsGroup": 2345, "fsGroup": 3456},
+            "containers": [{
+                "name": "main", "image": "postgres:15", "workingDir": "/scratch",
+                "command": ["bash", "-c", script], "args": ["$(MODE)", "$$(MODE)"],
+                "env": [
+                    {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                    {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
+                    {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "URL", "value": "http://$(NAME):$(MODE)"},
+                ],
+                "securityContext": {"readOnlyRootFilesystem": true},
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/etc/cfg"},
+                    {"name": "creds", "mountPath": "/etc/creds"},
+                    {"name": "info", "mountPath": "/etc/info"},
+                    {"name": "scratch", "mountPath": "/scratch"},
+                ],
+            }],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "creds", "secret": {"secretName": "creds"}},
+                {"name": "info", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
+        }),
+    )
+    .await;
+    let p = await_pod(&pods, "probe-env", "Succeeded", phase_is("Succeeded")).await;
+    let ip = p["status"]["podIP"].as_str().unwrap().to_owned();
+    assert!(ip.starts_with("127.10."), "{ip}");
+    let logs = kubectl_logs(&cluster, &["probe-env"]).unwrap();
+    let expected = [
+        "args=fast $(MODE)".to_owned(),
+        format!("password=s3cr3t mode=fast name=probe-env ip={ip} url=http://probe-env:fast"),
+        "user=1234:2345 groups=2345 3456 pwd=/scratch host=probe-env".to_owned(),
+        "conf=x=1 secret=s3cr3t podname=probe-env".to_owned(),
+        "root=readonly".to_owned(),
+        "scratch=writable".to_owned(),
+        format!("localhost={ip}"),
+    ];
+    let lines: Vec<&str> = logs.lines().collect();
+    assert_eq!(lines, expected, "{logs}");
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0);
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_run_in_order_before_the_containers() {
+    let cluster = process_cluster().await;
+    let step = |n: &str| json!({"name": n, "image": "postgres:15", "command": ["bash", "-c", format!("echo {n} >> /work/order")], "volumeMounts": [{"name": "work", "mountPath": "/work"}]});
+    let pods = create_pod(
+        &cluster,
+        "ordered",
+        json!({
+            "restartPolicy": "Never",
+            "initContainers": [step("first"), step("second")],
+            "containers": [{"name": "main", "image": "postgres:15", "command": ["cat", "/work/order"], "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+            "volumes": [{"name": "work", "emptyDir": {}}],
+        }),
+    )
+    .await;
+    let p = await_pod(&pods, "ordered", "Succeeded", phase_is("Succeeded")).await;
+    assert_eq!(kubectl_logs(&cluster, &["ordered", "-c", "main"]).unwrap(), "first\nsecond\n");
+    assert_eq!(p["status"]["initContainerStatuses"][1]["state"]["terminated"]["exitCode"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_container_restarts_with_back_off_and_keeps_its_previous_log() {
+    let cluster = process_cluster().await;
+    let pods = create_pod(
+        &cluster,
+        "crash",
+        json!({"containers": [{"name": "main", "image": "postgres:15", "command": ["bash", "-c", "echo run; exit 3"]}]}),
+    )
+    .await;
+    let p = await_pod(&pods, "crash", "CrashLoopBackOff", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+    let status = &p["status"]["containerStatuses"][0];
+    assert!(status["restartCount"].as_u64().unwrap() >= 1, "{status}");
+    assert_eq!(status["lastState"]["terminated"]["exitCode"], 3);
+    assert_eq!(status["ready"], false);
+    assert_eq!(p["status"]["phase"], "Running");
+    assert_eq!(kubectl_logs(&cluster, &["crash", "--previous"]).unwrap(), "run\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_gate_readiness_and_a_service_forwards_to_ready_pods() {
+    let cluster = process_cluster().await;
+    let maps: Api<ConfigMap> = cluster.api();
+    let site = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site"}, "data": {"index.html": "hello"}});
+    maps.create(&PostParams::default(), &serde_json::from_value(site).unwrap()).await.unwrap();
+    // `127.0.0.1` as an argument is the pod's own address (pods share the host's network).
+    let pods = create_pod(
+        &cluster,
+        "web",
+        json!({
+            "containers": [{
+                "name": "web", "image": "postgres:15",
+                "command": ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", "/site", "8080"],
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/index.html", "port": "http"}, "periodSeconds": 1},
+                "livenessProbe": {"tcpSocket": {"port": 8080}, "initialDelaySeconds": 5, "periodSeconds": 1},
+                "volumeMounts": [{"name": "site", "mountPath": "/site"}],
+            }],
+            "volumes": [{"name": "site", "configMap": {"name": "site"}}],
+        }),
+    )
+    .await;
+    let services: Api<Service> = cluster.api();
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]}});
+    services.create(&PostParams::default(), &serde_json::from_value(svc).unwrap()).await.unwrap();
+    await_pod(&pods, "web", "ready", ready).await;
+    let ip = cluster.sim.resolve("default", "web.default.svc.cluster.local").expect("the Service resolves");
+    assert!(ip.to_string().starts_with("127.11."), "{ip}");
+    let answer = eventually("the Service forwards", || async {
+        let (code, _, body) = http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await;
+        (code == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(answer.trim(), "hello");
+    let client = create_pod(
+        &cluster,
+        "client",
+        json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "postgres:15", "command": ["python3", "-c", "import urllib.request as u; print(u.urlopen('http://web/index.html').read().decode().strip())"]}]}),
+    )
+    .await;
+    await_pod(&client, "client", "Succeeded", phase_is("Succeeded")).await;
+    assert_eq!(kubectl_logs(&cluster, &["client"]).unwrap(), "hello\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_runs_pre_stop_then_sigterm_and_the_pod_goes_when_stopped() {
+    let cluster = process_cluster().await;
+    let out = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(out.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let pods = create_pod(
+        &cluster,
+        "graceful",
+        json!({
+            "terminationGracePeriodSeconds": 20,
+            "containers": [{
+                "name": "main", "image": "postgres:15",
+                "command": ["bash", "-c", "trap 'echo term >> /out/trail; exit 0' TERM; echo started >> /out/trail; while true; do sleep 0.1; done"],
+                "lifecycle": {"preStop": {"exec": {"command": ["bash", "-c", "echo prestop >> /out/trail"]}}},
+                "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+            }],
+            "volumes": [{"name": "out", "hostPath": {"path": out.path().to_str().unwrap()}}],
+        }),
+    )
+    .await;
+    await_pod(&pods, "graceful", "running", |p| p["status"]["phase"] == "Running" && ready(p)).await;
+    pods.delete("graceful", &DeleteParams::default()).await.unwrap();
+    within("the pod to go", async {
+        while pods.get_opt("graceful").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let trail = std::fs::read_to_string(out.path().join("trail")).unwrap();
+    assert_eq!(trail, "started\nprestop\nterm\n");
+}
+
+/// Run by [`processes_never_outlive_the_simulator`] as a child process: a simulator with one
+/// pod whose process is `sleep <marker>`; prints `READY` once it runs, then waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_simulator() {
+    let Ok(marker) = std::env::var("PROCESS_KUBELET_CHILD") else { return };
+    let cluster = process_cluster().await;
+    let pods = create_pod(&cluster, "sleeper", json!({"containers": [{"name": "s", "image": "postgres:15", "command": ["bash", "-c", format!("sleep {marker} & sleep {marker}; wait")]}]})).await;
+    await_pod(&pods, "sleeper", "running", phase_is("Running")).await;
+    eventually("the sleep processes", || async { (!processes_with(&marker).is_empty()).then_some(()) }).await;
+    println!("READY");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c).replace('\0', " ").trim() == format!("sleep {marker}")
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_never_outlive_the_simulator() {
+    require_postgres();
+    let marker = format!("{}", 900_000 + std::process::id());
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_simulator", "--nocapture", "--test-threads=1"])
+        .env("PROCESS_KUBELET_CHILD", &marker)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    within("the child's pod to run", async {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("READY") {
+                return;
+            }
+        }
+        panic!("the child simulator ended before its pod ran");
+    })
+    .await;
+    assert_eq!(processes_with(&marker).len(), 2, "the pod's processes run");
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    eventually("no process of the killed simulator's pod", || async {
+        processes_with(&marker).is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_succeed_or_fail_as_their_pods_do() {
+    use k8s_openapi::api::batch::v1::Job;
+    let cluster = process_cluster().await;
+    let jobs: Api<Job> = cluster.api();
+    let job = |name: &str, code: i32| -> Job {
+        serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "postgres:15", "command": ["bash", "-c", format!("echo attempt; exit {code}")],
+            }]}}},
+        }))
+        .unwrap()
+    };
+    jobs.create(&PostParams::default(), &job("works", 0)).await.unwrap();
+    jobs.create(&PostParams::default(), &job("breaks", 1)).await.unwrap();
+    let outcome = |name: &'static str| {
+        let jobs = jobs.clone();
+        async move {
+            eventually(&format!("{name} finished"), || async {
+                let j = jobs.get(name).await.ok()?;
+                let conditions = j.status?.conditions?;
+                conditions
+                    .iter()
+                    .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+                    .map(|c| c.type_.clone())
+            })
+            .await
+        }
+    };
+    assert_eq!(outcome("works").await, "Complete");
+    assert_eq!(outcome("breaks").await, "Failed");
+    let failed = jobs.get("breaks").await.unwrap().status.unwrap().failed;
+    assert_eq!(failed, Some(2), "one retry within backoffLimit 1, then the Job fails");
+}
