@@ -180,7 +180,8 @@ fn backup_job_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Job
     }
 }
 
-fn env(name: &str, value: impl Into<String>) -> EnvVar {
+/// An environment variable with a literal value.
+pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.to_owned(), value: Some(value.into()), ..EnvVar::default() }
 }
 
@@ -281,30 +282,46 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
         }),
         ..Volume::default()
     };
+    script_pod(
+        "backup",
+        spec,
+        BACKUP_SCRIPT,
+        env,
+        vec![
+            mount("backups", BACKUPS_PATH, false),
+            mount("replication", &format!("{SECRETS_PATH}/replication"), true),
+            mount("run", RUN_PATH, false),
+        ],
+        vec![pvc_volume("backups", backup_pvc_name(owner.name()), false), replication, scratch_volume("run")],
+    )
+}
+
+/// A one-shot pod running `script` with `bash -c` in the cluster's `postgres` image, restricted,
+/// without a service account token; its termination message is read back from the file.
+pub fn script_pod(
+    container: &str,
+    spec: &ValidSpec,
+    script: &str,
+    env: Vec<EnvVar>,
+    volume_mounts: Vec<VolumeMount>,
+    volumes: Vec<Volume>,
+) -> PodSpec {
     PodSpec {
         restart_policy: Some("Never".to_owned()),
         automount_service_account_token: Some(false),
         security_context: Some(restricted_pod_security()),
         containers: vec![Container {
-            name: "backup".to_owned(),
+            name: container.to_owned(),
             image: Some(format!("postgres:{}", spec.version.as_str())),
-            command: Some(vec!["bash".to_owned(), "-c".to_owned(), BACKUP_SCRIPT.to_owned()]),
+            command: Some(vec!["bash".to_owned(), "-c".to_owned(), script.to_owned()]),
             env: Some(env),
-            volume_mounts: Some(vec![
-                mount("backups", BACKUPS_PATH, false),
-                mount("replication", &format!("{SECRETS_PATH}/replication"), true),
-                mount("run", RUN_PATH, false),
-            ]),
+            volume_mounts: Some(volume_mounts),
             security_context: Some(restricted_container_security()),
             resources: Some(tool_resources()),
             termination_message_policy: Some("File".to_owned()),
             ..Container::default()
         }],
-        volumes: Some(vec![
-            pvc_volume("backups", backup_pvc_name(owner.name()), false),
-            replication,
-            scratch_volume("run"),
-        ]),
+        volumes: Some(volumes),
         ..PodSpec::default()
     }
 }

@@ -132,6 +132,7 @@ fn backup_jobs(ctx: &Context, owner: &Owner) -> Vec<JobView> {
         .filter(|job| {
             job.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_LABEL)).map(String::as_str)
                 == Some(owner.name())
+                && job.metadata.name.as_deref() != Some(restore_job.as_str())
         })
         .map(|job| {
             let uid = job.metadata.uid.as_deref().unwrap_or_default();

@@ -16,14 +16,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, EnvVar, PersistentVolumeClaim, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::RESTORE_SCRIPT;
-use super::jobs::{
-    backup_labels, backup_pvc_name, bounded_name, mount, pvc_volume, restricted_container_security,
-    restricted_pod_security, tool_resources,
-};
+use super::jobs::{backup_labels, backup_pvc_name, bounded_name, env, mount, pvc_volume, script_pod};
 use super::spec::{FromBackup, LATEST};
 use crate::databasecluster::resources::{DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA, selector_labels};
 use crate::databasecluster::types::DatabaseCluster;
@@ -83,40 +80,18 @@ pub fn build_restore_job(
     backup: &str,
     claim: &str,
 ) -> Job {
-    let env = |name: &str, value: &str| EnvVar {
-        name: name.to_owned(),
-        value: Some(value.to_owned()),
-        ..EnvVar::default()
-    };
     let labels: BTreeMap<String, String> = backup_labels(owner);
-    let pod = PodSpec {
-        restart_policy: Some("Never".to_owned()),
-        automount_service_account_token: Some(false),
-        security_context: Some(restricted_pod_security()),
-        containers: vec![Container {
-            name: "restore".to_owned(),
-            image: Some(format!("postgres:{}", spec.version.as_str())),
-            command: Some(vec!["bash".to_owned(), "-c".to_owned(), RESTORE_SCRIPT.to_owned()]),
-            env: Some(vec![
-                env("PGDATA", PGDATA),
-                env("DBC_RESTORE_DIR", RESTORE_PATH),
-                env("DBC_RESTORE_BACKUP", backup),
-            ]),
-            volume_mounts: Some(vec![
-                mount("source", RESTORE_PATH, true),
-                mount(DATA_VOLUME, DATA_MOUNT_PATH, false),
-            ]),
-            security_context: Some(restricted_container_security()),
-            resources: Some(tool_resources()),
-            termination_message_policy: Some("File".to_owned()),
-            ..Container::default()
-        }],
-        volumes: Some(vec![
+    let pod = script_pod(
+        "restore",
+        spec,
+        RESTORE_SCRIPT,
+        vec![env("PGDATA", PGDATA), env("DBC_RESTORE_DIR", RESTORE_PATH), env("DBC_RESTORE_BACKUP", backup)],
+        vec![mount("source", RESTORE_PATH, true), mount(DATA_VOLUME, DATA_MOUNT_PATH, false)],
+        vec![
             pvc_volume("source", backup_pvc_name(&from.cluster), true),
             pvc_volume(DATA_VOLUME, claim.to_owned(), false),
-        ]),
-        ..PodSpec::default()
-    };
+        ],
+    );
     Job {
         metadata: ObjectMeta {
             name: Some(restore_job_name(owner.name())),
