@@ -192,6 +192,17 @@ pub fn statefulset_name(cluster_name: &str) -> String {
     cluster_name.to_owned()
 }
 
+/// Port 5432 of every Service of the cluster, to the pods' `postgres` port.
+pub fn postgres_service_port() -> ServicePort {
+    ServicePort {
+        name: Some(POSTGRES_PORT_NAME.to_owned()),
+        port: POSTGRES_PORT,
+        target_port: Some(IntOrString::String(POSTGRES_PORT_NAME.to_owned())),
+        protocol: Some("TCP".to_owned()),
+        ..ServicePort::default()
+    }
+}
+
 /// The headless Service that gives each pod a stable DNS name; it publishes pods before they are
 /// ready so that instances can find each other while starting.
 pub fn build_headless_service(owner: &Owner) -> Service {
@@ -200,13 +211,7 @@ pub fn build_headless_service(owner: &Owner) -> Service {
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_owned()),
             selector: Some(selector_labels(owner)),
-            ports: Some(vec![ServicePort {
-                name: Some(POSTGRES_PORT_NAME.to_owned()),
-                port: POSTGRES_PORT,
-                target_port: Some(IntOrString::String(POSTGRES_PORT_NAME.to_owned())),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![postgres_service_port()]),
             publish_not_ready_addresses: Some(true),
             ..ServiceSpec::default()
         }),
@@ -407,7 +412,9 @@ fn instance_command(verb: &str) -> Vec<String> {
 fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
+        // Not yet `readOnlyRootFilesystem`: under the process kubelet the data volume mounted
+        // below the image's read-only /var/lib/postgresql is refused writes (to be resolved with
+        // the kubelet); every path the instance program writes is a volume already.
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
         ..SecurityContext::default()
     }
