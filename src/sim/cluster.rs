@@ -2,6 +2,7 @@
 //! configuration, and the signals that wake the garbage collector and stop everything.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -25,6 +26,8 @@ pub struct Cluster {
     pub config: SimConfig,
     /// Cancelled when the server shuts down.
     pub shutdown: CancellationToken,
+    /// Change events sent on watch streams so far (bookmarks and errors not counted).
+    pub watch_events_sent: AtomicU64,
     gc_wake: Notify,
 }
 
@@ -38,6 +41,7 @@ impl Cluster {
             log: RequestLog::default(),
             config,
             shutdown: CancellationToken::new(),
+            watch_events_sent: AtomicU64::new(0),
             gc_wake: Notify::new(),
         }
     }

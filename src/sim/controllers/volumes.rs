@@ -1,26 +1,26 @@
 //! A simulated volume expander: a bound claim whose storage request grew is expanded at once
-//! (`status.capacity.storage` follows `spec.resources.requests.storage`).
+//! (`status.capacity.storage` follows `spec.resources.requests.storage`). It looks at the claims
+//! that changed only.
 
 use serde_json::{Value, json};
 
 use crate::sim::controllers::write_status;
 use crate::sim::state::State;
+use crate::sim::store::ObjectName;
 
-/// Expands every bound claim whose request differs from its capacity.
-pub fn reconcile_all(state: &mut State) {
-    let claims: Vec<Value> = state
-        .store
-        .list("persistentvolumeclaims", None)
-        .filter(|c| {
-            c["status"]["phase"] == "Bound"
-                && c["spec"]["resources"]["requests"]["storage"].is_string()
-                && c["spec"]["resources"]["requests"]["storage"] != c["status"]["capacity"]["storage"]
-        })
-        .cloned()
-        .collect();
-    for claim in claims {
-        let mut status = claim["status"].clone();
-        status["capacity"]["storage"] = json!(claim["spec"]["resources"]["requests"]["storage"]);
-        write_status(state, "", "persistentvolumeclaims", &claim, status);
-    }
+fn needs_expansion(claim: &Value) -> bool {
+    claim["status"]["phase"] == "Bound"
+        && claim["spec"]["resources"]["requests"]["storage"].is_string()
+        && claim["spec"]["resources"]["requests"]["storage"] != claim["status"]["capacity"]["storage"]
+}
+
+/// Expands the claim `(namespace, name)` if it is bound and its request differs from its capacity.
+pub fn reconcile_named(state: &mut State, (ns, name): &ObjectName) {
+    let Some(claim) = state.store.get("persistentvolumeclaims", ns, name).filter(|c| needs_expansion(c)).cloned()
+    else {
+        return;
+    };
+    let mut status = claim["status"].clone();
+    status["capacity"]["storage"] = json!(claim["spec"]["resources"]["requests"]["storage"]);
+    write_status(state, "", "persistentvolumeclaims", &claim, status);
 }
