@@ -40,7 +40,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// User and system CPU seconds of a process (`/proc/PID/stat` fields 14 and 15).
 fn cpu_seconds(pid: &str) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, rest)| rest.split(' ').collect()).unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(") ").map(|(_, rest)| rest.split(' ').collect()).unwrap_or_default();
     let ticks: f64 = fields.get(11..13).map_or(0.0, |f| f.iter().filter_map(|t| t.parse::<f64>().ok()).sum());
     // USER_HZ is 100 on Linux.
     ticks / 100.0
@@ -199,7 +200,11 @@ async fn watch_running(client: kube::Client, running: Arc<Mutex<HashMap<String, 
                 WatchEvent::Added(c) | WatchEvent::Modified(c) => {
                     rv = c.metadata.resource_version.clone().unwrap_or(rv);
                     if is_running(&c) {
-                        let key = format!("{}/{}", c.metadata.namespace.unwrap_or_default(), c.metadata.name.unwrap_or_default());
+                        let key = format!(
+                            "{}/{}",
+                            c.metadata.namespace.unwrap_or_default(),
+                            c.metadata.name.unwrap_or_default()
+                        );
                         running.lock().entry(key).or_insert_with(Instant::now);
                     }
                 }
@@ -242,7 +247,9 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
                 let name = format!("db-{i}");
                 let api: Api<DatabaseCluster> = Api::namespaced(client, &ns);
                 let at = Instant::now();
-                api.create(&PostParams::default(), &cluster(name.clone(), ns.clone())).await.expect("create a cluster");
+                api.create(&PostParams::default(), &cluster(name.clone(), ns.clone()))
+                    .await
+                    .expect("create a cluster");
                 (format!("{ns}/{name}"), at)
             }
         })
@@ -250,7 +257,10 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
         .collect()
         .await;
     while running.lock().len() < n {
-        assert!(start.elapsed() < ALL_RUNNING_LIMIT, "{label}: not all {n} clusters Running within the limit");
+        assert!(
+            start.elapsed() < ALL_RUNNING_LIMIT,
+            "{label}: not all {n} clusters Running within the limit"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let all_running = start.elapsed();
@@ -268,12 +278,17 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
     times.sort();
     let first_running = running.lock().values().min().map(|t| t.duration_since(start));
     let last_created = created.values().max().map(|t| t.duration_since(start));
-    eprintln!("{label} {n}: last created after {last_created:?}, first Running after {first_running:?}, all after {all_running:?}");
+    eprintln!(
+        "{label} {n}: last created after {last_created:?}, first Running after {first_running:?}, all after {all_running:?}"
+    );
 
     let before_rest = log.iter().filter(|r| operator_write(r)).count();
     let sim_cpu_rest_start = cpu_seconds(&self_pid);
     tokio::time::sleep(rest).await;
-    eprintln!("{label} {n}: simulator CPU at rest {:.2} s in {rest:?}", cpu_seconds(&self_pid) - sim_cpu_rest_start);
+    eprintln!(
+        "{label} {n}: simulator CPU at rest {:.2} s in {rest:?}",
+        cpu_seconds(&self_pid) - sim_cpu_rest_start
+    );
     let after_rest = sim.request_log().iter().filter(|r| operator_write(r)).count();
     let peak_rss_kib = peak_rss_kib(&operator.pid());
     operator.stop();
@@ -281,7 +296,10 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
     let restarted = OperatorProcess::start(binary, &kubeconfig);
     let restart_at = Instant::now();
     while restarted.passes().await < n as u64 {
-        assert!(restart_at.elapsed() < ALL_RUNNING_LIMIT, "{label}: no pass of every cluster after the restart");
+        assert!(
+            restart_at.elapsed() < ALL_RUNNING_LIMIT,
+            "{label}: no pass of every cluster after the restart"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let resync = restart_at.elapsed();

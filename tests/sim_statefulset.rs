@@ -226,3 +226,16 @@ async fn volume_claim_templates_are_immutable_and_claims_grow_but_never_shrink()
         other => panic!("expected 422, got {other:?}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_settled_statefulset_is_not_written_again() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set(3)).await.unwrap();
+    await_sts(&sts, |s| status(s).ready_replicas == Some(3)).await;
+    tokio::time::sleep(DELAY).await;
+    let settled = list_rv(&pods).await;
+    tokio::time::sleep(DELAY * 10).await;
+    assert_eq!(list_rv(&pods).await, settled, "no object changed once the StatefulSet was settled");
+}

@@ -8,6 +8,12 @@
 //! child from a cache one write behind may otherwise report the same scaling twice), and a
 //! `ReconcileError` Event is published only when a cluster's error message changes, not on every
 //! retry.
+//!
+//! Events are written off the reconcile's critical path, as client-go's recorder does: `publish`
+//! only queues the Event on a bounded channel (waiting when [`QUEUED_EVENTS`] are already queued,
+//! so a burst slows the passes down instead of growing memory), and one task per publisher
+//! creates them, up to [`CONCURRENT_WRITES`] at a time. [`EventPublisher::flush`] waits until
+//! everything queued before it is written.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +25,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client, Resource};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::resources::FIELD_MANAGER;
@@ -28,6 +36,12 @@ use crate::runtime::ObjectKey;
 
 /// How long an identical Event is not repeated (kube-runtime's recorder aggregates for 6 minutes).
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// How many Events may wait to be written before `publish` waits (client-go queues 1 000).
+pub const QUEUED_EVENTS: usize = 1000;
+
+/// How many Events are being created at once.
+pub const CONCURRENT_WRITES: usize = 4;
 
 /// The `reportingController` of every Event the operator writes.
 pub const REPORTING_CONTROLLER: &str = "databases.madmmas.dev/dbcluster-operator";
@@ -63,27 +77,65 @@ pub fn build_event(cluster: &DatabaseCluster, note: &EventNote, instance: &str, 
     }
 }
 
-/// Writes Events about DatabaseClusters through the API server.
+/// What the writer task is asked to do.
+enum Job {
+    /// Create this Event (about a cluster in this namespace).
+    Create { event: Box<Event>, namespace: String },
+    /// Answer once every Event queued before is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Writes Events about DatabaseClusters through the API server, from a task of its own.
 pub struct EventPublisher {
-    client: Client,
     instance: String,
+    jobs: mpsc::Sender<Job>,
     last_error: DashMap<ObjectKey, Arc<str>>,
     recent: DashMap<(ObjectKey, String, String), Instant>,
 }
 
-impl EventPublisher {
-    /// A publisher writing with `client`, naming `instance` (e.g. the pod name) as the reporter.
-    pub fn new(client: Client, instance: impl Into<String>) -> Self {
-        EventPublisher {
-            client,
-            instance: instance.into(),
-            last_error: DashMap::new(),
-            recent: DashMap::new(),
+/// Creates the queued Events, [`CONCURRENT_WRITES`] at a time, until the publisher is dropped
+/// and the queue is drained.
+async fn write_events(client: Client, mut jobs: mpsc::Receiver<Job>) {
+    let mut in_flight = JoinSet::new();
+    while let Some(job) = jobs.recv().await {
+        match job {
+            Job::Create { event, namespace } => {
+                while in_flight.len() >= CONCURRENT_WRITES {
+                    in_flight.join_next().await;
+                }
+                in_flight.spawn(create_event(client.clone(), event, namespace));
+            }
+            Job::Flush(done) => {
+                while in_flight.join_next().await.is_some() {}
+                let _ = done.send(());
+            }
         }
     }
+    while in_flight.join_next().await.is_some() {}
+}
 
-    /// Creates the Event for `note`, unless the same one was published about `cluster` within
-    /// [`REPEAT_WINDOW`]; a failure is logged, never returned.
+/// Creates one Event; a failure is logged, never returned.
+async fn create_event(client: Client, event: Box<Event>, namespace: String) {
+    let api: Api<Event> = Api::namespaced(client, &namespace);
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    let reason = event.reason.clone().unwrap_or_default();
+    match api.create(&params, &event).await {
+        Ok(_) => tracing::debug!(%reason, "event published"),
+        Err(error) => tracing::warn!(%reason, %error, "could not publish an event"),
+    }
+}
+
+impl EventPublisher {
+    /// A publisher writing with `client`, naming `instance` (e.g. the pod name) as the reporter.
+    /// Starts its writer task, so it must be called within a tokio runtime.
+    pub fn new(client: Client, instance: impl Into<String>) -> Self {
+        let (jobs, queued) = mpsc::channel(QUEUED_EVENTS);
+        tokio::spawn(write_events(client, queued));
+        EventPublisher { instance: instance.into(), jobs, last_error: DashMap::new(), recent: DashMap::new() }
+    }
+
+    /// Queues the Event for `note`, unless the same one was published about `cluster` within
+    /// [`REPEAT_WINDOW`]; waits only while the queue is full. A failure is logged, never returned.
     pub async fn publish(&self, cluster: &DatabaseCluster, note: &EventNote) {
         let now = Instant::now();
         self.recent.retain(|_, published| now.duration_since(*published) < REPEAT_WINDOW);
@@ -93,13 +145,18 @@ impl EventPublisher {
             tracing::debug!(reason = %note.reason, "an identical event was published recently; not repeating it");
             return;
         }
-        let event = build_event(cluster, note, &self.instance, Timestamp::now());
-        let namespace = cluster.metadata.namespace.as_deref().unwrap_or("default");
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
-        match api.create(&params, &event).await {
-            Ok(_) => tracing::debug!(reason = %note.reason, "event published"),
-            Err(error) => tracing::warn!(reason = %note.reason, %error, "could not publish an event"),
+        let event = Box::new(build_event(cluster, note, &self.instance, Timestamp::now()));
+        let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        if self.jobs.send(Job::Create { event, namespace }).await.is_err() {
+            tracing::warn!(reason = %note.reason, "could not publish an event: the event writer has stopped");
+        }
+    }
+
+    /// Waits until every Event queued before this call has been written (or failed).
+    pub async fn flush(&self) {
+        let (done, written) = oneshot::channel();
+        if self.jobs.send(Job::Flush(done)).await.is_ok() {
+            let _ = written.await;
         }
     }
 
@@ -170,6 +227,7 @@ mod tests {
         let sim = crate::sim::SimServer::start().await.unwrap();
         let publisher = EventPublisher::new(sim.client(), "test");
         let count = || async {
+            publisher.flush().await;
             let api: Api<Event> = Api::namespaced(sim.client(), "default");
             api.list(&Default::default()).await.unwrap().items.len()
         };
@@ -192,5 +250,29 @@ mod tests {
         publisher.clear_error(&ObjectKey::of(&cluster));
         publisher.publish_error(&cluster, &error).await;
         assert_eq!(count().await, 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn publishing_does_not_wait_for_the_write_until_the_queue_is_full() {
+        let sim = crate::sim::SimServer::start().await.unwrap();
+        let publisher = EventPublisher::new(sim.client(), "test");
+        let latency = Duration::from_secs(5);
+        sim.faults().set_latency(latency);
+        let cluster = cluster();
+        let note = |i: usize| EventNote::created("Service", &format!("pg-{i}"));
+        let started = Instant::now();
+        publisher.publish(&cluster, &note(0)).await;
+        assert_eq!(started.elapsed(), Duration::ZERO, "queued, not written");
+        for i in 1..QUEUED_EVENTS + CONCURRENT_WRITES + 1 {
+            publisher.publish(&cluster, &note(i)).await;
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO, "the writes in flight and the queue hold all so far");
+        publisher.publish(&cluster, &note(QUEUED_EVENTS + CONCURRENT_WRITES + 1)).await;
+        assert!(started.elapsed() >= latency, "a full queue makes the publisher wait");
+        publisher.flush().await;
+        sim.faults().set_latency(Duration::ZERO);
+        let api: Api<Event> = Api::namespaced(sim.client(), "default");
+        let written = api.list(&Default::default()).await.unwrap().items.len();
+        assert_eq!(written, QUEUED_EVENTS + CONCURRENT_WRITES + 2, "every queued Event is written");
     }
 }

@@ -190,7 +190,10 @@ mod tests {
         let mut s = Store::new(10);
         s.put("pods", json!({"metadata": {"namespace": "ns", "name": "p", "uid": "p1", "ownerReferences": [{"uid": "o1"}]}}));
         assert!(s.is_live("p1") && s.is_owner("o1"));
-        assert_eq!(s.dependents("o1").map(|(k, o)| (k, object_name(o).1)).collect::<Vec<_>>(), [("pods", "p".to_string())]);
+        assert_eq!(
+            s.dependents("o1").map(|(k, o)| (k, object_name(o).1)).collect::<Vec<_>>(),
+            [("pods", "p".to_string())]
+        );
         s.put("pods", json!({"metadata": {"namespace": "ns", "name": "p", "uid": "p1"}}));
         assert!(!s.is_owner("o1"), "the reference was dropped by the update");
         assert_eq!(s.dependents("o1").count(), 0);

@@ -87,7 +87,8 @@ impl Kubelet {
             };
             self.by_due.remove(&(due, uid.clone()));
             let Some(Pending { name: (ns, name), .. }) = self.start_at.remove(&uid) else { continue };
-            let Some(pod) = state.store.get("pods", &ns, &name).filter(|p| p["metadata"]["uid"] == uid.as_str())
+            let Some(pod) =
+                state.store.get("pods", &ns, &name).filter(|p| p["metadata"]["uid"] == uid.as_str())
             else {
                 continue;
             };

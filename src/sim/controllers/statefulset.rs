@@ -47,14 +47,19 @@ fn ordinal_of(pod_name: &str, sts_name: &str) -> Option<i64> {
 
 /// Reconciles the StatefulSet `(namespace, name)`, if it exists and is not being deleted.
 pub fn reconcile_named(state: &mut State, revisions: &mut Revisions, (ns, name): &ObjectName) {
-    let Some(sts) = state.store.get("statefulsets.apps", ns, name).filter(|s| !is_deleting(s)).cloned() else {
+    let Some(sts) = state.store.get("statefulsets.apps", ns, name).filter(|s| !is_deleting(s)).cloned()
+    else {
         return;
     };
     reconcile(state, revisions, &sts);
 }
 
 /// The pods a StatefulSet controls, by ordinal (pods whose names are not `<name>-<n>` are not).
-fn pods_of<'a>(state: &'a State, sts_name: &'a str, uid: &'a str) -> impl Iterator<Item = (i64, &'a Value)> + 'a {
+fn pods_of<'a>(
+    state: &'a State,
+    sts_name: &'a str,
+    uid: &'a str,
+) -> impl Iterator<Item = (i64, &'a Value)> + 'a {
     state
         .store
         .dependents(uid)

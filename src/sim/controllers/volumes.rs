@@ -16,7 +16,8 @@ fn needs_expansion(claim: &Value) -> bool {
 
 /// Expands the claim `(namespace, name)` if it is bound and its request differs from its capacity.
 pub fn reconcile_named(state: &mut State, (ns, name): &ObjectName) {
-    let Some(claim) = state.store.get("persistentvolumeclaims", ns, name).filter(|c| needs_expansion(c)).cloned()
+    let Some(claim) =
+        state.store.get("persistentvolumeclaims", ns, name).filter(|c| needs_expansion(c)).cloned()
     else {
         return;
     };
