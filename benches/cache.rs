@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::cache::Cache;
+use dbcluster_operator::runtime::cache::CacheWriter;
 use dbcluster_operator::runtime::reflector::{
-    ReflectorStats, WatchLine, decode_list_page, decode_watch_line, elide_managed_fields,
+    ReflectorEvent, ReflectorStats, WatchLine, decode_list_page, decode_watch_line, elide_managed_fields,
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -126,10 +126,10 @@ fn baseline_store<K: Resource + DeserializeOwned>(lines: &[String]) -> HashMap<S
 }
 
 /// Ours: decode each watch line and store it (managedFields stripped).
-fn cache_store<K: Resource + DeserializeOwned + Send + Sync + 'static>(lines: &[String]) -> Cache<K> {
-    let cache = Cache::new();
+fn cache_store<K: Resource + DeserializeOwned + Send + Sync + 'static>(lines: &[String]) -> CacheWriter<K> {
+    let mut cache = CacheWriter::default();
     for line in lines {
-        cache.apply(elide_and_decode::<K>(line.as_bytes()));
+        cache.apply(ReflectorEvent::Applied(elide_and_decode::<K>(line.as_bytes())));
     }
     cache
 }
@@ -149,7 +149,7 @@ where
     let json = lines.iter().map(String::len).sum::<usize>() as f64 / n as f64;
     let (baseline, baseline_map) = retained_per_object(n, || baseline_store::<K>(&lines));
     drop(baseline_map);
-    let (ours, cache) = retained_per_object(n, || cache_store::<K>(&lines));
+    let (ours, mut cache) = retained_per_object(n, || cache_store::<K>(&lines));
     println!(
         "retained/{kind}: json {:.1} KB; baseline HashMap<String, {kind}> {:.1} KB; cache {:.1} KB = {:.3}x baseline",
         json / 1000.0,
@@ -165,21 +165,21 @@ where
         .map(|i| line(i, if i % 10 == 0 { 900_000 + i as u64 } else { 1000 + i as u64 }))
         .collect();
     let start = reset_peak();
-    let mut relist = cache.start_relist();
+    cache.apply(ReflectorEvent::RelistStarted);
     for l in &relist_lines {
-        black_box(relist.apply(&cache, elide_and_decode::<K>(l.as_bytes())));
+        black_box(cache.apply(ReflectorEvent::Listed(elide_and_decode::<K>(l.as_bytes()))));
     }
-    drop(black_box(relist.finish(&cache, "999999999")));
+    drop(black_box(cache.apply(ReflectorEvent::RelistDone { resource_version: "999999999".into() })));
     let streaming_peak = (steady + (peak() - start) as f64) / steady;
 
     // Every object changed: each listed object replaces the cached one.
     let all_changed: Vec<String> = (0..n).map(|i| line(i, 2_000_000 + i as u64)).collect();
     let start = reset_peak();
-    let mut relist = cache.start_relist();
+    cache.apply(ReflectorEvent::RelistStarted);
     for l in &all_changed {
-        black_box(relist.apply(&cache, elide_and_decode::<K>(l.as_bytes())));
+        black_box(cache.apply(ReflectorEvent::Listed(elide_and_decode::<K>(l.as_bytes()))));
     }
-    drop(black_box(relist.finish(&cache, "999999999")));
+    drop(black_box(cache.apply(ReflectorEvent::RelistDone { resource_version: "999999999".into() })));
     let changed_peak = (steady + (peak() - start) as f64) / steady;
 
     // Paginated relist of the same, 500 objects per page (the page's bytes are input, not counted).
@@ -196,19 +196,19 @@ where
         .collect();
     let stats = ReflectorStats::default();
     let start = reset_peak();
-    let mut relist = cache.start_relist();
+    cache.apply(ReflectorEvent::RelistStarted);
     for page in &pages {
         let elided = elide_managed_fields(page.as_bytes());
         decode_list_page::<K>(
             elided.as_deref().unwrap_or(page.as_bytes()),
             &mut |obj| {
-                black_box(relist.apply(&cache, obj));
+                black_box(cache.apply(ReflectorEvent::Listed(obj)));
             },
             &stats,
         )
         .expect("fixture page decodes");
     }
-    drop(black_box(relist.finish(&cache, "3")));
+    drop(black_box(cache.apply(ReflectorEvent::RelistDone { resource_version: "3".into() })));
     let paged_peak = (steady + (peak() - start) as f64) / steady;
 
     // Baseline relist, kube-runtime style: decode into a second map, then swap.
@@ -223,7 +223,7 @@ where
     println!(
         "relist peak/{kind} ({n} objects), x steady state: streaming 10% changed {streaming_peak:.3}; streaming all changed {changed_peak:.3}; paginated all changed {paged_peak:.3}; baseline (second map + swap) {baseline_peak:.3}"
     );
-    assert_eq!(cache.len(), n);
+    assert_eq!(cache.cache().len(), n);
 }
 
 fn memory(_: &mut Criterion) {
@@ -257,10 +257,10 @@ where
     });
     group.bench_function("cache_decode_then_strip", |b| {
         b.iter_batched(
-            Cache::<K>::new,
-            |cache| {
+            CacheWriter::<K>::default,
+            |mut cache| {
                 for l in &lines {
-                    black_box(cache.apply(decode::<K>(l.as_bytes())));
+                    black_box(cache.apply(ReflectorEvent::Applied(decode::<K>(l.as_bytes()))));
                 }
                 cache
             },
@@ -269,10 +269,10 @@ where
     });
     group.bench_function("cache", |b| {
         b.iter_batched(
-            Cache::<K>::new,
-            |cache| {
+            CacheWriter::<K>::default,
+            |mut cache| {
                 for l in &lines {
-                    black_box(cache.apply(elide_and_decode::<K>(l.as_bytes())));
+                    black_box(cache.apply(ReflectorEvent::Applied(elide_and_decode::<K>(l.as_bytes()))));
                 }
                 cache
             },

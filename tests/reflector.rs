@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dbcluster_operator::runtime::cache::strip_managed_fields;
 use dbcluster_operator::runtime::informer::{Informer, InformerEvent};
-use dbcluster_operator::runtime::reflector::{BackoffConfig, InitialList, ReflectorConfig};
+use dbcluster_operator::runtime::reflector::{InitialList, ReconnectBackoffConfig, ReflectorConfig};
 use dbcluster_operator::sim::{SimConfig, SimServer};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -29,12 +29,12 @@ fn settings() -> ReflectorConfig {
     ReflectorConfig {
         watch_timeout: Duration::from_secs(3600),
         watch_timeout_jitter: 0.0,
-        backoff: BackoffConfig {
+        backoff: ReconnectBackoffConfig {
             initial: Duration::from_millis(100),
             max: Duration::from_millis(1600),
             factor: 2.0,
             jitter: 0.0,
-            ..BackoffConfig::default()
+            ..ReconnectBackoffConfig::default()
         },
         ..ReflectorConfig::default()
     }

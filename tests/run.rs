@@ -12,10 +12,9 @@ use dbcluster_operator::cli::run::{self, Started};
 use dbcluster_operator::cli::{OperatorContext, RunError, Settings};
 use dbcluster_operator::databasecluster::types::crd;
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::controller::{
-    Action, Controller, ControllerConfig, ControllerProbe, ReconcileError,
-};
+use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
+use dbcluster_operator::runtime::introspection::ControllerProbe;
 use dbcluster_operator::runtime::leader::LeaseConfig;
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::SimServer;

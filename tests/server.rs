@@ -10,11 +10,9 @@ use std::time::Duration;
 use common::http_get as get;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::controller::{
-    Action, Controller, ControllerConfig, ControllerProbe, ReconcileError,
-};
+use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
-use dbcluster_operator::runtime::introspection::Introspection;
+use dbcluster_operator::runtime::introspection::{ControllerProbe, Introspection};
 use dbcluster_operator::runtime::metrics::Metrics;
 use dbcluster_operator::runtime::process_metrics::ProcessCollector;
 use dbcluster_operator::runtime::server::{self, Endpoints, METRICS_CONTENT_TYPE, ServerState};

@@ -55,6 +55,7 @@ use thiserror::Error;
 
 use super::types::DatabaseCluster;
 use super::validation::ValidSpec;
+use crate::runtime::cache::controller_owner;
 
 /// The field manager of every write the operator makes (server-side apply and status).
 pub const FIELD_MANAGER: &str = "dbcluster-operator";
@@ -145,10 +146,7 @@ impl Owner {
 /// The controller ownerReference on `meta` that is not `owner`'s, if any: such an object belongs
 /// to someone else and must not be taken over.
 pub fn foreign_controller<'a>(meta: &'a ObjectMeta, owner: &Owner) -> Option<&'a OwnerReference> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|reference| reference.controller == Some(true) && reference.uid != owner.reference.uid)
+    controller_owner(meta).filter(|reference| reference.uid != owner.reference.uid)
 }
 
 /// The labels that select the cluster's pods: stable for the cluster's life (a StatefulSet's

@@ -28,6 +28,7 @@ use dashmap::DashMap;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::Resource;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -35,9 +36,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::runtime::ObjectKey;
+use crate::runtime::cache::controller_owner;
 use crate::runtime::informer::Informer;
-use crate::runtime::metrics::{ControllerMetrics, PassResult};
-use crate::runtime::workqueue::{KeyState, QueueConfig, WorkQueue};
+use crate::runtime::introspection::{ControllerProbe, LastPass};
+use crate::runtime::metrics::ControllerMetrics;
+use crate::runtime::workqueue::{QueueConfig, WorkQueue};
 
 /// What a successful reconcile pass asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +75,7 @@ pub enum ControllerError {
 }
 
 /// How a controller runs.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ControllerConfig {
     /// The controller's name: the `controller` label of its metrics and the queue's name.
     pub name: String,
@@ -112,65 +115,83 @@ type Registration = Box<dyn FnOnce(WorkQueue<ObjectKey>) + Send>;
 /// Whether the primary cache still holds a key.
 type Exists = Arc<dyn Fn(&ObjectKey) -> bool + Send + Sync>;
 
-/// How a key's most recent pass ended, for `/debug/queue`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LastPass {
-    /// The outcome.
-    pub result: PassResult,
-    /// The error's message, for an error, a panic or a timeout.
-    pub error: Option<String>,
-    /// When the pass ended.
-    pub finished: Instant,
-    /// How long the pass took.
-    pub took: Duration,
+/// How one reconcile pass ended, for `controller_runtime_reconcile_total{result}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassResult {
+    /// `Ok(Action::Done)`.
+    Success,
+    /// `Ok(Action::RequeueAfter(_))`.
+    RequeueAfter,
+    /// An error, retried with backoff.
+    Error,
+    /// An error that is not retried.
+    TerminalError,
+    /// The pass panicked (counted as an error too).
+    Panic,
 }
 
-/// One key as the debug endpoint shows it: the queue's view and the last pass.
-#[derive(Debug, Clone)]
-pub struct KeyReport {
-    /// The key.
-    pub key: ObjectKey,
-    /// The queue's state for the key, if it tracks any.
-    pub queue: Option<KeyState<ObjectKey>>,
-    /// The key's last pass, if it had one and still exists (or is still tracked).
-    pub last: Option<LastPass>,
-}
-
-/// A read-only view of a controller's queue and last passes, taken before `run` consumes the
-/// controller and valid while it runs.
-#[derive(Clone)]
-pub struct ControllerProbe {
-    name: String,
-    queue: WorkQueue<ObjectKey>,
-    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
-}
-
-impl ControllerProbe {
-    /// The controller's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Every key the queue tracks or that had a pass, sorted by key.
-    pub fn keys(&self) -> Vec<KeyReport> {
-        let mut reports: std::collections::BTreeMap<ObjectKey, KeyReport> = self
-            .last_passes
-            .iter()
-            .map(|entry| {
-                let key = entry.key().clone();
-                (key.clone(), KeyReport { key, queue: None, last: Some(entry.value().clone()) })
-            })
-            .collect();
-        for state in self.queue.snapshot() {
-            let key = state.key.clone();
-            reports.entry(key.clone()).or_insert(KeyReport { key, queue: None, last: None }).queue =
-                Some(state);
+impl PassResult {
+    /// A lower-case name for logs and the debug endpoint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::RequeueAfter => "requeue_after",
+            Self::Error => "error",
+            Self::TerminalError => "terminal_error",
+            Self::Panic => "panic",
         }
-        reports.into_values().collect()
     }
 }
 
 /// A controller for the primary kind `K`; see the module docs.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use dbcluster_operator::runtime::ObjectKey;
+/// use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
+/// use dbcluster_operator::runtime::informer::Informer;
+/// use dbcluster_operator::sim::SimServer;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::{Api, PostParams};
+/// use tokio::sync::{mpsc, oneshot};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("cannot happen")]
+/// struct Never;
+/// impl ReconcileError for Never {}
+///
+/// /// Reports each key it is asked to reconcile.
+/// async fn reconcile(key: ObjectKey, seen: Arc<mpsc::UnboundedSender<ObjectKey>>) -> Result<Action, Never> {
+///     let _ = seen.send(key);
+///     Ok(Action::Done)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let cluster = SimServer::start().await?;
+///     let api: Api<ConfigMap> = Api::default_namespaced(cluster.client());
+///     let config_map = serde_json::from_value(serde_json::json!({"metadata": {"name": "a"}}))?;
+///     api.create(&PostParams::default(), &config_map).await?;
+///     let informer = Arc::new(Informer::new(api));
+///     informer.start();
+///
+///     let controller = Controller::new(&informer, ControllerConfig::named("example"));
+///     let (seen, mut reconciled) = mpsc::unbounded_channel();
+///     let (stop, stopped) = oneshot::channel::<()>();
+///     let shutdown = async move {
+///         let _ = stopped.await;
+///     };
+///     let running = tokio::spawn(controller.run(reconcile, Arc::new(seen), shutdown));
+///     assert_eq!(reconciled.recv().await, Some(ObjectKey::namespaced("default", "a")));
+///     let _ = stop.send(());
+///     running.await??;
+///     Ok(())
+/// }
+/// ```
 pub struct Controller<K> {
     config: ControllerConfig,
     queue: WorkQueue<ObjectKey>,
@@ -179,6 +200,12 @@ pub struct Controller<K> {
     exists: Exists,
     last_passes: Arc<DashMap<ObjectKey, LastPass>>,
     _primary: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> std::fmt::Debug for Controller<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("config", &self.config).finish_non_exhaustive()
+    }
 }
 
 impl<K> Controller<K>
@@ -242,11 +269,7 @@ where
 
     /// A view of the queue and of each key's last pass, for the debug endpoint.
     pub fn probe(&self) -> ControllerProbe {
-        ControllerProbe {
-            name: self.config.name.clone(),
-            queue: self.queue.clone(),
-            last_passes: Arc::clone(&self.last_passes),
-        }
+        ControllerProbe::new(&self.config.name, self.queue.clone(), Arc::clone(&self.last_passes))
     }
 
     /// Runs until `shutdown` resolves: waits for the caches, then reconciles with the configured
@@ -311,6 +334,8 @@ where
             tracing::warn!(controller = %config.name, timeout = ?config.shutdown_timeout,
                 "passes still running at the shutdown deadline were cancelled");
             workers.abort_all();
+            // Returns once the aborted passes are dropped (their guards released).
+            while workers.join_next().await.is_some() {}
         }
         Ok(())
     }
@@ -325,8 +350,7 @@ where
 {
     let kind = K::kind(&());
     let group = K::group(&());
-    let owner =
-        child.meta().owner_references.as_deref()?.iter().find(|owner| owner.controller == Some(true))?;
+    let owner = controller_owner(child.meta())?;
     let owner_group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
     (owner.kind == kind && owner_group == group)
         .then(|| ObjectKey::new(child.meta().namespace.as_deref(), &owner.name))
@@ -373,7 +397,8 @@ where
     /// One pass for `key`, and what the queue is told afterwards.
     async fn pass(&self, key: ObjectKey) {
         let metrics = self.config.metrics.as_ref();
-        metrics.inspect(|m| m.active_workers(1));
+        // Dropped when the pass ends, is cancelled at shutdown or its worker is aborted.
+        let _busy = metrics.map(ControllerMetrics::active_worker);
         let started = Instant::now();
         let pass = AssertUnwindSafe((self.reconcile)(key.clone(), Arc::clone(&self.context))).catch_unwind();
         let outcome = match self.config.reconcile_timeout {
@@ -420,7 +445,6 @@ where
             }
         };
         if let Some(m) = metrics {
-            m.active_workers(-1);
             m.pass(result, took);
         }
         self.remember(key, result, error_message, took);

@@ -1,9 +1,10 @@
-//! One kind's shared watch: a [`Reflector`] task feeding a [`Cache`], and the event handlers
-//! (the controllers' key mappers) told about every change.
+//! One kind's shared watch: a [`Reflector`] task feeding a [`Cache`] through the cache's one
+//! [`CacheWriter`], and the event handlers (the controllers' key mappers) told about every change.
 //!
-//! The reflector task applies each event to the cache and then calls every handler, in
-//! registration order, with the resulting [`InformerEvent`]: the new object and, for an update, the
-//! old one, both as the `Arc`s the cache holds. Handlers run on the informer's task, so they must be
+//! The reflector task applies each event with [`CacheWriter::apply`] and then calls every
+//! handler, in registration order, with each resulting [`InformerEvent`]: the new object and, for
+//! an update, the old one, both as the `Arc`s the cache holds. Everyone else reads the cache
+//! through [`Informer::cache`]. Handlers run on the informer's task, so they must be
 //! quick and must not block: map the event to keys and hand those to a work queue. A handler that
 //! panics is logged and the informer goes on. A handler registered after the informer started is
 //! first told about every cached object as `Added` (as client-go does), so none is missed.
@@ -20,51 +21,10 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use crate::runtime::ObjectKey;
-use crate::runtime::cache::{Cache, Change, Relist, Transform};
+use crate::runtime::cache::{Cache, CacheWriter, Transform};
 use crate::runtime::reflector::{InitialList, Reflector, ReflectorConfig, ReflectorEvent, ReflectorStats};
 
-/// A change to the cache, as handlers see it.
-#[derive(Debug)]
-pub enum InformerEvent<K> {
-    /// An object appeared.
-    Added(Arc<K>),
-    /// An object changed (its resourceVersion differs from the cached one).
-    Updated {
-        /// The state cached before.
-        old: Arc<K>,
-        /// The state cached now.
-        new: Arc<K>,
-    },
-    /// An object is gone; this is its last known state.
-    Deleted(Arc<K>),
-}
-
-impl<K: Resource> InformerEvent<K> {
-    /// The object as it is now (or was last, for a delete).
-    pub fn object(&self) -> &Arc<K> {
-        match self {
-            Self::Added(obj) | Self::Deleted(obj) => obj,
-            Self::Updated { new, .. } => new,
-        }
-    }
-
-    /// The previous state, for an update.
-    pub fn old(&self) -> Option<&Arc<K>> {
-        match self {
-            Self::Updated { old, .. } => Some(old),
-            _ => None,
-        }
-    }
-
-    /// False only for an update that left `metadata.generation` as it was (a status-only or
-    /// metadata-only write), so a handler can skip those.
-    pub fn generation_changed(&self) -> bool {
-        match self {
-            Self::Updated { old, new } => old.meta().generation != new.meta().generation,
-            _ => true,
-        }
-    }
-}
+pub use crate::runtime::cache::InformerEvent;
 
 /// Something told about every change an informer applies to its cache.
 pub trait EventHandler<K>: Send + Sync + 'static {
@@ -130,12 +90,39 @@ type Handlers<K> = Arc<RwLock<Vec<Arc<dyn EventHandler<K>>>>>;
 
 /// A kind's reflector, cache and handlers. Share one per kind (wrap it in an `Arc`); dropping it
 /// stops the reflector task.
+///
+/// # Examples
+///
+/// ```
+/// use dbcluster_operator::runtime::informer::{Informer, InformerEvent};
+/// use dbcluster_operator::sim::SimServer;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::{Api, PostParams};
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let cluster = SimServer::start().await?;
+///     let api: Api<ConfigMap> = Api::default_namespaced(cluster.client());
+///     let config_map = serde_json::from_value(serde_json::json!({"metadata": {"name": "a"}}))?;
+///     api.create(&PostParams::default(), &config_map).await?;
+///
+///     let informer = Informer::new(api);
+///     informer.add_handler(|event: &InformerEvent<ConfigMap>| {
+///         println!("{:?} changed", event.object().metadata.name);
+///     });
+///     informer.start();
+///     informer.synced().await;
+///     assert_eq!(informer.cache().len(), 1);
+///     Ok(())
+/// }
+/// ```
 pub struct Informer<K> {
     cache: Arc<Cache<K>>,
     handlers: Handlers<K>,
     counters: Arc<EventCounters>,
     reflector_stats: Arc<ReflectorStats>,
-    reflector: Mutex<Option<Reflector<K>>>,
+    /// The reflector and the cache's writer, until `start` moves them into the informer's task.
+    reflector: Mutex<Option<(Reflector<K>, CacheWriter<K>)>>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -165,12 +152,13 @@ where
     /// An informer with explicit reflector settings and cache transform.
     pub fn with_config(api: Api<K>, config: ReflectorConfig, transform: Transform<K>) -> Self {
         let reflector = Reflector::new(api, config);
+        let writer = CacheWriter::new(transform);
         Self {
-            cache: Arc::new(Cache::with_transform(transform)),
+            cache: Arc::clone(writer.cache()),
             handlers: Arc::default(),
             counters: Arc::default(),
             reflector_stats: reflector.stats(),
-            reflector: Mutex::new(Some(reflector)),
+            reflector: Mutex::new(Some((reflector, writer))),
             task: Mutex::new(None),
         }
     }
@@ -216,55 +204,27 @@ where
 
     /// Starts the reflector task (once; later calls do nothing). Needs a tokio runtime.
     pub fn start(&self) {
-        let Some(reflector) = self.reflector.lock().take() else { return };
-        let cache = Arc::clone(&self.cache);
+        let Some((reflector, mut writer)) = self.reflector.lock().take() else { return };
         let handlers = Arc::clone(&self.handlers);
         let counters = Arc::clone(&self.counters);
         let reflector_stats = Arc::clone(&self.reflector_stats);
-        let mut relist: Option<Relist> = None;
         let sink = move |event: ReflectorEvent<K>| {
+            if matches!(event, ReflectorEvent::Bookmark { .. }) {
+                counters.bookmarks.fetch_add(1, Ordering::Relaxed);
+            }
+            // Held across the write, so `add_handler` sees each change either in the cache it
+            // replays or as an event, never both.
             let handlers = handlers.read();
-            let notify = |event: InformerEvent<K>| {
-                let counter = match &event {
+            let changes = writer.apply(event);
+            for change in &changes {
+                let counter = match change {
                     InformerEvent::Added(_) => &counters.added,
                     InformerEvent::Updated { .. } => &counters.updated,
                     InformerEvent::Deleted(_) => &counters.deleted,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
                 for handler in handlers.iter() {
-                    call(handler.as_ref(), &event, &counters);
-                }
-            };
-            match event {
-                ReflectorEvent::RelistStarted => relist = Some(cache.start_relist()),
-                ReflectorEvent::Listed(obj) => {
-                    let change = relist.get_or_insert_with(Relist::default).apply(&cache, obj);
-                    notify_change(change, notify);
-                }
-                ReflectorEvent::RelistDone { resource_version } => {
-                    let removed = match relist.take() {
-                        Some(relist) => relist.finish(&cache, &resource_version),
-                        None => Vec::new(),
-                    };
-                    removed.into_iter().for_each(|obj| notify(InformerEvent::Deleted(obj)));
-                }
-                ReflectorEvent::Applied(obj) => {
-                    let resource_version = obj.meta().resource_version.clone();
-                    notify_change(cache.apply(obj), notify);
-                    if let Some(rv) = resource_version {
-                        cache.set_resource_version(&rv);
-                    }
-                }
-                ReflectorEvent::Deleted(obj) => {
-                    let resource_version = obj.meta().resource_version.clone();
-                    notify(InformerEvent::Deleted(cache.delete(obj)));
-                    if let Some(rv) = resource_version {
-                        cache.set_resource_version(&rv);
-                    }
-                }
-                ReflectorEvent::Bookmark { resource_version } => {
-                    counters.bookmarks.fetch_add(1, Ordering::Relaxed);
-                    cache.set_resource_version(&resource_version);
+                    call(handler.as_ref(), change, &counters);
                 }
             }
             reflector_stats.touch();
@@ -315,10 +275,7 @@ where
             last_resource_version: self.cache.resource_version().map(|rv| rv.to_string()),
             objects: self.cache.len(),
             synced: self.cache.is_synced(),
-            initial_list: r.initial_list_mode().map(|mode| match mode {
-                InitialList::StreamingWithFallback => "streaming",
-                InitialList::Paginated => "paginated",
-            }),
+            initial_list: r.initial_list_mode().map(InitialList::as_str),
         }
     }
 }
@@ -328,14 +285,6 @@ impl<K> Drop for Informer<K> {
         if let Some(task) = self.task.lock().take() {
             task.abort();
         }
-    }
-}
-
-fn notify_change<K>(change: Change<K>, notify: impl Fn(InformerEvent<K>)) {
-    match change {
-        Change::Added(obj) => notify(InformerEvent::Added(obj)),
-        Change::Updated { old, new } => notify(InformerEvent::Updated { old, new }),
-        Change::Unchanged => {}
     }
 }
 

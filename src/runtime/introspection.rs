@@ -1,5 +1,7 @@
 //! What the runtime shows about itself: the informers and controllers a process registers, turned
-//! into readiness, the `/debug/queue` and `/debug/cache` JSON documents, and informer metrics.
+//! into readiness, the `/debug/queue` and `/debug/cache` JSON documents ([`QueueReport`],
+//! [`CacheReport`]: plain `Serialize` structs), and informer metrics. The debug-only views of a
+//! controller ([`ControllerProbe`], [`KeyReport`], [`LastPass`]) live here too.
 //!
 //! The operator registers each informer and each controller's probe once, at start-up; the HTTP
 //! server only reads. Times are rendered as RFC 3339 wall-clock instants plus seconds relative to
@@ -7,20 +9,99 @@
 
 use std::sync::Arc;
 
+use dashmap::DashMap;
+
 use kube::Resource;
 use parking_lot::RwLock;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 use tokio::sync::watch;
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
 
-use crate::runtime::controller::{ControllerProbe, KeyReport};
+use crate::runtime::ObjectKey;
+use crate::runtime::controller::PassResult;
 use crate::runtime::informer::{Informer, InformerStats};
-use crate::runtime::workqueue::KeyPhase;
+use crate::runtime::workqueue::{KeyPhase, KeyState, WorkQueue};
+
+/// How a key's most recent pass ended, for `/debug/queue`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastPass {
+    /// The outcome.
+    pub result: PassResult,
+    /// The error's message, for an error, a panic or a timeout.
+    pub error: Option<String>,
+    /// When the pass ended.
+    pub finished: Instant,
+    /// How long the pass took.
+    pub took: Duration,
+}
+
+/// One key as the debug endpoint shows it: the queue's view and the last pass.
+#[derive(Debug, Clone)]
+pub struct KeyReport {
+    /// The key.
+    pub key: ObjectKey,
+    /// The queue's state for the key, if it tracks any.
+    pub queue: Option<KeyState<ObjectKey>>,
+    /// The key's last pass, if it had one and still exists (or is still tracked).
+    pub last: Option<LastPass>,
+}
+
+/// A read-only view of a controller's queue and last passes, taken before `run` consumes the
+/// controller (`Controller::probe`) and valid while it runs.
+#[derive(Clone)]
+pub struct ControllerProbe {
+    name: String,
+    queue: WorkQueue<ObjectKey>,
+    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+}
+
+impl std::fmt::Debug for ControllerProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerProbe")
+            .field("name", &self.name)
+            .field("passes", &self.last_passes.len())
+            .finish()
+    }
+}
+
+impl ControllerProbe {
+    /// A probe of the controller `name` (made by the controller, which fills `last_passes`).
+    pub(crate) fn new(
+        name: &str,
+        queue: WorkQueue<ObjectKey>,
+        last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+    ) -> Self {
+        Self { name: name.to_string(), queue, last_passes }
+    }
+
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every key the queue tracks or that had a pass, sorted by key.
+    pub fn keys(&self) -> Vec<KeyReport> {
+        let mut reports: std::collections::BTreeMap<ObjectKey, KeyReport> = self
+            .last_passes
+            .iter()
+            .map(|entry| {
+                let key = entry.key().clone();
+                (key.clone(), KeyReport { key, queue: None, last: Some(entry.value().clone()) })
+            })
+            .collect();
+        for state in self.queue.snapshot() {
+            let key = state.key.clone();
+            reports.entry(key.clone()).or_insert(KeyReport { key, queue: None, last: None }).queue =
+                Some(state);
+        }
+        reports.into_values().collect()
+    }
+}
 
 /// Anything that can report an informer's figures.
 pub trait InformerProbe: Send + Sync + 'static {
@@ -117,58 +198,223 @@ impl Introspection {
     }
 
     /// The `/debug/queue` document: per controller, each key's state, requeues and last pass.
-    pub fn queue_report(&self) -> Value {
+    pub fn queue_report(&self) -> QueueReport {
         let clock = Clock::now();
         let leading = self.registered.leading.read().as_ref().map(|(_, leading)| *leading.borrow());
-        let controllers: Vec<Value> = self
+        let controllers = self
             .registered
             .controllers
             .read()
             .iter()
-            .map(|probe| {
-                let keys: Vec<Value> = probe.keys().iter().map(|report| key_json(report, &clock)).collect();
-                json!({"controller": probe.name(), "keys": keys})
+            .map(|probe| ControllerReport {
+                controller: probe.name().to_string(),
+                keys: probe.keys().iter().map(|report| KeyView::of(report, &clock)).collect(),
             })
             .collect();
-        json!({"now": clock.wall.to_string(), "leading": leading, "controllers": controllers})
+        QueueReport { now: clock.wall.to_string(), leading, controllers }
     }
 
     /// The `/debug/cache` document: per informer, its figures.
-    pub fn cache_report(&self) -> Value {
-        let informers: Vec<Value> = self
+    pub fn cache_report(&self) -> CacheReport {
+        let informers = self
             .registered
             .informers
             .read()
             .iter()
-            .map(|(name, informer)| {
-                let stats = informer.stats();
-                json!({
-                    "informer": name,
-                    "objects": stats.objects,
-                    "synced": stats.synced,
-                    "last_resource_version": stats.last_resource_version,
-                    "initial_list": stats.initial_list,
-                    "relists": stats.relists,
-                    "watch_restarts": stats.watch_restarts,
-                    "gone": stats.gone,
-                    "failures": stats.failures,
-                    "events": {
-                        "added": stats.added,
-                        "updated": stats.updated,
-                        "deleted": stats.deleted,
-                        "bookmarks": stats.bookmarks,
-                    },
-                    "malformed_skipped": stats.malformed_skipped,
-                    "handler_panics": stats.handler_panics,
-                })
-            })
+            .map(|(name, informer)| InformerReport::of(name, informer.stats()))
             .collect();
-        json!({"informers": informers})
+        CacheReport { informers }
     }
 
     /// A Prometheus collector of the informers' figures, read at each scrape.
     pub fn informer_collector(&self) -> InformerCollector {
         InformerCollector { registered: Arc::clone(&self.registered) }
+    }
+}
+
+/// The `/debug/queue` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueReport {
+    /// When the report was made (RFC 3339).
+    pub now: String,
+    /// Whether this replica leads, with leader election; `null` without.
+    pub leading: Option<bool>,
+    /// One entry per registered controller.
+    pub controllers: Vec<ControllerReport>,
+}
+
+/// One controller in `/debug/queue`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ControllerReport {
+    /// The controller's name.
+    pub controller: String,
+    /// Every key its queue tracks or that had a pass, sorted.
+    pub keys: Vec<KeyView>,
+}
+
+/// One key in `/debug/queue`: where it stands in the queue, rendered for a reader. Instants are
+/// shown as wall-clock times plus seconds relative to now; fields that do not apply are left out.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyView {
+    /// The key (`namespace/name`).
+    pub key: String,
+    /// `queued`, `processing`, `waiting`, `waiting_for_retry_budget` or `idle`.
+    pub state: &'static str,
+    /// When the key was queued, while queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_since: Option<String>,
+    /// Seconds since it was queued, while queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_since_seconds_ago: Option<f64>,
+    /// When its pass started, while processing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processing_since: Option<String>,
+    /// Seconds since its pass started, while processing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processing_since_seconds_ago: Option<f64>,
+    /// Added again during its pass: it runs once more afterwards.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub runs_again: bool,
+    /// When its timer fires, if one is pending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_until: Option<String>,
+    /// Seconds until its timer fires, if one is pending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_seconds_left: Option<f64>,
+    /// Failures since the last success.
+    pub requeues: u32,
+    /// Its last pass, if it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_pass: Option<LastPassView>,
+}
+
+/// A key's last pass in `/debug/queue`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LastPassView {
+    /// How it ended.
+    pub result: PassResult,
+    /// The error's message, if it failed.
+    pub error: Option<String>,
+    /// When it ended.
+    pub finished: String,
+    /// Seconds since it ended.
+    pub finished_seconds_ago: f64,
+    /// How long it took, in seconds.
+    pub took_seconds: f64,
+}
+
+impl KeyView {
+    fn of(report: &KeyReport, clock: &Clock) -> Self {
+        let state = report.queue.as_ref();
+        let phase = state.map_or(&KeyPhase::Idle, |s| &s.phase);
+        let since = |at: Option<Instant>| at.map(|at| clock.render(at)).unzip();
+        let ((queued_since, queued_ago), (processing_since, processing_ago)) = match phase {
+            KeyPhase::Queued { since: at } => (since(*at), (None, None)),
+            KeyPhase::Processing { since: at, .. } => ((None, None), since(*at)),
+            _ => ((None, None), (None, None)),
+        };
+        let (waiting_until, left) = since(state.and_then(|s| s.timer));
+        Self {
+            key: report.key.as_str().to_string(),
+            state: match phase {
+                KeyPhase::Queued { .. } => "queued",
+                KeyPhase::Processing { .. } => "processing",
+                KeyPhase::Waiting { .. } => "waiting",
+                KeyPhase::WaitingForRetryBudget => "waiting_for_retry_budget",
+                KeyPhase::Idle => "idle",
+            },
+            queued_since,
+            queued_since_seconds_ago: queued_ago.map(|offset| -offset),
+            processing_since,
+            processing_since_seconds_ago: processing_ago.map(|offset| -offset),
+            runs_again: matches!(phase, KeyPhase::Processing { again: true, .. }),
+            waiting_until,
+            waiting_seconds_left: left.map(|offset| offset.max(0.0)),
+            requeues: state.map_or(0, |s| s.requeues),
+            last_pass: report.last.as_ref().map(|last| {
+                let (finished, offset) = clock.render(last.finished);
+                LastPassView {
+                    result: last.result,
+                    error: last.error.clone(),
+                    finished,
+                    finished_seconds_ago: -offset,
+                    took_seconds: round_ms(last.took.as_secs_f64()),
+                }
+            }),
+        }
+    }
+}
+
+/// The `/debug/cache` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheReport {
+    /// One entry per registered informer.
+    pub informers: Vec<InformerReport>,
+}
+
+/// One informer in `/debug/cache`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InformerReport {
+    /// The name it was registered under.
+    pub informer: String,
+    /// Objects in its cache.
+    pub objects: usize,
+    /// Whether its first list has been applied.
+    pub synced: bool,
+    /// The last resourceVersion seen.
+    pub last_resource_version: Option<String>,
+    /// `streaming` or `paginated`, once known.
+    pub initial_list: Option<&'static str>,
+    /// Full lists started, the first included.
+    pub relists: u64,
+    /// Watches resumed after the previous one ended.
+    pub watch_restarts: u64,
+    /// `410 Gone` answers.
+    pub gone: u64,
+    /// Failed requests retried after a backoff delay.
+    pub failures: u64,
+    /// Changes handed to handlers, and bookmarks received.
+    pub events: EventCounts,
+    /// Objects that failed to decode and were skipped.
+    pub malformed_skipped: u64,
+    /// Handler calls that panicked.
+    pub handler_panics: u64,
+}
+
+/// An informer's event counts in `/debug/cache`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventCounts {
+    /// `Added` events.
+    pub added: u64,
+    /// `Updated` events.
+    pub updated: u64,
+    /// `Deleted` events.
+    pub deleted: u64,
+    /// Bookmarks.
+    pub bookmarks: u64,
+}
+
+impl InformerReport {
+    fn of(name: &str, stats: InformerStats) -> Self {
+        Self {
+            informer: name.to_string(),
+            objects: stats.objects,
+            synced: stats.synced,
+            last_resource_version: stats.last_resource_version,
+            initial_list: stats.initial_list,
+            relists: stats.relists,
+            watch_restarts: stats.watch_restarts,
+            gone: stats.gone,
+            failures: stats.failures,
+            events: EventCounts {
+                added: stats.added,
+                updated: stats.updated,
+                deleted: stats.deleted,
+                bookmarks: stats.bookmarks,
+            },
+            malformed_skipped: stats.malformed_skipped,
+            handler_panics: stats.handler_panics,
+        }
     }
 }
 
@@ -200,57 +446,6 @@ impl Clock {
 
 fn round_ms(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
-}
-
-fn key_json(report: &KeyReport, clock: &Clock) -> Value {
-    let mut out = json!({"key": report.key.as_str()});
-    let fields = out.as_object_mut().expect("a JSON object literal is an object");
-    let state = report.queue.as_ref();
-    let phase = state.map_or(&KeyPhase::Idle, |s| &s.phase);
-    let mut since = |name: &str, at: Option<Instant>| {
-        if let Some(at) = at {
-            let (wall, offset) = clock.render(at);
-            fields.insert(name.to_string(), json!(wall));
-            fields.insert(format!("{name}_seconds_ago"), json!(-offset));
-        }
-    };
-    let state_name = match phase {
-        KeyPhase::Queued { since: at } => {
-            since("queued_since", *at);
-            "queued"
-        }
-        KeyPhase::Processing { since: at, .. } => {
-            since("processing_since", *at);
-            "processing"
-        }
-        KeyPhase::Waiting { .. } => "waiting",
-        KeyPhase::WaitingForRetryBudget => "waiting_for_retry_budget",
-        KeyPhase::Idle => "idle",
-    };
-    fields.insert("state".into(), json!(state_name));
-    if let KeyPhase::Processing { again: true, .. } = phase {
-        fields.insert("runs_again".into(), json!(true));
-    }
-    if let Some(until) = state.and_then(|s| s.timer) {
-        let (wall, offset) = clock.render(until);
-        fields.insert("waiting_until".into(), json!(wall));
-        fields.insert("waiting_seconds_left".into(), json!(offset.max(0.0)));
-    }
-    fields.insert("requeues".into(), json!(state.map_or(0, |s| s.requeues)));
-    if let Some(last) = &report.last {
-        let (wall, offset) = clock.render(last.finished);
-        fields.insert(
-            "last_pass".into(),
-            json!({
-                "result": last.result.as_str(),
-                "error": last.error,
-                "finished": wall,
-                "finished_seconds_ago": -offset,
-                "took_seconds": round_ms(last.took.as_secs_f64()),
-            }),
-        );
-    }
-    out
 }
 
 /// A metric's name, help and how to read it from an informer's figures.

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::runtime::controller::PassResult;
 use crate::runtime::workqueue::QueueMetrics;
 
 type Labels = Vec<(&'static str, String)>;
@@ -61,6 +62,12 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     workqueue: WorkqueueFamilies,
     controller: ControllerFamilies,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
 }
 
 impl Default for Metrics {
@@ -244,7 +251,7 @@ impl QueueMetrics for PrometheusQueueMetrics {
 }
 
 /// One controller's reconcile metrics (`controller_runtime_*`), resolved once.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ControllerMetrics {
     success: Counter,
     error: Counter,
@@ -255,34 +262,6 @@ pub struct ControllerMetrics {
     time: Histogram,
     active_workers: Gauge,
     max_concurrent: Gauge,
-}
-
-/// How one reconcile pass ended, for `controller_runtime_reconcile_total{result}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PassResult {
-    /// `Ok(Action::Done)`.
-    Success,
-    /// `Ok(Action::RequeueAfter(_))`.
-    RequeueAfter,
-    /// An error, retried with backoff.
-    Error,
-    /// An error that is not retried.
-    TerminalError,
-    /// The pass panicked (counted as an error too).
-    Panic,
-}
-
-impl PassResult {
-    /// A lower-case name for logs and the debug endpoint.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Success => "success",
-            Self::RequeueAfter => "requeue_after",
-            Self::Error => "error",
-            Self::TerminalError => "terminal_error",
-            Self::Panic => "panic",
-        }
-    }
 }
 
 impl ControllerMetrics {
@@ -304,14 +283,29 @@ impl ControllerMetrics {
         };
     }
 
-    /// A worker started (+1) or finished (-1) a pass.
-    pub fn active_workers(&self, delta: i64) {
-        self.active_workers.inc_by(delta);
+    /// Counts a worker as busy (`controller_runtime_active_workers`) until the returned guard is
+    /// dropped: a pass that is cancelled or aborted drops it too, so the gauge cannot leak.
+    pub fn active_worker(&self) -> ActiveWorker {
+        self.active_workers.inc();
+        ActiveWorker { gauge: self.active_workers.clone() }
     }
 
     /// Records the number of workers the controller runs.
     pub fn set_max_concurrent(&self, workers: usize) {
         self.max_concurrent.set(workers as i64);
+    }
+}
+
+/// One busy worker, counted in `controller_runtime_active_workers` while this lives (see
+/// [`ControllerMetrics::active_worker`]); like the work queue's `Claim`, dropping is releasing.
+#[derive(Debug)]
+pub struct ActiveWorker {
+    gauge: Gauge,
+}
+
+impl Drop for ActiveWorker {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 
@@ -333,7 +327,9 @@ mod tests {
         controller.set_max_concurrent(4);
         controller.pass(PassResult::Success, Duration::from_millis(20));
         controller.pass(PassResult::TerminalError, Duration::from_millis(20));
-        controller.active_workers(1);
+        let busy = controller.active_worker();
+        let done = controller.active_worker();
+        drop(done);
 
         let text = metrics.encode();
         for line in [
@@ -353,5 +349,12 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+        drop(busy);
+        assert!(
+            metrics
+                .encode()
+                .lines()
+                .any(|l| l == "controller_runtime_active_workers{controller=\"databasecluster\"} 0")
+        );
     }
 }

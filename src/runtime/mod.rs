@@ -1,5 +1,11 @@
 //! The controller runtime: everything between the API server's watch streams and `reconcile`.
 //! Generic over any Kubernetes resource; nothing here knows about Postgres.
+//!
+//! `reflector/` lists and watches one kind; `cache/` stores it (one writer, many readers);
+//! `informer` ties the two together and tells handlers; `controller` turns those events into
+//! reconcile passes through a `workqueue/`; `introspection` and `server` show all of it.
+
+#![warn(missing_docs, missing_debug_implementations)]
 
 pub mod cache;
 pub mod controller;

@@ -43,7 +43,7 @@ impl Endpoints {
 }
 
 /// What the handlers read.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ServerState {
     /// The process's metrics registry.
     pub metrics: Arc<Metrics>,
@@ -128,7 +128,7 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     reply(status, "text/plain; charset=utf-8", body.as_bytes().to_vec())
 }
 
-fn json(value: &serde_json::Value) -> Response<Full<Bytes>> {
+fn json(value: &impl serde::Serialize) -> Response<Full<Bytes>> {
     let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
     body.push(b'\n');
     reply(StatusCode::OK, "application/json", body)

@@ -34,7 +34,7 @@ pub trait QueueMetrics: Send + Sync + 'static {
 }
 
 /// A [`QueueMetrics`] that keeps the figures in memory, for tests and for the debug endpoint.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct InMemoryMetrics {
     depth: AtomicI64,
     adds: AtomicU64,

@@ -114,6 +114,25 @@ pub struct KeyState<K> {
 ///
 /// Delayed keys need a tokio runtime: the queue spawns one timer task (on creation when inside a
 /// runtime, otherwise on the first delayed add or wait) and lives within that runtime.
+///
+/// # Examples
+///
+/// ```
+/// use dbcluster_operator::runtime::workqueue::{QueueConfig, WorkQueue};
+///
+/// #[tokio::main(flavor = "current_thread")]
+/// async fn main() {
+///     let queue = WorkQueue::new(QueueConfig::named("example"));
+///     queue.add("a");
+///     queue.add("a"); // already queued: still one entry
+///     assert_eq!(queue.len(), 1);
+///     let claim = queue.get().await.expect("the queue is running");
+///     assert_eq!(*claim.key(), "a");
+///     drop(claim); // the key is done; had it been added meanwhile, it would be queued again
+///     queue.shutdown();
+///     assert!(queue.get().await.is_none());
+/// }
+/// ```
 pub struct WorkQueue<K: Clone + Eq + Hash + Send + Sync + 'static> {
     shared: Arc<Shared<K>>,
 }

@@ -1,0 +1,144 @@
+//! The informer's store, read side: one shared `Arc<K>` per object in a `DashMap`, with a namespace
+//! index and a controller-owner-UID index, the last resourceVersion seen, and a "synced" flag.
+//!
+//! The store is split as kube-runtime's `Writer`/`Store` are: the informer's task owns the one
+//! [`CacheWriter`] (in [`writer`]), which applies each [`ReflectorEvent`](crate::runtime::reflector::ReflectorEvent)
+//! and says what changed; everyone else (reconcile, handlers, the debug endpoint) holds a
+//! read-only [`Cache`] (`get`, `list`, `children_of`, …), from any number of tasks at once, handed
+//! out as `Arc`s, never copies. The indexes are updated right after the object map, so a reader
+//! racing a write may briefly see an index one step behind; lookups through an index always return
+//! objects that are in the map at the time of the lookup.
+//!
+//! This module also holds the one lookup of an object's controller ownerReference
+//! ([`controller_owner`]), which the owner index, the controller's `owns` wiring and the operator
+//! share.
+
+pub mod writer;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use crate::runtime::ObjectKey;
+
+pub use writer::{CacheWriter, InformerEvent};
+
+/// A function applied to every object before it is stored, to drop what nobody reads.
+pub type Transform<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
+
+/// The default transform: drops `metadata.managedFields`, which is often half an object's size
+/// and which a controller never reads.
+pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// The store behind an informer, read-only: objects by key, plus indexes by namespace and
+/// controller owner. Only its [`CacheWriter`] changes it.
+pub struct Cache<K> {
+    objects: DashMap<ObjectKey, Arc<K>>,
+    by_namespace: DashMap<Arc<str>, HashSet<ObjectKey>>,
+    by_controller_uid: DashMap<Arc<str>, HashSet<ObjectKey>>,
+    resource_version: RwLock<Option<Arc<str>>>,
+    synced: watch::Sender<bool>,
+}
+
+impl<K> fmt::Debug for Cache<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("objects", &self.objects.len())
+            .field("resource_version", &*self.resource_version.read())
+            .field("synced", &*self.synced.borrow())
+            .finish()
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Cache<K> {
+    /// An empty cache (made by its writer).
+    fn empty() -> Self {
+        Self {
+            objects: DashMap::new(),
+            by_namespace: DashMap::new(),
+            by_controller_uid: DashMap::new(),
+            resource_version: RwLock::new(None),
+            synced: watch::Sender::new(false),
+        }
+    }
+
+    /// The cached object with this key.
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.objects.get(key).map(|entry| Arc::clone(entry.value()))
+    }
+
+    /// Every cached object, in no particular order.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.objects.iter().map(|entry| Arc::clone(entry.value())).collect()
+    }
+
+    /// The keys of every cached object, in no particular order.
+    pub fn keys(&self) -> Vec<ObjectKey> {
+        self.objects.iter().map(|entry| entry.key().clone()).collect()
+    }
+
+    /// The cached objects in one namespace, found through the namespace index.
+    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
+        self.lookup(&self.by_namespace, namespace)
+    }
+
+    /// The cached objects whose controller ownerReference (`controller: true`) has this UID,
+    /// found through the owner index: O(children), not O(cache).
+    pub fn children_of(&self, owner_uid: &str) -> Vec<Arc<K>> {
+        self.lookup(&self.by_controller_uid, owner_uid)
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether the cache holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// The last resourceVersion the informer saw (from an object, a bookmark or a list).
+    pub fn resource_version(&self) -> Option<Arc<str>> {
+        self.resource_version.read().clone()
+    }
+
+    /// Whether a first complete list has been applied.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Resolves once a first complete list has been applied (at once if it already has).
+    pub async fn synced(&self) {
+        let mut rx = self.synced.subscribe();
+        // The sender lives in `self`, which outlives this borrow: the channel cannot close here.
+        let _ = rx.wait_for(|synced| *synced).await;
+    }
+
+    fn lookup(&self, index: &DashMap<Arc<str>, HashSet<ObjectKey>>, value: &str) -> Vec<Arc<K>> {
+        let keys: Vec<ObjectKey> = match index.get(value) {
+            Some(keys) => keys.iter().cloned().collect(),
+            None => return Vec::new(),
+        };
+        keys.iter().filter_map(|key| self.get(key)).collect()
+    }
+}
+
+/// The object's controller ownerReference (the one with `controller: true`; the API server allows
+/// at most one), if any: the owner a controller's `Owns` wiring wakes when this object changes.
+pub fn controller_owner(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references.as_deref()?.iter().find(|owner| owner.controller == Some(true))
+}
+
+/// The UID named by the object's controller ownerReference: the key of the owner index.
+pub fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
+    controller_owner(obj.meta()).map(|owner| owner.uid.as_str())
+}

@@ -1,0 +1,316 @@
+//! Decoding the API server's answers: one watch line ([`decode_watch_line`]) and one LIST page
+//! ([`decode_list_page`]), each so that an object that fails to decode costs that object, not the
+//! stream or the page.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status};
+use kube::Resource;
+use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use super::ReflectorStats;
+
+/// The annotation on the bookmark that ends a streaming list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// One decoded line of a watch stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchLine<K> {
+    /// `ADDED`.
+    Added(K),
+    /// `MODIFIED`.
+    Modified(K),
+    /// `DELETED`, with the object's final state.
+    Deleted(K),
+    /// `BOOKMARK`.
+    Bookmark {
+        /// The resourceVersion the stream has reached.
+        resource_version: String,
+        /// Whether this bookmark ends a streaming list's initial events.
+        initial_events_end: bool,
+    },
+    /// `ERROR`, with the server's Status.
+    Error {
+        /// The Status code (410 for an expired resourceVersion).
+        code: u16,
+        /// The Status reason.
+        reason: String,
+        /// The Status message.
+        message: String,
+    },
+}
+
+/// A watch line that could not be decoded; the stream goes on without it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("malformed {event_type} event for {object}: {error}")]
+pub struct MalformedLine {
+    /// The event's `type`, or `?` if even that was unreadable.
+    pub event_type: String,
+    /// `namespace/name` of the object if readable, else `?`.
+    pub object: String,
+    /// The decoder's message.
+    pub error: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+enum LineType {
+    Added,
+    Modified,
+    Deleted,
+    Bookmark,
+    Error,
+}
+
+#[derive(Deserialize)]
+struct TypedLine<K> {
+    #[serde(rename = "type")]
+    kind: LineType,
+    object: K,
+}
+
+/// Decodes one line of a watch stream. The common case (an object event that decodes as `K`) is a
+/// single pass; bookmarks and errors that are not valid `K`s, and malformed objects, take a slower
+/// second pass through `serde_json::Value` to say what they were.
+pub fn decode_watch_line<K: Resource + DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>, MalformedLine> {
+    match serde_json::from_slice::<TypedLine<K>>(line) {
+        Ok(TypedLine { kind: LineType::Added, object }) => Ok(WatchLine::Added(object)),
+        Ok(TypedLine { kind: LineType::Modified, object }) => Ok(WatchLine::Modified(object)),
+        Ok(TypedLine { kind: LineType::Deleted, object }) => Ok(WatchLine::Deleted(object)),
+        Ok(TypedLine { kind: LineType::Bookmark, object }) => {
+            let meta = object.meta();
+            Ok(WatchLine::Bookmark {
+                resource_version: meta.resource_version.clone().unwrap_or_default(),
+                initial_events_end: is_initial_events_end(meta.annotations.as_ref()),
+            })
+        }
+        Ok(TypedLine { kind: LineType::Error, .. }) | Err(_) => decode_untyped_line(line),
+    }
+}
+
+fn is_initial_events_end(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.and_then(|a| a.get(INITIAL_EVENTS_END)).is_some_and(|v| v == "true")
+}
+
+fn decode_untyped_line<K: DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>, MalformedLine> {
+    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| MalformedLine {
+        event_type: "?".into(),
+        object: "?".into(),
+        error: e.to_string(),
+    })?;
+    let event_type = value["type"].as_str().unwrap_or("?").to_string();
+    let object = &value["object"];
+    match event_type.as_str() {
+        "BOOKMARK" => {
+            let meta = &object["metadata"];
+            Ok(WatchLine::Bookmark {
+                resource_version: meta["resourceVersion"].as_str().unwrap_or_default().to_string(),
+                initial_events_end: meta["annotations"][INITIAL_EVENTS_END].as_str() == Some("true"),
+            })
+        }
+        "ERROR" => {
+            let status: Status = serde_json::from_value(object.clone()).unwrap_or_default();
+            Ok(WatchLine::Error {
+                code: status.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500),
+                reason: status.reason.unwrap_or_default(),
+                message: status.message.unwrap_or_default(),
+            })
+        }
+        _ => {
+            let error = match serde_json::from_value::<K>(object.clone()) {
+                Err(e) => e.to_string(),
+                Ok(_) => format!("unknown event type {event_type:?}"),
+            };
+            Err(MalformedLine { event_type, object: describe(object), error })
+        }
+    }
+}
+
+fn describe(object: &serde_json::Value) -> String {
+    let meta = &object["metadata"];
+    match (meta["namespace"].as_str(), meta["name"].as_str()) {
+        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (None, Some(name)) => name.to_string(),
+        _ => "?".to_string(),
+    }
+}
+
+/// Decodes a LIST response, handing each item to `on_item` as soon as it is decoded (the page is
+/// never held as a `Vec` of objects). Items that do not decode are counted, logged and skipped;
+/// items before a bad one may then be handed over twice, which a relist absorbs (same
+/// resourceVersion → unchanged).
+pub fn decode_list_page<K: DeserializeOwned>(
+    body: &[u8],
+    on_item: &mut dyn FnMut(K),
+    stats: &ReflectorStats,
+) -> Result<ListMeta, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    match (ListPageSeed { on_item: &mut *on_item, _kind: PhantomData::<K> }).deserialize(&mut de) {
+        Ok(meta) => Ok(meta),
+        Err(_) => {
+            let page: UntypedPage = serde_json::from_slice(body)?;
+            for item in page.items {
+                match serde_json::from_value::<K>(item) {
+                    Ok(obj) => on_item(obj),
+                    Err(error) => {
+                        stats.bump(&stats.malformed_skipped);
+                        tracing::warn!(%error, "skipping a listed object that does not decode");
+                    }
+                }
+            }
+            Ok(page.metadata)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct UntypedPage {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default)]
+    items: Vec<serde_json::Value>,
+}
+
+struct ListPageSeed<'a, K> {
+    on_item: &'a mut dyn FnMut(K),
+    _kind: PhantomData<K>,
+}
+
+impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ListPageSeed<'_, K> {
+    type Value = ListMeta;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ListMeta, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, K: DeserializeOwned> Visitor<'de> for ListPageSeed<'_, K> {
+    type Value = ListMeta;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes list")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ListMeta, A::Error> {
+        let mut meta = ListMeta::default();
+        while let Some(field) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match field.as_ref() {
+                "metadata" => meta = map.next_value()?,
+                "items" => {
+                    map.next_value_seed(ItemsSeed { on_item: &mut *self.on_item, _kind: PhantomData::<K> })?
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(meta)
+    }
+}
+
+struct ItemsSeed<'a, K> {
+    on_item: &'a mut dyn FnMut(K),
+    _kind: PhantomData<K>,
+}
+
+impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ItemsSeed<'_, K> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de, K: DeserializeOwned> Visitor<'de> for ItemsSeed<'_, K> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of objects")
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(item) = seq.next_element::<K>()? {
+            (self.on_item)(item);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn decodes_object_events_bookmarks_and_errors() {
+        let added = br#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"n","resourceVersion":"5"}}}"#;
+        match decode_watch_line::<ConfigMap>(added) {
+            Ok(WatchLine::Added(cm)) => assert_eq!(cm.metadata.resource_version.as_deref(), Some("5")),
+            other => panic!("{other:?}"),
+        }
+        let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        assert_eq!(
+            decode_watch_line::<ConfigMap>(bookmark),
+            Ok(WatchLine::Bookmark { resource_version: "9".into(), initial_events_end: true })
+        );
+        let error = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old"}}"#;
+        assert_eq!(
+            decode_watch_line::<ConfigMap>(error),
+            Ok(WatchLine::Error { code: 410, reason: "Expired".into(), message: "too old".into() })
+        );
+    }
+
+    #[test]
+    fn a_malformed_object_is_reported_with_its_name() {
+        let bad = br#"{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"n"},"data":{"k":17}}}"#;
+        let err = decode_watch_line::<ConfigMap>(bad).unwrap_err();
+        assert_eq!((err.event_type.as_str(), err.object.as_str()), ("MODIFIED", "n/a"));
+        let garbage = decode_watch_line::<ConfigMap>(b"{not json").unwrap_err();
+        assert_eq!(garbage.event_type, "?");
+    }
+
+    #[test]
+    fn list_pages_stream_items_and_skip_malformed_ones() {
+        let stats = ReflectorStats::default();
+        let page = br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"tok"},
+            "items":[{"metadata":{"name":"a","namespace":"n"}},{"metadata":{"name":"b","namespace":"n"}}]}"#;
+        let mut names = Vec::new();
+        let meta =
+            decode_list_page::<ConfigMap>(page, &mut |cm| names.push(cm.metadata.name.unwrap()), &stats)
+                .unwrap();
+        assert_eq!(
+            (names, meta.resource_version.as_deref(), meta.continue_.as_deref()),
+            (vec!["a".to_string(), "b".to_string()], Some("42"), Some("tok"))
+        );
+
+        let bad = br#"{"metadata":{"resourceVersion":"43"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"},"data":{"k":1}},{"metadata":{"name":"c"}}]}"#;
+        let mut names = Vec::new();
+        let meta =
+            decode_list_page::<ConfigMap>(bad, &mut |cm| names.push(cm.metadata.name.unwrap()), &stats)
+                .unwrap();
+        assert_eq!(meta.resource_version.as_deref(), Some("43"));
+        assert_eq!(names.last().map(String::as_str), Some("c"));
+        assert!(!names.contains(&"b".to_string()));
+        assert_eq!(stats.malformed_skipped.load(Ordering::Relaxed), 1);
+
+        let empty = br#"{"metadata":{"resourceVersion":"44"},"items":null}"#;
+        let meta = decode_list_page::<ConfigMap>(empty, &mut |_| panic!("no items"), &stats).unwrap();
+        assert_eq!(meta.resource_version.as_deref(), Some("44"));
+    }
+}
