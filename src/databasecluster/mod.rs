@@ -2,6 +2,7 @@
 //! that runs them ([`operator::run_operator`]).
 
 pub mod events;
+pub mod failures;
 pub mod operator;
 pub mod reconcile;
 pub mod resources;

@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 
 use super::events::EventPublisher;
+use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
 use super::resources::{FIELD_MANAGER, label};
 use super::types::DatabaseCluster;
@@ -146,6 +147,7 @@ impl Operator {
             statefulsets: Arc::clone(statefulsets.cache()),
             services: Arc::clone(services.cache()),
             secrets: Arc::clone(secrets.cache()),
+            failures: FailureCounts::default(),
         });
         let handles = OperatorHandles {
             queue: controller.queue().clone(),
