@@ -47,8 +47,10 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Concurrent reconciles.
     pub workers: usize,
-    /// Address of `/metrics` and `/debug/*`.
+    /// Address of `/metrics`.
     pub metrics_addr: SocketAddr,
+    /// Address of `/debug/*` (loopback by default).
+    pub debug_addr: SocketAddr,
     /// Address of `/healthz` and `/readyz`.
     pub health_addr: SocketAddr,
     /// The lease to campaign for, if leader election is on.
@@ -69,6 +71,7 @@ impl Settings {
             namespace: args.namespace.clone(),
             workers: usize::from(args.workers),
             metrics_addr: args.metrics_addr,
+            debug_addr: args.debug_addr,
             health_addr: args.health_addr,
             leader_election,
             shutdown_timeout: args.shutdown_timeout,
@@ -139,8 +142,10 @@ pub struct Started {
     metrics: Arc<Metrics>,
     view: Introspection,
     listeners: Vec<(TcpListener, Endpoints)>,
-    /// Where `/metrics` and `/debug/*` are served.
+    /// Where `/metrics` is served.
     pub metrics_addr: SocketAddr,
+    /// Where `/debug/*` is served.
+    pub debug_addr: SocketAddr,
     /// Where `/healthz` and `/readyz` are served.
     pub health_addr: SocketAddr,
 }
@@ -153,32 +158,40 @@ pub async fn start(client: Client, url: &str, settings: Settings) -> Result<Star
     let bind = |flag: &'static str, addr: SocketAddr| async move {
         TcpListener::bind(addr).await.map_err(|e| RunError::Listen { flag, addr, reason: e.to_string() })
     };
+    // Flags naming the same address share one listener serving the union of their endpoints.
+    let requested = [
+        ("metrics-addr", settings.metrics_addr, Endpoints::METRICS),
+        ("debug-addr", settings.debug_addr, Endpoints::DEBUG),
+        ("health-addr", settings.health_addr, Endpoints::HEALTH),
+    ];
+    let mut groups: Vec<(&'static str, SocketAddr, Endpoints)> = Vec::new();
+    for (flag, addr, endpoints) in requested {
+        match groups.iter_mut().find(|(_, grouped, _)| *grouped == addr) {
+            Some(group) => group.2 = group.2.union(endpoints),
+            None => groups.push((flag, addr, endpoints)),
+        }
+    }
     let mut listeners = Vec::new();
-    let (metrics_addr, health_addr) = if settings.metrics_addr == settings.health_addr {
-        let listener = bind("metrics-addr", settings.metrics_addr).await?;
-        let addr = local_addr(&listener, "metrics-addr", settings.metrics_addr)?;
-        listeners.push((listener, Endpoints::All));
-        (addr, addr)
-    } else {
-        let metrics = bind("metrics-addr", settings.metrics_addr).await?;
-        let health = bind("health-addr", settings.health_addr).await?;
-        let addrs = (
-            local_addr(&metrics, "metrics-addr", settings.metrics_addr)?,
-            local_addr(&health, "health-addr", settings.health_addr)?,
-        );
-        listeners.push((metrics, Endpoints::Metrics));
-        listeners.push((health, Endpoints::Health));
-        addrs
-    };
+    let mut bound = Vec::new();
+    for (flag, addr, endpoints) in groups {
+        let listener = bind(flag, addr).await?;
+        bound.push((addr, local_addr(&listener, flag, addr)?));
+        listeners.push((listener, endpoints));
+    }
+    let local_of =
+        |addr: SocketAddr| bound.iter().find(|(asked, _)| *asked == addr).map_or(addr, |(_, local)| *local);
+    let (metrics_addr, debug_addr, health_addr) =
+        (local_of(settings.metrics_addr), local_of(settings.debug_addr), local_of(settings.health_addr));
     let metrics = Arc::new(Metrics::new());
     let view = Introspection::new();
     metrics.with_registry(|registry| {
         registry.register_collector(Box::new(view.informer_collector()));
         registry.register_collector(Box::new(ProcessCollector::new(jiff::Timestamp::now())));
     });
-    tracing::info!(%metrics_addr, "serving /metrics, /debug/queue and /debug/cache");
+    tracing::info!(%metrics_addr, "serving /metrics");
+    tracing::info!(%debug_addr, "serving /debug/queue and /debug/cache");
     tracing::info!(%health_addr, "serving /healthz and /readyz");
-    Ok(Started { client, settings, metrics, view, listeners, metrics_addr, health_addr })
+    Ok(Started { client, settings, metrics, view, listeners, metrics_addr, debug_addr, health_addr })
 }
 
 fn local_addr(listener: &TcpListener, flag: &'static str, addr: SocketAddr) -> Result<SocketAddr, RunError> {
