@@ -100,17 +100,42 @@ pub fn object_entries(object: &Value, is_secret: bool) -> Vec<(String, Vec<u8>)>
     entries
 }
 
+/// A `secretKeyRef`'s value (decoded), or `None` when it is optional and missing.
 fn secret_value(sources: &dyn Sources, selector: &Value) -> Result<Option<String>, ConfigError> {
+    key_ref_value(selector, "secret", "Secret", |name| sources.secret(name), decode_secret)
+}
+
+/// A `configMapKeyRef`'s value, or `None` when it is optional and missing.
+fn config_map_value(sources: &dyn Sources, selector: &Value) -> Result<Option<String>, ConfigError> {
+    key_ref_value(
+        selector,
+        "configmap",
+        "ConfigMap",
+        |name| sources.config_map(name),
+        |map, key| map["data"][key].as_str().map(str::to_owned),
+    )
+}
+
+/// Resolves a key reference as the kubelet does: a missing object or key is an error unless the
+/// reference is `optional`, with the kubelet's messages (`kind` lower-case for the object, `Kind`
+/// for the key).
+fn key_ref_value(
+    selector: &Value,
+    kind: &str,
+    key_kind: &str,
+    object: impl Fn(&str) -> Option<Value>,
+    value: impl Fn(&Value, &str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
     let name = selector["name"].as_str().unwrap_or_default();
     let key = selector["key"].as_str().unwrap_or_default();
     let optional = selector["optional"] == true;
-    match sources.secret(name) {
+    match object(name) {
         None if optional => Ok(None),
-        None => Err(ConfigError(format!("secret \"{name}\" not found"))),
-        Some(secret) => match decode_secret(&secret, key) {
+        None => Err(ConfigError(format!("{kind} \"{name}\" not found"))),
+        Some(found) => match value(&found, key) {
             Some(v) => Ok(Some(v)),
             None if optional => Ok(None),
-            None => Err(ConfigError(format!("couldn't find key {key} in Secret {name}"))),
+            None => Err(ConfigError(format!("couldn't find key {key} in {key_kind} {name}"))),
         },
     }
 }
@@ -119,21 +144,6 @@ fn decode_secret(secret: &Value, key: &str) -> Option<String> {
     let encoded = secret["data"][key].as_str()?;
     let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-fn config_map_value(sources: &dyn Sources, selector: &Value) -> Result<Option<String>, ConfigError> {
-    let name = selector["name"].as_str().unwrap_or_default();
-    let key = selector["key"].as_str().unwrap_or_default();
-    let optional = selector["optional"] == true;
-    match sources.config_map(name) {
-        None if optional => Ok(None),
-        None => Err(ConfigError(format!("configmap \"{name}\" not found"))),
-        Some(map) => match map["data"][key].as_str() {
-            Some(v) => Ok(Some(v.to_owned())),
-            None if optional => Ok(None),
-            None => Err(ConfigError(format!("couldn't find key {key} in ConfigMap {name}"))),
-        },
-    }
 }
 
 /// The container's environment, in definition order (a later definition of a name wins).

@@ -150,6 +150,18 @@ unsafe fn become_identity(identity: &Identity) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Makes the bind mount at `target` read-only (a bind is made writable, then remounted).
+///
+/// # Safety
+/// As [`Sandbox::enter`]: only between `fork` and `exec`; `mount` is async-signal-safe.
+unsafe fn remount_read_only(target: &std::ffi::CStr) -> std::io::Result<()> {
+    let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+    // SAFETY: `target` is a valid C string for the duration of the call; the rest are null.
+    check(unsafe {
+        libc::mount(std::ptr::null(), target.as_ptr(), std::ptr::null(), flags, std::ptr::null())
+    })
+}
+
 impl Sandbox {
     /// The `pre_exec` of a container's process: namespaces, mounts, the init, the identity.
     ///
@@ -191,26 +203,12 @@ impl Sandbox {
                     std::ptr::null(),
                 ))?;
                 if bind.read_only {
-                    let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
-                    check(libc::mount(
-                        std::ptr::null(),
-                        bind.target.as_ptr(),
-                        std::ptr::null(),
-                        flags,
-                        std::ptr::null(),
-                    ))?;
+                    remount_read_only(&bind.target)?;
                 }
             }
             // Last: a bind made from a read-only mount would be read-only too.
             if self.read_only_root {
-                let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
-                check(libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    flags,
-                    std::ptr::null(),
-                ))?;
+                remount_read_only(root)?;
             }
             match libc::fork() {
                 -1 => Err(std::io::Error::last_os_error()),
