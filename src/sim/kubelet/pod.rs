@@ -234,7 +234,10 @@ impl PodWorker {
             {
                 let dir = self.cluster.read(|s| claim_volume_dir(s, &ns, claim))?;
                 if !dir.exists() {
+                    // A fresh volume is world-writable, as the hostPath provisioners make them.
                     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                        .map_err(|e| e.to_string())?;
                     volumes::apply_fs_group(&dir, fs_group).map_err(|e| e.to_string())?;
                 }
                 (dir, volume["persistentVolumeClaim"]["readOnly"] == true)
