@@ -557,3 +557,104 @@ async fn bound_claims_get_volumes_reclaimed_as_their_class_says() {
     let listed = kubectl(&cluster, &["get", "pv"]).unwrap();
     assert!(listed.contains("Released") && !listed.contains(gone_volume.as_str()), "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_map_and_secret_volumes_follow_their_source() {
+    let cluster = process_cluster().await;
+    let maps: Api<ConfigMap> = cluster.api();
+    let map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"mode": "fast"}});
+    maps.create(&PostParams::default(), &serde_json::from_value(map).unwrap()).await.unwrap();
+    let secrets: Api<Secret> = cluster.api();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"token": "one"}});
+    secrets.create(&PostParams::default(), &serde_json::from_value(secret).unwrap()).await.unwrap();
+    // Prints the files' contents each time they change.
+    let script = r#"last=; while true; do v="$(cat /cfg/mode) $(cat /creds/token)"
+        if [ "$v" != "$last" ]; then echo "$v"; last="$v"; fi; sleep 0.1; done"#;
+    create_pod(
+        &cluster,
+        "reader",
+        json!({
+            "containers": [{"name": "main", "image": "postgres:15", "command": ["bash", "-c", script],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}, {"name": "creds", "mountPath": "/creds"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "creds", "secret": {"secretName": "creds"}}],
+        }),
+    )
+    .await;
+    let logs_with = |text: &'static str| {
+        let cluster = &cluster;
+        async move {
+            eventually_some(text, || async {
+                kubectl_logs(cluster, &["reader"]).ok().filter(|l| l.contains(text))
+            })
+            .await
+        }
+    };
+    logs_with("fast one").await;
+    let patch = |data: Value| kube::api::Patch::Merge(json!({ "data": data }));
+    maps.patch("cfg", &Default::default(), &patch(json!({"mode": "slow"}))).await.unwrap();
+    logs_with("slow one").await;
+    let token = json!({"token": base64_of("two")});
+    secrets.patch("creds", &Default::default(), &patch(token)).await.unwrap();
+    let logs = logs_with("slow two").await;
+    assert_eq!(logs, "fast one\nslow one\nslow two\n", "the running container saw each change, in order");
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_liveness_probe_restarts_the_container_and_sigkill_ends_the_grace_period() {
+    let cluster = process_cluster().await;
+    // The probe never passes; the container ignores SIGTERM (as bash does as a PID namespace's
+    // init), so each stop ends with SIGKILL after the 2 s grace period.
+    let pods = create_pod(
+        &cluster,
+        "sickly",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": "postgres:15",
+                "command": ["bash", "-c", "trap '' TERM; echo started; while true; do sleep 0.1; done"],
+                "livenessProbe": {"exec": {"command": ["test", "-e", "/tmp/never"]}, "initialDelaySeconds": 1, "periodSeconds": 1, "failureThreshold": 2},
+            }],
+        }),
+    )
+    .await;
+    let p = await_pod(&pods, "sickly", "a restart after the liveness probe failed", |p| {
+        p["status"]["containerStatuses"][0]["restartCount"].as_u64() >= Some(1)
+    })
+    .await;
+    let last = &p["status"]["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 137, "SIGKILLed after the grace period: {last}");
+    assert_eq!(last["reason"], "Error");
+
+    // A container that ignores SIGTERM is SIGKILLed when the grace period ends.
+    let stubborn = create_pod(
+        &cluster,
+        "stubborn",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": "postgres:15", "command": ["bash", "-c", "trap '' TERM; echo up; while true; do sleep 0.1; done"]}],
+        }),
+    )
+    .await;
+    await_pod(&stubborn, "stubborn", "running", |p| ready(p)).await;
+    eventually_some("the container to print", || async {
+        kubectl_logs(&cluster, &["stubborn"]).ok().filter(|l| l == "up\n")
+    })
+    .await;
+    let deleted = std::time::Instant::now();
+    stubborn.delete("stubborn", &DeleteParams::default()).await.unwrap();
+    within("the pod to go", async {
+        while stubborn.get_opt("stubborn").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        deleted.elapsed() >= Duration::from_secs(2),
+        "the grace period was waited out: {:?}",
+        deleted.elapsed()
+    );
+}
