@@ -639,7 +639,7 @@ async fn a_failing_liveness_probe_restarts_the_container_and_sigkill_ends_the_gr
         }),
     )
     .await;
-    await_pod(&stubborn, "stubborn", "running", |p| ready(p)).await;
+    await_pod(&stubborn, "stubborn", "running", ready).await;
     eventually_some("the container to print", || async {
         kubectl_logs(&cluster, &["stubborn"]).ok().filter(|l| l == "up\n")
     })
