@@ -52,8 +52,7 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
         }
         panic!("the demo ended before Running 3/3: {before_table:?} {rows:?}");
     };
-    let (before_table, rows) =
-        tokio::time::timeout(Duration::from_secs(60), output).await.expect("Running 3/3 within a minute");
+    let (before_table, rows) = common::within_limit("Running 3/3", Duration::from_secs(60), output).await;
     assert!(rows.iter().any(|r| r.first().map(String::as_str) == Some("Provisioning")), "{rows:?}");
     assert!(kubeconfig.exists());
     assert_eq!(
@@ -153,9 +152,8 @@ async fn by_default_the_demo_runs_real_postgres_and_prints_how_to_connect_with_p
         }
         panic!("the demo ended before Running 3/3: {seen:?}");
     };
-    let (elapsed, rss_running) = tokio::time::timeout(common::postgres::REAL_WAIT, reading)
-        .await
-        .expect("Running 3/3 with real PostgreSQL");
+    let (elapsed, rss_running) =
+        common::within_limit("Running 3/3 with real PostgreSQL", common::postgres::REAL_WAIT, reading).await;
     let rss_start = rss_at_first_row.unwrap();
     // The README's figures (run with --nocapture).
     eprintln!(
@@ -208,7 +206,7 @@ async fn within_lines(
         }
         panic!("the demo ended first: {seen:?}");
     };
-    tokio::time::timeout(common::postgres::REAL_WAIT, found).await.expect("the line within the limit")
+    common::within_limit("the line", common::postgres::REAL_WAIT, found).await
 }
 
 /// SIGINT, then the demo prints `stopped` and exits 0.
@@ -226,7 +224,7 @@ async fn signal_and_finish(
         }
         child.wait().await.unwrap()
     };
-    let status = tokio::time::timeout(common::postgres::REAL_WAIT, finished).await.expect("the demo stops");
+    let status = common::within_limit("the demo to stop", common::postgres::REAL_WAIT, finished).await;
     assert!(status.success());
     assert_eq!(rest.last().map(String::as_str), Some("stopped"), "{rest:?}");
 }
