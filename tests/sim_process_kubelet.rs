@@ -222,8 +222,7 @@ async fn probes_gate_readiness_and_a_service_forwards_to_ready_pods() {
     let ip = cluster.sim.resolve("default", "web.default.svc.cluster.local").expect("the Service resolves");
     assert!(ip.to_string().starts_with("127.11."), "{ip}");
     let answer = eventually_some("the Service forwards", || async {
-        let (code, _, body) = http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await;
-        (code == 200).then_some(body)
+        try_http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await
     })
     .await;
     assert_eq!(answer.trim(), "hello");
@@ -597,6 +596,19 @@ async fn config_map_and_secret_volumes_follow_their_source() {
     secrets.patch("creds", &Default::default(), &patch(token)).await.unwrap();
     let logs = logs_with("slow two").await;
     assert_eq!(logs, "fast one\nslow one\nslow two\n", "the running container saw each change, in order");
+}
+
+/// The body of a `200` answer to `GET path` on `addr`; `None` for anything else, including a
+/// connection the forwarder closes while the Service has no ready endpoint yet.
+async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    (head.split(' ').nth(1) == Some("200")).then(|| body.to_owned())
 }
 
 fn base64_of(text: &str) -> String {

@@ -89,10 +89,12 @@ impl Node {
         })
     }
 
-    /// The node's directory, created if missing, removed with the node.
+    /// The node's directory, created if missing, removed with the node. Creating it first
+    /// removes the directories of simulators that died without dropping their node (SIGKILL).
     pub fn root(&self) -> &Path {
         let dir = self.path();
         if !dir.exists() {
+            remove_dead_nodes(dir.parent().unwrap_or(Path::new("/tmp")));
             let _ = std::fs::create_dir_all(dir);
             let _ = std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755));
         }
@@ -141,6 +143,23 @@ impl Node {
     /// The pod with this uid, if this node runs it.
     pub fn pod(&self, uid: &str) -> Option<Arc<PodEntry>> {
         self.pods.lock().get(uid).cloned()
+    }
+}
+
+/// The pid of the simulator that made the node directory called `name` (`dbcluster-sim-<pid>-<n>`).
+fn node_owner(name: &str) -> Option<i32> {
+    let (pid, n) = name.strip_prefix("dbcluster-sim-")?.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// Removes the node directories in `tmp` whose simulator process is gone.
+fn remove_dead_nodes(tmp: &Path) {
+    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(node_owner) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -291,6 +310,19 @@ impl ProcessKubelet {
             drop(lease);
         });
         self.pods.insert(uid, Tracked { entry, pod: pod.clone(), names });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_directories_name_their_simulator() {
+        assert_eq!(node_owner("dbcluster-sim-4242-0"), Some(4242));
+        assert_eq!(node_owner("dbcluster-sim-4242-x"), None);
+        assert_eq!(node_owner("dbcluster-simple"), None);
+        assert_eq!(node_owner("other-4242-0"), None);
     }
 }
 
