@@ -313,19 +313,6 @@ impl ProcessKubelet {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_directories_name_their_simulator() {
-        assert_eq!(node_owner("dbcluster-sim-4242-0"), Some(4242));
-        assert_eq!(node_owner("dbcluster-sim-4242-x"), None);
-        assert_eq!(node_owner("dbcluster-simple"), None);
-        assert_eq!(node_owner("other-4242-0"), None);
-    }
-}
-
 fn refresh_projections(state: &State, pod: &Value, entry: &PodEntry, ip: &str) {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let fs_group = pod["spec"]["securityContext"]["fsGroup"].as_u64().map(|g| g as u32);
@@ -390,4 +377,17 @@ fn service_names(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_directories_name_their_simulator() {
+        assert_eq!(node_owner("dbcluster-sim-4242-0"), Some(4242));
+        assert_eq!(node_owner("dbcluster-sim-4242-x"), None);
+        assert_eq!(node_owner("dbcluster-simple"), None);
+        assert_eq!(node_owner("other-4242-0"), None);
+    }
 }
