@@ -6,6 +6,8 @@ use serde_json::{Value, json};
 
 use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
+use crate::sim::authorizer::User;
+use crate::sim::owner_references;
 use crate::sim::defaults;
 use crate::sim::events;
 use crate::sim::gc::GcWork;
@@ -31,6 +33,8 @@ pub struct WriteContext {
     pub applied: Option<Value>,
     /// For a forced apply: the fields taken from other managers.
     pub taken: Vec<Vec<String>>,
+    /// The user making the request, if not the cluster admin (for RBAC-based admission).
+    pub user: Option<User>,
 }
 
 impl WriteContext {
@@ -43,6 +47,7 @@ impl WriteContext {
             strict: false,
             applied: None,
             taken: vec![],
+            user: None,
         }
     }
 }
@@ -193,6 +198,7 @@ pub fn create(
     store_event_as_core(kind, &mut obj, &name)?;
     let served =
         if is_crd(kind) { Some(admission::crd_serving(kind, &obj, None, state.version)?) } else { None };
+    owner_references::admit(state, kind, cx.user.as_ref(), &obj, None)?;
     initialise_kind(kind, &mut obj, &now);
     let written = obj.clone();
     record_write(kind, cx, None, &mut obj, &written);
@@ -364,6 +370,7 @@ pub fn update(
     } else {
         None
     };
+    owner_references::admit(state, kind, cx.user.as_ref(), &new, Some(&old))?;
     if kind.generation {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         let bumped =
