@@ -24,8 +24,10 @@ impl User {
     /// `system:serviceaccounts` and `system:serviceaccounts:<namespace>`.
     pub fn new(name: &str, mut groups: Vec<String>) -> Self {
         groups.push("system:authenticated".into());
-        if let Some(namespace) =
-            name.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':')).map(|(ns, _)| ns)
+        if let Some(namespace) = name
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(ns, _)| ns)
         {
             groups.push("system:serviceaccounts".into());
             groups.push(format!("system:serviceaccounts:{namespace}"));
@@ -91,10 +93,7 @@ fn role_allows(store: &Store, binding: &Value, namespace: Option<&str>, attribut
         (Some("Role"), Some(ns)) => store.get(&format!("roles.{RBAC}"), ns, name),
         _ => None,
     };
-    role.and_then(|r| r["rules"].as_array())
-        .into_iter()
-        .flatten()
-        .any(|rule| rule_allows(rule, attributes))
+    role.and_then(|r| r["rules"].as_array()).into_iter().flatten().any(|rule| rule_allows(rule, attributes))
 }
 
 /// RBAC's rule matching: the verb, the group, the resource (`resource/subresource`, with `*`
@@ -166,8 +165,14 @@ mod tests {
         assert!(allows(&store, &sa, &attributes("update", "widgets", Some("finalizers"))));
         assert!(!allows(&store, &other, &attributes("update", "widgets", Some("finalizers"))));
         assert!(!allows(&store, &sa, &attributes("update", "widgets", None)), "not the main resource");
-        assert!(!allows(&store, &sa, &attributes("delete", "widgets", Some("finalizers"))), "not another verb");
-        assert!(allows(&store, &other, &attributes("patch", "gadgets", Some("status"))), "by group, wildcards");
+        assert!(
+            !allows(&store, &sa, &attributes("delete", "widgets", Some("finalizers"))),
+            "not another verb"
+        );
+        assert!(
+            allows(&store, &other, &attributes("patch", "gadgets", Some("status"))),
+            "by group, wildcards"
+        );
         let elsewhere = Attributes { namespace: Some("b"), ..attributes("patch", "gadgets", Some("status")) };
         assert!(!allows(&store, &other, &elsewhere), "a Role grants in its namespace only");
         let another = Attributes { name: "v", ..attributes("patch", "gadgets", Some("status")) };

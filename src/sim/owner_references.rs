@@ -15,8 +15,7 @@ use crate::sim::resources::Kind;
 use crate::sim::state::State;
 
 const CANNOT_DELETE: &str = "cannot set an ownerRef on a resource you can't delete: , <nil>";
-const CANNOT_BLOCK: &str =
-    "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: , <nil>";
+const CANNOT_BLOCK: &str = "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: , <nil>";
 
 fn owner_references(obj: Option<&Value>) -> &[Value] {
     obj.and_then(|o| o["metadata"]["ownerReferences"].as_array()).map(Vec::as_slice).unwrap_or_default()
@@ -55,15 +54,19 @@ pub fn admit(
             return Err(ApiError::forbidden(kind, name, CANNOT_DELETE));
         }
     }
-    let newly_blocking = new_refs.iter().filter(|r| blocks(r)).filter(|r| {
-        !old_refs.iter().any(|o| blocks(o) && o["uid"] == r["uid"])
-    });
+    let newly_blocking = new_refs
+        .iter()
+        .filter(|r| blocks(r))
+        .filter(|r| !old_refs.iter().any(|o| blocks(o) && o["uid"] == r["uid"]));
     for reference in newly_blocking.cloned().collect::<Vec<_>>() {
         let api_version = reference["apiVersion"].as_str().unwrap_or_default();
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let owner_kind = reference["kind"].as_str().unwrap_or_default();
-        let Some(owner) =
-            state.registry.all().find(|k| k.group == group && k.version == version && k.kind == owner_kind).cloned()
+        let Some(owner) = state
+            .registry
+            .all()
+            .find(|k| k.group == group && k.version == version && k.kind == owner_kind)
+            .cloned()
         else {
             return Err(ApiError::forbidden(
                 kind,

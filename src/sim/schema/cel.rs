@@ -269,15 +269,20 @@ impl CelRule {
                 continue;
             }
             let references = program.references();
-            let mut functions = references.functions();
+            // A library's namespace (`sets.contains(…)`) parses as a variable (`sets`) with a
+            // member call; no CRD rule has variables besides `self` and `oldSelf`.
+            let namespaces = references.variables().into_iter().map(|v| format!("{v}."));
+            let mut functions: Vec<String> =
+                references.functions().into_iter().map(String::from).chain(namespaces).collect();
             functions.sort_unstable();
             if let Some(missing) = functions.into_iter().find(|f| !version.allows_new_cel_function(f)) {
                 return Err(rule_error(
                     &format!("{}.{what}", self.path),
                     format!(
-                        "compilation failed: ERROR: <input>: undeclared reference to '{missing}' \
+                        "compilation failed: ERROR: <input>: undeclared reference to '{name}' \
                          (in container '') (new expressions on Kubernetes {version} are compiled for {previous})",
                         previous = KubernetesVersion::new(version.minor - 1),
+                        name = missing.trim_end_matches('.'),
                     ),
                 ));
             }
