@@ -1,8 +1,9 @@
 //! The simulated API server refusing and serving what a real one does (issue 10): the
 //! `OwnerReferencesPermissionEnforcement` admission option, RBAC kinds and Deployments for
 //! `kubectl apply --dry-run=server -k manifests/`, OpenAPI v3 for `kubectl explain`, one 422 for
-//! every field error, the CEL libraries of each version, `demo --kubernetes-version`, and the
-//! reflector's INFO line for a refused streaming list. kubectl is the real binary.
+//! every field error, the CEL libraries of each version, `demo --kubernetes-version`, the
+//! reflector's INFO line for a refused streaming list, and what uninstalling the CRD deletes.
+//! kubectl is the real binary.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -15,8 +16,8 @@ use common::TestCluster;
 use dbcluster_operator::cli::demo::{Demo, DemoOptions};
 use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::sim::{KubernetesVersion, SimConfig, SimServer};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -319,4 +320,35 @@ async fn a_streaming_list_refused_with_422_is_logged_at_info() {
     let line = log.lines().find(|l| l.contains("server refused a streaming list")).expect(&log);
     assert!(line.contains(" INFO "), "{line}");
     assert!(!log.contains(" WARN "), "{log}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn uninstalling_the_crd_deletes_the_databases_objects_but_not_their_claims() {
+    let cluster = TestCluster::start().await;
+    let operator = cluster.start_operator().await;
+    let mut sample = common::sample();
+    sample.spec.replicas = 2;
+    cluster.clusters().create(&PostParams::default(), &sample).await.unwrap();
+    let statefulsets = cluster.api::<StatefulSet>();
+    common::await_object(&statefulsets, "production-postgres", "the StatefulSet's pods ready", |s| {
+        s.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
+    })
+    .await;
+    let claims = cluster.api::<PersistentVolumeClaim>();
+    let claim_names = ["data-production-postgres-0", "data-production-postgres-1"];
+    for claim in claim_names {
+        let found = claims.get(claim).await.unwrap();
+        assert!(found.metadata.owner_references.is_none(), "{claim} is owned: {found:?}");
+    }
+
+    let crds = Api::<CustomResourceDefinition>::all(cluster.client.clone());
+    crds.delete("databaseclusters.databases.madmmas.dev", &Default::default()).await.unwrap();
+    common::await_absent(&statefulsets, "production-postgres", "the StatefulSet collected").await;
+    common::await_absent(&cluster.api::<Service>(), "production-postgres", "the Service collected").await;
+    common::await_absent(&cluster.api::<Secret>(), "production-postgres-app", "the Secret collected").await;
+    common::await_absent(&cluster.api::<Pod>(), "production-postgres-0", "the pods collected").await;
+    for claim in claim_names {
+        assert!(claims.get_opt(claim).await.unwrap().is_some(), "{claim} was deleted");
+    }
+    operator.stop().await;
 }
