@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,6 +21,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
+use tracing_subscriber::layer::SubscriberExt;
 
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).unwrap()
@@ -289,25 +289,26 @@ async fn demo_refuses_a_kubernetes_version_it_does_not_know() {
     }
 }
 
-/// Captured log output.
+/// The level and message of every event, as a layer sees them.
 #[derive(Clone, Default)]
-struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
+struct Recorded(Arc<parking_lot::Mutex<Vec<(tracing::Level, String)>>>);
 
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut message = String::new();
+        event.record(&mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+            if field.name() == "message" {
+                message = format!("{value:?}");
+            }
+        });
+        self.0.lock().push((*event.metadata().level(), message));
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_streaming_list_refused_with_422_is_logged_at_info() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+    let recorded = Recorded::default();
+    let subscriber = tracing_subscriber::registry().with(recorded.clone());
     let _guard = tracing::subscriber::set_default(subscriber);
     let sim = SimServer::start().await.unwrap();
     // A 1.28 apiserver (WatchList off) answers a streaming list with 422.
@@ -316,10 +317,12 @@ async fn a_streaming_list_refused_with_422_is_logged_at_info() {
     informer.start();
     common::within("the informer to sync", informer.synced()).await;
     assert_eq!(informer.stats().initial_list, Some("paginated"));
-    let log = String::from_utf8(captured.0.lock().clone()).unwrap();
-    let line = log.lines().find(|l| l.contains("server refused a streaming list")).expect(&log);
-    assert!(line.contains(" INFO "), "{line}");
-    assert!(!log.contains(" WARN "), "{log}");
+    let events = recorded.0.lock().clone();
+    let refused: Vec<_> =
+        events.iter().filter(|(_, m)| m.contains("server refused a streaming list")).collect();
+    assert_eq!(refused.len(), 1, "{events:?}");
+    assert_eq!(refused[0].0, tracing::Level::INFO);
+    assert!(events.iter().all(|(level, _)| *level > tracing::Level::WARN), "{events:?}");
 }
 
 #[tokio::test(start_paused = true)]
