@@ -5,8 +5,10 @@
 //! global resourceVersion (`store`) and feeds the watch hub (`watch`). The served kinds come from
 //! a table plus the CRDs (`resources`); HTTP parsing and routing by verb is in `handlers`; the
 //! write rules (metadata, conflicts, status subresource, generation, finalizers) in `ops`, with
-//! built-in defaults (`defaults`), custom-resource schemas ([`schema`], via `admission`) and the
-//! patch formats (`patch`, `apply`) on the way. Background tasks: garbage collection (`gc`) and
+//! built-in defaults (`defaults`), custom-resource schemas ([`schema`], via `admission`), the
+//! optional `OwnerReferencesPermissionEnforcement` plugin (`owner_references`, asking an RBAC
+//! `authorizer` over the stored roles about impersonated users) and the patch formats (`patch`,
+//! `apply`) on the way. OpenAPI v3 (`openapi`) publishes the CRDs' schemas. Background tasks: garbage collection (`gc`) and
 //! the simulated kubelet, StatefulSet, Job and CronJob controllers (`controllers`). Tests steer
 //! faults through [`Faults`] and read the [`RequestRecord`] log. The `demo` command (`cli::demo`)
 //! prints its live table with kubectl's [`json_path`] and [`age`].
