@@ -35,7 +35,7 @@ use crate::databasecluster::resources::app_secret_name;
 use crate::databasecluster::types::{self, DatabaseCluster};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 use crate::sim::kubelet::choice;
-use crate::sim::{KubeletKind, SimConfig, SimError, SimServer};
+use crate::sim::{KubeletKind, KubernetesVersion, SimConfig, SimError, SimServer};
 
 /// The sample the demo applies: the seed's `production-postgres`.
 const SAMPLE: &str = include_str!("../../manifests/samples/databasecluster.yaml");
@@ -67,6 +67,10 @@ pub struct DemoArgs {
     /// Where the operator's log is written (text), since the table owns the terminal.
     #[arg(long, value_name = "PATH", default_value = "target/demo.log")]
     pub log_file: PathBuf,
+    /// The Kubernetes version the simulated server behaves as (1.28 to 1.34): `/version`, and
+    /// which CEL functions new CRD rules may use.
+    #[arg(long, value_name = "MAJOR.MINOR", default_value = "1.28")]
+    pub kubernetes_version: KubernetesVersion,
     /// Which kubelet runs the pods: `process` (real PostgreSQL processes; the default when this
     /// host can run them: root and the PostgreSQL 15 server binaries) or `timer` (pods turn Ready
     /// on a timer, nothing runs).
@@ -92,6 +96,8 @@ pub struct DemoOptions {
     pub kubeconfig_out: PathBuf,
     /// Which kubelet runs the pods.
     pub kubelet: KubeletKind,
+    /// The Kubernetes version the server behaves as.
+    pub kubernetes_version: KubernetesVersion,
 }
 
 /// Why the demo stopped with an error.
@@ -152,8 +158,13 @@ pub struct Demo {
 impl Demo {
     /// Starts the server, writes the kubeconfig, installs the CRD and applies the sample.
     pub async fn start(options: &DemoOptions) -> Result<Demo, DemoError> {
-        let config = SimConfig { addr: options.addr, kubelet: options.kubelet, ..SimConfig::default() };
-        let server = SimServer::start_with(config).await?;
+        let server = SimServer::start_with(SimConfig {
+            addr: options.addr,
+            kubernetes_version: options.kubernetes_version,
+            kubelet: options.kubelet,
+            ..SimConfig::default()
+        })
+        .await?;
         write_creating_dirs(&options.kubeconfig_out, server.kubeconfig_yaml().as_bytes())?;
 
         let client = server.client();
@@ -355,8 +366,12 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     let signals = os_signals();
     let chosen = choice::choose(args.kubelet, SAMPLE_MAJOR).map_err(DemoError::Kubelet)?;
     tracing::info!(kubelet = ?chosen.kind, reason = %chosen.reason, "kubelet chosen");
-    let options =
-        DemoOptions { addr: args.addr, kubeconfig_out: args.kubeconfig_out.clone(), kubelet: chosen.kind };
+    let options = DemoOptions {
+        addr: args.addr,
+        kubeconfig_out: args.kubeconfig_out.clone(),
+        kubernetes_version: args.kubernetes_version,
+        kubelet: chosen.kind,
+    };
     let demo = Demo::start(&options).await?;
     let config = ManagerConfig {
         namespace: None,
