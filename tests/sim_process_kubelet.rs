@@ -222,7 +222,8 @@ async fn probes_gate_readiness_and_a_service_forwards_to_ready_pods() {
     let ip = cluster.sim.resolve("default", "web.default.svc.cluster.local").expect("the Service resolves");
     assert!(ip.to_string().starts_with("127.11."), "{ip}");
     let answer = eventually_some("the Service forwards", || async {
-        try_http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await
+        let answer = try_http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await;
+        answer.filter(|(status, _, _)| *status == 200).map(|(_, _, body)| body)
     })
     .await;
     assert_eq!(answer.trim(), "hello");
@@ -258,10 +259,8 @@ async fn deletion_runs_pre_stop_then_sigterm_and_the_pod_goes_when_stopped() {
     .await;
     await_pod(&pods, "graceful", "running", |p| p["status"]["phase"] == "Running" && ready(p)).await;
     pods.delete("graceful", &DeleteParams::default()).await.unwrap();
-    within("the pod to go", async {
-        while pods.get_opt("graceful").await.unwrap().is_some() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    eventually_some("the pod to go", || async {
+        pods.get_opt("graceful").await.unwrap().is_none().then_some(())
     })
     .await;
     let trail = std::fs::read_to_string(out.path().join("trail")).unwrap();
@@ -598,19 +597,6 @@ async fn config_map_and_secret_volumes_follow_their_source() {
     assert_eq!(logs, "fast one\nslow one\nslow two\n", "the running container saw each change, in order");
 }
 
-/// The body of a `200` answer to `GET path` on `addr`; `None` for anything else, including a
-/// connection the forwarder closes while the Service has no ready endpoint yet.
-async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    (head.split(' ').nth(1) == Some("200")).then(|| body.to_owned())
-}
-
 fn base64_of(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(text)
@@ -658,10 +644,8 @@ async fn a_failing_liveness_probe_restarts_the_container_and_sigkill_ends_the_gr
     .await;
     let deleted = std::time::Instant::now();
     stubborn.delete("stubborn", &DeleteParams::default()).await.unwrap();
-    within("the pod to go", async {
-        while stubborn.get_opt("stubborn").await.unwrap().is_some() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    eventually_some("the pod to go", || async {
+        stubborn.get_opt("stubborn").await.unwrap().is_none().then_some(())
     })
     .await;
     assert!(

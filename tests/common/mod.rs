@@ -345,15 +345,21 @@ pub fn condition(cluster: &DatabaseCluster, type_: &str) -> Option<(String, Stri
 /// A plain HTTP/1.1 GET of `path` on `addr`, for the operator's endpoints: (status, content type,
 /// body).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
+    try_http_get(addr, path).await.unwrap_or_else(|| panic!("GET {path} on {addr} got no HTTP answer"))
+}
+
+/// [`http_get`] that answers `None` instead of failing the test when the connection is refused
+/// or closed without an answer (a Service forwarder with no ready endpoint yet).
+pub async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(request.as_bytes()).await.ok()?;
     let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    stream.read_to_string(&mut raw).await.ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
     let content_type =
         head.lines().find_map(|l| l.strip_prefix("content-type: ")).unwrap_or_default().to_string();
-    (status, content_type, body.to_string())
+    Some((status, content_type, body.to_string()))
 }
