@@ -183,8 +183,11 @@ impl RunningOperator {
             .sum()
     }
 
-    /// Stops the operator and waits for it to finish.
+    /// Stops the operator and waits for it to finish. Every e2e test that stops its operator so
+    /// checks that the operator's own reconcile is no hot loop (issue 15).
     pub async fn stop(self) {
+        let hot = self.metric("controller_runtime_hot_loop_keys");
+        assert_eq!(hot, 0, "keys of the operator's own reconcile in a hot loop");
         let _ = self.stop.send(());
         let result = within("the operator to stop", self.task).await;
         result.expect("the operator task did not panic").expect("the operator stopped cleanly");
