@@ -8,50 +8,15 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use parking_lot::Mutex;
 use serde_json::json;
 
 const NAME: &str = "production-postgres";
-
-/// The operator's log lines, at debug level for reconcile (where a 409 is reported).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// Captures the reconcile module's logs of this (current-thread) test for as long as the
-    /// guard lives.
-    fn start(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter("dbcluster_operator::databasecluster::reconcile=debug")
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        String::from_utf8_lossy(&self.0.lock()).matches(needle).count()
-    }
-}
 
 /// The notes of the Events about `NAME` with `reason`, oldest first.
 async fn notes(cluster: &TestCluster, reason: &str) -> Vec<String> {
@@ -89,7 +54,7 @@ async fn await_running(cluster: &TestCluster, replicas: i32) {
 #[tokio::test(start_paused = true)]
 async fn with_a_lagging_watch_each_scale_is_one_event_no_conflict_and_no_second_create() {
     let log = Captured::default();
-    let _capture = log.start();
+    let _capture = log.start("dbcluster_operator::databasecluster::reconcile=debug");
     let cluster = TestCluster::start().await;
     cluster.sim.faults().set_watch_event_latency(Duration::from_millis(500));
     let operator = cluster.start_operator().await;

@@ -360,3 +360,36 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String, S
         head.lines().find_map(|l| l.strip_prefix("content-type: ")).unwrap_or_default().to_string();
     (status, content_type, body.to_string())
 }
+
+/// Log lines captured for a test, shared with the subscriber writing them.
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Captures the log lines `filter` (an `EnvFilter` directive) selects, written on this
+    /// thread (the whole test under tokio's current-thread runtime), while the guard lives.
+    pub fn start(&self, filter: &str) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    /// How many times `needle` occurs in the captured lines.
+    pub fn count(&self, needle: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock()).matches(needle).count()
+    }
+}
