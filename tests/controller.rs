@@ -13,6 +13,7 @@ use std::time::Duration;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
+use dbcluster_operator::runtime::introspection::Introspection;
 use dbcluster_operator::runtime::metrics::Metrics;
 use dbcluster_operator::runtime::writes::recorded;
 use dbcluster_operator::sim::SimServer;
@@ -358,6 +359,14 @@ async fn a_panic_or_a_timeout_is_an_error_retried_with_backoff() {
     assert!(timeouts.is_some_and(|n| n >= 1.0), "timeouts counted: {timeouts:?}");
 }
 
+/// The field `field` of `key`'s last pass in the `/debug/queue` document, if present.
+fn last_pass_field(debug: &Introspection, key: &str, field: &str) -> Option<serde_json::Value> {
+    let report = serde_json::to_value(debug.queue_report()).unwrap();
+    let keys = report["controllers"][0]["keys"].as_array()?.clone();
+    let entry = keys.into_iter().find(|k| k["key"] == key)?;
+    entry["last_pass"].get(field).cloned()
+}
+
 /// The value of the series `series` (name and labels), if present.
 fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
     metrics.encode().lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
@@ -394,8 +403,32 @@ async fn a_pass_waits_for_the_cache_to_hold_the_previous_passs_write() {
     h.api::<ConfigMap>().create(&PostParams::default(), &config_map("counter")).await.unwrap();
     h.config_maps.start();
     h.secrets.start();
-    let (_stop, _task) = h.run(h.controller());
-    h.recorder.wait_until(|r| r.passes_of("counter").len() >= 4).await;
+    let controller = h.controller();
+    let debug = Introspection::new();
+    debug.add_controller(controller.probe());
+    let (_stop, _task) = h.run(controller);
+    // `/debug/queue` shows a pass's wait for the previous pass's writes (polled: it is the state
+    // between two passes, bounded by the wait for the passes below).
+    let waits_shown = std::cell::RefCell::new(Vec::new());
+    let look = || {
+        waits_shown.borrow_mut().extend(last_pass_field(
+            &debug,
+            "default/counter",
+            "stale_cache_wait_seconds",
+        ))
+    };
+    h.recorder
+        .wait_until(|r| {
+            look();
+            r.passes_of("counter").len() >= 4
+        })
+        .await;
+    look();
+    let waits_shown = waits_shown.into_inner();
+    assert!(
+        waits_shown.iter().any(|w| w.as_f64().is_some_and(|s| s > 0.0)),
+        "/debug/queue showed no wait: {waits_shown:?}"
+    );
     // Each write's own event requeues the key at once; it still ran only on fresh data.
     assert_eq!(*h.recorder.conflicts.lock(), 0, "a pass acted on a stale cache");
     let live: ConfigMap = h.api().get("counter").await.unwrap();
@@ -412,11 +445,19 @@ async fn a_key_whose_passes_keep_writing_is_reported_and_slowed() {
     h.api::<ConfigMap>().create(&PostParams::default(), &config_map("flapping")).await.unwrap();
     h.config_maps.start();
     h.secrets.start();
-    let (_stop, _task) = h.run(h.controller());
+    let controller = h.controller();
+    let debug = Introspection::new();
+    debug.add_controller(controller.probe());
+    let (_stop, _task) = h.run(controller);
     // Ten writing passes are tolerated; from the eleventh the backoff (5 ms, 10 ms, ...) holds it.
     h.recorder.wait_until(|r| r.passes_of("flapping").len() >= 16).await;
     let hot = metric(&h.metrics, "controller_runtime_hot_loop_keys{controller=\"test\"}");
     assert_eq!(hot, Some(1.0));
+    assert_eq!(
+        last_pass_field(&debug, "default/flapping", "hot_loop"),
+        Some(json!(true)),
+        "/debug/queue shows the hot loop"
+    );
     let passes = h.recorder.passes_of("flapping");
     let gaps: Vec<Duration> = passes.windows(2).map(|p| p[1] - p[0]).collect();
     // Passes 12.. each wait at least the growing backoff: 5, 10, 20, 40 ms.

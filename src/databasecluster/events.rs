@@ -5,16 +5,16 @@
 //! transition ([`status_events`]), a created child ([`EventNote::created`]) or a scaling write
 //! ([`scaling_event`]). Publishing turns one into an Event ([`build_event`], pure) and creates it. Publishing is
 //! best effort: an Event that cannot be written is logged and the pass goes on, since Events are
-//! history, not state. Repeats are aggregated client-side: an Event identical to one published
-//! about the same cluster within [`REPEAT_WINDOW`] is not published again (a pass that read a
-//! child from a cache one write behind may otherwise report the same scaling twice), and a
-//! `ReconcileError` Event is published only when a cluster's error message changes, not on every
-//! retry.
+//! history, not state. Every Event is published, even one identical to an earlier one: a repeat is
+//! a real repeat (a Service recreated after a hand-delete reports `CreatedService` again). Passes
+//! do not report the same change twice because the controller runs a key's next pass only once
+//! the caches hold its previous pass's writes (read-your-writes, `runtime::freshness`). Only
+//! errors are aggregated: a `ReconcileError` Event is published when a cluster's error message
+//! changes, not on every retry of the same error.
 
 use std::fmt::Display;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use dashmap::DashMap;
 use jiff::Timestamp;
@@ -24,7 +24,6 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client, Resource};
-use tokio::time::Instant;
 
 use super::resources::FIELD_MANAGER;
 use super::status::{condition, find_condition, reason};
@@ -148,9 +147,6 @@ pub fn scaling_event(live: &StatefulSet, desired: &StatefulSet) -> Option<EventN
     Some(EventNote::new(EventType::Normal, reason, "Scale", format!("Scaling from {from} to {to} replicas")))
 }
 
-/// How long an identical Event is not repeated (kube-runtime's recorder aggregates for 6 minutes).
-pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
-
 /// The `reportingController` of every Event the operator writes.
 pub const REPORTING_CONTROLLER: &str = "databases.madmmas.dev/dbcluster-operator";
 
@@ -202,7 +198,6 @@ pub struct EventPublisher {
     client: Client,
     instance: String,
     last_error: DashMap<ObjectKey, Arc<str>>,
-    recent: DashMap<(ObjectKey, String, String), Instant>,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -210,7 +205,6 @@ impl std::fmt::Debug for EventPublisher {
         f.debug_struct("EventPublisher")
             .field("instance", &self.instance)
             .field("unresolved_errors", &self.last_error.len())
-            .field("recent", &self.recent.len())
             .finish_non_exhaustive()
     }
 }
@@ -218,25 +212,11 @@ impl std::fmt::Debug for EventPublisher {
 impl EventPublisher {
     /// A publisher writing with `client`, naming `instance` (e.g. the pod name) as the reporter.
     pub fn new(client: Client, instance: impl Into<String>) -> Self {
-        EventPublisher {
-            client,
-            instance: instance.into(),
-            last_error: DashMap::new(),
-            recent: DashMap::new(),
-        }
+        EventPublisher { client, instance: instance.into(), last_error: DashMap::new() }
     }
 
-    /// Creates the Event for `note`, unless the same one was published about `cluster` within
-    /// [`REPEAT_WINDOW`]; a failure is logged, never returned.
+    /// Creates the Event for `note` about `cluster`; a failure is logged, never returned.
     pub async fn publish(&self, cluster: &DatabaseCluster, note: &EventNote) {
-        let now = Instant::now();
-        self.recent.retain(|_, published| now.duration_since(*published) < REPEAT_WINDOW);
-        let identity = (ObjectKey::of(cluster), note.reason.clone(), note.note.clone());
-        let repeated = self.recent.insert(identity, now).is_some();
-        if repeated {
-            tracing::debug!(reason = %note.reason, "an identical event was published recently; not repeating it");
-            return;
-        }
         let event = build_event(cluster, note, &self.instance, Timestamp::now());
         let namespace = cluster.metadata.namespace.as_deref().unwrap_or("default");
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
@@ -349,8 +329,8 @@ mod tests {
     }
 
     #[cfg(feature = "sim")]
-    #[tokio::test(start_paused = true)]
-    async fn identical_events_are_published_once_per_window_and_errors_once_per_message() {
+    #[tokio::test]
+    async fn every_event_is_published_even_a_repeat_and_errors_once_per_message() {
         let sim = crate::sim::SimServer::start().await.unwrap();
         let publisher = EventPublisher::new(sim.client(), "test");
         let count = || async {
@@ -358,24 +338,20 @@ mod tests {
             api.list(&Default::default()).await.unwrap().items.len()
         };
         let cluster = fixtures::cluster(1, "15", 1);
-        let scaling = EventNote::created("StatefulSet", "pg");
-        publisher.publish(&cluster, &scaling).await;
-        publisher.publish(&cluster, &scaling).await;
-        assert_eq!(count().await, 1);
-        publisher.publish(&cluster, &EventNote::created("Service", "pg")).await;
-        assert_eq!(count().await, 2);
-        tokio::time::sleep(REPEAT_WINDOW).await;
-        publisher.publish(&cluster, &scaling).await;
-        assert_eq!(count().await, 3, "repeated after the window");
+        let created = EventNote::created("Service", "pg");
+        publisher.publish(&cluster, &created).await;
+        publisher.publish(&cluster, &created).await;
+        assert_eq!(count().await, 2, "a repeat (the Service recreated) is reported again");
 
         let error = std::io::Error::other("boom");
         publisher.publish_error(&cluster, &error).await;
-        tokio::time::sleep(REPEAT_WINDOW).await;
         publisher.publish_error(&cluster, &error).await;
-        assert_eq!(count().await, 4, "the same error is reported once until it clears");
+        assert_eq!(count().await, 3, "the same error is reported once until it clears");
+        publisher.publish_error(&cluster, &std::io::Error::other("another")).await;
+        assert_eq!(count().await, 4, "a different error is reported");
         publisher.clear_error(&ObjectKey::of(&cluster));
-        publisher.publish_error(&cluster, &error).await;
-        assert_eq!(count().await, 5);
+        publisher.publish_error(&cluster, &std::io::Error::other("another")).await;
+        assert_eq!(count().await, 5, "after a clean pass the error is reported again");
     }
 
     #[test]

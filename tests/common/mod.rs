@@ -183,8 +183,11 @@ impl RunningOperator {
             .sum()
     }
 
-    /// Stops the operator and waits for it to finish.
+    /// Stops the operator and waits for it to finish. Every e2e test that stops its operator so
+    /// checks that the operator's own reconcile is no hot loop (issue 15).
     pub async fn stop(self) {
+        let hot = self.metric("controller_runtime_hot_loop_keys");
+        assert_eq!(hot, 0, "keys of the operator's own reconcile in a hot loop");
         let _ = self.stop.send(());
         let result = within("the operator to stop", self.task).await;
         result.expect("the operator task did not panic").expect("the operator stopped cleanly");
@@ -362,4 +365,37 @@ pub async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16
     let content_type =
         head.lines().find_map(|l| l.strip_prefix("content-type: ")).unwrap_or_default().to_string();
     Some((status, content_type, body.to_string()))
+}
+
+/// Log lines captured for a test, shared with the subscriber writing them.
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Captures the log lines `filter` (an `EnvFilter` directive) selects, written on this
+    /// thread (the whole test under tokio's current-thread runtime), while the guard lives.
+    pub fn start(&self, filter: &str) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    /// How many times `needle` occurs in the captured lines.
+    pub fn count(&self, needle: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock()).matches(needle).count()
+    }
 }
