@@ -75,8 +75,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::databasecluster::credentials::{Login, build_login_secret};
     use crate::databasecluster::fixtures::{PASSWORD, owner, seed, statefulset, statefulset_for};
-    use crate::databasecluster::resources::build_app_secret;
 
     /// The desired StatefulSet as a server would return it: with identity, defaults, other
     /// managers' fields and status added.
@@ -175,12 +175,12 @@ mod tests {
 
     #[test]
     fn secrets_compare_equal_when_the_password_is_reused() {
-        let desired = build_app_secret(&owner(), PASSWORD);
+        let desired = build_login_secret(&owner(), Login::App, PASSWORD);
         let mut live = serde_json::to_value(&desired).unwrap();
         live["metadata"]["annotations"] = json!({"reflector/enabled": "true"});
         let live: Secret = serde_json::from_value(live).unwrap();
         assert!(!needs_update(&desired, &live));
-        let regenerated = build_app_secret(&owner(), "another");
+        let regenerated = build_login_secret(&owner(), Login::App, "another");
         assert!(needs_update(&regenerated, &live));
     }
 

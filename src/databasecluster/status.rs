@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::resources::POSTGRES_CONTAINER;
-use super::types::{DatabaseCluster, DatabaseClusterStatus, Phase};
+use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
 use super::validation::{SpecError, ValidSpec};
 
 /// Condition types the operator owns.
@@ -71,10 +71,12 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
     DatabaseClusterStatus {
         phase: Some(Phase::Provisioning),
         ready_replicas: 0,
+        ready_instances: Some(format!("0/{}", cluster.spec.replicas)),
         current_version: previous.current_version,
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        ..DatabaseClusterStatus::default()
     }
 }
 
@@ -159,8 +161,11 @@ pub fn compute_status(
         ),
     }
 
+    let existing = observed.and_then(|sts| sts.status.as_ref()).map(|s| s.replicas).unwrap_or(0);
     let phase = if valid.is_err() {
         Phase::Failed
+    } else if desired == 0 && existing == 0 {
+        Phase::Hibernated
     } else if upgrade_target.is_some() {
         Phase::Upgrading
     } else if ready == 0 {
@@ -173,17 +178,35 @@ pub fn compute_status(
     DatabaseClusterStatus {
         phase: Some(phase),
         ready_replicas: ready,
+        replicas: existing,
+        ready_instances: Some(format!("{ready}/{desired}")),
         current_version,
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        current_primary: previous.current_primary,
+        instances: previous.instances,
     }
+}
+
+/// `status` with the instances as observed: `status.instances[]` and `currentPrimary`. A primary
+/// that could not be observed this pass keeps the last one observed while its pod exists.
+pub fn with_instances(
+    mut status: DatabaseClusterStatus,
+    instances: Vec<InstanceStatus>,
+    current_primary: Option<String>,
+) -> DatabaseClusterStatus {
+    let still_there = |name: &String| instances.iter().any(|i| &i.name == name);
+    status.current_primary = current_primary.or(status.current_primary.filter(still_there));
+    status.instances = instances;
+    status
 }
 
 /// Whether reconcile should look again after a delay (the seed's 10 s safety net): while the
 /// cluster converges. Running needs no timer, and Failed waits for a spec change.
 pub fn needs_requeue(status: &DatabaseClusterStatus) -> bool {
     matches!(status.phase, Some(Phase::Provisioning | Phase::Degraded | Phase::Upgrading))
+        || status.instances.iter().any(|i| !i.ready || i.role == super::topology::ROLE_UNKNOWN)
 }
 
 /// What the StatefulSet says about its rollout.
