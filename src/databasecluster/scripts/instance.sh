@@ -186,10 +186,16 @@ run() {
         fi
     fi
     touch "$DBC_RUN/credentials-applied"
-    local status=0
-    while kill -0 "$pid" 2>/dev/null; do
-        wait "$pid" || status=$?
+    # `wait` returns early (status > 128) when the trap runs; wait again for the server's own status.
+    local status=0 again
+    while :; do
+        if wait "$pid"; then status=0; else status=$?; fi
+        kill -0 "$pid" 2>/dev/null || break
     done
+    if [ "$status" -gt 128 ]; then
+        wait "$pid" 2>/dev/null && again=0 || again=$?
+        [ "$again" -ne 127 ] && status=$again
+    fi
     exit "$status"
 }
 
