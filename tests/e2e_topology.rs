@@ -303,6 +303,14 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
         .map(|e| e.note.clone().unwrap_or_default())
         .collect();
     assert_eq!(rolls.len(), 3, "{rolls:?}");
+    // The requests tests/rbac.rs cannot see with its timer kubelet: role labels and roll deletions.
+    let log = cluster.sim.request_log();
+    for verb in ["patch", "delete"] {
+        assert!(
+            log.iter().any(|r| r.resource == "pods" && r.verb == verb && r.subresource.is_none()),
+            "pods {verb}"
+        );
+    }
     assert!(rolls[2].contains("primary production-postgres-0"), "the primary goes last: {rolls:?}");
 
     // A restart parameter: rolls again (every pod restarted).
