@@ -57,7 +57,8 @@ use super::roll::{RollStep, next_step};
 use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name, role_labels};
 use super::status::{compute_status, initial_status, is_first_pass, needs_requeue, with_instances};
 use super::topology::{
-    PodView, REVISION_LABEL, current_primary, instance_statuses, label_changes, slot_changes,
+    PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, label_changes,
+    slot_changes,
 };
 use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus};
 use super::validation::{SpecError, ValidSpec, validate};
@@ -69,8 +70,6 @@ use crate::runtime::writes::recorded;
 
 /// How long to wait before looking again while replicas are not ready, even without an event.
 pub const CONVERGING_REQUEUE: Duration = Duration::from_secs(10);
-/// How often a settled cluster's instances are observed again (roles, replication, lag).
-pub const OBSERVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// What every reconcile pass shares: the client for writes, the caches for reads, the Event
 /// publisher.
@@ -239,7 +238,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         Ok(Action::RequeueAfter(CONVERGING_REQUEUE))
     } else {
         tracing::info!(ready, "DatabaseCluster is in its desired state");
-        Ok(Action::RequeueAfter(OBSERVE_INTERVAL))
+        Ok(Action::Done)
     }
 }
 
@@ -436,7 +435,10 @@ async fn operate_instances(
     }
     let statuses = instance_statuses(pods, &facts);
     let current_primary = current_primary(pods, &facts, primary_record);
-    let mut busy = false;
+    // While some instance can be observed, look again until every standby streams (replication
+    // changes bring no watch event); with none observable there is nothing to wait for.
+    let mut busy = !facts.is_empty()
+        && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
 
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
     for (pod, role) in label_changes(pods, &facts) {
@@ -518,7 +520,8 @@ async fn operate_instances(
     if let (true, Some(revision), false) =
         (generation_observed, update_revision, primary_down_for_credentials)
     {
-        match next_step(pods, &revision, spec.replicas, current_primary.as_deref(), &statuses) {
+        match next_step(pods, &revision, spec.replicas, current_primary.as_deref(), primary_record, &statuses)
+        {
             RollStep::Done => {}
             RollStep::Wait => busy = true,
             RollStep::Delete { pod, primary, outdated } => {

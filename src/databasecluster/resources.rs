@@ -187,6 +187,17 @@ pub fn statefulset_name(cluster_name: &str) -> String {
     cluster_name.to_owned()
 }
 
+/// Port 5432 of every Service of the cluster, to the pods' `postgres` port.
+pub fn postgres_service_port() -> ServicePort {
+    ServicePort {
+        name: Some(POSTGRES_PORT_NAME.to_owned()),
+        port: POSTGRES_PORT,
+        target_port: Some(IntOrString::String(POSTGRES_PORT_NAME.to_owned())),
+        protocol: Some("TCP".to_owned()),
+        ..ServicePort::default()
+    }
+}
+
 /// The headless Service that gives each pod a stable DNS name; it publishes pods before they are
 /// ready so that instances can find each other while starting.
 pub fn build_headless_service(owner: &Owner) -> Service {
@@ -195,13 +206,7 @@ pub fn build_headless_service(owner: &Owner) -> Service {
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_owned()),
             selector: Some(selector_labels(owner)),
-            ports: Some(vec![ServicePort {
-                name: Some(POSTGRES_PORT_NAME.to_owned()),
-                port: POSTGRES_PORT,
-                target_port: Some(IntOrString::String(POSTGRES_PORT_NAME.to_owned())),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![postgres_service_port()]),
             publish_not_ready_addresses: Some(true),
             ..ServiceSpec::default()
         }),

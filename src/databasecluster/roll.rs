@@ -5,8 +5,12 @@
 //! at a time, and only when every pod exists, is ready, is not being deleted, and every standby
 //! streams from the primary: the standbys first (highest ordinal first), the primary last. With a
 //! single instance the update is a restart of the database.
+//!
+//! When the operator can observe no instance at all (no SQL access to the pods, as with the
+//! simulator's timer kubelet), the readiness probes are the only signal: the roll still goes one
+//! ready pod at a time in the same order, with the recorded primary last.
 
-use super::topology::{PodView, all_standbys_streaming};
+use super::topology::{PodView, ROLE_UNKNOWN, all_standbys_streaming};
 use super::types::InstanceStatus;
 
 /// The next step of a roll.
@@ -34,6 +38,7 @@ pub fn next_step(
     update_revision: &str,
     replicas: i32,
     primary: Option<&str>,
+    recorded_primary: &str,
     statuses: &[InstanceStatus],
 ) -> RollStep {
     let mut outdated: Vec<&PodView> =
@@ -41,14 +46,15 @@ pub fn next_step(
     if outdated.is_empty() {
         return RollStep::Done;
     }
+    let observed = statuses.iter().any(|s| s.role != ROLE_UNKNOWN);
     let settled = pods.len() == usize::try_from(replicas).unwrap_or(0)
         && pods.iter().all(|pod| pod.ready && !pod.deleting)
-        && primary.is_some()
-        && all_standbys_streaming(statuses, primary);
+        && (!observed || (primary.is_some() && all_standbys_streaming(statuses, primary)));
     if !settled {
         return RollStep::Wait;
     }
-    let is_primary = |pod: &PodView| Some(pod.name.as_str()) == primary;
+    let primary = primary.unwrap_or(recorded_primary);
+    let is_primary = |pod: &PodView| pod.name == primary;
     // Standbys before the primary; among standbys, the highest ordinal first.
     outdated.sort_by_key(|pod| (is_primary(pod), std::cmp::Reverse(pod.ordinal)));
     let next = outdated[0];
@@ -82,7 +88,7 @@ mod tests {
     }
 
     fn step(pods: &[PodView], streaming: bool) -> RollStep {
-        next_step(pods, "new", 3, Some("db-0"), &statuses(pods, streaming))
+        next_step(pods, "new", 3, Some("db-0"), "db-0", &statuses(pods, streaming))
     }
 
     #[test]
@@ -116,9 +122,27 @@ mod tests {
     }
 
     #[test]
+    fn without_observations_readiness_alone_gates_and_the_recorded_primary_goes_last() {
+        let pods = vec![pod(0, "old"), pod(1, "old")];
+        let unknown: Vec<InstanceStatus> = pods
+            .iter()
+            .map(|p| InstanceStatus {
+                name: p.name.clone(),
+                role: ROLE_UNKNOWN.into(),
+                ..InstanceStatus::default()
+            })
+            .collect();
+        let step = next_step(&pods, "new", 2, None, "db-0", &unknown);
+        assert_eq!(step, RollStep::Delete { pod: "db-1".into(), primary: false, outdated: 2 });
+        let mut down = pods.clone();
+        down[1].ready = false;
+        assert_eq!(next_step(&down, "new", 2, None, "db-0", &unknown), RollStep::Wait);
+    }
+
+    #[test]
     fn a_single_instance_is_restarted() {
         let pods = vec![pod(0, "old")];
-        let step = next_step(&pods, "new", 1, Some("db-0"), &statuses(&pods, true));
+        let step = next_step(&pods, "new", 1, Some("db-0"), "db-0", &statuses(&pods, true));
         assert_eq!(step, RollStep::Delete { pod: "db-0".into(), primary: true, outdated: 1 });
     }
 }

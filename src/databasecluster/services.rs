@@ -17,12 +17,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::resources::{Owner, POSTGRES_PORT, POSTGRES_PORT_NAME, child_metadata, selector_labels};
+use super::resources::{Owner, child_metadata, postgres_service_port, selector_labels};
 
 /// The pod label holding an instance's observed role.
 pub const ROLE_LABEL: &str = "databases.madmmas.dev/role";
@@ -86,13 +86,7 @@ pub fn build_client_service(owner: &Owner, which: ClientService) -> Service {
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_owned()),
             selector: Some(selector),
-            ports: Some(vec![ServicePort {
-                name: Some(POSTGRES_PORT_NAME.to_owned()),
-                port: POSTGRES_PORT,
-                target_port: Some(IntOrString::String(POSTGRES_PORT_NAME.to_owned())),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![postgres_service_port()]),
             ..ServiceSpec::default()
         }),
         ..Service::default()

@@ -206,7 +206,6 @@ pub fn with_instances(
 /// cluster converges. Running needs no timer, and Failed waits for a spec change.
 pub fn needs_requeue(status: &DatabaseClusterStatus) -> bool {
     matches!(status.phase, Some(Phase::Provisioning | Phase::Degraded | Phase::Upgrading))
-        || status.instances.iter().any(|i| !i.ready || i.role == super::topology::ROLE_UNKNOWN)
 }
 
 /// What the StatefulSet says about its rollout.
