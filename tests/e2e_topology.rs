@@ -143,19 +143,20 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
         .filter(|p| p.metadata.name.as_deref() != Some("production-postgres-0"))
         .map(pod_ip)
         .collect();
-    let mut seen = BTreeMap::new();
-    eventually("every standby answers through -ro with all rows", || async {
-        let answer = psql(
-            &ro,
-            "SELECT inet_server_addr()::text || ' ' || count(*) || ' ' || pg_is_in_recovery() FROM items",
-        );
-        if let Ok(answer) = answer {
+    let seen = &std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let (ro_uri, standby_ips) = (&ro, &standby_ips);
+    eventually("every standby answers through -ro with all rows", || async move {
+        let sql =
+            "SELECT inet_server_addr()::text || ' ' || count(*) || ' ' || pg_is_in_recovery() FROM items";
+        if let Ok(answer) = psql(ro_uri, sql) {
             let parts: Vec<&str> = answer.split(' ').collect();
             if parts.len() == 3 && parts[1] == "10000" && parts[2] == "t" {
-                seen.insert(parts[0].split('/').next().unwrap_or_default().to_owned(), ());
+                let ip = parts[0].split('/').next().unwrap_or_default().to_owned();
+                seen.lock().unwrap().insert(ip);
             }
         }
-        standby_ips.iter().all(|ip| seen.contains_key(ip)).then_some(())
+        let seen = seen.lock().unwrap();
+        standby_ips.iter().all(|ip| seen.contains(ip)).then_some(())
     })
     .await;
     let refused = psql(&ro, "INSERT INTO items VALUES (10001)").unwrap_err();
@@ -327,7 +328,9 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
     eventually("every pod replaced with max_connections 150", || async {
         let now = pods(&cluster).await;
         let replaced = now.len() == 3
-            && now.iter().all(|p| before.get(p.metadata.name.as_deref()?) != p.metadata.uid.as_ref());
+            && now.iter().all(|p| {
+                before.get(p.metadata.name.as_deref().unwrap_or_default()) != p.metadata.uid.as_ref()
+            });
         if !replaced {
             return None;
         }
