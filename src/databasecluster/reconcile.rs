@@ -1,22 +1,30 @@
-//! Reconcile: the seed's four-step contract, with reads from the informers' caches and writes only
+//! Reconcile: the seed's four-step contract (plus the instances), with reads from the informers' caches and writes only
 //! where the cluster differs from its desired state.
 //!
 //! 1. **Fetch** the DatabaseCluster from the cache; gone (or being deleted) → `Done`: the garbage
 //!    collector removes the children through their ownerReferences.
 //! 2. **First pass**: write phase Provisioning with every condition Unknown, and return; the status
 //!    write's own watch event brings the next pass.
-//! 3. **Children**, each built purely from the cluster ([`super::resources`]): absent from the
-//!    cache → create (POST); present → server-side apply (field manager
-//!    [`FIELD_MANAGER`], forced) only when [`needs_update`] finds a difference in a field the
-//!    operator owns, so other managers' fields survive and an unchanged cluster costs no write.
-//!    A create answered `409 AlreadyExists` means the cache is behind: the object is read from the
-//!    API once and handled as if cached. The Secret's password is drawn once from a CSPRNG when the
-//!    Secret is created and read back from it ever after. One log line per child and pass:
-//!    `result=created|updated|none`.
-//! 4. **Status**: computed from the StatefulSet as observed (the object the write returned, else
-//!    the cache) and merge-patched on `/status` with the cached resourceVersion as a precondition,
-//!    only when it differs from the cached status. Then `Done`, or `RequeueAfter(10 s)` while the
-//!    cluster converges (the seed's safety net for missed events).
+//! 3. **Children**, each built purely from the cluster ([`super::resources`], [`super::config`],
+//!    [`super::credentials`], [`super::services`]): the headless and the three client Services,
+//!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
+//!    the PodDisruptionBudget. Absent from the cache → create (POST); present → server-side apply
+//!    (field manager [`FIELD_MANAGER`], forced) only when [`needs_update`] finds a difference in a
+//!    field the operator owns, so other managers' fields survive and an unchanged cluster costs
+//!    no write. A create answered `409 AlreadyExists` means the cache is behind: the object is
+//!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
+//!    when its Secret is created and read back from it ever after. One log line per child and
+//!    pass: `result=created|updated|none`.
+//! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`] and
+//!    [`super::roll`]): each pod's instance is asked what it is; role labels follow the answers;
+//!    the primary's slots are created and dropped; a configuration that has reached an instance
+//!    is reloaded; a password the primary refuses is set from its Secret (a refused superuser
+//!    password restarts the primary); and the next outdated pod of a roll is deleted. Failures
+//!    here are logged and retried on a later pass.
+//! 5. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
+//!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
+//!    the cached status. Then `Done`, or `RequeueAfter(10 s)` while the cluster converges or an
+//!    instance operation is under way (replication changes bring no watch event).
 //!
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
