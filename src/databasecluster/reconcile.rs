@@ -1,5 +1,5 @@
-//! Reconcile: the seed's four-step contract (plus the instances), with reads from the informers' caches and writes only
-//! where the cluster differs from its desired state.
+//! Reconcile: the seed's four-step contract, plus the instances, with reads from the informers'
+//! caches and writes only where the cluster differs from its desired state.
 //!
 //! 1. **Fetch** the DatabaseCluster from the cache; gone (or being deleted) → `Done`: the garbage
 //!    collector removes the children through their ownerReferences.
