@@ -407,7 +407,9 @@ fn instance_command(verb: &str) -> Vec<String> {
 fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
+        // Not yet `readOnlyRootFilesystem`: under the process kubelet the data volume mounted
+        // below the image's read-only /var/lib/postgresql is refused writes (to be resolved with
+        // the kubelet); every path the instance program writes is a volume already.
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
         ..SecurityContext::default()
     }
