@@ -143,22 +143,25 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
         .filter(|p| p.metadata.name.as_deref() != Some("production-postgres-0"))
         .map(pod_ip)
         .collect();
-    let seen = &std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let (ro_uri, standby_ips) = (&ro, &standby_ips);
-    eventually("every standby answers through -ro with all rows", || async move {
-        let sql =
-            "SELECT inet_server_addr()::text || ' ' || count(*) || ' ' || pg_is_in_recovery() FROM items";
-        if let Ok(answer) = psql(ro_uri, sql) {
-            let parts: Vec<&str> = answer.split(' ').collect();
-            if parts.len() == 3 && parts[1] == "10000" && parts[2] == "t" {
-                let ip = parts[0].split('/').next().unwrap_or_default().to_owned();
-                seen.lock().unwrap().insert(ip);
-            }
-        }
-        let seen = seen.lock().unwrap();
-        standby_ips.iter().all(|ip| seen.contains(ip)).then_some(())
+    // Through -ro: a standby with every row (the forwarder picks the endpoint).
+    let (ro_uri, rw_uri) = (&ro, &rw);
+    eventually("-ro answers from a standby with all rows", || async move {
+        let answer = psql(ro_uri, "SELECT count(*) || ' ' || pg_is_in_recovery() FROM items").ok()?;
+        (answer == "10000 t").then_some(())
     })
     .await;
+    // And every standby, by its pod IP, has every row.
+    for ip in &standby_ips {
+        let uri = rw_uri.replacen(&url::Url::parse(rw_uri).unwrap().host_str().unwrap().to_owned(), ip, 1);
+        eventually("a standby has all rows", || {
+            let uri = uri.clone();
+            async move {
+                (psql(&uri, "SELECT count(*) || ' ' || pg_is_in_recovery() FROM items").ok()? == "10000 t")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
     let refused = psql(&ro, "INSERT INTO items VALUES (10001)").unwrap_err();
     assert!(refused.contains("read-only transaction"), "{refused}");
 
