@@ -42,7 +42,7 @@ async fn patch_spec(cluster: &TestCluster, spec: serde_json::Value) {
 /// Waits until the cluster reports `replicas` ready instances, a primary, and every standby streaming.
 async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseCluster {
     let api = cluster.clusters();
-    eventually(&format!("{replicas} instances ready and streaming"), || async {
+    eventually_some(&format!("{replicas} instances ready and streaming"), || async {
         let db = api.get(NAME).await.ok()?;
         let status = db.status.as_ref()?;
         let instances = &status.instances;
@@ -63,7 +63,8 @@ async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseClus
 
 async fn uri(cluster: &TestCluster, secret: &str, service: &str) -> String {
     let secrets: Api<Secret> = cluster.api();
-    let secret = eventually("the Secret", || async { secrets.get_opt(secret).await.ok().flatten() }).await;
+    let secret =
+        eventually_some("the Secret", || async { secrets.get_opt(secret).await.ok().flatten() }).await;
     let uri = secret_value(&secret, "uri").replace(&format!("{NAME}-rw."), &format!("{service}."));
     host_uri(cluster, NS, &uri)
 }
@@ -145,7 +146,7 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
         .collect();
     // Through -ro: a standby with every row (the forwarder picks the endpoint).
     let (ro_uri, rw_uri) = (&ro, &rw);
-    eventually("-ro answers from a standby with all rows", || async move {
+    eventually_some("-ro answers from a standby with all rows", || async move {
         let answer = psql(ro_uri, "SELECT count(*) || ' ' || pg_is_in_recovery() FROM items").ok()?;
         (answer == "10000 t").then_some(())
     })
@@ -153,7 +154,7 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
     // And every standby, by its pod IP, has every row.
     for ip in &standby_ips {
         let uri = rw_uri.replacen(&url::Url::parse(rw_uri).unwrap().host_str().unwrap().to_owned(), ip, 1);
-        eventually("a standby has all rows", || {
+        eventually_some("a standby has all rows", || {
             let uri = uri.clone();
             async move {
                 (psql(&uri, "SELECT count(*) || ' ' || pg_is_in_recovery() FROM items").ok()? == "10000 t")
@@ -169,14 +170,16 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
     let secrets: Api<Secret> = cluster.api();
     let old = secrets.get("production-postgres-app").await.unwrap();
     secrets.delete("production-postgres-app", &DeleteParams::default()).await.unwrap();
-    let renewed = eventually("the app Secret is back with a new password", || async {
+    let renewed = eventually_some("the app Secret is back with a new password", || async {
         let secret = secrets.get_opt("production-postgres-app").await.ok().flatten()?;
         (secret_value(&secret, "password") != secret_value(&old, "password")).then_some(secret)
     })
     .await;
     let new_rw = host_uri(&cluster, NS, &secret_value(&renewed, "uri"));
-    eventually("the new app password logs in", || async { psql(&new_rw, "SELECT count(*) FROM items").ok() })
-        .await;
+    eventually_some("the new app password logs in", || async {
+        psql(&new_rw, "SELECT count(*) FROM items").ok()
+    })
+    .await;
     assert_eq!(psql(&new_rw, "SELECT count(*) FROM items"), Ok("10000".into()));
     let old_rw = host_uri(&cluster, NS, &secret_value(&old, "uri"));
     assert!(psql(&old_rw, "SELECT 1").unwrap_err().contains("password authentication failed"));
@@ -203,13 +206,13 @@ async fn scaling_clones_and_removes_standbys_and_hibernation_keeps_the_data() {
     {
         patch_spec(&cluster, serde_json::json!({"replicas": replicas})).await;
         await_streaming(&cluster, replicas).await;
-        eventually(&format!("slots {expected_slots}"), || async {
+        eventually_some(&format!("slots {expected_slots}"), || async {
             (slots(&cluster, &primary_ip).await == expected_slots).then_some(())
         })
         .await;
         for pod in pods(&cluster).await {
             let uri = pod_uri(&cluster, &pod_ip(&pod), "app").await;
-            eventually("the instance has every row", || async {
+            eventually_some("the instance has every row", || async {
                 (psql(&uri, "SELECT count(*) FROM kept").ok()? == "1000").then_some(())
             })
             .await;
@@ -218,7 +221,7 @@ async fn scaling_clones_and_removes_standbys_and_hibernation_keeps_the_data() {
 
     patch_spec(&cluster, serde_json::json!({"replicas": 0})).await;
     let api = cluster.clusters();
-    eventually("Hibernated with no pods", || async {
+    eventually_some("Hibernated with no pods", || async {
         let db = api.get(NAME).await.ok()?;
         let hibernated = db.status.as_ref()?.phase.map(|p| p.as_str()) == Some("Hibernated");
         (hibernated && pods(&cluster).await.is_empty()).then_some(())
@@ -229,7 +232,7 @@ async fn scaling_clones_and_removes_standbys_and_hibernation_keeps_the_data() {
     patch_spec(&cluster, serde_json::json!({"replicas": 3})).await;
     await_streaming(&cluster, 3).await;
     let rw = uri(&cluster, "production-postgres-app", "production-postgres-rw").await;
-    eventually("the data survived hibernation", || async {
+    eventually_some("the data survived hibernation", || async {
         (psql(&rw, "SELECT count(*) FROM kept").ok()? == "1000").then_some(())
     })
     .await;
@@ -250,7 +253,7 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
     patch_spec(&cluster, serde_json::json!({"postgresConfig": {"work_mem": "64MB"}})).await;
     for pod in pods(&cluster).await {
         let uri = pod_uri(&cluster, &pod_ip(&pod), "postgres").await;
-        eventually("work_mem reloaded", || async {
+        eventually_some("work_mem reloaded", || async {
             (psql(&uri, "SHOW work_mem").ok()? == "64MB").then_some(())
         })
         .await;
@@ -281,7 +284,7 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
     });
     patch_spec(&cluster, serde_json::json!({"version": "15.5"})).await;
     let api = cluster.clusters();
-    eventually("the upgrade completes", || async {
+    eventually_some("the upgrade completes", || async {
         let db = api.get(NAME).await.ok()?;
         let status = db.status.as_ref()?;
         (status.current_version.as_deref() == Some("15.5")
@@ -330,7 +333,7 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
         serde_json::json!({"postgresConfig": {"work_mem": "64MB", "max_connections": "150"}}),
     )
     .await;
-    eventually("every pod replaced with max_connections 150", || async {
+    eventually_some("every pod replaced with max_connections 150", || async {
         let now = pods(&cluster).await;
         let replaced = now.len() == 3
             && now.iter().all(|p| {
