@@ -148,7 +148,7 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
     let (ro_uri, rw_uri) = (&ro, &rw);
     eventually_some("-ro answers from a standby with all rows", || async move {
         let answer = psql(ro_uri, "SELECT count(*) || ' ' || pg_is_in_recovery() FROM items").ok()?;
-        (answer == "10000 t").then_some(())
+        (answer == "10000 true").then_some(())
     })
     .await;
     // And every standby, by its pod IP, has every row.
@@ -157,7 +157,7 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
         eventually_some("a standby has all rows", || {
             let uri = uri.clone();
             async move {
-                (psql(&uri, "SELECT count(*) || ' ' || pg_is_in_recovery() FROM items").ok()? == "10000 t")
+                (psql(&uri, "SELECT count(*) || ' ' || pg_is_in_recovery() FROM items").ok()? == "10000 true")
                     .then_some(())
             }
         })
@@ -351,4 +351,67 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
         Some(())
     })
     .await;
+}
+
+/// Issue 11's password rule: a cluster deleted and re-created over its kept volumes gets new
+/// Secrets, and the database (initialised with the old passwords) accepts the new ones, since each
+/// instance applies its mounted Secrets at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_recreated_over_its_kept_volumes_accepts_its_new_secrets() {
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    create(&cluster, 1, &[]).await;
+    await_streaming(&cluster, 1).await;
+    let rw = uri(&cluster, "production-postgres-app", "production-postgres-rw").await;
+    psql(&rw, "CREATE TABLE kept (id int); INSERT INTO kept SELECT generate_series(1, 100)").unwrap();
+    let secrets: Api<Secret> = cluster.api();
+    let old = secret_value(&secrets.get("production-postgres-app").await.unwrap(), "password");
+
+    cluster.clusters().delete(NAME, &DeleteParams::default()).await.unwrap();
+    eventually_some("the cluster, its pods and Secrets gone", || async {
+        let gone = cluster.clusters().get_opt(NAME).await.ok()?.is_none()
+            && pods(&cluster).await.is_empty()
+            && secrets.get_opt("production-postgres-app").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = cluster.api();
+    assert!(pvcs.get("data-production-postgres-0").await.is_ok(), "the volume is kept (Retain)");
+
+    create(&cluster, 1, &[]).await;
+    await_streaming(&cluster, 1).await;
+    let renewed = secrets.get("production-postgres-app").await.unwrap();
+    assert_ne!(secret_value(&renewed, "password"), old, "a new Secret, a new password");
+    let rw = uri(&cluster, "production-postgres-app", "production-postgres-rw").await;
+    let count = eventually_some("the new app password logs in", || async {
+        psql(&rw, "SELECT count(*) FROM kept").ok()
+    })
+    .await;
+    assert_eq!(count, "100", "the data is the kept volume's");
+}
+
+/// Issue 11: an instance that cannot start (a parameter value the server refuses) shows in the
+/// cluster's status with the reason from its container's state, not just `Provisioning`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_cannot_start_says_why_in_the_status() {
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    create(&cluster, 1, &[("work_mem", "lots")]).await;
+    let api = cluster.clusters();
+    let (reason, message, instance) = eventually_some("Ready=False, InstanceFailing", || async {
+        let db = api.get(NAME).await.ok()?;
+        let status = db.status?;
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
+        let instance = status.instances.first()?.message.clone()?;
+        (ready.reason == "InstanceFailing").then_some((ready.reason, ready.message, instance))
+    })
+    .await;
+    assert_eq!(reason, "InstanceFailing");
+    assert!(message.contains("production-postgres-0: container "), "{message}");
+    assert!(
+        ["CrashLoopBackOff", "Error"].iter().any(|r| instance.contains(r)),
+        "the container's state: {instance}"
+    );
+    let phase = api.get(NAME).await.unwrap().status.unwrap().phase.map(|p| p.as_str());
+    assert_ne!(phase, Some("Running"));
 }

@@ -65,8 +65,8 @@ use super::roll::{RollStep, next_step};
 use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name, role_labels};
 use super::status::{compute_status, initial_status, is_first_pass, needs_requeue, with_instances};
 use super::topology::{
-    PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, label_changes,
-    slot_changes,
+    PodView, REVISION_LABEL, all_standbys_streaming, container_failure, current_primary, instance_statuses,
+    label_changes, slot_changes,
 };
 use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus};
 use super::validation::{SpecError, ValidSpec, validate};
@@ -381,6 +381,7 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
                 deleting: pod.metadata.deletion_timestamp.is_some(),
                 revision: labels.and_then(|l| l.get(REVISION_LABEL)).cloned(),
                 role_label: labels.and_then(|l| l.get(ROLE_LABEL)).cloned(),
+                failure: status.and_then(container_failure),
             })
         })
         .collect()

@@ -407,9 +407,9 @@ fn instance_command(verb: &str) -> Vec<String> {
 fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
-        // Not yet `readOnlyRootFilesystem`: under the process kubelet the data volume mounted
-        // below the image's read-only /var/lib/postgresql is refused writes (to be resolved with
-        // the kubelet); every path the instance program writes is a volume already.
+        // Every path the instance program and the server write is a volume: the data, the
+        // socket and run directory, `/tmp`.
+        read_only_root_filesystem: Some(true),
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
         ..SecurityContext::default()
     }
@@ -435,6 +435,9 @@ fn bootstrap_container(owner: &Owner, spec: &ValidSpec) -> Container {
         resources: Some(container_resources(spec)),
         volume_mounts: Some(volume_mounts()),
         security_context: Some(restricted_security_context()),
+        // A container that fails says why in its status: the log's tail when it wrote no
+        // termination message (PostgreSQL's FATAL line, for a parameter it refuses).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     }
 }
@@ -486,6 +489,9 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
         }),
         volume_mounts: Some(volume_mounts()),
         security_context: Some(restricted_security_context()),
+        // A container that fails says why in its status: the log's tail when it wrote no
+        // termination message (PostgreSQL's FATAL line, for a parameter it refuses).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     }
 }

@@ -51,6 +51,8 @@ pub mod reason {
     pub const INITIAL_ROLLOUT: &str = "InitialRollout";
     /// Every condition on the first pass, before anything is observed.
     pub const RECONCILING: &str = "Reconciling";
+    /// Ready=False: an instance cannot start (its container's state says why).
+    pub const INSTANCE_FAILING: &str = "InstanceFailing";
 }
 
 /// Whether this is the cluster's first pass: no phase has been written yet. Reconcile then writes
@@ -190,7 +192,9 @@ pub fn compute_status(
 }
 
 /// `status` with the instances as observed: `status.instances[]` and `currentPrimary`. A primary
-/// that could not be observed this pass keeps the last one observed while its pod exists.
+/// that could not be observed this pass keeps the last one observed while its pod exists. When
+/// replicas are not ready and an instance's containers say why (a crash loop, an exit code, the
+/// log's tail), `Ready=False` gets reason `InstanceFailing` and names each failing instance.
 pub fn with_instances(
     mut status: DatabaseClusterStatus,
     instances: Vec<InstanceStatus>,
@@ -198,6 +202,15 @@ pub fn with_instances(
 ) -> DatabaseClusterStatus {
     let still_there = |name: &String| instances.iter().any(|i| &i.name == name);
     status.current_primary = current_primary.or(status.current_primary.filter(still_there));
+    let failing: Vec<String> =
+        instances.iter().filter_map(|i| Some(format!("{}: {}", i.name, i.message.as_deref()?))).collect();
+    let not_ready = status.conditions.iter_mut().find(|c| {
+        c.type_ == condition::READY && c.status == "False" && c.reason == reason::REPLICAS_NOT_READY
+    });
+    if let (Some(ready), false) = (not_ready, failing.is_empty()) {
+        ready.reason = reason::INSTANCE_FAILING.to_owned();
+        ready.message = format!("{}; {}", ready.message, failing.join("; "));
+    }
     status.instances = instances;
     status
 }
@@ -440,6 +453,29 @@ mod tests {
         assert_eq!(phase(1), Phase::Degraded);
         assert_eq!(phase(2), Phase::Degraded);
         assert_eq!(phase(3), Phase::Running);
+    }
+
+    #[test]
+    fn an_instance_that_cannot_start_gives_ready_its_reason() {
+        let cluster = cluster(2, "15.4", 1);
+        let status = compute_status(&cluster, Some(&Observed::settled("15.4", 2, 1).build()), at(1));
+        let instance = |name: &str, message: Option<&str>| InstanceStatus {
+            name: name.into(),
+            role: "unknown".into(),
+            message: message.map(str::to_owned),
+            ..InstanceStatus::default()
+        };
+        let starting = with_instances(status.clone(), vec![instance("db-0", None)], None);
+        assert_eq!(summary(&starting, "Ready"), s("False", "ReplicasNotReady", "1/2 replicas ready"));
+        let failing = with_instances(
+            status,
+            vec![instance("db-0", None), instance("db-1", Some("container postgres: CrashLoopBackOff"))],
+            None,
+        );
+        assert_eq!(
+            summary(&failing, "Ready"),
+            s("False", "InstanceFailing", "1/2 replicas ready; db-1: container postgres: CrashLoopBackOff")
+        );
     }
 
     #[test]

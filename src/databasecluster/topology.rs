@@ -14,6 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+
 use super::instances::InstanceFacts;
 use super::services::{ROLE_PRIMARY, ROLE_REPLICA};
 use super::types::InstanceStatus;
@@ -41,6 +43,54 @@ pub struct PodView {
     pub revision: Option<String>,
     /// The role label it carries now.
     pub role_label: Option<String>,
+    /// Why its containers are not running, when the kubelet says so ([`container_failure`]).
+    pub failure: Option<String>,
+}
+
+/// The most of one container's failure that `status.instances[].message` repeats.
+const MAX_FAILURE_CHARS: usize = 1024;
+
+/// Waiting reasons of a container that is merely on its way (not a failure).
+const STARTING_REASONS: [&str; 2] = ["ContainerCreating", "PodInitializing"];
+
+/// Why a pod's instance cannot start, from its containers' state as the kubelet reports it: the
+/// first init or main container that waits for a reason other than starting (`CrashLoopBackOff`,
+/// `ErrImagePull`…) or has terminated with a non-zero exit code, with the kubelet's message and
+/// the last termination's exit code and message (the log's tail, with `FallbackToLogsOnError`).
+pub fn container_failure(status: &PodStatus) -> Option<String> {
+    let mut containers =
+        status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
+    let failure = containers.find_map(failure_of)?;
+    Some(failure.chars().take(MAX_FAILURE_CHARS).collect())
+}
+
+fn failure_of(container: &ContainerStatus) -> Option<String> {
+    let state = container.state.as_ref()?;
+    let last = container.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+    let (reason, message, terminated) = match (&state.waiting, &state.terminated) {
+        (Some(waiting), _) => {
+            let reason = waiting.reason.as_deref().unwrap_or("Waiting");
+            if STARTING_REASONS.contains(&reason) {
+                return None;
+            }
+            (reason, waiting.message.as_deref(), last)
+        }
+        (None, Some(terminated)) if terminated.exit_code != 0 => {
+            (terminated.reason.as_deref().unwrap_or("Error"), None, Some(terminated))
+        }
+        _ => return None,
+    };
+    let mut text = format!("container {}: {reason}", container.name);
+    if let Some(message) = message.filter(|m| !m.is_empty()) {
+        text.push_str(&format!(" ({message})"));
+    }
+    if let Some(terminated) = terminated {
+        text.push_str(&format!("; exit code {}", terminated.exit_code));
+        if let Some(message) = terminated.message.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
+            text.push_str(&format!(": {message}"));
+        }
+    }
+    Some(text)
 }
 
 /// The replication slot of instance `ordinal`.
@@ -96,6 +146,7 @@ pub fn instance_statuses(pods: &[PodView], facts: &BTreeMap<String, InstanceFact
                 version: observed.map(|f| f.version.clone()),
                 replication_state: replication.map(|(state, _)| (*state).to_owned()),
                 lag_bytes: replication.map(|(_, lag)| *lag),
+                message: pod.failure.clone(),
             }
         })
         .collect()
@@ -181,6 +232,39 @@ mod tests {
 
     fn standby_facts() -> InstanceFacts {
         InstanceFacts { in_recovery: true, version: "15.4".into(), ..InstanceFacts::default() }
+    }
+
+    #[test]
+    fn a_container_that_cannot_start_says_why() {
+        let status = |value: serde_json::Value| -> PodStatus { serde_json::from_value(value).unwrap() };
+        let starting = status(serde_json::json!({
+            "initContainerStatuses": [{"name": "bootstrap", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+            "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]
+        }));
+        assert_eq!(container_failure(&starting), None);
+        let crashing = status(serde_json::json!({
+            "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 3,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                    "message": "FATAL:  invalid value for parameter \"work_mem\": \"lots\"\n"}}}]
+        }));
+        assert_eq!(
+            container_failure(&crashing).as_deref(),
+            Some(
+                "container postgres: CrashLoopBackOff (back-off 40s); exit code 1: FATAL:  invalid value for parameter \"work_mem\": \"lots\""
+            )
+        );
+        let failed_init = status(serde_json::json!({
+            "initContainerStatuses": [{"name": "bootstrap", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]
+        }));
+        assert_eq!(
+            container_failure(&failed_init).as_deref(),
+            Some("container bootstrap: Error; exit code 2")
+        );
     }
 
     #[test]

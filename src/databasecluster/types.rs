@@ -288,6 +288,10 @@ pub struct InstanceStatus {
     /// For a standby: how many bytes of WAL it has yet to replay, as the primary sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<i64>,
+    /// Why the instance is not running, from its containers' state (e.g. `container postgres:
+    /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); absent while it runs or starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The schema of `metav1.Condition` lists with the apiserver's own validation (k8s-openapi's schema
