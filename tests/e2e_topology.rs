@@ -106,7 +106,11 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
     let db = await_streaming(&cluster, 3).await;
     let status = db.status.unwrap();
     assert_eq!(status.current_primary.as_deref(), Some("production-postgres-0"));
-    assert!(status.instances.iter().all(|i| i.version.as_deref().is_some_and(|v| v.starts_with("15."))));
+    assert!(
+        status.instances.iter().all(|i| i.version.as_deref().is_some_and(|v| v.starts_with("15."))),
+        "every instance reports its server version: {:?}",
+        status.instances
+    );
 
     let services: Api<Service> = cluster.api();
     for name in [NAME, "production-postgres-rw", "production-postgres-ro", "production-postgres-r"] {
