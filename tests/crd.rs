@@ -176,8 +176,11 @@ fn names_scope_and_short_name() {
 }
 
 #[test]
-fn status_is_a_subresource() {
-    assert_eq!(crd_json()["spec"]["versions"][0]["subresources"], json!({"status": {}}));
+fn status_and_scale_are_subresources() {
+    assert_eq!(
+        crd_json()["spec"]["versions"][0]["subresources"],
+        json!({"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}})
+    );
 }
 
 #[test]
