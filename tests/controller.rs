@@ -4,6 +4,8 @@
 //! flight finish and starts no new one.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +20,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// What the test reconcile does for an object, by name.
@@ -70,7 +72,6 @@ struct Recorder {
     behaviour: Mutex<HashMap<String, Behaviour>>,
     synced_at_first_pass: Mutex<Option<bool>>,
     caches: Mutex<Vec<Box<dyn Fn() -> bool + Send>>>,
-    changed: Notify,
     gate: Mutex<Option<oneshot::Receiver<()>>>,
     /// The client for the writing behaviours, and the ConfigMap cache they read.
     client: Mutex<Option<(kube::Client, Arc<Informer<ConfigMap>>)>>,
@@ -88,17 +89,12 @@ impl Recorder {
 
     /// Waits (at most a minute of the test's clock) until `condition` holds.
     async fn wait_until(&self, condition: impl Fn(&Self) -> bool) {
-        tokio::time::timeout(Duration::from_secs(60), async {
-            loop {
-                let changed = self.changed.notified();
-                if condition(self) {
-                    return;
-                }
-                changed.await;
-            }
-        })
+        common::eventually(
+            "the recorded passes to satisfy the condition",
+            Duration::from_secs(60),
+            || async { if condition(self) { Ok(()) } else { Err(self.keys()) } },
+        )
         .await
-        .expect("the condition did not hold within a minute");
     }
 }
 
@@ -110,7 +106,6 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
         }
     }
     rec.passes.lock().push((key.clone(), Instant::now()));
-    rec.changed.notify_waiters();
     let behaviour = rec.behaviour.lock().get(key.name()).copied().unwrap_or(Behaviour::Done);
     match behaviour {
         Behaviour::Done => Ok(Action::Done),
@@ -129,7 +124,6 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
             } else {
                 std::future::pending::<()>().await;
             }
-            rec.changed.notify_waiters();
             Ok(Action::Done)
         }
     }
@@ -432,15 +426,15 @@ async fn a_key_whose_passes_keep_writing_is_reported_and_slowed() {
     }
     // Settling: once a pass writes nothing the key is calm again.
     h.recorder.behaviour.lock().insert("flapping".into(), Behaviour::Done);
-    // The gauge moves after a pass ends (no event to await): look every 10 ms, for a minute at most.
+    // The gauge moves after a pass ends (no event to await).
     let hot_keys = || metric(&h.metrics, "controller_runtime_hot_loop_keys{controller=\"test\"}");
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while hot_keys() != Some(0.0) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    common::eventually("the hot-loop gauge to drop to 0", Duration::from_secs(60), || async {
+        match hot_keys() {
+            Some(0.0) => Ok(()),
+            other => Err(other),
         }
     })
-    .await
-    .expect("the key never settled");
+    .await;
 }
 
 #[tokio::test]

@@ -64,14 +64,12 @@ async fn start(sim: &SimServer, settings: ManagerConfig) -> Manager {
 #[derive(Default)]
 struct Journal {
     entries: Mutex<Vec<(&'static str, &'static str, String)>>,
-    changed: tokio::sync::Notify,
     probe: Mutex<Option<ControllerProbe>>,
 }
 
 impl Journal {
     fn record(&self, what: &'static str, instance: &'static str, key: &ObjectKey) {
         self.entries.lock().push((what, instance, key.name().to_string()));
-        self.changed.notify_waiters();
     }
 
     fn count(&self, what: &str, instance: &str) -> usize {
@@ -82,14 +80,12 @@ impl Journal {
         self.entries.lock().iter().any(|(w, _, k)| *w == what && k == key)
     }
 
+    /// Waits (bounded by the harness's limit) until `done` holds for the journal.
     async fn until(&self, done: impl Fn(&Self) -> bool) {
-        loop {
-            let changed = self.changed.notified();
-            if done(self) {
-                return;
-            }
-            changed.await;
-        }
+        eventually("the journal to satisfy the condition", common::WAIT_LIMIT, || async {
+            if done(self) { Ok(()) } else { Err(self.entries.lock().clone()) }
+        })
+        .await
     }
 }
 

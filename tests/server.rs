@@ -231,12 +231,10 @@ async fn healthz_fails_once_an_informer_watch_loop_has_died() {
     assert_eq!(get(addr, "/healthz").await.0, 200, "both loops are running");
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "trigger"}})).unwrap();
     config_maps.create(&PostParams::default(), &cm).await.unwrap();
-    let died = async {
-        while !doomed.has_stopped() {
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), died).await.expect("the doomed loop ended");
+    eventually("the doomed loop to end", Duration::from_secs(30), || async {
+        if doomed.has_stopped() { Ok(()) } else { Err("still running") }
+    })
+    .await;
     let (status, _, body) = get(addr, "/healthz").await;
     assert_eq!((status, body.as_str()), (500, "watch loops stopped: doomed\n"));
     assert!(!healthy.has_stopped());

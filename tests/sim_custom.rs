@@ -3,6 +3,8 @@
 //! including transition rules, each refusal a 422 whose causes name the field.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use dbcluster_operator::sim::{KubernetesVersion, SimConfig, SimServer};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -225,11 +227,15 @@ async fn deleting_the_crd_deletes_its_resources_and_through_gc_their_children() 
         k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     > = Api::all(sim.client());
     crds.delete("databaseclusters.databases.example.dev", &Default::default()).await.unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(10), async {
-        while config_maps.get_opt("pg-config").await.unwrap().is_some() {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the garbage collector deletes the child of the deleted custom resource");
+    common::eventually(
+        "the garbage collector to delete the child of the deleted custom resource",
+        std::time::Duration::from_secs(10),
+        || async {
+            match config_maps.get_opt("pg-config").await.unwrap() {
+                None => Ok(()),
+                Some(child) => Err(child.metadata.name),
+            }
+        },
+    )
+    .await;
 }

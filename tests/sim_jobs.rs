@@ -3,6 +3,8 @@
 //! schedule and keep their status and history limits.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use std::time::Duration;
 
 use dbcluster_operator::sim::{SimConfig, SimServer};
@@ -32,22 +34,25 @@ where
         return found.clone();
     }
     let mut rv = list.metadata.resource_version.unwrap();
-    loop {
-        let mut stream = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-        while let Some(event) = stream.try_next().await.unwrap() {
-            match event {
-                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    if done(&o) {
-                        return o;
+    common::within_limit("an object satisfying the condition", Duration::from_secs(3600), async {
+        loop {
+            let mut stream = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+            while let Some(event) = stream.try_next().await.unwrap() {
+                match event {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                        if done(&o) {
+                            return o;
+                        }
+                        rv = o.meta().resource_version.clone().unwrap();
                     }
-                    rv = o.meta().resource_version.clone().unwrap();
+                    WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
+                    WatchEvent::Deleted(o) => rv = o.meta().resource_version.clone().unwrap(),
+                    WatchEvent::Error(e) => panic!("watch error {e:?}"),
                 }
-                WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
-                WatchEvent::Deleted(o) => rv = o.meta().resource_version.clone().unwrap(),
-                WatchEvent::Error(e) => panic!("watch error {e:?}"),
             }
         }
-    }
+    })
+    .await
 }
 
 async fn start() -> SimServer {

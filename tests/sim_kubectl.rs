@@ -3,6 +3,8 @@
 //! json, delete, and client-side apply of a built-in kind.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -214,12 +216,15 @@ async fn kubectl_get_watch_sees_a_change() {
         )
         .await
         .unwrap();
-    loop {
-        let line = lines.next_line().await.unwrap().expect("kubectl get -w ended early");
-        if line.contains("Creating") {
-            break;
+    common::within("kubectl get -w to print the new phase", async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("kubectl get -w ended early");
+            if line.contains("Creating") {
+                break;
+            }
         }
-    }
+    })
+    .await;
     child.kill().await.unwrap();
 }
 

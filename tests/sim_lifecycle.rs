@@ -3,6 +3,8 @@
 //! namespace termination. Background work is awaited through watches, never slept on.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use dbcluster_operator::sim::SimServer;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -43,12 +45,15 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     let mut stream = api.watch(&WatchParams::default().disable_bookmarks(), from_rv).await.unwrap().boxed();
-    while let Some(event) = stream.try_next().await.unwrap() {
-        if done(&event) {
-            return;
+    common::within("the awaited watch event", async {
+        while let Some(event) = stream.try_next().await.unwrap() {
+            if done(&event) {
+                return;
+            }
         }
-    }
-    panic!("the watch ended before the awaited event");
+        panic!("the watch ended before the awaited event");
+    })
+    .await
 }
 
 /// Waits until a watch of `api` reports `name` deleted.

@@ -4,6 +4,8 @@
 //! `partition`, and garbage collection of the pods with their StatefulSet.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use std::time::Duration;
 
 use dbcluster_operator::sim::{SimConfig, SimServer};
@@ -60,10 +62,13 @@ fn describe(e: &WatchEvent<Pod>) -> Option<String> {
 async fn pod_events(pods: &Api<Pod>, rv: &str, n: usize) -> Vec<String> {
     let mut stream = pods.watch(&WatchParams::default().disable_bookmarks(), rv).await.unwrap().boxed();
     let mut seen = Vec::new();
-    while seen.len() < n {
-        let e = stream.try_next().await.unwrap().expect("watch ended");
-        seen.extend(describe(&e));
-    }
+    common::within("the pod watch events", async {
+        while seen.len() < n {
+            let e = stream.try_next().await.unwrap().expect("watch ended");
+            seen.extend(describe(&e));
+        }
+    })
+    .await;
     seen
 }
 
@@ -75,13 +80,16 @@ async fn await_sts(sts: &Api<StatefulSet>, done: impl Fn(&StatefulSet) -> bool) 
     }
     let rv = current.metadata.resource_version.unwrap();
     let mut stream = sts.watch(&WatchParams::default().disable_bookmarks(), &rv).await.unwrap().boxed();
-    loop {
-        if let Some(WatchEvent::Modified(s) | WatchEvent::Added(s)) = stream.try_next().await.unwrap()
-            && done(&s)
-        {
-            return s;
+    common::within("the StatefulSet's status", async {
+        loop {
+            if let Some(WatchEvent::Modified(s) | WatchEvent::Added(s)) = stream.try_next().await.unwrap()
+                && done(&s)
+            {
+                return s;
+            }
         }
-    }
+    })
+    .await
 }
 
 fn status(s: &StatefulSet) -> &k8s_openapi::api::apps::v1::StatefulSetStatus {
@@ -214,13 +222,16 @@ async fn volume_claim_templates_are_immutable_and_claims_grow_but_never_shrink()
     let grown = pvcs.patch("data-db-0", &PatchParams::default(), &Patch::Merge(grow)).await.unwrap();
     let rv = grown.metadata.resource_version.unwrap();
     let mut stream = pvcs.watch(&WatchParams::default().disable_bookmarks(), &rv).await.unwrap().boxed();
-    loop {
-        if let Some(WatchEvent::Modified(p)) = stream.try_next().await.unwrap() {
-            let capacity = p.status.unwrap().capacity.unwrap();
-            assert_eq!(capacity["storage"].0, "2Gi");
-            break;
+    common::within("the grown PVC's capacity", async {
+        loop {
+            if let Some(WatchEvent::Modified(p)) = stream.try_next().await.unwrap() {
+                let capacity = p.status.unwrap().capacity.unwrap();
+                assert_eq!(capacity["storage"].0, "2Gi");
+                break;
+            }
         }
-    }
+    })
+    .await;
     let shrink = json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}});
     match pvcs.patch("data-db-0", &PatchParams::default(), &Patch::Merge(shrink)).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 422),
@@ -242,17 +253,12 @@ async fn a_name_too_long_for_the_revision_label_gets_no_pods_and_a_failed_create
     // 53 characters plus `-` and the hash exceed the 63 characters of a label value.
     let long = "a".repeat(53);
     sets.create(&PostParams::default(), &named(&long)).await.unwrap();
-    let failed = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let list = events.list(&ListParams::default()).await.unwrap();
-            if let Some(e) = list.items.into_iter().find(|e| e.reason.as_deref() == Some("FailedCreate")) {
-                return e;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let failed = common::eventually("a FailedCreate event", Duration::from_secs(60), || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        let reasons: Vec<_> = list.items.iter().map(|e| e.reason.clone()).collect();
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("FailedCreate")).ok_or(reasons)
     })
-    .await
-    .expect("a FailedCreate event");
+    .await;
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
     assert_eq!(failed.involved_object.name.as_deref(), Some(long.as_str()));
     let message = failed.message.unwrap_or_default();
@@ -262,11 +268,8 @@ async fn a_name_too_long_for_the_revision_label_gets_no_pods_and_a_failed_create
     // 52 characters fit: the pod is created.
     let fits = "b".repeat(52);
     sets.create(&PostParams::default(), &named(&fits)).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while pods.get_opt(&format!("{fits}-0")).await.unwrap().is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    common::eventually("the pod of a 52-character StatefulSet", Duration::from_secs(60), || async {
+        pods.get_opt(&format!("{fits}-0")).await.unwrap().ok_or("no pod yet")
     })
-    .await
-    .expect("the pod of a 52-character StatefulSet");
+    .await;
 }

@@ -3,6 +3,8 @@
 //! initial-events-end bookmark, 410 for forgotten versions, and the server's timeout.
 #![cfg(feature = "sim")]
 
+mod common;
+
 use std::time::Duration;
 
 use dbcluster_operator::sim::{SimConfig, SimServer};
@@ -35,12 +37,15 @@ async fn watch_sees_added_modified_deleted_from_the_list_version() {
     cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "w"}}))).await.unwrap();
     cms.delete("a", &DeleteParams::default()).await.unwrap();
     let mut seen = Vec::new();
-    while seen.len() < 3 {
-        let e = stream.try_next().await.unwrap().unwrap();
-        if !matches!(e, WatchEvent::Bookmark(_)) {
-            seen.push(describe(&e));
+    common::within("three watch events", async {
+        while seen.len() < 3 {
+            let e = stream.try_next().await.unwrap().unwrap();
+            if !matches!(e, WatchEvent::Bookmark(_)) {
+                seen.push(describe(&e));
+            }
         }
-    }
+    })
+    .await;
     assert_eq!(seen, ["ADDED a", "MODIFIED a", "DELETED a"]);
 }
 
@@ -104,13 +109,16 @@ async fn bookmarks_advance_to_the_latest_version() {
         serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap();
     let written =
         pods.create(&PostParams::default(), &secret).await.unwrap().metadata.resource_version.unwrap();
-    loop {
-        if let WatchEvent::Bookmark(b) = stream.try_next().await.unwrap().unwrap()
-            && b.metadata.resource_version == written
-        {
-            break;
+    common::within("a bookmark at the written resourceVersion", async {
+        loop {
+            if let WatchEvent::Bookmark(b) = stream.try_next().await.unwrap().unwrap()
+                && b.metadata.resource_version == written
+            {
+                break;
+            }
         }
-    }
+    })
+    .await;
 }
 
 #[tokio::test]

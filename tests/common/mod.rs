@@ -219,11 +219,17 @@ where
     }
 }
 
-/// Awaits `future`, failing the test if it takes longer than [`WAIT_LIMIT`].
+/// Awaits `future` (a watch, a child process's output: something that is awaited, not polled),
+/// failing the test if it takes longer than [`WAIT_LIMIT`].
 pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT_LIMIT, future).await {
+    within_limit(what, WAIT_LIMIT, future).await
+}
+
+/// Awaits `future`, failing the test if it takes longer than `limit`.
+pub async fn within_limit<T>(what: &str, limit: Duration, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
         Ok(value) => value,
-        Err(_) => panic!("timed out waiting for {what}"),
+        Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
     }
 }
 
