@@ -125,7 +125,8 @@ fn the_schema_refuses_what_the_issue_says_it_refuses() {
     for good_storage in ["1Gi", "1.5Gi", ".5Ti", "500M", "1073741824", "10Gi"] {
         assert!(with("storageSize", json!(good_storage)).is_empty(), "storageSize {good_storage:?}");
     }
-    for bad_replicas in [0, 11, -1] {
+    assert!(with("replicas", json!(0)).is_empty(), "replicas 0 hibernates");
+    for bad_replicas in [11, -1] {
         assert_eq!(with("replicas", json!(bad_replicas)).len(), 1, "replicas {bad_replicas}");
     }
     for bad_version in ["16-alpine", "16.1.2", "latest", "", "0.1", "15."] {
@@ -175,12 +176,15 @@ fn names_scope_and_short_name() {
 }
 
 #[test]
-fn status_is_a_subresource() {
-    assert_eq!(crd_json()["spec"]["versions"][0]["subresources"], json!({"status": {}}));
+fn status_and_scale_are_subresources() {
+    assert_eq!(
+        crd_json()["spec"]["versions"][0]["subresources"],
+        json!({"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}})
+    );
 }
 
 #[test]
-fn printer_columns_are_phase_ready_version_age() {
+fn printer_columns_are_phase_ready_primary_version_age() {
     let columns: Vec<(String, String, String)> =
         crd_json()["spec"]["versions"][0]["additionalPrinterColumns"]
             .as_array()
@@ -193,12 +197,20 @@ fn printer_columns_are_phase_ready_version_age() {
             .collect();
     let expected = [
         ("PHASE", "string", ".status.phase"),
-        ("READY", "integer", ".status.readyReplicas"),
+        ("READY", "string", ".status.readyInstances"),
+        ("PRIMARY", "string", ".status.currentPrimary"),
         ("VERSION", "string", ".status.currentVersion"),
         ("AGE", "date", ".metadata.creationTimestamp"),
     ]
     .map(|(n, t, p)| (n.to_owned(), t.to_owned(), p.to_owned()));
     assert_eq!(columns, expected);
+}
+
+#[test]
+fn the_scale_subresource_maps_spec_and_status_replicas() {
+    let subresources = &crd_json()["spec"]["versions"][0]["subresources"];
+    assert_eq!(subresources["scale"]["specReplicasPath"], ".spec.replicas");
+    assert_eq!(subresources["scale"]["statusReplicasPath"], ".status.replicas");
 }
 
 #[test]
@@ -224,7 +236,7 @@ fn status_has_the_phase_enum_and_condition_list_map() {
     let status = &crd_json()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
     assert_eq!(
         status["properties"]["phase"]["enum"],
-        json!(["Provisioning", "Running", "Degraded", "Upgrading", "Failed"])
+        json!(["Provisioning", "Running", "Degraded", "Upgrading", "Failed", "Hibernated"])
     );
     let conditions = &status["properties"]["conditions"];
     assert_eq!(conditions["x-kubernetes-list-type"], "map");
@@ -234,7 +246,16 @@ fn status_has_the_phase_enum_and_condition_list_map() {
         json!(["lastTransitionTime", "message", "reason", "status", "type"])
     );
     assert_eq!(conditions["items"]["properties"]["status"]["enum"], json!(["True", "False", "Unknown"]));
-    for field in ["readyReplicas", "currentVersion", "observedGeneration", "lastBackupTime"] {
+    for field in [
+        "readyReplicas",
+        "readyInstances",
+        "currentPrimary",
+        "instances",
+        "replicas",
+        "currentVersion",
+        "observedGeneration",
+        "lastBackupTime",
+    ] {
         assert!(status["properties"].get(field).is_some(), "status.{field}");
     }
 }

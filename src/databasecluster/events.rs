@@ -67,7 +67,13 @@ impl EventNote {
     /// The API's limit on an Event's note.
     pub const MAX_NOTE_BYTES: usize = 1024;
 
-    fn new(type_: EventType, reason: impl Into<String>, action: &'static str, note: String) -> Self {
+    /// A note with its text cut to the API's limit.
+    pub(super) fn new(
+        type_: EventType,
+        reason: impl Into<String>,
+        action: &'static str,
+        note: String,
+    ) -> Self {
         EventNote { type_, reason: reason.into(), action, note: truncate(note, Self::MAX_NOTE_BYTES) }
     }
 

@@ -21,6 +21,7 @@ pub(crate) fn spec(replicas: i32, version: &str, storage_size: &str) -> Database
         storage_size: storage_size.into(),
         backup_schedule: None,
         postgres_config: None,
+        ..DatabaseClusterSpec::default()
     }
 }
 

@@ -1,13 +1,20 @@
 //! The DatabaseCluster operator: CRD types, pure child builders, status, reconcile and the wiring
 //! that runs them ([`operator::workload`]).
 
+pub mod config;
+pub mod credentials;
 pub mod drift;
 pub mod events;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod instance_events;
+pub mod instances;
 pub mod operator;
 pub mod reconcile;
 pub mod resources;
+pub mod roll;
+pub mod services;
 pub mod status;
+pub mod topology;
 pub mod types;
 pub mod validation;

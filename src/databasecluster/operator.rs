@@ -1,7 +1,9 @@
 //! The whole operator wired on a `kube::Client`: one informer per kind (DatabaseCluster,
-//! StatefulSet, Service, Secret), a controller for DatabaseClusters that owns the three child
-//! kinds, and [`reconcile`] as its pass. `run` (against a cluster) and `demo` (against the
-//! simulated one) both run it under the runtime's manager as [`workload`].
+//! StatefulSet, Service, Secret, ConfigMap, PodDisruptionBudget, Pod), a controller for
+//! DatabaseClusters that owns the child kinds and watches the pods (mapped to their cluster by
+//! the `app.kubernetes.io/instance` label), and [`reconcile`] as its pass. `run` (against a
+//! cluster) and `demo` (against the simulated one) both run it under the runtime's manager as
+//! [`workload`].
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
 //! so the operator never caches the cluster's other Secrets. Build with [`Operator::new`],
@@ -16,7 +18,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
@@ -94,6 +97,12 @@ pub struct OperatorHandles {
     pub services: Arc<Informer<Service>>,
     /// The Secret informer.
     pub secrets: Arc<Informer<Secret>>,
+    /// The ConfigMap informer.
+    pub configmaps: Arc<Informer<ConfigMap>>,
+    /// The PodDisruptionBudget informer.
+    pub pdbs: Arc<Informer<PodDisruptionBudget>>,
+    /// The pod informer (the clusters' pods, mapped to their cluster by label).
+    pub pods: Arc<Informer<Pod>>,
 }
 
 /// The operator, built but not yet running.
@@ -135,6 +144,9 @@ impl Operator {
         let statefulsets = managed_informer::<StatefulSet>(&client, namespace);
         let services = managed_informer::<Service>(&client, namespace);
         let secrets = managed_informer::<Secret>(&client, namespace);
+        let configmaps = managed_informer::<ConfigMap>(&client, namespace);
+        let pdbs = managed_informer::<PodDisruptionBudget>(&client, namespace);
+        let pods = managed_informer::<Pod>(&client, namespace);
 
         let metrics = Arc::clone(&options.metrics);
         let config = ControllerConfig {
@@ -145,8 +157,13 @@ impl Operator {
             metrics: Some(metrics.controller(CONTROLLER_NAME)),
             ..ControllerConfig::named(CONTROLLER_NAME)
         };
-        let controller =
-            Controller::new(&clusters, config).owns(&statefulsets).owns(&services).owns(&secrets);
+        let controller = Controller::new(&clusters, config)
+            .owns(&statefulsets)
+            .owns(&services)
+            .owns(&secrets)
+            .owns(&configmaps)
+            .owns(&pdbs)
+            .watches(&pods, cluster_of_pod);
         let context = Arc::new(Context {
             events: EventPublisher::new(client.clone(), options.instance),
             client,
@@ -154,6 +171,9 @@ impl Operator {
             statefulsets: Arc::clone(statefulsets.cache()),
             services: Arc::clone(services.cache()),
             secrets: Arc::clone(secrets.cache()),
+            configmaps: Arc::clone(configmaps.cache()),
+            pdbs: Arc::clone(pdbs.cache()),
+            pods: Arc::clone(pods.cache()),
         });
         let handles = OperatorHandles {
             queue: controller.queue().clone(),
@@ -162,6 +182,9 @@ impl Operator {
             statefulsets,
             services,
             secrets,
+            configmaps,
+            pdbs,
+            pods,
         };
         Operator { controller, context, handles }
     }
@@ -179,6 +202,9 @@ impl Operator {
         view.add_informer("statefulsets", Arc::clone(&handles.statefulsets) as Arc<dyn InformerProbe>);
         view.add_informer("services", Arc::clone(&handles.services) as Arc<dyn InformerProbe>);
         view.add_informer("secrets", Arc::clone(&handles.secrets) as Arc<dyn InformerProbe>);
+        view.add_informer("configmaps", Arc::clone(&handles.configmaps) as Arc<dyn InformerProbe>);
+        view.add_informer("poddisruptionbudgets", Arc::clone(&handles.pdbs) as Arc<dyn InformerProbe>);
+        view.add_informer("pods", Arc::clone(&handles.pods) as Arc<dyn InformerProbe>);
         view.add_controller(self.controller.probe());
     }
 
@@ -190,6 +216,9 @@ impl Operator {
         self.handles.statefulsets.start();
         self.handles.services.start();
         self.handles.secrets.start();
+        self.handles.configmaps.start();
+        self.handles.pdbs.start();
+        self.handles.pods.start();
     }
 
     /// Starts the informers (if not yet started) and reconciles until `shutdown` resolves; passes
@@ -222,6 +251,13 @@ pub async fn workload(
     Ok(move |stop: CancellationToken| -> BoxFuture<'static, Result<(), OperatorError>> {
         Box::pin(operator.run(stop.cancelled_owned()))
     })
+}
+
+/// The DatabaseCluster a pod belongs to: its `app.kubernetes.io/instance` label (the pod's
+/// controller is the StatefulSet, not the cluster).
+fn cluster_of_pod(pod: &Pod) -> Option<ObjectKey> {
+    let name = pod.metadata.labels.as_ref()?.get(label::INSTANCE)?;
+    Some(ObjectKey::new(pod.metadata.namespace.as_deref(), name))
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>

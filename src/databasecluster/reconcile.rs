@@ -1,28 +1,37 @@
-//! Reconcile: the seed's four-step contract, with reads from the informers' caches and writes only
-//! where the cluster differs from its desired state.
+//! Reconcile: the seed's four-step contract, plus the instances, with reads from the informers'
+//! caches and writes only where the cluster differs from its desired state.
 //!
 //! 1. **Fetch** the DatabaseCluster from the cache; gone (or being deleted) → `Done`: the garbage
 //!    collector removes the children through their ownerReferences.
 //! 2. **First pass**: write phase Provisioning with every condition Unknown, and return; the status
 //!    write's own watch event brings the next pass.
-//! 3. **Children**, each built purely from the cluster ([`super::resources`]): absent from the
-//!    cache → create (POST); present → server-side apply (field manager
-//!    [`FIELD_MANAGER`], forced) only when [`needs_update`] finds a difference in a field the
-//!    operator owns, so other managers' fields survive and an unchanged cluster costs no write.
-//!    A create answered `409 AlreadyExists` means the cache is behind: the object is read from the
-//!    API once and handled as if cached. The Secret's password is drawn once from a CSPRNG when the
-//!    Secret is created and read back from it ever after. One log line per child and pass:
-//!    `result=created|updated|none`.
-//! 4. **Status**: computed from the StatefulSet as observed (the object the write returned, else
-//!    the cache) and merge-patched on `/status` with the cached resourceVersion as a precondition,
-//!    only when it differs from the cached status. Then `Done`, or `RequeueAfter(10 s)` while the
-//!    cluster converges (the seed's safety net for missed events).
+//! 3. **Children**, each built purely from the cluster ([`super::resources`], [`super::config`],
+//!    [`super::credentials`], [`super::services`]): the headless and the three client Services,
+//!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
+//!    the PodDisruptionBudget. Absent from the cache → create (POST); present → server-side apply
+//!    (field manager [`FIELD_MANAGER`], forced) only when [`needs_update`] finds a difference in a
+//!    field the operator owns, so other managers' fields survive and an unchanged cluster costs
+//!    no write. A create answered `409 AlreadyExists` means the cache is behind: the object is
+//!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
+//!    when its Secret is created and read back from it ever after. One log line per child and
+//!    pass: `result=created|updated|none`.
+//! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`] and
+//!    [`super::roll`]): each pod's instance is asked what it is; role labels follow the answers;
+//!    the primary's slots are created and dropped; a configuration that has reached an instance
+//!    is reloaded; a password the primary refuses is set from its Secret (a refused superuser
+//!    password restarts the primary); and the next outdated pod of a roll is deleted. Failures
+//!    here are logged and retried on a later pass.
+//! 5. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
+//!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
+//!    the cached status. Then `Done`, or `RequeueAfter(10 s)` while the cluster converges or an
+//!    instance operation is under way (replication changes bring no watch event).
 //!
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
 //! error: no retry until the spec changes. Events record created children, scaling, upgrades, the
 //! invalid spec and (aggregated) reconcile errors; none ever carries the password.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,25 +39,37 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Secret, Service};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
-use rand::distr::{Alphanumeric, SampleString};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
 
-use super::drift::{keep_immutable_fields, needs_update};
-use super::events::EventPublisher;
-use super::events::{EventNote, scaling_event, status_events};
-use super::resources::{
-    FIELD_MANAGER, Owner, OwnerError, app_secret_name, app_secret_password, build_app_secret,
-    build_headless_service, build_statefulset, foreign_controller, headless_service_name, statefulset_name,
+use super::config::{
+    build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_primary,
 };
-use super::status::{compute_status, initial_status, is_first_pass, needs_requeue};
-use super::types::{DatabaseCluster, DatabaseClusterStatus};
-use super::validation::{SpecError, validate};
+use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
+use super::drift::{keep_immutable_fields, needs_update};
+use super::events::{EventNote, EventPublisher, scaling_event, status_events};
+use super::instances::{
+    InstanceFacts, Target, check_login, connect, create_slot, drop_slot, observe, reload, set_password,
+};
+use super::resources::{
+    FIELD_MANAGER, Owner, OwnerError, POSTGRES_PORT, build_headless_service, build_statefulset,
+    foreign_controller, headless_service_name, label, statefulset_name,
+};
+use super::roll::{RollStep, next_step};
+use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name, role_labels};
+use super::status::{compute_status, initial_status, is_first_pass, needs_requeue, with_instances};
+use super::topology::{
+    PodView, REVISION_LABEL, all_standbys_streaming, container_failure, current_primary, instance_statuses,
+    label_changes, slot_changes,
+};
+use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus};
+use super::validation::{SpecError, ValidSpec, validate};
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::Cache;
 use crate::runtime::client;
@@ -57,8 +78,6 @@ use crate::runtime::writes::recorded;
 
 /// How long to wait before looking again while replicas are not ready, even without an event.
 pub const CONVERGING_REQUEUE: Duration = Duration::from_secs(10);
-/// Length of the generated superuser password (alphanumeric: about 190 bits).
-const PASSWORD_LENGTH: usize = 32;
 
 /// What every reconcile pass shares: the client for writes, the caches for reads, the Event
 /// publisher.
@@ -71,8 +90,14 @@ pub struct Context {
     pub statefulsets: Arc<Cache<StatefulSet>>,
     /// The operator's headless Services.
     pub services: Arc<Cache<Service>>,
-    /// The operator's app Secrets.
+    /// The operator's login Secrets.
     pub secrets: Arc<Cache<Secret>>,
+    /// The operator's ConfigMaps.
+    pub configmaps: Arc<Cache<ConfigMap>>,
+    /// The operator's PodDisruptionBudgets.
+    pub pdbs: Arc<Cache<PodDisruptionBudget>>,
+    /// The clusters' pods (labelled managed-by the operator through the pod template).
+    pub pods: Arc<Cache<Pod>>,
     /// Where Events go.
     pub events: EventPublisher,
 }
@@ -176,25 +201,17 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     };
     let owner = Owner::of(cluster)?;
 
-    let service_key = child_key(cluster, headless_service_name);
-    let cached = ctx.services.get(&service_key);
-    let (_, outcome) =
-        ensure_child(ctx, &owner, "Service", cached, |_| build_headless_service(&owner)).await?;
-    report(ctx, cluster, "Service", &service_key, &outcome, None).await;
+    ensure_services(ctx, cluster, &owner).await?;
+    let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
 
-    let secret_key = child_key(cluster, app_secret_name);
-    let cached = ctx.secrets.get(&secret_key);
-    let (_, outcome) = ensure_child(ctx, &owner, "Secret", cached, |live: Option<&Secret>| {
-        let password = live.and_then(app_secret_password).unwrap_or_else(|| {
-            if live.is_some() {
-                tracing::warn!(secret = %secret_key, "the app Secret holds no password; generating a new one");
-            }
-            generate_password()
-        });
-        build_app_secret(&owner, &password)
-    })
-    .await?;
-    report(ctx, cluster, "Secret", &secret_key, &outcome, None).await;
+    let config_key = child_key(cluster, config_map_name);
+    let cached = ctx.configmaps.get(&config_key);
+    let primary_record =
+        cached.as_deref().and_then(recorded_primary).unwrap_or_else(|| initial_primary(owner.name()));
+    let (_, outcome) =
+        ensure_child(ctx, &owner, "ConfigMap", cached, |_| build_config_map(&owner, &spec, &primary_record))
+            .await?;
+    report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
 
     let sts_key = child_key(cluster, statefulset_name);
     let cached = ctx.statefulsets.get(&sts_key);
@@ -212,13 +229,20 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     };
     report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
 
+    ensure_pdb(ctx, cluster, &owner, spec.replicas).await?;
+
+    let pods = pod_views(ctx, &owner);
+    let topology =
+        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &primary_record).await;
+
     let status = compute_status(cluster, Ok(&spec), Some(&sts), Timestamp::now());
+    let status = with_instances(status, topology.statuses, topology.current_primary);
     let ready = status.ready_replicas;
-    tracing::info!(ready, desired = cluster.spec.replicas, "observed StatefulSet");
-    let converging = needs_requeue(&status);
+    tracing::info!(ready, desired = cluster.spec.replicas, primary = ?status.current_primary, "observed instances");
+    let converging = needs_requeue(&status) || topology.busy;
     write_status(ctx, cluster, status).await?;
     if converging {
-        tracing::info!(ready, desired = cluster.spec.replicas, "waiting for replicas; requeuing");
+        tracing::info!(ready, desired = cluster.spec.replicas, "converging; requeuing");
         Ok(Action::RequeueAfter(CONVERGING_REQUEUE))
     } else {
         tracing::info!(ready, "DatabaseCluster is in its desired state");
@@ -226,15 +250,341 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     }
 }
 
+/// The headless Service and the three client Services.
+async fn ensure_services(ctx: &Context, cluster: &DatabaseCluster, owner: &Owner) -> Result<(), Error> {
+    let service_key = child_key(cluster, headless_service_name);
+    let cached = ctx.services.get(&service_key);
+    let (_, outcome) = ensure_child(ctx, owner, "Service", cached, |_| build_headless_service(owner)).await?;
+    report(ctx, cluster, "Service", &service_key, &outcome, None).await;
+    for which in ClientService::ALL {
+        let key = ObjectKey::new(Some(owner.namespace()), &which.name(owner.name()));
+        let cached = ctx.services.get(&key);
+        let (_, outcome) =
+            ensure_child(ctx, owner, "Service", cached, |_| build_client_service(owner, which)).await?;
+        report(ctx, cluster, "Service", &key, &outcome, None).await;
+    }
+    Ok(())
+}
+
+/// Each login's user and password, as its Secret holds them.
+#[derive(Clone, Default)]
+struct Credentials(BTreeMap<&'static str, (String, String)>);
+
+impl Credentials {
+    fn get(&self, login: Login) -> Option<(&str, &str)> {
+        self.0.get(login.mount_dir()).map(|(user, password)| (user.as_str(), password.as_str()))
+    }
+}
+
+/// The three login Secrets (the app one only when the spec names none): created with a fresh
+/// password when absent, applied with the password read back otherwise.
+async fn ensure_secrets(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+) -> Result<Credentials, Error> {
+    let mut credentials = Credentials::default();
+    for login in Login::ALL {
+        if let (Login::App, Some(name)) = (login, spec.app_secret_name.as_deref()) {
+            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), owner.namespace());
+            match api.get_opt(name).await {
+                Ok(Some(secret)) => {
+                    if let (Some(user), Some(password)) =
+                        (secret_value(&secret, "username"), secret_password(&secret))
+                    {
+                        credentials.0.insert(login.mount_dir(), (user, password));
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!(secret = %name, "spec.appSecretName names a Secret that does not exist")
+                }
+                Err(source) => return Err(child_error("reading", "Secret", name, source)),
+            }
+            continue;
+        }
+        let key = ObjectKey::new(Some(owner.namespace()), &login.secret_name(owner.name()));
+        let cached = ctx.secrets.get(&key);
+        let (secret, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&Secret>| {
+            let password = live.and_then(secret_password).unwrap_or_else(|| {
+                if live.is_some() {
+                    tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
+                }
+                generate_password()
+            });
+            build_login_secret(owner, login, &password)
+        })
+        .await?;
+        report(ctx, cluster, "Secret", &key, &outcome, None).await;
+        if let Some(password) = secret_password(&secret) {
+            credentials.0.insert(login.mount_dir(), (login.username().to_owned(), password));
+        }
+    }
+    Ok(credentials)
+}
+
+/// The PodDisruptionBudget with 2+ instances; none (deleted if there) below.
+async fn ensure_pdb(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    replicas: i32,
+) -> Result<(), Error> {
+    let key = ObjectKey::new(Some(owner.namespace()), &pdb_name(owner.name()));
+    let cached = ctx.pdbs.get(&key);
+    match build_pdb(owner, replicas) {
+        Some(pdb) => {
+            let (_, outcome) =
+                ensure_child(ctx, owner, "PodDisruptionBudget", cached, |_| pdb.clone()).await?;
+            report(ctx, cluster, "PodDisruptionBudget", &key, &outcome, None).await;
+        }
+        None if cached.is_some() => {
+            let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), owner.namespace());
+            match api.delete(key.name(), &DeleteParams::default()).await {
+                Ok(_) => {
+                    tracing::info!(name = %key.name(), "fewer than two instances: PodDisruptionBudget deleted")
+                }
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(source) => {
+                    return Err(child_error("deleting", "PodDisruptionBudget", key.name(), source));
+                }
+            }
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// The cluster's pods as the cache holds them.
+fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
+    let prefix = format!("{}-", statefulset_name(owner.name()));
+    ctx.pods
+        .list_namespace(owner.namespace())
+        .iter()
+        .filter(|pod| {
+            pod.metadata.labels.as_ref().and_then(|l| l.get(label::INSTANCE)).map(String::as_str)
+                == Some(owner.name())
+        })
+        .filter_map(|pod| {
+            let name = pod.metadata.name.clone()?;
+            let ordinal = name.strip_prefix(&prefix)?.parse().ok()?;
+            let labels = pod.metadata.labels.as_ref();
+            let status = pod.status.as_ref();
+            let ready = status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            Some(PodView {
+                name,
+                ordinal,
+                ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
+                ready,
+                deleting: pod.metadata.deletion_timestamp.is_some(),
+                revision: labels.and_then(|l| l.get(REVISION_LABEL)).cloned(),
+                role_label: labels.and_then(|l| l.get(ROLE_LABEL)).cloned(),
+                failure: status.and_then(container_failure),
+            })
+        })
+        .collect()
+}
+
+/// What [`operate_instances`] found.
+struct Topology {
+    statuses: Vec<InstanceStatus>,
+    current_primary: Option<String>,
+    /// Something is under way (a roll, a reload, a password being applied): look again soon.
+    busy: bool,
+}
+
+/// Observes every instance, then keeps the topology true: role labels, slots, reloads, passwords,
+/// and the next step of a roll. Failures are logged and retried on the next pass; they never fail
+/// the pass, since the status must still be written.
+#[allow(clippy::too_many_arguments)]
+async fn operate_instances(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    sts: &StatefulSet,
+    pods: &[PodView],
+    credentials: &Credentials,
+    primary_record: &str,
+) -> Topology {
+    let Some((su_user, su_password)) = credentials.get(Login::Superuser) else {
+        return Topology {
+            statuses: instance_statuses(pods, &BTreeMap::new()),
+            current_primary: None,
+            busy: true,
+        };
+    };
+    let target = |ip: &str, user: &str, password: &str, database: &str| Target {
+        host: ip.to_owned(),
+        port: u16::try_from(POSTGRES_PORT).unwrap_or(5432),
+        user: user.to_owned(),
+        password: password.to_owned(),
+        database: database.to_owned(),
+    };
+    let observed = futures::future::join_all(pods.iter().filter(|p| !p.deleting).filter_map(|pod| {
+        let ip = pod.ip.clone()?;
+        let target = target(&ip, su_user, su_password, "postgres");
+        Some(async move { (pod.name.clone(), observe(&target).await) })
+    }))
+    .await;
+    let mut facts = BTreeMap::new();
+    let mut refused_primary = false;
+    for (name, result) in observed {
+        match result {
+            Ok(found) => {
+                facts.insert(name, found);
+            }
+            Err(error) => {
+                tracing::debug!(pod = %name, %error, "instance not observed");
+                refused_primary |= error.is_password_refused() && name == primary_record;
+            }
+        }
+    }
+    let statuses = instance_statuses(pods, &facts);
+    let current_primary = current_primary(pods, &facts, primary_record);
+    // While some instance can be observed, look again until every standby streams (replication
+    // changes bring no watch event); with none observable there is nothing to wait for.
+    let mut busy = !facts.is_empty()
+        && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
+
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    for (pod, role) in label_changes(pods, &facts) {
+        let patch = json!({"metadata": {"labels": role_labels(role)}});
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+        match pods_api.patch(&pod, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => tracing::info!(%pod, role, "role label set from the observed role"),
+            Err(error) => tracing::warn!(%pod, %error, "could not set the role label"),
+        }
+    }
+
+    let desired_hash = desired_config_hash(spec);
+    let primary_pod = current_primary.as_ref().and_then(|name| pods.iter().find(|p| &p.name == name));
+    for pod in pods.iter().filter(|p| !p.deleting) {
+        let (Some(found), Some(ip)) = (facts.get(&pod.name), pod.ip.as_deref()) else { continue };
+        let on_disk = found.config_hash_on_disk.as_deref() == Some(desired_hash.as_str());
+        let applied = found.config_hash_applied.as_deref() == Some(desired_hash.as_str());
+        if applied {
+            continue;
+        }
+        busy = true;
+        if !on_disk {
+            tracing::debug!(pod = %pod.name, "the changed configuration has not reached the instance yet");
+            continue;
+        }
+        let target = target(ip, su_user, su_password, "postgres");
+        let result = async { reload(&connect(&target).await?, &target).await }.await;
+        match result {
+            Ok(()) => {
+                tracing::info!(pod = %pod.name, "configuration reloaded");
+                ctx.events.publish(cluster, &EventNote::configuration_reloaded(&pod.name)).await;
+            }
+            Err(error) => tracing::warn!(pod = %pod.name, %error, "reload failed"),
+        }
+    }
+
+    if let (Some(primary), Some(ip)) = (primary_pod, primary_pod.and_then(|p| p.ip.as_deref())) {
+        let su = target(ip, su_user, su_password, "postgres");
+        if let Some(found) = facts.get(&primary.name) {
+            busy |= apply_slots(&su, found, primary.ordinal, spec.replicas).await;
+        }
+        for login in [Login::Replication, Login::App] {
+            let Some((user, password)) = credentials.get(login) else { continue };
+            let as_user = target(ip, user, password, login.database());
+            match check_login(&as_user).await {
+                Err(error) if error.is_password_refused() => {
+                    busy = true;
+                    let result =
+                        async { set_password(&connect(&su).await?, &su, user, password).await }.await;
+                    match result {
+                        Ok(()) => {
+                            tracing::info!(user, "password set from its Secret");
+                            ctx.events.publish(cluster, &EventNote::password_applied(user)).await;
+                        }
+                        Err(error) => tracing::warn!(user, %error, "could not set the password"),
+                    }
+                }
+                Err(error) => tracing::debug!(user, %error, "login check inconclusive"),
+                Ok(()) => {}
+            }
+        }
+    }
+
+    let primary_down_for_credentials =
+        refused_primary && pods.iter().any(|p| p.name == primary_record && p.ready && !p.deleting);
+    if primary_down_for_credentials {
+        tracing::warn!(pod = %primary_record, "the primary refuses the superuser Secret's password: restarting it so it applies the Secret");
+        ctx.events.publish(cluster, &EventNote::credentials_restart(primary_record)).await;
+        delete_pod(&pods_api, primary_record).await;
+        busy = true;
+    }
+
+    let generation_observed =
+        match (sts.metadata.generation, sts.status.as_ref().and_then(|s| s.observed_generation)) {
+            (Some(generation), Some(observed)) => observed >= generation,
+            _ => false,
+        };
+    let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
+    if let (true, Some(revision), false) =
+        (generation_observed, update_revision, primary_down_for_credentials)
+    {
+        match next_step(pods, &revision, spec.replicas, current_primary.as_deref(), primary_record, &statuses)
+        {
+            RollStep::Done => {}
+            RollStep::Wait => busy = true,
+            RollStep::Delete { pod, primary, outdated } => {
+                busy = true;
+                let note = EventNote::rolling_instance(&pod, primary, outdated, pods.len());
+                tracing::info!(%pod, primary, outdated, "rolling update: deleting the instance's pod");
+                ctx.events.publish(cluster, &note).await;
+                delete_pod(&pods_api, &pod).await;
+            }
+        }
+    }
+    Topology { statuses, current_primary, busy }
+}
+
+/// Creates the missing slots and drops the unused ones on the primary; whether anything changed.
+async fn apply_slots(su: &Target, primary: &InstanceFacts, primary_ordinal: i32, replicas: i32) -> bool {
+    let changes = slot_changes(primary, primary_ordinal, replicas);
+    if changes.create.is_empty() && changes.drop.is_empty() {
+        return false;
+    }
+    let client = match connect(su).await {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::warn!(%error, "cannot reach the primary to manage slots");
+            return true;
+        }
+    };
+    for slot in &changes.create {
+        match create_slot(&client, su, slot).await {
+            Ok(()) => tracing::info!(%slot, "replication slot created"),
+            Err(error) => tracing::warn!(%slot, %error, "could not create the replication slot"),
+        }
+    }
+    for slot in &changes.drop {
+        match drop_slot(&client, su, slot).await {
+            Ok(()) => tracing::info!(%slot, "replication slot dropped"),
+            Err(error) => tracing::warn!(%slot, %error, "could not drop the replication slot"),
+        }
+    }
+    true
+}
+
+async fn delete_pod(api: &Api<Pod>, name: &str) {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_not_found() => {}
+        Err(error) => tracing::warn!(pod = %name, %error, "could not delete the pod"),
+    }
+}
+
 /// The key of a child named by `name_of(cluster name)`, in the cluster's namespace.
 fn child_key(cluster: &DatabaseCluster, name_of: fn(&str) -> String) -> ObjectKey {
     let name = cluster.metadata.name.as_deref().unwrap_or_default();
     ObjectKey::new(cluster.metadata.namespace.as_deref(), &name_of(name))
-}
-
-/// A fresh superuser password from the thread-local CSPRNG (ChaCha, seeded from the OS).
-fn generate_password() -> String {
-    Alphanumeric.sample_string(&mut rand::rng(), PASSWORD_LENGTH)
 }
 
 /// What a pass did to one child.
@@ -381,15 +731,6 @@ async fn write_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_long_alphanumeric_and_fresh_each_time() {
-        let a = generate_password();
-        let b = generate_password();
-        assert_eq!(a.len(), PASSWORD_LENGTH);
-        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric()));
-        assert_ne!(a, b);
-    }
 
     #[test]
     fn only_spec_and_ownership_errors_are_terminal() {

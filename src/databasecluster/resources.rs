@@ -1,8 +1,9 @@
 //! Pure builders of a DatabaseCluster's children. Whether a live child needs a write is decided in
 //! `drift`.
 //!
-//! Children: the headless Service `<name>` (the StatefulSet's `serviceName`), the Secret
-//! `<name>-app` with the connection details, and the StatefulSet `<name>`. Each carries the
+//! Children built here: the headless Service `<name>` (the StatefulSet's `serviceName`) and the
+//! StatefulSet `<name>`; the others are built in [`super::config`] (ConfigMap),
+//! [`super::credentials`] (Secrets) and [`super::services`] (client Services, PDB). Each carries the
 //! `app.kubernetes.io` labels and a controller ownerReference to the cluster (`controller` and
 //! `blockOwnerDeletion` both true), so the garbage collector deletes it with the cluster.
 //!
@@ -26,23 +27,26 @@
 //! the desired one in a field the operator owns, so a pass over an unchanged cluster makes no
 //! write (and triggers no watch event, so no further pass).
 //!
-//! The Secret is the exception to "apply whenever": its password must never change. When the
-//! cache holds no `<name>-app`, reconcile draws a password and **creates** the Secret (POST, not
+//! The Secrets are the exception to "apply whenever": a password must never change. When the
+//! cache holds no login Secret, reconcile draws a password and **creates** the Secret (POST, not
 //! apply); `409 AlreadyExists` means the cache lagged behind an earlier pass, and reconcile reads
 //! the live Secret once instead of overwriting it. When the Secret exists, reconcile rebuilds it
-//! with the password read back by [`app_secret_password`] and applies it like any other child.
+//! with the password read back by [`super::credentials::secret_password`] and applies it like any
+//! other child.
 //! (Reconcile creates every absent child with POST the same way, so `result=created` and the
 //! `Created…` Event are reported exactly once.)
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
-    TCPSocketAction, VolumeMount, VolumeResourceRequirements,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, ExecAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServicePort,
+    ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -50,6 +54,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use thiserror::Error;
 
+use super::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
+use super::credentials::{APP_DATABASE, Login, mounted_secret_name};
 use super::types::DatabaseCluster;
 use super::validation::ValidSpec;
 use crate::runtime::cache::controller_owner;
@@ -69,10 +75,6 @@ pub const DATA_MOUNT_PATH: &str = "/var/lib/postgresql/data";
 /// The data directory: a subdirectory of the mount, because a fresh filesystem's `lost+found`
 /// makes `initdb` refuse the mount point itself.
 pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
-/// The database superuser, published in the Secret.
-pub const SUPERUSER: &str = "postgres";
-/// The database published in the Secret.
-pub const DATABASE: &str = "postgres";
 /// The uid and gid of `postgres` in the official image; the pods run as them, never as root.
 const POSTGRES_UID: i64 = 999;
 
@@ -163,7 +165,9 @@ pub fn standard_labels(owner: &Owner) -> BTreeMap<String, String> {
     labels
 }
 
-fn child_metadata(owner: &Owner, name: String) -> ObjectMeta {
+/// The metadata every child carries: its name, the cluster's namespace, the recommended labels and
+/// the controller ownerReference.
+pub fn child_metadata(owner: &Owner, name: String) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: Some(owner.namespace.clone()),
@@ -178,14 +182,20 @@ pub fn headless_service_name(cluster_name: &str) -> String {
     cluster_name.to_owned()
 }
 
-/// The name of the Secret with the connection details.
-pub fn app_secret_name(cluster_name: &str) -> String {
-    format!("{cluster_name}-app")
-}
-
 /// The name of the StatefulSet.
 pub fn statefulset_name(cluster_name: &str) -> String {
     cluster_name.to_owned()
+}
+
+/// Port 5432 of every Service of the cluster, to the pods' `postgres` port.
+pub fn postgres_service_port() -> ServicePort {
+    ServicePort {
+        name: Some(POSTGRES_PORT_NAME.to_owned()),
+        port: POSTGRES_PORT,
+        target_port: Some(IntOrString::String(POSTGRES_PORT_NAME.to_owned())),
+        protocol: Some("TCP".to_owned()),
+        ..ServicePort::default()
+    }
 }
 
 /// The headless Service that gives each pod a stable DNS name; it publishes pods before they are
@@ -196,13 +206,7 @@ pub fn build_headless_service(owner: &Owner) -> Service {
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_owned()),
             selector: Some(selector_labels(owner)),
-            ports: Some(vec![ServicePort {
-                name: Some(POSTGRES_PORT_NAME.to_owned()),
-                port: POSTGRES_PORT,
-                target_port: Some(IntOrString::String(POSTGRES_PORT_NAME.to_owned())),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![postgres_service_port()]),
             publish_not_ready_addresses: Some(true),
             ..ServiceSpec::default()
         }),
@@ -210,71 +214,32 @@ pub fn build_headless_service(owner: &Owner) -> Service {
     }
 }
 
-/// The host applications connect to: the first instance through the headless Service. The
-/// instances do not replicate, so pointing at one fixed instance is the only consistent choice.
-fn primary_host(owner: &Owner) -> String {
-    let service = headless_service_name(&owner.name);
-    format!("{}-0.{service}.{}.svc", statefulset_name(&owner.name), owner.namespace)
-}
+/// Where the Secrets are mounted: one directory per login ([`Login::mount_dir`]).
+pub const SECRETS_MOUNT_PATH: &str = "/etc/dbcluster-secrets";
+/// The pod's private run directory (emptyDir): the server's Unix socket and the pgpass file.
+pub const RUN_MOUNT_PATH: &str = "/run/dbcluster";
+/// The init container that makes the data directory hold the instance's data in its role.
+pub const BOOTSTRAP_CONTAINER: &str = "bootstrap";
+/// Pod template annotation: the hash of the parameters that need a restart, so that changing one
+/// rolls the instances.
+pub const RESTART_CONFIG_ANNOTATION: &str = "databases.madmmas.dev/restart-config";
+/// Long enough for a fast shutdown's checkpoint.
+const TERMINATION_GRACE_SECONDS: i64 = 60;
 
-/// The Secret `<name>-app` with the superuser's credentials and where to connect: keys
-/// `username`, `password`, `host`, `port`, `dbname` and `uri`. The password is the caller's (drawn
-/// once from a CSPRNG, then read back from the live Secret with [`app_secret_password`]).
-pub fn build_app_secret(owner: &Owner, password: &str) -> Secret {
-    let host = primary_host(owner);
-    let uri = format!(
-        "postgresql://{}:{}@{host}:{POSTGRES_PORT}/{DATABASE}",
-        percent_encode(SUPERUSER),
-        percent_encode(password)
-    );
-    let entries = [
-        ("username", SUPERUSER.to_owned()),
-        ("password", password.to_owned()),
-        ("host", host),
-        ("port", POSTGRES_PORT.to_string()),
-        ("dbname", DATABASE.to_owned()),
-        ("uri", uri),
-    ];
-    Secret {
-        metadata: child_metadata(owner, app_secret_name(&owner.name)),
-        type_: Some("kubernetes.io/basic-auth".to_owned()),
-        // `data`, not `stringData`: the server turns stringData into data, so a desired object with
-        // stringData would never compare equal to the live one.
-        data: Some(
-            entries
-                .into_iter()
-                .map(|(key, value)| (key.to_owned(), ByteString(value.into_bytes())))
-                .collect(),
-        ),
-        ..Secret::default()
-    }
-}
-
-/// The password stored in a live app Secret, so that it is reused instead of regenerated.
-pub fn app_secret_password(secret: &Secret) -> Option<String> {
-    let bytes = secret.data.as_ref()?.get("password")?;
-    String::from_utf8(bytes.0.clone()).ok().filter(|password| !password.is_empty())
-}
-
-/// Percent-encodes everything but RFC 3986 unreserved characters, for the userinfo of a URI.
-fn percent_encode(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
-}
-
-/// The StatefulSet running `spec.replicas` PostgreSQL instances of image `postgres:<version>`,
-/// each with a `data` volume of `storageSize`, credentials from the app Secret, probes, resource
-/// requests and limits, and a non-root security context.
+/// The StatefulSet running `spec.replicas` instances of image `postgres:<version>`: each starts
+/// with the init container `bootstrap` (`instance.sh init`) and runs `instance.sh run` in the
+/// container `postgres`, with a `data` volume of `storageSize`, the ConfigMap and the three login
+/// Secrets mounted, probes from the instance program, and the restricted Pod Security profile.
+///
+/// `updateStrategy: OnDelete`: the StatefulSet controller never replaces a pod on its own; the
+/// operator deletes outdated pods one at a time, standbys first and the primary last
+/// ([`super::roll`]).
 pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
     let mut pod_labels = standard_labels(owner);
     pod_labels.insert(label::VERSION.to_owned(), spec.version.as_str().to_owned());
+    let annotations =
+        BTreeMap::from([(RESTART_CONFIG_ANNOTATION.to_owned(), restart_hash(&spec.postgres_config))]);
+    let retention = spec.pvc_retention.as_str().to_owned();
     StatefulSet {
         metadata: child_metadata(owner, statefulset_name(&owner.name)),
         spec: Some(StatefulSetSpec {
@@ -284,8 +249,20 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
                 match_labels: Some(selector_labels(owner)),
                 ..LabelSelector::default()
             },
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
+                when_deleted: Some(retention.clone()),
+                when_scaled: Some(retention),
+            }),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..ObjectMeta::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(annotations),
+                    ..ObjectMeta::default()
+                }),
                 spec: Some(PodSpec {
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
@@ -298,7 +275,11 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
                         }),
                         ..PodSecurityContext::default()
                     }),
+                    init_containers: Some(vec![bootstrap_container(owner, spec)]),
                     containers: vec![postgres_container(owner, spec)],
+                    volumes: Some(pod_volumes(owner, spec)),
+                    termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+                    affinity: Some(spread_over_nodes(owner)),
                     ..PodSpec::default()
                 }),
             },
@@ -309,74 +290,189 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
     }
 }
 
-fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
-    let secret_key = |key: &str| EnvVarSource {
-        secret_key_ref: Some(SecretKeySelector {
-            name: app_secret_name(&owner.name),
-            key: key.to_owned(),
-            ..SecretKeySelector::default()
+/// Soft anti-affinity: prefer one instance per node, but run anyway when nodes are few.
+fn spread_over_nodes(owner: &Owner) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
+                weight: 100,
+                pod_affinity_term: PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(selector_labels(owner)),
+                        ..LabelSelector::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".to_owned(),
+                    ..PodAffinityTerm::default()
+                },
+            }]),
+            ..PodAntiAffinity::default()
         }),
-        ..EnvVarSource::default()
+        ..Affinity::default()
+    }
+}
+
+const CONFIG_VOLUME: &str = "config";
+const RUN_VOLUME: &str = "run";
+const TMP_VOLUME: &str = "tmp";
+
+fn secret_volume_name(login: Login) -> String {
+    format!("secret-{}", login.mount_dir())
+}
+
+fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
+    let mut volumes = vec![Volume {
+        name: CONFIG_VOLUME.to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map_name(&owner.name),
+            default_mode: Some(0o444),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    for login in Login::ALL {
+        volumes.push(Volume {
+            name: secret_volume_name(login),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(mounted_secret_name(login, &owner.name, spec.app_secret_name.as_deref())),
+                // Readable by the pod's group (fsGroup) only.
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+    for name in [RUN_VOLUME, TMP_VOLUME] {
+        volumes.push(Volume {
+            name: name.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+    }
+    volumes
+}
+
+fn volume_mounts() -> Vec<VolumeMount> {
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
     };
-    let quantities = |cpu: &str, memory: &str| {
-        BTreeMap::from([
-            ("cpu".to_owned(), Quantity(cpu.to_owned())),
-            ("memory".to_owned(), Quantity(memory.to_owned())),
-        ])
+    let mut mounts = vec![
+        mount(DATA_VOLUME, DATA_MOUNT_PATH, false),
+        mount(CONFIG_VOLUME, CONFIG_MOUNT_PATH, true),
+        mount(RUN_VOLUME, RUN_MOUNT_PATH, false),
+        mount(TMP_VOLUME, "/tmp", false),
+    ];
+    for login in Login::ALL {
+        let path = format!("{SECRETS_MOUNT_PATH}/{}", login.mount_dir());
+        mounts.push(mount(&secret_volume_name(login), &path, true));
+    }
+    mounts
+}
+
+/// The environment of the instance program (see the header of `instance.sh`).
+fn instance_env(owner: &Owner) -> Vec<EnvVar> {
+    let value =
+        |name: &str, value: String| EnvVar { name: name.to_owned(), value: Some(value), ..EnvVar::default() };
+    let field = |name: &str, path: &str| EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
     };
-    // `-c name=value` per parameter, in name order so the template (and so the revision) is stable.
-    // Always present, even empty: an explicit `[]` is what lets `needs_update` see that parameters
-    // removed from the spec must go (the server stores it as an absent field).
-    let args: Vec<String> = spec
-        .postgres_config
-        .iter()
-        .flat_map(|(name, value)| ["-c".to_owned(), format!("{name}={value}")])
-        .collect();
+    vec![
+        value("PGDATA", PGDATA.to_owned()),
+        field("POD_NAME", "metadata.name"),
+        field("POD_IP", "status.podIP"),
+        value("DBC_CONFIG", CONFIG_MOUNT_PATH.to_owned()),
+        value("DBC_SECRETS", SECRETS_MOUNT_PATH.to_owned()),
+        value("DBC_RUN", RUN_MOUNT_PATH.to_owned()),
+        value("DBC_PEER_DOMAIN", format!("{}.{}.svc", headless_service_name(&owner.name), owner.namespace)),
+        value("DBC_PORT", POSTGRES_PORT.to_string()),
+        value("DBC_APP_DATABASE", APP_DATABASE.to_owned()),
+    ]
+}
+
+/// `bash <ConfigMap>/instance.sh <verb>`.
+fn instance_command(verb: &str) -> Vec<String> {
+    vec!["bash".to_owned(), format!("{CONFIG_MOUNT_PATH}/{SCRIPT_KEY}"), verb.to_owned()]
+}
+
+fn restricted_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        // Every path the instance program and the server write is a volume: the data, the
+        // socket and run directory, `/tmp`.
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
+        ..SecurityContext::default()
+    }
+}
+
+fn container_resources(spec: &ValidSpec) -> ResourceRequirements {
+    let quantities = |map: &Option<BTreeMap<String, String>>| {
+        map.as_ref().map(|map| map.iter().map(|(k, v)| (k.clone(), Quantity(v.clone()))).collect())
+    };
+    ResourceRequirements {
+        requests: quantities(&spec.resources.requests),
+        limits: quantities(&spec.resources.limits),
+        ..ResourceRequirements::default()
+    }
+}
+
+fn bootstrap_container(owner: &Owner, spec: &ValidSpec) -> Container {
+    Container {
+        name: BOOTSTRAP_CONTAINER.to_owned(),
+        image: Some(format!("postgres:{}", spec.version.as_str())),
+        command: Some(instance_command("init")),
+        env: Some(instance_env(owner)),
+        resources: Some(container_resources(spec)),
+        volume_mounts: Some(volume_mounts()),
+        security_context: Some(restricted_security_context()),
+        // A container that fails says why in its status: the log's tail when it wrote no
+        // termination message (PostgreSQL's FATAL line, for a parameter it refuses).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Container::default()
+    }
+}
+
+fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
+    let exec = |verb: &str| ExecAction { command: Some(instance_command(verb)) };
     Container {
         name: POSTGRES_CONTAINER.to_owned(),
         image: Some(format!("postgres:{}", spec.version.as_str())),
-        args: Some(args),
+        command: Some(instance_command("run")),
+        // Explicitly empty: an older operator passed `-c` arguments here, which must go.
+        args: Some(Vec::new()),
         ports: Some(vec![ContainerPort {
             name: Some(POSTGRES_PORT_NAME.to_owned()),
             container_port: POSTGRES_PORT,
             protocol: Some("TCP".to_owned()),
             ..ContainerPort::default()
         }]),
-        env: Some(vec![
-            EnvVar {
-                name: "POSTGRES_USER".to_owned(),
-                value_from: Some(secret_key("username")),
-                ..EnvVar::default()
-            },
-            EnvVar {
-                name: "POSTGRES_PASSWORD".to_owned(),
-                value_from: Some(secret_key("password")),
-                ..EnvVar::default()
-            },
-            EnvVar { name: "PGDATA".to_owned(), value: Some(PGDATA.to_owned()), ..EnvVar::default() },
-        ]),
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities("100m", "256Mi")),
-            limits: Some(quantities("500m", "512Mi")),
-            ..ResourceRequirements::default()
-        }),
-        // Ready once the server accepts TCP connections, as in the seed (pg_isready), but over TCP:
-        // the image's first-start initialisation runs a temporary server on the Unix socket only,
-        // which a socket probe would report as ready.
+        env: Some(instance_env(owner)),
+        resources: Some(container_resources(spec)),
+        // Ready: accepting connections in its role (out of recovery on the primary, in recovery
+        // on a standby), with the credentials applied.
         readiness_probe: Some(Probe {
-            exec: Some(pg_isready()),
-            initial_delay_seconds: Some(10),
-            period_seconds: Some(5),
+            exec: Some(exec("ready")),
+            period_seconds: Some(2),
             timeout_seconds: Some(5),
             failure_threshold: Some(3),
             ..Probe::default()
         }),
-        // Allows up to five minutes for initdb or crash recovery before liveness takes over.
+        // Allows up to five minutes for crash recovery before liveness takes over.
         startup_probe: Some(Probe {
-            exec: Some(pg_isready()),
-            period_seconds: Some(5),
+            exec: Some(exec("alive")),
+            period_seconds: Some(1),
             timeout_seconds: Some(5),
-            failure_threshold: Some(60),
+            failure_threshold: Some(300),
             ..Probe::default()
         }),
         // Restart only a server that stopped accepting connections for a minute; a busy server
@@ -391,27 +487,13 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
             failure_threshold: Some(6),
             ..Probe::default()
         }),
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.to_owned(),
-            mount_path: DATA_MOUNT_PATH.to_owned(),
-            ..VolumeMount::default()
-        }]),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        volume_mounts: Some(volume_mounts()),
+        security_context: Some(restricted_security_context()),
+        // A container that fails says why in its status: the log's tail when it wrote no
+        // termination message (PostgreSQL's FATAL line, for a parameter it refuses).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     }
-}
-
-fn pg_isready() -> ExecAction {
-    let port = POSTGRES_PORT.to_string();
-    let command = ["pg_isready", "-U", SUPERUSER, "-d", DATABASE, "-h", "127.0.0.1", "-p", port.as_str()];
-    ExecAction { command: Some(command.map(str::to_owned).to_vec()) }
 }
 
 fn data_volume_claim(owner: &Owner, spec: &ValidSpec) -> PersistentVolumeClaim {
@@ -423,6 +505,7 @@ fn data_volume_claim(owner: &Owner, spec: &ValidSpec) -> PersistentVolumeClaim {
         },
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: spec.storage_class_name.clone(),
             resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_owned(),
@@ -443,6 +526,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use crate::databasecluster::credentials::build_login_secret;
     use crate::databasecluster::fixtures::{PASSWORD, UID, owner, seed, statefulset, statefulset_for};
 
     fn container(sts: &StatefulSet) -> &Container {
@@ -457,7 +541,7 @@ mod tests {
 
     fn children() -> Vec<(&'static str, ObjectMeta, Value)> {
         let service = build_headless_service(&owner());
-        let secret = build_app_secret(&owner(), PASSWORD);
+        let secret = build_login_secret(&owner(), Login::App, PASSWORD);
         let sts = statefulset();
         vec![
             ("Service", service.metadata.clone(), serde_json::to_value(&service).unwrap()),
@@ -512,6 +596,10 @@ mod tests {
     fn children_are_named_after_the_cluster() {
         let names: Vec<_> = children().into_iter().map(|(_, meta, _)| meta.name.unwrap()).collect();
         assert_eq!(names, ["production-postgres", "production-postgres-app", "production-postgres"]);
+        let sts = statefulset();
+        let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let config = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "config").unwrap();
+        assert_eq!(config.config_map.as_ref().unwrap().name, "production-postgres-scripts");
     }
 
     #[test]
@@ -581,27 +669,121 @@ mod tests {
     }
 
     #[test]
-    fn credentials_come_from_the_app_secret() {
+    fn credentials_are_mounted_from_the_login_secrets_never_in_env() {
         let sts = statefulset();
-        let container = container(&sts);
-        for (variable, key) in [("POSTGRES_PASSWORD", "password"), ("POSTGRES_USER", "username")] {
-            let var = env(container, variable);
-            assert_eq!(var.value, None, "{variable} must not be a literal");
-            let selector = var.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
-            assert_eq!((selector.name.as_str(), selector.key.as_str()), ("production-postgres-app", key));
+        let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let secrets: Vec<(&str, i32)> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref())
+            .map(|s| (s.secret_name.as_deref().unwrap(), s.default_mode.unwrap()))
+            .collect();
+        assert_eq!(
+            secrets,
+            [
+                ("production-postgres-superuser", 0o440),
+                ("production-postgres-replication", 0o440),
+                ("production-postgres-app", 0o440)
+            ]
+        );
+        for container in pod.init_containers.iter().flatten().chain(&pod.containers) {
+            assert!(
+                container
+                    .env
+                    .iter()
+                    .flatten()
+                    .all(|e| e.value_from.as_ref().is_none_or(|v| v.secret_key_ref.is_none()))
+            );
+            let mounts: Vec<&str> =
+                container.volume_mounts.iter().flatten().map(|m| m.mount_path.as_str()).collect();
+            assert!(mounts.contains(&"/etc/dbcluster-secrets/app"), "{mounts:?}");
         }
+        let mut own = seed();
+        own.spec.app_secret_name = Some("team-db-credentials".into());
+        let sts = statefulset_for(&own);
+        let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        assert!(
+            pod.volumes
+                .iter()
+                .flatten()
+                .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref())
+                    == Some("team-db-credentials"))
+        );
+    }
+
+    #[test]
+    fn pods_start_through_the_instance_program_with_an_init_container() {
+        let sts = statefulset();
+        let spec = sts.spec.as_ref().unwrap();
+        assert_eq!(spec.update_strategy.as_ref().unwrap().type_.as_deref(), Some("OnDelete"));
+        let pod = spec.template.spec.as_ref().unwrap();
+        let init = &pod.init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.command.as_deref().unwrap(), ["bash", "/etc/dbcluster/instance.sh", "init"]);
+        assert_eq!(
+            container(&sts).command.as_deref().unwrap(),
+            ["bash", "/etc/dbcluster/instance.sh", "run"]
+        );
+        assert_eq!(init.image, container(&sts).image);
+        assert_eq!(pod.termination_grace_period_seconds, Some(60));
+        let anti = pod.affinity.as_ref().unwrap().pod_anti_affinity.as_ref().unwrap();
+        assert!(anti.required_during_scheduling_ignored_during_execution.is_none(), "soft only");
+        assert_eq!(anti.preferred_during_scheduling_ignored_during_execution.as_ref().unwrap().len(), 1);
+        let names: Vec<&str> = env_names(container(&sts));
+        for name in
+            ["PGDATA", "POD_NAME", "POD_IP", "DBC_CONFIG", "DBC_SECRETS", "DBC_RUN", "DBC_PEER_DOMAIN"]
+        {
+            assert!(names.contains(&name), "{name}");
+        }
+        assert_eq!(
+            env(container(&sts), "DBC_PEER_DOMAIN").value.as_deref(),
+            Some("production-postgres.default.svc")
+        );
+    }
+
+    fn env_names(container: &Container) -> Vec<&str> {
+        container.env.iter().flatten().map(|e| e.name.as_str()).collect()
+    }
+
+    #[test]
+    fn retention_storage_class_and_resources_come_from_the_spec() {
+        let mut custom = seed();
+        custom.spec.pvc_retention = Some(crate::databasecluster::types::PvcRetention::Delete);
+        custom.spec.storage_class_name = Some("fast".into());
+        custom.spec.resources = Some(crate::databasecluster::types::ResourceRequirements {
+            requests: Some(BTreeMap::from([("memory".to_owned(), "1Gi".to_owned())])),
+            limits: None,
+        });
+        let sts = statefulset_for(&custom);
+        let spec = sts.spec.as_ref().unwrap();
+        let policy = spec.persistent_volume_claim_retention_policy.as_ref().unwrap();
+        assert_eq!(
+            (policy.when_deleted.as_deref(), policy.when_scaled.as_deref()),
+            (Some("Delete"), Some("Delete"))
+        );
+        let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
+        assert_eq!(claim.spec.as_ref().unwrap().storage_class_name.as_deref(), Some("fast"));
+        let resources = container(&sts).resources.clone().unwrap();
+        assert_eq!(resources.requests.unwrap()["memory"], Quantity("1Gi".into()));
+        assert_eq!(resources.limits, None);
+        let default = statefulset();
+        let policy = default.spec.as_ref().unwrap().persistent_volume_claim_retention_policy.clone().unwrap();
+        assert_eq!(policy.when_deleted.as_deref(), Some("Retain"));
     }
 
     #[test]
     fn the_probes_check_postgres_itself() {
         let sts = statefulset();
         let container = container(&sts);
-        let readiness = container.readiness_probe.as_ref().unwrap();
-        let command = readiness.exec.as_ref().unwrap().command.as_ref().unwrap();
-        assert_eq!(command[..5], ["pg_isready", "-U", "postgres", "-d", "postgres"]);
-        assert_eq!((readiness.initial_delay_seconds, readiness.period_seconds), (Some(10), Some(5)));
+        let command =
+            |probe: &Option<Probe>| probe.as_ref().unwrap().exec.as_ref().unwrap().command.clone().unwrap();
+        assert_eq!(
+            command(&container.readiness_probe)[2],
+            "ready",
+            "ready: accepting connections in its role"
+        );
+        assert_eq!(command(&container.startup_probe)[2], "alive");
         let startup = container.startup_probe.as_ref().unwrap();
-        assert_eq!(startup.exec.as_ref().unwrap().command.as_ref(), Some(command));
         assert!(startup.period_seconds.unwrap() * startup.failure_threshold.unwrap() >= 300);
         let liveness = container.liveness_probe.as_ref().unwrap();
         assert_eq!(
@@ -634,53 +816,20 @@ mod tests {
     }
 
     #[test]
-    fn postgres_config_becomes_sorted_server_arguments() {
-        let sts = statefulset();
-        assert_eq!(container(&sts).args, Some(Vec::new()));
-        let mut cluster = seed();
-        cluster.spec.postgres_config = Some(BTreeMap::from([
-            ("shared_buffers".to_owned(), "256MB".to_owned()),
-            ("max_connections".to_owned(), "200".to_owned()),
-        ]));
-        let sts = statefulset_for(&cluster);
-        assert_eq!(
-            container(&sts).args.as_deref().unwrap(),
-            ["-c", "max_connections=200", "-c", "shared_buffers=256MB"]
-        );
-    }
-
-    #[test]
-    fn the_app_secret_holds_the_connection_details() {
-        let secret = build_app_secret(&owner(), PASSWORD);
-        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/basic-auth"));
-        assert_eq!(secret.string_data, None);
-        let data: BTreeMap<String, String> =
-            secret.data.unwrap().into_iter().map(|(k, v)| (k, String::from_utf8(v.0).unwrap())).collect();
-        let host = "production-postgres-0.production-postgres.default.svc";
-        assert_eq!(
-            data,
-            BTreeMap::from([
-                ("username".to_owned(), "postgres".to_owned()),
-                ("password".to_owned(), PASSWORD.to_owned()),
-                ("host".to_owned(), host.to_owned()),
-                ("port".to_owned(), "5432".to_owned()),
-                ("dbname".to_owned(), "postgres".to_owned()),
-                (
-                    "uri".to_owned(),
-                    format!("postgresql://postgres:Xq7%3Ap%40ss%2Fw0rd%25UNIQUE@{host}:5432/postgres")
-                ),
-            ])
-        );
-    }
-
-    #[test]
-    fn the_password_is_read_back_from_a_live_secret() {
-        let secret = build_app_secret(&owner(), PASSWORD);
-        assert_eq!(app_secret_password(&secret).as_deref(), Some(PASSWORD));
-        assert_eq!(app_secret_password(&Secret::default()), None);
-        let mut empty = secret.clone();
-        empty.data.as_mut().unwrap().insert("password".into(), ByteString(Vec::new()));
-        assert_eq!(app_secret_password(&empty), None, "an empty password is no password");
+    fn only_restart_parameters_change_the_pod_template() {
+        let annotation = |config: &[(&str, &str)]| {
+            let mut cluster = seed();
+            cluster.spec.postgres_config =
+                Some(config.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect());
+            let sts = statefulset_for(&cluster);
+            let template = &sts.spec.as_ref().unwrap().template;
+            assert_eq!(container(&sts).args, Some(Vec::new()));
+            template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()[RESTART_CONFIG_ANNOTATION]
+                .clone()
+        };
+        let base = annotation(&[("work_mem", "4MB"), ("max_connections", "100")]);
+        assert_eq!(base, annotation(&[("work_mem", "64MB"), ("max_connections", "100")]));
+        assert_ne!(base, annotation(&[("work_mem", "4MB"), ("max_connections", "200")]));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::resources::POSTGRES_CONTAINER;
-use super::types::{DatabaseCluster, DatabaseClusterStatus, Phase};
+use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
 use super::validation::{SpecError, ValidSpec};
 
 /// Condition types the operator owns.
@@ -51,6 +51,8 @@ pub mod reason {
     pub const INITIAL_ROLLOUT: &str = "InitialRollout";
     /// Every condition on the first pass, before anything is observed.
     pub const RECONCILING: &str = "Reconciling";
+    /// Ready=False: an instance cannot start (its container's state says why).
+    pub const INSTANCE_FAILING: &str = "InstanceFailing";
 }
 
 /// Whether this is the cluster's first pass: no phase has been written yet. Reconcile then writes
@@ -71,10 +73,12 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
     DatabaseClusterStatus {
         phase: Some(Phase::Provisioning),
         ready_replicas: 0,
+        ready_instances: Some(format!("0/{}", cluster.spec.replicas)),
         current_version: previous.current_version,
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        ..DatabaseClusterStatus::default()
     }
 }
 
@@ -159,8 +163,11 @@ pub fn compute_status(
         ),
     }
 
+    let existing = observed.and_then(|sts| sts.status.as_ref()).map(|s| s.replicas).unwrap_or(0);
     let phase = if valid.is_err() {
         Phase::Failed
+    } else if desired == 0 && existing == 0 {
+        Phase::Hibernated
     } else if upgrade_target.is_some() {
         Phase::Upgrading
     } else if ready == 0 {
@@ -173,11 +180,39 @@ pub fn compute_status(
     DatabaseClusterStatus {
         phase: Some(phase),
         ready_replicas: ready,
+        replicas: existing,
+        ready_instances: Some(format!("{ready}/{desired}")),
         current_version,
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        current_primary: previous.current_primary,
+        instances: previous.instances,
     }
+}
+
+/// `status` with the instances as observed: `status.instances[]` and `currentPrimary`. A primary
+/// that could not be observed this pass keeps the last one observed while its pod exists. When
+/// replicas are not ready and an instance's containers say why (a crash loop, an exit code, the
+/// log's tail), `Ready=False` gets reason `InstanceFailing` and names each failing instance.
+pub fn with_instances(
+    mut status: DatabaseClusterStatus,
+    instances: Vec<InstanceStatus>,
+    current_primary: Option<String>,
+) -> DatabaseClusterStatus {
+    let still_there = |name: &String| instances.iter().any(|i| &i.name == name);
+    status.current_primary = current_primary.or(status.current_primary.filter(still_there));
+    let failing: Vec<String> =
+        instances.iter().filter_map(|i| Some(format!("{}: {}", i.name, i.message.as_deref()?))).collect();
+    let not_ready = status.conditions.iter_mut().find(|c| {
+        c.type_ == condition::READY && c.status == "False" && c.reason == reason::REPLICAS_NOT_READY
+    });
+    if let (Some(ready), false) = (not_ready, failing.is_empty()) {
+        ready.reason = reason::INSTANCE_FAILING.to_owned();
+        ready.message = format!("{}; {}", ready.message, failing.join("; "));
+    }
+    status.instances = instances;
+    status
 }
 
 /// Whether reconcile should look again after a delay (the seed's 10 s safety net): while the
@@ -418,6 +453,29 @@ mod tests {
         assert_eq!(phase(1), Phase::Degraded);
         assert_eq!(phase(2), Phase::Degraded);
         assert_eq!(phase(3), Phase::Running);
+    }
+
+    #[test]
+    fn an_instance_that_cannot_start_gives_ready_its_reason() {
+        let cluster = cluster(2, "15.4", 1);
+        let status = compute_status(&cluster, Some(&Observed::settled("15.4", 2, 1).build()), at(1));
+        let instance = |name: &str, message: Option<&str>| InstanceStatus {
+            name: name.into(),
+            role: "unknown".into(),
+            message: message.map(str::to_owned),
+            ..InstanceStatus::default()
+        };
+        let starting = with_instances(status.clone(), vec![instance("db-0", None)], None);
+        assert_eq!(summary(&starting, "Ready"), s("False", "ReplicasNotReady", "1/2 replicas ready"));
+        let failing = with_instances(
+            status,
+            vec![instance("db-0", None), instance("db-1", Some("container postgres: CrashLoopBackOff"))],
+            None,
+        );
+        assert_eq!(
+            summary(&failing, "Ready"),
+            s("False", "InstanceFailing", "1/2 replicas ready; db-1: container postgres: CrashLoopBackOff")
+        );
     }
 
     #[test]

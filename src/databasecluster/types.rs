@@ -87,7 +87,7 @@ pub fn storage_no_shrink_rule() -> String {
 /// Desired state of a PostgreSQL cluster: how many instances, which version, how much storage.
 // Clippy reads the repeated `type_ = "string"` of two printer columns as a duplicated attribute.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "databases.madmmas.dev",
     version = "v1alpha1",
@@ -105,9 +105,15 @@ pub fn storage_no_shrink_rule() -> String {
     ),
     printcolumn(
         name = "Ready",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "Replicas passing their readiness probe"
+        type_ = "string",
+        json_path = ".status.readyInstances",
+        description = "Ready instances / desired instances"
+    ),
+    printcolumn(
+        name = "Primary",
+        type_ = "string",
+        json_path = ".status.currentPrimary",
+        description = "The instance that accepts writes"
     ),
     printcolumn(
         name = "Version",
@@ -116,12 +122,14 @@ pub fn storage_no_shrink_rule() -> String {
         description = "PostgreSQL version every instance runs"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = Rule::new(CLUSTER_NAME_RULE).message(CLUSTER_NAME_MESSAGE)
+    validation = Rule::new(CLUSTER_NAME_RULE).message(CLUSTER_NAME_MESSAGE),
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DatabaseClusterSpec {
-    /// Number of PostgreSQL instances (1 to 10).
-    #[schemars(range(min = 1, max = 10))]
+    /// Number of PostgreSQL instances (0 to 10): one primary and `replicas - 1` streaming standbys;
+    /// `0` hibernates the cluster (no pods, volumes kept).
+    #[schemars(range(min = 0, max = 10))]
     pub replicas: i32,
 
     /// PostgreSQL version as `major.minor` or `major` (the `postgres` image tag), e.g. `15.4`.
@@ -148,9 +156,66 @@ pub struct DatabaseClusterSpec {
     ))]
     pub backup_schedule: Option<String>,
 
-    /// PostgreSQL server parameters, passed to the server as `-c name=value`.
+    /// PostgreSQL server parameters, written to the instances' configuration file: a parameter
+    /// PostgreSQL reloads is applied without a restart; one that needs a restart rolls the instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgres_config: Option<BTreeMap<String, String>>,
+
+    /// CPU and memory requests and limits of the PostgreSQL container (default: requests 100m/256Mi,
+    /// limits 500m/512Mi). A change rolls the instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// StorageClass of the data volumes (the cluster's default class when unset). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(STORAGE_CLASS_CHANGE_MESSAGE))]
+    pub storage_class_name: Option<String>,
+
+    /// What happens to the data volumes when the cluster is deleted or scaled down: `Retain`
+    /// (default) keeps them, `Delete` deletes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_retention: Option<PvcRetention>,
+
+    /// An existing Secret (keys `username`, `password`) holding the application user's credentials,
+    /// instead of the generated `<name>-app`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub app_secret_name: Option<String>,
+}
+
+/// Message of the CEL rule that rejects a change of `storageClassName`.
+pub const STORAGE_CLASS_CHANGE_MESSAGE: &str = "storageClassName is immutable";
+
+/// CPU and memory of a container, in Kubernetes quantities.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceRequirements {
+    /// Guaranteed amounts, e.g. `{"cpu": "500m", "memory": "1Gi"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<BTreeMap<String, String>>,
+    /// Upper bounds, e.g. `{"memory": "2Gi"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<BTreeMap<String, String>>,
+}
+
+/// What happens to the data volumes when their instances go.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PvcRetention {
+    /// Keep the volumes (the data survives deletion and scale down).
+    #[default]
+    Retain,
+    /// Delete the volumes with their instances.
+    Delete,
+}
+
+impl PvcRetention {
+    /// The value as written in the API (and in a StatefulSet's retention policy).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PvcRetention::Retain => "Retain",
+            PvcRetention::Delete => "Delete",
+        }
+    }
 }
 
 fn default_storage_size() -> String {
@@ -169,6 +234,22 @@ pub struct DatabaseClusterStatus {
     #[serde(default)]
     pub ready_replicas: i32,
 
+    /// Number of instances that exist (the scale subresource's status replicas).
+    #[serde(default)]
+    pub replicas: i32,
+
+    /// `ready/desired`, e.g. `2/3`, for the READY column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_instances: Option<String>,
+
+    /// The instance observed accepting writes (out of recovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary: Option<String>,
+
+    /// Each instance as observed, by ordinal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceStatus>,
+
     /// The PostgreSQL version every instance actually runs (set once a rollout completes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
@@ -177,7 +258,7 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Ready, Degraded and Upgrading, in the `metav1.Condition` shape, keyed by `type`.
+    /// Ready, Degraded, Upgrading and Resizing, in the `metav1.Condition` shape, keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "condition_list_schema")]
     pub conditions: Vec<Condition>,
@@ -187,12 +268,38 @@ pub struct DatabaseClusterStatus {
     pub last_backup_time: Option<Time>,
 }
 
+/// One instance (pod) of the cluster as the operator last observed it.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    /// The pod's name.
+    pub name: String,
+    /// `primary`, `replica`, or `unknown` when the instance could not be asked.
+    pub role: String,
+    /// Whether the pod passes its readiness probe.
+    pub ready: bool,
+    /// The server's version (`server_version`), once observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// For a standby: its state in the primary's `pg_stat_replication` (e.g. `streaming`), or
+    /// absent when it is not connected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_state: Option<String>,
+    /// For a standby: how many bytes of WAL it has yet to replay, as the primary sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_bytes: Option<i64>,
+    /// Why the instance is not running, from its containers' state (e.g. `container postgres:
+    /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); absent while it runs or starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// The schema of `metav1.Condition` lists with the apiserver's own validation (k8s-openapi's schema
 /// for `Condition` carries none of it), as a list-map keyed by `type` so that server-side apply can
 /// merge conditions owned by different managers.
 fn condition_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Ready, Degraded and Upgrading, in the `metav1.Condition` shape, keyed by `type`.",
+        "description": "Ready, Degraded, Upgrading and Resizing, in the `metav1.Condition` shape, keyed by `type`.",
         "type": "array",
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
@@ -253,6 +360,8 @@ pub enum Phase {
     Upgrading,
     /// The spec cannot be acted on; a condition says why.
     Failed,
+    /// `replicas: 0`: no instance runs; the data volumes are kept.
+    Hibernated,
 }
 
 impl Phase {
@@ -264,6 +373,7 @@ impl Phase {
             Phase::Degraded => "Degraded",
             Phase::Upgrading => "Upgrading",
             Phase::Failed => "Failed",
+            Phase::Hibernated => "Hibernated",
         }
     }
 }

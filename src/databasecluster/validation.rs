@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
-use super::types::{DatabaseCluster, DatabaseClusterSpec};
+use super::config::CONFIG_HASH_PARAMETER;
+use super::types::{DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements};
 
 /// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
-pub const REPLICAS_RANGE: std::ops::RangeInclusive<i32> = 1..=10;
+pub const REPLICAS_RANGE: std::ops::RangeInclusive<i32> = 0..=10;
 
 /// Server parameters the operator sets itself; overriding them would break probes, the Service or
 /// the data volume.
@@ -25,6 +26,13 @@ const RESERVED_PARAMETERS: &[&str] = &[
     "ident_file",
     "config_file",
     "unix_socket_directories",
+    "unix_socket_permissions",
+    "primary_conninfo",
+    "primary_slot_name",
+    "hot_standby",
+    "wal_level",
+    "password_encryption",
+    CONFIG_HASH_PARAMETER,
 ];
 
 /// A spec the operator can act on, with every field parsed.
@@ -38,6 +46,14 @@ pub struct ValidSpec {
     pub storage: StorageSize,
     /// Server parameters, sorted by name so that rendering them is deterministic.
     pub postgres_config: BTreeMap<String, String>,
+    /// The PostgreSQL container's requests and limits, every quantity checked.
+    pub resources: ResourceRequirements,
+    /// The data volumes' StorageClass, if named.
+    pub storage_class_name: Option<String>,
+    /// What happens to the data volumes when instances go.
+    pub pvc_retention: PvcRetention,
+    /// The Secret with the application user's credentials (`<name>-app` unless the user names one).
+    pub app_secret_name: Option<String>,
 }
 
 /// A PostgreSQL version as `major` or `major.minor`.
@@ -169,7 +185,7 @@ fn canonical_bytes(bytes: u64, binary: bool) -> String {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum SpecError {
     /// `replicas` is outside [`REPLICAS_RANGE`].
-    #[error("spec.replicas {0} is out of range: it must be between 1 and 10")]
+    #[error("spec.replicas {0} is out of range: it must be between 0 and 10")]
     ReplicasOutOfRange(i32),
     /// `version` is not `major` or `major.minor`.
     #[error("spec.version {0:?} is not a PostgreSQL version of the form major.minor or major")]
@@ -183,6 +199,9 @@ pub enum SpecError {
     /// A `postgresConfig` parameter is one the operator must control.
     #[error("spec.postgresConfig parameter {0:?} is managed by the operator and cannot be set")]
     ReservedParameter(String),
+    /// A `resources` quantity does not parse.
+    #[error("spec.resources {0} is not a Kubernetes quantity such as 500m or 1Gi")]
+    InvalidResource(String),
     /// The major version differs from the one the cluster runs.
     #[error(
         "spec.version {desired:?} changes the major version of a cluster running {running:?}: \
@@ -214,7 +233,42 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
             return Err(SpecError::ReservedParameter(name.clone()));
         }
     }
-    Ok(ValidSpec { replicas: spec.replicas, version, storage, postgres_config })
+    let resources = spec.resources.clone().unwrap_or_else(default_resources);
+    for (kind, quantities) in [("requests", &resources.requests), ("limits", &resources.limits)] {
+        for (name, value) in quantities.iter().flatten() {
+            if !is_resource_quantity(value) {
+                return Err(SpecError::InvalidResource(format!("{kind}.{name}={value:?}")));
+            }
+        }
+    }
+    Ok(ValidSpec {
+        replicas: spec.replicas,
+        version,
+        storage,
+        postgres_config,
+        resources,
+        storage_class_name: spec.storage_class_name.clone(),
+        pvc_retention: spec.pvc_retention.unwrap_or_default(),
+        app_secret_name: spec.app_secret_name.clone(),
+    })
+}
+
+/// The container resources when the spec names none: the seed's fixed values.
+pub fn default_resources() -> ResourceRequirements {
+    let quantities = |cpu: &str, memory: &str| {
+        Some(BTreeMap::from([("cpu".to_owned(), cpu.to_owned()), ("memory".to_owned(), memory.to_owned())]))
+    };
+    ResourceRequirements { requests: quantities("100m", "256Mi"), limits: quantities("500m", "512Mi") }
+}
+
+/// A CPU or memory quantity: a positive decimal with an optional milli, SI or binary suffix.
+fn is_resource_quantity(text: &str) -> bool {
+    const SUFFIXES: [&str; 14] = ["", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    SUFFIXES.contains(&suffix)
+        && number.bytes().filter(|b| *b == b'.').count() <= 1
+        && number.bytes().any(|b| b.is_ascii_digit())
 }
 
 /// Checks a cluster: its spec, and that the version does not change the major version of the one
@@ -265,8 +319,9 @@ mod tests {
     }
 
     #[test]
-    fn replicas_outside_one_to_ten_are_refused() {
-        assert_eq!(validate_spec(&spec(0, "15", "1Gi")), Err(SpecError::ReplicasOutOfRange(0)));
+    fn replicas_outside_zero_to_ten_are_refused() {
+        assert!(validate_spec(&spec(0, "15", "1Gi")).is_ok(), "0 hibernates");
+        assert_eq!(validate_spec(&spec(-1, "15", "1Gi")), Err(SpecError::ReplicasOutOfRange(-1)));
         assert_eq!(validate_spec(&spec(11, "15", "1Gi")), Err(SpecError::ReplicasOutOfRange(11)));
         assert!(validate_spec(&spec(10, "15", "1Gi")).is_ok());
     }

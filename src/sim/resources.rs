@@ -343,7 +343,9 @@ pub fn crd_kinds(crd: &Value) -> Result<Vec<Kind>, Vec<(String, String)>> {
             categories: strings(&names["categories"]),
             status_subresource: version.pointer("/subresources/status").is_some(),
             generation: true,
-            scale_subresource: false,
+            // The handler reads `.spec.replicas` and `.status.replicas`, the paths CRDs use by
+            // convention (and the DatabaseCluster CRD declares).
+            scale_subresource: version.pointer("/subresources/scale").is_some(),
             printer_columns: printer_columns(&version["additionalPrinterColumns"]),
             custom: true,
             schema,

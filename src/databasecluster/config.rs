@@ -1,0 +1,250 @@
+//! The ConfigMap `<name>-scripts`: what every instance runs and reads, built purely from the spec.
+//!
+//! Keys (mounted at [`CONFIG_MOUNT_PATH`] in every pod):
+//! - `instance.sh`: the instance program ([`INSTANCE_SCRIPT`]): `init` (init container: initdb on
+//!   the primary, `pg_basebackup` over a replication slot on a standby, re-clone when the data is
+//!   missing or from another cluster), `run` (postgres, the mounted Secrets' passwords applied on
+//!   the primary, SIGTERM → fast shutdown), `ready` and `alive` (probes). Its header is its contract.
+//! - `primary`: the pod name of the instance that must be primary. The operator's record, not an
+//!   ordinal rule: instance 0 when the cluster is created, and kept as the live ConfigMap says ever
+//!   after (failover, a later issue, changes it).
+//! - `postgresql.conf`: the server's whole configuration file (`config_file`): the operator's
+//!   replication settings, then `spec.postgresConfig`, then [`CONFIG_HASH_PARAMETER`], a hash of
+//!   the rest. PostgreSQL reports the hash of the file on disk in `pg_file_settings` and the hash in
+//!   force with `current_setting`, so the operator can see when a changed ConfigMap has reached an
+//!   instance and whether a reload applied it (see [`super::instances`]).
+//! - `pg_hba.conf`: local socket connections trusted (the socket is mode 0700 in a directory only
+//!   the pod's uid reaches), the replication user alone may open replication connections, and every
+//!   TCP login needs a SCRAM password. `pg_ident.conf`: empty.
+//!
+//! # Reload or restart
+//! A parameter whose PostgreSQL 15 context is `postmaster` ([`RESTART_PARAMETERS`]), or an
+//! extension parameter (a dotted name, whose context the operator cannot know), needs a restart;
+//! [`restart_hash`] covers just those, and the pod template carries it as an annotation, so
+//! changing one rolls the instances. Every other change reaches the pods through the mounted
+//! ConfigMap and is applied by `pg_reload_conf()` with no restart.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use sha2::{Digest, Sha256};
+
+use super::resources::{Owner, child_metadata, statefulset_name};
+use super::validation::ValidSpec;
+
+/// The instance program, shipped in the ConfigMap.
+pub const INSTANCE_SCRIPT: &str = include_str!("scripts/instance.sh");
+/// Where the ConfigMap is mounted in the pods.
+pub const CONFIG_MOUNT_PATH: &str = "/etc/dbcluster";
+/// ConfigMap key of the instance program.
+pub const SCRIPT_KEY: &str = "instance.sh";
+/// ConfigMap key naming the primary's pod.
+pub const PRIMARY_KEY: &str = "primary";
+/// ConfigMap key of the server configuration file.
+pub const POSTGRESQL_CONF_KEY: &str = "postgresql.conf";
+/// The custom parameter holding the hash of the rest of `postgresql.conf`.
+pub const CONFIG_HASH_PARAMETER: &str = "dbcluster.config_hash";
+
+/// Settings the operator needs for streaming replication, before the user's.
+const OPERATOR_SETTINGS: &[(&str, &str)] = &[
+    ("hot_standby", "on"),
+    ("wal_level", "replica"),
+    ("password_encryption", "scram-sha-256"),
+    ("wal_log_hints", "on"),
+];
+
+/// PostgreSQL 15's parameters of context `postmaster`: set only at server start.
+pub const RESTART_PARAMETERS: &[&str] = &[
+    "archive_mode",
+    "autovacuum_freeze_max_age",
+    "autovacuum_max_workers",
+    "autovacuum_multixact_freeze_max_age",
+    "bonjour",
+    "bonjour_name",
+    "cluster_name",
+    "config_file",
+    "data_directory",
+    "data_sync_retry",
+    "dynamic_shared_memory_type",
+    "event_source",
+    "external_pid_file",
+    "hba_file",
+    "hot_standby",
+    "huge_page_size",
+    "huge_pages",
+    "ident_file",
+    "ignore_invalid_pages",
+    "jit_provider",
+    "listen_addresses",
+    "logging_collector",
+    "max_connections",
+    "max_files_per_process",
+    "max_locks_per_transaction",
+    "max_logical_replication_workers",
+    "max_pred_locks_per_transaction",
+    "max_prepared_transactions",
+    "max_replication_slots",
+    "max_wal_senders",
+    "max_worker_processes",
+    "min_dynamic_shared_memory",
+    "old_snapshot_threshold",
+    "port",
+    "recovery_target",
+    "recovery_target_action",
+    "recovery_target_inclusive",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_timeline",
+    "recovery_target_xid",
+    "shared_buffers",
+    "shared_memory_type",
+    "shared_preload_libraries",
+    "superuser_reserved_connections",
+    "track_activity_query_size",
+    "track_commit_timestamp",
+    "unix_socket_directories",
+    "unix_socket_group",
+    "unix_socket_permissions",
+    "wal_buffers",
+    "wal_decode_buffer_size",
+    "wal_level",
+    "wal_log_hints",
+];
+
+/// The ConfigMap's name.
+pub fn config_map_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-scripts")
+}
+
+/// The pod name of the instance that starts as primary in a new cluster.
+pub fn initial_primary(cluster_name: &str) -> String {
+    format!("{}-0", statefulset_name(cluster_name))
+}
+
+/// The primary the live ConfigMap records, if any.
+pub fn recorded_primary(live: &ConfigMap) -> Option<String> {
+    let name = live.data.as_ref()?.get(PRIMARY_KEY)?.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// The ConfigMap for `spec`, with `primary` naming the primary's pod.
+pub fn build_config_map(owner: &Owner, spec: &ValidSpec, primary: &str) -> ConfigMap {
+    let data = BTreeMap::from([
+        (SCRIPT_KEY.to_owned(), INSTANCE_SCRIPT.to_owned()),
+        (PRIMARY_KEY.to_owned(), primary.to_owned()),
+        (POSTGRESQL_CONF_KEY.to_owned(), postgresql_conf(&spec.postgres_config)),
+        ("pg_hba.conf".to_owned(), PG_HBA_CONF.to_owned()),
+        ("pg_ident.conf".to_owned(), String::new()),
+    ]);
+    ConfigMap {
+        metadata: child_metadata(owner, config_map_name(owner.name())),
+        data: Some(data),
+        ..ConfigMap::default()
+    }
+}
+
+/// Client authentication: see the module docs.
+pub const PG_HBA_CONF: &str = "\
+# Written by dbcluster-operator.
+# TYPE  DATABASE     USER        ADDRESS  METHOD
+local   all          all                  trust
+host    replication  replicator  all      scram-sha-256
+host    all          all         all      scram-sha-256
+";
+
+/// The server configuration file: the operator's settings, the user's, and the hash of both.
+pub fn postgresql_conf(user: &BTreeMap<String, String>) -> String {
+    let mut body = String::from("# Written by dbcluster-operator from spec.postgresConfig.\n");
+    for (name, value) in OPERATOR_SETTINGS
+        .iter()
+        .map(|(n, v)| (*n, *v))
+        .chain(user.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+    {
+        body.push_str(&format!("{name} = {}\n", quote(value)));
+    }
+    let hash = config_hash(&body);
+    body.push_str(&format!("{CONFIG_HASH_PARAMETER} = '{hash}'\n"));
+    body
+}
+
+/// The hash [`postgresql_conf`] writes for `spec`'s configuration.
+pub fn desired_config_hash(spec: &ValidSpec) -> String {
+    let conf = postgresql_conf(&spec.postgres_config);
+    conf.lines()
+        .find_map(|line| line.strip_prefix(&format!("{CONFIG_HASH_PARAMETER} = '")))
+        .map(|rest| rest.trim_end_matches('\'').to_owned())
+        .unwrap_or_default()
+}
+
+/// Whether changing `name` needs a server restart.
+pub fn needs_restart(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.contains('.') || RESTART_PARAMETERS.contains(&name.as_str())
+}
+
+/// A hash of the parameters that need a restart (name and value), for the pod template.
+pub fn restart_hash(user: &BTreeMap<String, String>) -> String {
+    let restart: String = user
+        .iter()
+        .filter(|(name, _)| needs_restart(name))
+        .map(|(name, value)| format!("{name}={value}\n"))
+        .collect();
+    config_hash(&restart)
+}
+
+fn config_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// A value as a quoted configuration-file string: `'` doubled, `\` escaped.
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn the_file_holds_the_operator_settings_then_the_users_then_the_hash() {
+        let conf = postgresql_conf(&config(&[("work_mem", "8MB"), ("search_path", "a, 'b'")]));
+        let lines: Vec<&str> = conf.lines().collect();
+        assert_eq!(lines[1], "hot_standby = 'on'");
+        assert!(lines.contains(&"work_mem = '8MB'"));
+        assert!(lines.contains(&"search_path = 'a, ''b'''"));
+        assert!(lines.last().unwrap().starts_with("dbcluster.config_hash = '"));
+    }
+
+    #[test]
+    fn the_hash_changes_with_any_parameter() {
+        let a = postgresql_conf(&config(&[("work_mem", "8MB")]));
+        let b = postgresql_conf(&config(&[("work_mem", "16MB")]));
+        assert_ne!(a.lines().last(), b.lines().last());
+        assert_eq!(a, postgresql_conf(&config(&[("work_mem", "8MB")])));
+    }
+
+    #[test]
+    fn only_restart_parameters_change_the_restart_hash() {
+        let base = restart_hash(&config(&[("work_mem", "8MB"), ("max_connections", "100")]));
+        assert_eq!(base, restart_hash(&config(&[("work_mem", "64MB"), ("max_connections", "100")])));
+        assert_ne!(base, restart_hash(&config(&[("work_mem", "8MB"), ("max_connections", "200")])));
+        assert!(needs_restart("shared_buffers") && needs_restart("Max_Connections"));
+        assert!(needs_restart("pg_stat_statements.max"), "an extension's context is unknown");
+        assert!(!needs_restart("work_mem") && !needs_restart("log_min_duration_statement"));
+    }
+
+    #[test]
+    fn only_the_replication_user_may_replicate() {
+        let replication: Vec<&str> =
+            PG_HBA_CONF.lines().filter(|l| l.split_whitespace().nth(1) == Some("replication")).collect();
+        assert_eq!(replication.len(), 1);
+        assert_eq!(replication[0].split_whitespace().nth(2), Some("replicator"));
+        assert!(PG_HBA_CONF.lines().filter(|l| l.starts_with("host")).all(|l| l.ends_with("scram-sha-256")));
+    }
+}

@@ -1,0 +1,217 @@
+#!/bin/bash
+# dbcluster-operator instance program: bootstraps, runs and probes one PostgreSQL instance of a
+# DatabaseCluster. Shipped by the operator in the ConfigMap `<cluster>-scripts`; uses only the
+# binaries of the `postgres` image (initdb, pg_basebackup, pg_controldata, postgres, psql,
+# pg_isready) and bash.
+#
+#   instance.sh init    (init container) make $PGDATA hold this instance's data in its role:
+#                       the primary initdb's an empty volume; a standby clones the primary with
+#                       pg_basebackup over its replication slot, and re-clones when its data is
+#                       missing or belongs to another cluster (system identifier differs).
+#                       Idempotent: data already in its role is kept.
+#   instance.sh run     (main container) start postgres, apply the passwords of the mounted
+#                       Secrets on the primary, and turn SIGTERM into a fast shutdown.
+#   instance.sh ready   (readiness probe) accepting connections in its role.
+#   instance.sh alive   (startup/liveness probe) the server answers on its socket.
+#
+# The role comes from the operator's record, the file $DBC_CONFIG/primary (the current primary's
+# pod name), never from the pod's ordinal.
+#
+# Environment (set by the pod spec): PGDATA, POD_NAME, POD_IP, DBC_CONFIG (the ConfigMap: this
+# script, postgresql.conf, pg_hba.conf, primary), DBC_SECRETS (superuser/, app/, replication/ each
+# with username and password), DBC_RUN (a private emptyDir: socket, pgpass), DBC_PEER_DOMAIN (the
+# headless Service's domain, `<svc>.<ns>.svc`), DBC_PORT (5432), DBC_APP_DATABASE (app).
+set -euo pipefail
+
+: "${PGDATA:?}" "${POD_NAME:?}" "${POD_IP:?}" "${DBC_CONFIG:?}" "${DBC_SECRETS:?}" "${DBC_RUN:?}"
+DBC_PORT=${DBC_PORT:-5432}
+DBC_APP_DATABASE=${DBC_APP_DATABASE:-app}
+DBC_PEER_DOMAIN=${DBC_PEER_DOMAIN:-}
+export PGPASSFILE="$DBC_RUN/pgpass"
+
+log() { echo "instance[$POD_NAME]: $*" >&2; }
+
+secret() { cat "$DBC_SECRETS/$1/$2"; }
+
+primary_name() {
+    local name
+    name=$(tr -d '[:space:]' <"$DBC_CONFIG/primary" 2>/dev/null || true)
+    echo "${name:-${POD_NAME%-*}-0}"
+}
+
+is_primary() { [ "$(primary_name)" = "$POD_NAME" ]; }
+
+primary_host() {
+    local name
+    name=$(primary_name)
+    if [ -n "$DBC_PEER_DOMAIN" ]; then echo "$name.$DBC_PEER_DOMAIN"; else echo "$name"; fi
+}
+
+# The replication slot of an instance: its ordinal, so that names stay within PostgreSQL's limit.
+slot_name() { echo "instance_${POD_NAME##*-}"; }
+
+# A private copy of the replication password for libpq (mode 0600, as libpq requires).
+write_pgpass() {
+    local pass tmp
+    pass=$(secret replication password | sed -e 's/\\/\\\\/g' -e 's/:/\\:/g')
+    tmp="$PGPASSFILE.tmp"
+    (umask 077 && printf '*:*:*:%s:%s\n' "$(secret replication username)" "$pass" >"$tmp")
+    mv -f "$tmp" "$PGPASSFILE"
+}
+
+replication_conninfo() {
+    echo "host=$(primary_host) port=$DBC_PORT user=$(secret replication username) passfile=$PGPASSFILE application_name=$POD_NAME connect_timeout=5"
+}
+
+local_sysid() { pg_controldata "$PGDATA" | sed -n 's/^Database system identifier: *//p'; }
+
+# The primary's system identifier over a replication connection; empty when unreachable.
+primary_sysid() {
+    psql "$(replication_conninfo) replication=true" -XtAc IDENTIFY_SYSTEM 2>/dev/null | cut -d'|' -f1 || true
+}
+
+has_data() { [ -f "$PGDATA/PG_VERSION" ]; }
+
+# Settings kept in postgresql.auto.conf because they follow the primary, which may change while the
+# server runs (ALTER SYSTEM can then update them).
+set_auto_conf() {
+    local file="$PGDATA/postgresql.auto.conf"
+    touch "$file"
+    sed -i -e '/^primary_conninfo *=/d' -e '/^primary_slot_name *=/d' "$file"
+    if [ "$#" -gt 0 ]; then
+        printf "primary_conninfo = '%s'\nprimary_slot_name = '%s'\n" "$1" "$2" >>"$file"
+    fi
+}
+
+init_primary() {
+    if ! has_data; then
+        log "no data: initdb"
+        rm -rf "$PGDATA.new"
+        initdb -D "$PGDATA.new" -U "$(secret superuser username)" --pwfile=<(secret superuser password) \
+            --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C >&2
+        mv "$PGDATA.new" "$PGDATA"
+    fi
+    if [ -f "$PGDATA/standby.signal" ]; then
+        log "the operator names this instance primary: starting out of recovery"
+        rm -f "$PGDATA/standby.signal"
+    fi
+    set_auto_conf
+}
+
+init_standby() {
+    write_pgpass
+    if has_data; then
+        local mine theirs
+        mine=$(local_sysid)
+        theirs=$(primary_sysid)
+        if [ -n "$theirs" ] && [ "$mine" != "$theirs" ]; then
+            log "data belongs to another cluster (system identifier $mine, primary's $theirs): re-cloning"
+            rm -rf "$PGDATA"
+        elif [ -z "$theirs" ]; then
+            log "primary unreachable: keeping the data (system identifier $mine)"
+        fi
+    fi
+    until has_data; do
+        log "cloning $(primary_host) over slot $(slot_name)"
+        rm -rf "$PGDATA.new"
+        if pg_basebackup -D "$PGDATA.new" -d "$(replication_conninfo)" -S "$(slot_name)" -X stream \
+            --checkpoint=fast --no-password >&2; then
+            mv "$PGDATA.new" "$PGDATA"
+        else
+            log "clone failed; retrying in 2 s"
+            sleep 2
+        fi
+    done
+    touch "$PGDATA/standby.signal"
+    set_auto_conf "$(replication_conninfo)" "$(slot_name)"
+}
+
+init() {
+    mkdir -p "$(dirname "$PGDATA")" "$DBC_RUN"
+    if is_primary; then init_primary; else init_standby; fi
+    chmod 0700 "$PGDATA"
+}
+
+psql_local() { psql -X -v ON_ERROR_STOP=1 -h "$DBC_RUN" -p "$DBC_PORT" -U "$(secret superuser username)" -d postgres "$@"; }
+
+# Makes the database accept exactly the passwords of the mounted Secrets (the passwords go through
+# psql's stdin and \set, never a command line, and are kept out of the server log).
+apply_credentials() {
+    psql_local -q <<SQL
+SET log_statement = 'none';
+SET log_min_error_statement = 'panic';
+SET log_min_duration_statement = -1;
+\set su_user \`cat "$DBC_SECRETS/superuser/username"\`
+\set su_pass \`cat "$DBC_SECRETS/superuser/password"\`
+\set repl_user \`cat "$DBC_SECRETS/replication/username"\`
+\set repl_pass \`cat "$DBC_SECRETS/replication/password"\`
+\set app_user \`cat "$DBC_SECRETS/app/username"\`
+\set app_pass \`cat "$DBC_SECRETS/app/password"\`
+\set app_db $DBC_APP_DATABASE
+SELECT format('CREATE ROLE %I LOGIN REPLICATION', :'repl_user')
+  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'repl_user') \gexec
+SELECT format('CREATE ROLE %I LOGIN', :'app_user')
+  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'app_user') \gexec
+ALTER ROLE :"su_user" PASSWORD :'su_pass';
+ALTER ROLE :"repl_user" WITH LOGIN REPLICATION NOSUPERUSER PASSWORD :'repl_pass';
+ALTER ROLE :"app_user" WITH LOGIN NOSUPERUSER NOREPLICATION PASSWORD :'app_pass';
+SELECT format('CREATE DATABASE %I OWNER %I', :'app_db', :'app_user')
+  WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = :'app_db') \gexec
+SQL
+}
+
+run() {
+    local pid
+    mkdir -p "$DBC_RUN"
+    rm -f "$DBC_RUN/credentials-applied"
+    postgres -D "$PGDATA" \
+        -c config_file="$DBC_CONFIG/postgresql.conf" \
+        -c hba_file="$DBC_CONFIG/pg_hba.conf" \
+        -c ident_file="$DBC_CONFIG/pg_ident.conf" \
+        -c listen_addresses="$POD_IP" \
+        -c port="$DBC_PORT" \
+        -c unix_socket_directories="$DBC_RUN" \
+        -c unix_socket_permissions=0700 \
+        "$@" &
+    pid=$!
+    # SIGTERM (pod deletion) → SIGINT: a fast shutdown, which does not wait for clients to leave.
+    trap 'log "SIGTERM: fast shutdown"; kill -INT "$pid" 2>/dev/null || true' TERM INT
+    if is_primary; then
+        until pg_isready -q -h "$DBC_RUN" -p "$DBC_PORT"; do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.2
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            apply_credentials || { log "applying the credentials failed"; kill -INT "$pid"; }
+        fi
+    fi
+    touch "$DBC_RUN/credentials-applied"
+    # `wait` returns early (status > 128) when the trap runs; wait again for the server's own status.
+    local status=0 again
+    while :; do
+        if wait "$pid"; then status=0; else status=$?; fi
+        kill -0 "$pid" 2>/dev/null || break
+    done
+    if [ "$status" -gt 128 ]; then
+        wait "$pid" 2>/dev/null && again=0 || again=$?
+        [ "$again" -ne 127 ] && status=$again
+    fi
+    exit "$status"
+}
+
+ready() {
+    [ -f "$DBC_RUN/credentials-applied" ] || exit 1
+    local recovery
+    recovery=$(psql_local -tAc 'SELECT pg_is_in_recovery()')
+    if is_primary; then [ "$recovery" = f ]; else [ "$recovery" = t ]; fi
+}
+
+alive() { pg_isready -q -h "$DBC_RUN" -p "$DBC_PORT"; }
+
+case "${1:-}" in
+init) init ;;
+run) shift; run "$@" ;;
+ready) ready ;;
+alive) alive ;;
+*) echo "usage: instance.sh init|run|ready|alive" >&2; exit 2 ;;
+esac

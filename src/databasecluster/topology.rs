@@ -1,0 +1,327 @@
+//! The replication topology as a pure function of what was observed: each pod (from the cache) and
+//! what its instance said ([`super::instances`]) give `status.instances[]`, `currentPrimary`, the
+//! role labels to set, and the replication slots the primary should have.
+//!
+//! Rules:
+//! - A pod's role is what its instance says (`pg_is_in_recovery()`): `primary` or `replica`;
+//!   `unknown` when it could not be asked, and then its label is left as it is (Endpoints hold only
+//!   ready pods, so a stale label on a pod that is down reaches nothing).
+//! - `currentPrimary` is the instance observed out of recovery; if several are (which the operator
+//!   never causes), the recorded primary among them, else none.
+//! - Slots: `instance_<ordinal>` for every instance but the primary below `spec.replicas`. Slots
+//!   the primary has that no instance should, and that no standby uses, are dropped; with
+//!   `replicas: 0` (hibernation) nothing is dropped, so the standbys find their slots on waking.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+
+use super::instances::InstanceFacts;
+use super::services::{ROLE_PRIMARY, ROLE_REPLICA};
+use super::types::InstanceStatus;
+
+/// The label the StatefulSet controller puts on each pod: the revision of its template.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// The role shown for an instance that could not be asked.
+pub const ROLE_UNKNOWN: &str = "unknown";
+
+/// A pod of the cluster, as the cache holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodView {
+    /// The pod's name, `<cluster>-<ordinal>`.
+    pub name: String,
+    /// The StatefulSet ordinal.
+    pub ordinal: i32,
+    /// `status.podIP`, once assigned.
+    pub ip: Option<String>,
+    /// Whether the pod is Ready.
+    pub ready: bool,
+    /// Whether the pod is being deleted.
+    pub deleting: bool,
+    /// The `controller-revision-hash` label.
+    pub revision: Option<String>,
+    /// The role label it carries now.
+    pub role_label: Option<String>,
+    /// Why its containers are not running, when the kubelet says so ([`container_failure`]).
+    pub failure: Option<String>,
+}
+
+/// The most of one container's failure that `status.instances[].message` repeats.
+const MAX_FAILURE_CHARS: usize = 1024;
+
+/// Waiting reasons of a container that is merely on its way (not a failure).
+const STARTING_REASONS: [&str; 2] = ["ContainerCreating", "PodInitializing"];
+
+/// Why a pod's instance cannot start, from its containers' state as the kubelet reports it: the
+/// first init or main container that waits for a reason other than starting (`CrashLoopBackOff`,
+/// `ErrImagePull`…) or has terminated with a non-zero exit code, with the kubelet's message and
+/// the last termination's exit code and message (the log's tail, with `FallbackToLogsOnError`).
+pub fn container_failure(status: &PodStatus) -> Option<String> {
+    let mut containers =
+        status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
+    let failure = containers.find_map(failure_of)?;
+    Some(failure.chars().take(MAX_FAILURE_CHARS).collect())
+}
+
+fn failure_of(container: &ContainerStatus) -> Option<String> {
+    let state = container.state.as_ref()?;
+    let last = container.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+    let (reason, message, terminated) = match (&state.waiting, &state.terminated) {
+        (Some(waiting), _) => {
+            let reason = waiting.reason.as_deref().unwrap_or("Waiting");
+            if STARTING_REASONS.contains(&reason) {
+                return None;
+            }
+            (reason, waiting.message.as_deref(), last)
+        }
+        (None, Some(terminated)) if terminated.exit_code != 0 => {
+            (terminated.reason.as_deref().unwrap_or("Error"), None, Some(terminated))
+        }
+        _ => return None,
+    };
+    let mut text = format!("container {}: {reason}", container.name);
+    if let Some(message) = message.filter(|m| !m.is_empty()) {
+        text.push_str(&format!(" ({message})"));
+    }
+    if let Some(terminated) = terminated {
+        text.push_str(&format!("; exit code {}", terminated.exit_code));
+        if let Some(message) = terminated.message.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
+            text.push_str(&format!(": {message}"));
+        }
+    }
+    Some(text)
+}
+
+/// The replication slot of instance `ordinal`.
+pub fn slot_name(ordinal: i32) -> String {
+    format!("instance_{ordinal}")
+}
+
+/// The observed role of an instance.
+pub fn role_of(facts: Option<&InstanceFacts>) -> &'static str {
+    match facts {
+        Some(facts) if facts.in_recovery => ROLE_REPLICA,
+        Some(_) => ROLE_PRIMARY,
+        None => ROLE_UNKNOWN,
+    }
+}
+
+/// The instance observed accepting writes (see the module docs).
+pub fn current_primary(
+    pods: &[PodView],
+    facts: &BTreeMap<String, InstanceFacts>,
+    recorded: &str,
+) -> Option<String> {
+    let primaries: Vec<&str> = pods
+        .iter()
+        .filter(|pod| !pod.deleting && facts.get(&pod.name).is_some_and(|f| !f.in_recovery))
+        .map(|pod| pod.name.as_str())
+        .collect();
+    match primaries.as_slice() {
+        [one] => Some((*one).to_owned()),
+        many => many.iter().find(|name| **name == recorded).map(|name| (*name).to_owned()),
+    }
+}
+
+/// `status.instances[]`, by ordinal.
+pub fn instance_statuses(pods: &[PodView], facts: &BTreeMap<String, InstanceFacts>) -> Vec<InstanceStatus> {
+    let standbys: BTreeMap<&str, (&str, i64)> = facts
+        .values()
+        .filter(|f| !f.in_recovery)
+        .flat_map(|f| f.standbys.iter())
+        .map(|s| (s.name.as_str(), (s.state.as_str(), s.lag_bytes)))
+        .collect();
+    let mut pods: Vec<&PodView> = pods.iter().collect();
+    pods.sort_by_key(|pod| pod.ordinal);
+    pods.into_iter()
+        .map(|pod| {
+            let observed = facts.get(&pod.name);
+            let role = role_of(observed);
+            let replication = (role == ROLE_REPLICA).then(|| standbys.get(pod.name.as_str())).flatten();
+            InstanceStatus {
+                name: pod.name.clone(),
+                role: role.to_owned(),
+                ready: pod.ready && !pod.deleting,
+                version: observed.map(|f| f.version.clone()),
+                replication_state: replication.map(|(state, _)| (*state).to_owned()),
+                lag_bytes: replication.map(|(_, lag)| *lag),
+                message: pod.failure.clone(),
+            }
+        })
+        .collect()
+}
+
+/// The pods whose role label differs from their observed role, with the label they should carry.
+pub fn label_changes(
+    pods: &[PodView],
+    facts: &BTreeMap<String, InstanceFacts>,
+) -> Vec<(String, &'static str)> {
+    pods.iter()
+        .filter(|pod| !pod.deleting)
+        .filter_map(|pod| {
+            let role = role_of(facts.get(&pod.name));
+            (role != ROLE_UNKNOWN && pod.role_label.as_deref() != Some(role))
+                .then(|| (pod.name.clone(), role))
+        })
+        .collect()
+}
+
+/// What to change in the primary's slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotChanges {
+    /// Slots to create.
+    pub create: Vec<String>,
+    /// Slots to drop.
+    pub drop: Vec<String>,
+}
+
+/// The slot changes on the primary (instance `primary_ordinal`) for `replicas` instances.
+pub fn slot_changes(primary: &InstanceFacts, primary_ordinal: i32, replicas: i32) -> SlotChanges {
+    let wanted: Vec<String> = (0..replicas).filter(|o| *o != primary_ordinal).map(slot_name).collect();
+    let create = wanted.iter().filter(|w| !primary.slots.iter().any(|s| &s.name == *w)).cloned().collect();
+    let drop = if replicas == 0 {
+        Vec::new()
+    } else {
+        primary
+            .slots
+            .iter()
+            .filter(|s| s.name.starts_with("instance_") && !s.active && !wanted.contains(&s.name))
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    SlotChanges { create, drop }
+}
+
+/// Whether every standby below `replicas` streams from the primary.
+pub fn all_standbys_streaming(statuses: &[InstanceStatus], primary: Option<&str>) -> bool {
+    statuses
+        .iter()
+        .filter(|s| Some(s.name.as_str()) != primary)
+        .all(|s| s.role == ROLE_REPLICA && s.replication_state.as_deref() == Some("streaming"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::databasecluster::instances::{SlotFact, StandbyFact};
+
+    fn pod(ordinal: i32, role_label: Option<&str>) -> PodView {
+        PodView {
+            name: format!("db-{ordinal}"),
+            ordinal,
+            ip: Some(format!("127.0.0.{}", ordinal + 2)),
+            ready: true,
+            role_label: role_label.map(str::to_owned),
+            ..PodView::default()
+        }
+    }
+
+    fn primary_facts(standbys: &[(&str, &str, i64)], slots: &[(&str, bool)]) -> InstanceFacts {
+        InstanceFacts {
+            in_recovery: false,
+            version: "15.4".into(),
+            standbys: standbys
+                .iter()
+                .map(|(n, s, l)| StandbyFact { name: (*n).into(), state: (*s).into(), lag_bytes: *l })
+                .collect(),
+            slots: slots.iter().map(|(n, a)| SlotFact { name: (*n).into(), active: *a }).collect(),
+            ..InstanceFacts::default()
+        }
+    }
+
+    fn standby_facts() -> InstanceFacts {
+        InstanceFacts { in_recovery: true, version: "15.4".into(), ..InstanceFacts::default() }
+    }
+
+    #[test]
+    fn a_container_that_cannot_start_says_why() {
+        let status = |value: serde_json::Value| -> PodStatus { serde_json::from_value(value).unwrap() };
+        let starting = status(serde_json::json!({
+            "initContainerStatuses": [{"name": "bootstrap", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+            "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]
+        }));
+        assert_eq!(container_failure(&starting), None);
+        let crashing = status(serde_json::json!({
+            "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 3,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                    "message": "FATAL:  invalid value for parameter \"work_mem\": \"lots\"\n"}}}]
+        }));
+        assert_eq!(
+            container_failure(&crashing).as_deref(),
+            Some(
+                "container postgres: CrashLoopBackOff (back-off 40s); exit code 1: FATAL:  invalid value for parameter \"work_mem\": \"lots\""
+            )
+        );
+        let failed_init = status(serde_json::json!({
+            "initContainerStatuses": [{"name": "bootstrap", "image": "postgres:15", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]
+        }));
+        assert_eq!(
+            container_failure(&failed_init).as_deref(),
+            Some("container bootstrap: Error; exit code 2")
+        );
+    }
+
+    #[test]
+    fn roles_and_replication_come_from_what_the_instances_say() {
+        let pods = [pod(0, None), pod(1, None), pod(2, None)];
+        let facts = BTreeMap::from([
+            ("db-0".to_owned(), primary_facts(&[("db-1", "streaming", 0), ("db-2", "catchup", 4096)], &[])),
+            ("db-1".to_owned(), standby_facts()),
+        ]);
+        let statuses = instance_statuses(&pods, &facts);
+        let summary: Vec<_> = statuses
+            .iter()
+            .map(|s| (s.name.as_str(), s.role.as_str(), s.replication_state.as_deref(), s.lag_bytes))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("db-0", "primary", None, None),
+                ("db-1", "replica", Some("streaming"), Some(0)),
+                ("db-2", "unknown", None, None)
+            ]
+        );
+        assert_eq!(current_primary(&pods, &facts, "db-0").as_deref(), Some("db-0"));
+        assert!(!all_standbys_streaming(&statuses, Some("db-0")));
+    }
+
+    #[test]
+    fn labels_follow_the_observed_role_and_unknown_leaves_them_alone() {
+        let pods = [pod(0, Some("replica")), pod(1, Some("replica")), pod(2, Some("primary"))];
+        let facts = BTreeMap::from([
+            ("db-0".to_owned(), primary_facts(&[], &[])),
+            ("db-1".to_owned(), standby_facts()),
+        ]);
+        assert_eq!(label_changes(&pods, &facts), [("db-0".to_owned(), "primary")]);
+    }
+
+    #[test]
+    fn two_primaries_resolve_to_the_recorded_one_or_none() {
+        let pods = [pod(0, None), pod(1, None)];
+        let facts = BTreeMap::from([
+            ("db-0".to_owned(), primary_facts(&[], &[])),
+            ("db-1".to_owned(), primary_facts(&[], &[])),
+        ]);
+        assert_eq!(current_primary(&pods, &facts, "db-1").as_deref(), Some("db-1"));
+        assert_eq!(current_primary(&pods, &facts, "db-7"), None);
+    }
+
+    #[test]
+    fn slots_exist_for_every_standby_and_go_with_scale_down() {
+        let primary =
+            primary_facts(&[], &[("instance_1", true), ("instance_3", false), ("instance_4", true)]);
+        let changes = slot_changes(&primary, 0, 3);
+        assert_eq!(changes.create, ["instance_2"]);
+        assert_eq!(changes.drop, ["instance_3"], "a slot still in use waits for its standby to go");
+        let hibernating = slot_changes(&primary, 0, 0);
+        assert!(hibernating.drop.is_empty() && hibernating.create.is_empty());
+        let other = primary_facts(&[], &[("backup_tool", false)]);
+        assert!(slot_changes(&other, 0, 1).drop.is_empty(), "slots the operator did not make are kept");
+    }
+}
