@@ -3,6 +3,7 @@
 
 pub mod drift;
 pub mod events;
+pub mod failures;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod operator;

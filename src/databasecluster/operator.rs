@@ -23,6 +23,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use super::events::EventPublisher;
+use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
 use super::resources::{FIELD_MANAGER, label};
 use super::types::DatabaseCluster;
@@ -154,6 +155,7 @@ impl Operator {
             statefulsets: Arc::clone(statefulsets.cache()),
             services: Arc::clone(services.cache()),
             secrets: Arc::clone(secrets.cache()),
+            failures: FailureCounts::default(),
         });
         let handles = OperatorHandles {
             queue: controller.queue().clone(),

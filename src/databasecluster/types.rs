@@ -177,7 +177,7 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Ready, Degraded and Upgrading, in the `metav1.Condition` shape, keyed by `type`.
+    /// Ready, Degraded, Upgrading (and ReconcileSucceeded after failed passes), in the `metav1.Condition` shape, keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "condition_list_schema")]
     pub conditions: Vec<Condition>,
@@ -192,7 +192,7 @@ pub struct DatabaseClusterStatus {
 /// merge conditions owned by different managers.
 fn condition_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Ready, Degraded and Upgrading, in the `metav1.Condition` shape, keyed by `type`.",
+        "description": "Ready, Degraded, Upgrading (and ReconcileSucceeded after failed passes), in the `metav1.Condition` shape, keyed by `type`.",
         "type": "array",
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
