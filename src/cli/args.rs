@@ -41,9 +41,14 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
 
-    /// Where /metrics, /debug/queue and /debug/cache are served.
+    /// Where /metrics is served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+
+    /// Where /debug/queue and /debug/cache are served. They show keys, object names and errors, so
+    /// the default is loopback only (reach it with `kubectl port-forward`); 0.0.0.0:8082 exposes them.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8082")]
+    pub debug_addr: SocketAddr,
 
     /// Where the /healthz and /readyz probes are served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]

@@ -256,9 +256,9 @@ fn write_creating_dirs(path: &Path, contents: &[u8]) -> Result<(), DemoError> {
 
 /// Where the operator's endpoints and log are, as printed at start.
 fn operator_lines(manager: &Manager, log_file: &Path) -> String {
-    let (metrics, health) = (manager.metrics_addr, manager.health_addr);
+    let (metrics, debug, health) = (manager.metrics_addr, manager.debug_addr, manager.health_addr);
     format!(
-        "Operator metrics: http://{metrics}/metrics  http://{metrics}/debug/queue  http://{metrics}/debug/cache\n\
+        "Operator metrics: http://{metrics}/metrics  http://{debug}/debug/queue  http://{debug}/debug/cache\n\
          Operator probes:  http://{health}/healthz  http://{health}/readyz\n\
          Operator log:     {log}\n\n\
          Press Ctrl-C to stop.\n",
@@ -278,6 +278,8 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         namespace: None,
         workers: DEMO_WORKERS,
         metrics_addr: args.metrics_addr,
+        // /debug/* beside /metrics: the demo's addresses are loopback.
+        debug_addr: args.metrics_addr,
         health_addr: args.health_addr,
         leader_election: None,
         shutdown_timeout: DEMO_SHUTDOWN_TIMEOUT,
