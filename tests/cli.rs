@@ -194,26 +194,39 @@ async fn a_missing_crd_says_to_apply_it() {
     assert!(message.ends_with("run `kubectl apply -f manifests/crd.yaml`"), "{message}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_releases_the_lease_and_exits_zero() {
+/// A simulated cluster with the CRD, its kubeconfig in a temporary directory, and `run` started on
+/// it with loopback endpoints, `args` and stderr piped.
+async fn run_on_sim(args: &[&str]) -> (SimServer, tempfile::TempDir, tokio::process::Child) {
     let sim = SimServer::start().await.unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(sim.client());
     crds.create(&PostParams::default(), &crd()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig_yaml()).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-
-    let mut child = Command::new(BINARY)
+    let child = Command::new(BINARY)
         .arg("run")
         .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--leader-elect", "--leader-election-id", "cli-test"])
+        .arg(dir.path().join("kubeconfig"))
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--health-addr",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "127.0.0.1:0",
+        ])
+        .args(args)
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    (sim, dir, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_lease_and_exits_zero() {
+    let (sim, _dir, mut child) =
+        run_on_sim(&["--log-format", "json", "--leader-elect", "--leader-election-id", "cli-test"]).await;
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     // The kubeconfig's namespace (`default`) holds the lease; wait until this replica leads.
     while let Some(line) = lines.next_line().await.unwrap() {
@@ -242,22 +255,7 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_logs_to_a_pipe_carry_no_colour_codes() {
-    let sim = SimServer::start().await.unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(sim.client());
-    crds.create(&PostParams::default(), &crd()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig_yaml()).unwrap();
-
-    let mut child = Command::new(BINARY)
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(dir.path().join("kubeconfig"))
-        .args(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--log-format", "text"])
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let (_sim, _dir, mut child) = run_on_sim(&["--log-format", "text"]).await;
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut seen = Vec::new();
     let wait = async {
