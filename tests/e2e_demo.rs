@@ -2,7 +2,8 @@
 //! where the operator's endpoints and log are, and writes the kubeconfig; the operator runs in
 //! process against the simulated cluster under the same manager as `run`, so the live table shows
 //! the sample reach Running 3/3 while `/metrics`, `/healthz`, `/readyz` and `/debug/*` answer and
-//! the log file fills (text, no colours); Ctrl-C stops it cleanly.
+//! the log file fills (text, no colours), and the `status` command it prints shows the cluster
+//! with the operator's view; Ctrl-C stops it cleanly.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -77,6 +78,24 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     assert!(log.contains("serving /metrics"), "{log}");
     assert!(log.contains("INFO"), "{log}");
     assert!(!log.contains('\u{1b}'), "no ANSI colours: {log}");
+
+    // The `status` command printed at start works against the demo, the operator's view included.
+    let command = before_table.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..2], ["dbcluster-operator", "status"], "{command}");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
+        .args(&words[1..])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        text.contains("Cluster:   default/production-postgres") && text.contains("Ready:     3/3"),
+        "{text}"
+    );
+    assert!(text.contains("StatefulSet  production-postgres") && text.contains("ready 3/3"), "{text}");
+    assert!(text.contains("state: idle") || text.contains("state: waiting"), "the operator's view: {text}");
 
     let pid = child.id().unwrap().to_string();
     let signalled = tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap();

@@ -116,6 +116,8 @@ pub struct Demo {
     server: SimServer,
     clusters: Api<DynamicObject>,
     columns: Vec<CustomResourceColumnDefinition>,
+    /// The sample's name and namespace.
+    sample: (String, String),
 }
 
 impl Demo {
@@ -148,7 +150,7 @@ impl Demo {
             .await
             .map_err(api_error("applying the sample DatabaseCluster"))?;
         let clusters = Api::all_with(client, &resource);
-        Ok(Demo { server, clusters, columns })
+        Ok(Demo { server, clusters, columns, sample: (name, namespace) })
     }
 
     /// The running server (its address, kubeconfig, faults).
@@ -254,15 +256,24 @@ fn write_creating_dirs(path: &Path, contents: &[u8]) -> Result<(), DemoError> {
     std::fs::write(path, contents).map_err(file_error)
 }
 
-/// Where the operator's endpoints and log are, as printed at start.
-fn operator_lines(manager: &Manager, log_file: &Path) -> String {
+/// Where the operator's endpoints and log are, and the `status` command for the sample, as
+/// printed at start.
+fn operator_lines(
+    manager: &Manager,
+    log_file: &Path,
+    kubeconfig: &Path,
+    sample: &(String, String),
+) -> String {
+    let (name, namespace) = sample;
     let (metrics, debug, health) = (manager.metrics_addr, manager.debug_addr, manager.health_addr);
     format!(
         "Operator metrics: http://{metrics}/metrics  http://{debug}/debug/queue  http://{debug}/debug/cache\n\
          Operator probes:  http://{health}/healthz  http://{health}/readyz\n\
-         Operator log:     {log}\n\n\
+         Operator log:     {log}\n\
+         Status:           dbcluster-operator status {name} -n {namespace} --kubeconfig {kubeconfig} --operator-url http://{debug}\n\n\
          Press Ctrl-C to stop.\n",
         log = log_file.display(),
+        kubeconfig = kubeconfig.display(),
     )
 }
 
@@ -290,7 +301,7 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         out,
         "{}{}",
         demo.instructions(&options.kubeconfig_out),
-        operator_lines(&manager, &args.log_file)
+        operator_lines(&manager, &args.log_file, &options.kubeconfig_out, &demo.sample)
     )?;
     let running = tokio::spawn(manager.run(operator::workload, signals));
     let mut ended = None;
