@@ -10,8 +10,11 @@ use dbcluster_operator::cli::demo::{Demo, DemoOptions};
 async fn the_demo_installs_the_crd_and_sample_and_kubectl_sees_them() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("nested/demo.kubeconfig");
-    let options =
-        DemoOptions { addr: SocketAddr::from(([127, 0, 0, 1], 0)), kubeconfig_out: kubeconfig.clone() };
+    let options = DemoOptions {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        kubeconfig_out: kubeconfig.clone(),
+        kubernetes_version: Default::default(),
+    };
     let demo = Demo::start(&options).await.unwrap();
     assert!(demo.instructions(&kubeconfig).contains(&format!("export KUBECONFIG={}", kubeconfig.display())));
 

@@ -27,7 +27,7 @@ use crate::cli::{logging, run};
 use crate::databasecluster::operator;
 use crate::databasecluster::types::{self, DatabaseCluster};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
-use crate::sim::{SimConfig, SimError, SimServer};
+use crate::sim::{KubernetesVersion, SimConfig, SimError, SimServer};
 
 /// The sample the demo applies: the seed's `production-postgres`.
 const SAMPLE: &str = include_str!("../../manifests/samples/databasecluster.yaml");
@@ -56,6 +56,10 @@ pub struct DemoArgs {
     /// Where the operator's log is written (text), since the table owns the terminal.
     #[arg(long, value_name = "PATH", default_value = "target/demo.log")]
     pub log_file: PathBuf,
+    /// The Kubernetes version the simulated server behaves as (1.28 to 1.34): `/version`, and
+    /// which CEL functions new CRD rules may use.
+    #[arg(long, value_name = "MAJOR.MINOR", default_value = "1.28")]
+    pub kubernetes_version: KubernetesVersion,
 }
 
 /// Where the simulated server listens and writes its kubeconfig.
@@ -65,6 +69,8 @@ pub struct DemoOptions {
     pub addr: SocketAddr,
     /// Where to write the kubeconfig for kubectl.
     pub kubeconfig_out: PathBuf,
+    /// The Kubernetes version the server behaves as.
+    pub kubernetes_version: KubernetesVersion,
 }
 
 /// Why the demo stopped with an error.
@@ -123,7 +129,12 @@ pub struct Demo {
 impl Demo {
     /// Starts the server, writes the kubeconfig, installs the CRD and applies the sample.
     pub async fn start(options: &DemoOptions) -> Result<Demo, DemoError> {
-        let server = SimServer::start_with(SimConfig { addr: options.addr, ..SimConfig::default() }).await?;
+        let server = SimServer::start_with(SimConfig {
+            addr: options.addr,
+            kubernetes_version: options.kubernetes_version,
+            ..SimConfig::default()
+        })
+        .await?;
         write_creating_dirs(&options.kubeconfig_out, server.kubeconfig_yaml().as_bytes())?;
 
         let client = server.client();
@@ -283,7 +294,11 @@ fn operator_lines(
 pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     // Handlers are installed before anything is printed, so a signal is never missed.
     let signals = os_signals();
-    let options = DemoOptions { addr: args.addr, kubeconfig_out: args.kubeconfig_out.clone() };
+    let options = DemoOptions {
+        addr: args.addr,
+        kubeconfig_out: args.kubeconfig_out.clone(),
+        kubernetes_version: args.kubernetes_version,
+    };
     let demo = Demo::start(&options).await?;
     let config = ManagerConfig {
         namespace: None,

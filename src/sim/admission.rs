@@ -17,9 +17,19 @@ fn name_of(obj: &Value) -> &str {
 
 /// Prunes, defaults and validates a custom resource in the apiserver's order; `old` is the
 /// stored object on update (for transition rules). With `strict`, unknown fields are refused
-/// (400, as the apiserver's strict decoding) instead of silently pruned.
-pub fn admit_custom(kind: &Kind, obj: &mut Value, old: Option<&Value>, strict: bool) -> Result<(), ApiError> {
-    let Some(schema) = &kind.schema else { return Ok(()) };
+/// (400, as the apiserver's strict decoding) instead of silently pruned. The metadata's field
+/// errors (`metadata_causes`) come first in the one 422 that lists every error.
+pub fn admit_custom(
+    kind: &Kind,
+    obj: &mut Value,
+    old: Option<&Value>,
+    strict: bool,
+    metadata_causes: Vec<Cause>,
+) -> Result<(), ApiError> {
+    let refuse = |causes: Vec<Cause>| Err(ApiError::invalid(kind, name_of(obj), causes));
+    let Some(schema) = &kind.schema else {
+        return if metadata_causes.is_empty() { Ok(()) } else { refuse(metadata_causes) };
+    };
     let unknown = schema.prune(obj);
     if strict && !unknown.is_empty() {
         let fields: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
@@ -31,15 +41,13 @@ pub fn admit_custom(kind: &Kind, obj: &mut Value, old: Option<&Value>, strict: b
         )));
     }
     schema.apply_defaults(obj);
-    let errors = schema.validate(obj, old);
-    if errors.is_empty() {
-        return Ok(());
-    }
-    let causes = errors
-        .into_iter()
-        .map(|e| Cause { reason: e.reason.as_cause_type().into(), message: e.message, field: e.field })
-        .collect();
-    Err(ApiError::invalid(kind, name_of(obj), causes))
+    let mut causes = metadata_causes;
+    causes.extend(schema.validate(obj, old).into_iter().map(|e| Cause {
+        reason: e.reason.as_cause_type().into(),
+        message: e.message,
+        field: e.field,
+    }));
+    if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name_of(obj), causes)) }
 }
 
 /// The kinds a CRD will serve, or 422 if its names or schemas are unacceptable: on a server of

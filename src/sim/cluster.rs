@@ -36,6 +36,7 @@ impl Cluster {
     pub fn new(config: SimConfig) -> Self {
         let mut state = State::new(config.history_limit, config.kubernetes_version);
         state.graceful_pod_deletion = config.kubelet == crate::sim::KubeletKind::Process;
+        state.owner_references_permission_enforcement = config.owner_references_permission_enforcement;
         let state = Arc::new(Mutex::new(state));
         Self {
             faults: Faults::new(state.clone()),

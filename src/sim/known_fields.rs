@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::events::v1::Event as EventsEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::sim::api_error::ApiError;
@@ -37,6 +38,11 @@ fn decoded(kind: &Kind, obj: &Value) -> Option<Result<Value, String>> {
         ("", "events") => round_trip::<Event>(obj),
         ("", "serviceaccounts") => round_trip::<ServiceAccount>(obj),
         ("apps", "statefulsets") => round_trip::<StatefulSet>(obj),
+        ("apps", "deployments") => round_trip::<Deployment>(obj),
+        ("rbac.authorization.k8s.io", "roles") => round_trip::<Role>(obj),
+        ("rbac.authorization.k8s.io", "clusterroles") => round_trip::<ClusterRole>(obj),
+        ("rbac.authorization.k8s.io", "rolebindings") => round_trip::<RoleBinding>(obj),
+        ("rbac.authorization.k8s.io", "clusterrolebindings") => round_trip::<ClusterRoleBinding>(obj),
         ("batch", "jobs") => round_trip::<Job>(obj),
         ("batch", "cronjobs") => round_trip::<CronJob>(obj),
         ("policy", "poddisruptionbudgets") => round_trip::<PodDisruptionBudget>(obj),

@@ -5,8 +5,10 @@
 //! global resourceVersion (`store`) and feeds the watch hub (`watch`). The served kinds come from
 //! a table plus the CRDs (`resources`); HTTP parsing and routing by verb is in `handlers`; the
 //! write rules (metadata, conflicts, status subresource, generation, finalizers) in `ops`, with
-//! built-in defaults (`defaults`), custom-resource schemas ([`schema`], via `admission`) and the
-//! patch formats (`patch`, `apply`) on the way. Background tasks: garbage collection (`gc`) and
+//! built-in defaults (`defaults`), custom-resource schemas ([`schema`], via `admission`), the
+//! optional `OwnerReferencesPermissionEnforcement` plugin (`owner_references`, asking an RBAC
+//! `authorizer` over the stored roles about impersonated users) and the patch formats (`patch`,
+//! `apply`) on the way. OpenAPI v3 (`openapi`) publishes the CRDs' schemas. Background tasks: garbage collection (`gc`) and
 //! the simulated kubelet, StatefulSet, Job and CronJob controllers (`controllers`). Tests steer
 //! faults through [`Faults`] and read the [`RequestRecord`] log. The `demo` command (`cli::demo`)
 //! prints its live table with kubectl's [`json_path`] and [`age`].
@@ -14,6 +16,7 @@
 mod admission;
 mod api_error;
 mod apply;
+mod authorizer;
 mod cluster;
 mod controllers;
 mod defaults;
@@ -29,6 +32,7 @@ mod meta;
 mod names;
 mod openapi;
 mod ops;
+mod owner_references;
 mod patch;
 mod request_log;
 mod resources;
@@ -75,6 +79,11 @@ pub struct SimConfig {
     pub kubernetes_version: KubernetesVersion,
     /// Which kubelet runs the pods: Ready on a timer, or real local processes.
     pub kubelet: KubeletKind,
+    /// The `OwnerReferencesPermissionEnforcement` admission plugin (OpenShift and many hardened
+    /// clusters): a client setting `blockOwnerDeletion: true` must be allowed, by the stored
+    /// RBAC objects, to `update` the owner's `finalizers`. It applies to requests made as a user
+    /// ([`SimServer::client_as`]); others are the admin's.
+    pub owner_references_permission_enforcement: bool,
 }
 
 /// The simulator's two kubelets.
@@ -100,6 +109,7 @@ impl Default for SimConfig {
             job_duration: Duration::from_secs(1),
             kubernetes_version: KubernetesVersion::OLDEST_SUPPORTED,
             kubelet: KubeletKind::Timer,
+            owner_references_permission_enforcement: false,
         }
     }
 }
@@ -175,6 +185,23 @@ impl SimServer {
         let url = self.base_url().parse().expect("http://IP:PORT is a valid URI");
         // Invariant: a plain-HTTP config without auth or TLS always builds a client.
         kube::Client::try_from(kube::Config::new(url)).expect("a plain-HTTP kube config builds a client")
+    }
+
+    /// A `kube` client whose requests are made as `user` (impersonated with the
+    /// `Impersonate-User` header, as `kubectl --as` does), so RBAC-based admission judges them.
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        let url = self.base_url().parse().expect("http://IP:PORT is a valid URI");
+        let mut config = kube::Config::new(url);
+        // Invariant: a user name that is not a valid header value is a test's mistake.
+        let value = http::HeaderValue::from_str(user).expect("a user name is a valid header value");
+        config.headers.push((http::HeaderName::from_static("impersonate-user"), value));
+        kube::Client::try_from(config).expect("a plain-HTTP kube config builds a client")
+    }
+
+    /// Every authorization the admission plugins asked for (see
+    /// [`SimConfig::owner_references_permission_enforcement`]), oldest first.
+    pub fn authorizations(&self) -> Vec<RequestRecord> {
+        self.cluster.read(|s| s.authorizations.clone())
     }
 
     /// A kubeconfig pointing at this server, for kubectl or the operator's `run`.

@@ -38,6 +38,8 @@ pub enum NameRule {
     Label,
     /// RFC 1035 label (starts with a letter), at most 63 characters: Services.
     Dns1035Label,
+    /// Any name usable as a URL path segment (`system:controller:x` too): the RBAC kinds.
+    PathSegment,
 }
 
 impl NameRule {
@@ -46,14 +48,18 @@ impl NameRule {
         match (group, plural) {
             ("", "namespaces") => NameRule::Label,
             ("", "services") => NameRule::Dns1035Label,
+            ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
             _ => NameRule::Subdomain,
         }
     }
 
     /// The apiserver's messages for what is wrong with `name` under this rule; empty if valid.
     pub fn problems(self, name: &str) -> Vec<String> {
+        if self == NameRule::PathSegment {
+            return path_segment_problems(name);
+        }
         let (max, regex, what, example): (usize, &Regex, &str, &str) = match self {
-            NameRule::Subdomain => (
+            NameRule::Subdomain | NameRule::PathSegment => (
                 253,
                 &SUBDOMAIN,
                 "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '",
@@ -73,7 +79,7 @@ impl NameRule {
             ),
         };
         let pattern = match self {
-            NameRule::Subdomain => DNS1123_SUBDOMAIN,
+            NameRule::Subdomain | NameRule::PathSegment => DNS1123_SUBDOMAIN,
             NameRule::Label => DNS1123_LABEL,
             NameRule::Dns1035Label => DNS1035_LABEL,
         };
@@ -86,6 +92,14 @@ impl NameRule {
         }
         problems
     }
+}
+
+/// apimachinery's `IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`.
+fn path_segment_problems(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ['/', '%'].iter().filter(|c| name.contains(**c)).map(|c| format!("may not contain '{c}'")).collect()
 }
 
 fn invalid(field: &str, value: &str, problems: &[String]) -> Cause {
@@ -192,6 +206,10 @@ mod tests {
         assert!(svc.problems(&"a".repeat(63)).is_empty());
         assert!(!svc.problems(&"a".repeat(64)).is_empty());
         assert!(!svc.problems("1db").is_empty() && !svc.problems("db.prod").is_empty());
+        let role = NameRule::of("rbac.authorization.k8s.io", "clusterroles");
+        assert!(role.problems("system:controller:x").is_empty());
+        assert_eq!(role.problems("a/b%"), ["may not contain '/'", "may not contain '%'"]);
+        assert_eq!(role.problems(".."), ["may not be '..'"]);
         let ns = NameRule::of("", "namespaces");
         assert!(ns.problems("1ns").is_empty());
         assert!(!ns.problems("ns.prod").is_empty() && !ns.problems(&"a".repeat(64)).is_empty());

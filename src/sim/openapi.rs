@@ -2,7 +2,8 @@
 //! client-side schema and builds patches from its compiled-in types, or as merge patches for
 //! custom resources), and v3 documents whose PATCH operations declare the `fieldValidation`
 //! parameter, so kubectl sends `fieldValidation=Strict` and the server validates, as with a real
-//! apiserver. No schemas are published.
+//! apiserver. Custom resources' schemas are published (for `kubectl explain`); built-in kinds'
+//! are not.
 
 use serde_json::{Map, Value, json};
 
@@ -56,6 +57,37 @@ fn patch_operation(kind: &Kind) -> Value {
     })
 }
 
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+const OBJECT_META_DESCRIPTION: &str = "ObjectMeta is metadata that all persisted resources must have, \
+    which includes all objects users must create.";
+
+/// The name the apiserver gives a custom resource's schema: the group reversed, the version, the
+/// kind (`io.madmmas.databases.v1.DatabaseCluster`).
+fn definition_name(kind: &Kind) -> String {
+    let reversed: Vec<&str> = kind.group.split('.').rev().collect();
+    format!("{}.{}.{}", reversed.join("."), kind.version, kind.kind)
+}
+
+/// A CRD version's `openAPIV3Schema` as the apiserver publishes it: tagged with its
+/// group/version/kind (how `kubectl explain` finds it), with `apiVersion`, `kind` and `metadata`
+/// declared.
+fn published_schema(kind: &Kind, schema: &Value) -> Value {
+    let mut published = schema.clone();
+    published["x-kubernetes-group-version-kind"] =
+        json!([{"group": kind.group, "version": kind.version, "kind": kind.kind}]);
+    let properties = &mut published["properties"];
+    if !properties.is_object() {
+        *properties = json!({});
+    }
+    properties["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."});
+    properties["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."});
+    properties["metadata"] = json!({
+        "description": "Standard object's metadata.",
+        "allOf": [{"$ref": format!("#/components/schemas/{OBJECT_META}")}],
+    });
+    published
+}
+
 /// `/openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`, if served.
 pub fn v3_group_version(
     registry: &Registry,
@@ -69,7 +101,7 @@ pub fn v3_group_version(
     }
     let prefix =
         if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
-    let mut paths = Map::new();
+    let (mut paths, mut schemas) = (Map::new(), Map::new());
     for kind in kinds {
         let item = if kind.namespaced {
             format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", kind.plural)
@@ -77,12 +109,18 @@ pub fn v3_group_version(
             format!("{prefix}/{}/{{name}}", kind.plural)
         };
         paths.insert(item, patch_operation(kind));
+        if let Some(schema) = &kind.openapi_schema {
+            schemas.insert(definition_name(kind), published_schema(kind, schema));
+        }
+    }
+    if !schemas.is_empty() {
+        schemas.insert(OBJECT_META.into(), json!({"description": OBJECT_META_DESCRIPTION, "type": "object"}));
     }
     Some(json!({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": server.git_version()},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": schemas},
     }))
 }
 

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
+use crate::sim::authorizer::User;
 use crate::sim::defaults;
 use crate::sim::events;
 use crate::sim::gc::GcWork;
@@ -13,6 +14,7 @@ use crate::sim::immutable;
 use crate::sim::known_fields;
 use crate::sim::meta::{self, Manager};
 use crate::sim::names::{self, NameRule};
+use crate::sim::owner_references;
 use crate::sim::resources::{Kind, established_crd_status};
 use crate::sim::state::State;
 
@@ -31,6 +33,8 @@ pub struct WriteContext {
     pub applied: Option<Value>,
     /// For a forced apply: the fields taken from other managers.
     pub taken: Vec<Vec<String>>,
+    /// The user making the request, if not the cluster admin (for RBAC-based admission).
+    pub user: Option<User>,
 }
 
 impl WriteContext {
@@ -43,6 +47,7 @@ impl WriteContext {
             strict: false,
             applied: None,
             taken: vec![],
+            user: None,
         }
     }
 }
@@ -151,13 +156,12 @@ pub fn create(
             ));
         }
     };
-    let mut causes =
+    // Refused with the kind's own field errors after admission, in one 422, as the apiserver
+    // aggregates them; an invalid object is refused before its name is found taken.
+    let mut metadata_causes =
         names::name_causes(NameRule::of(&kind.group, &kind.plural), &name, generated_from.as_deref());
-    causes.extend(names::label_and_annotation_causes(&obj["metadata"]));
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(kind, &name, causes));
-    }
-    if state.store.get(&kind.storage_key(), ns, &name).is_some() {
+    metadata_causes.extend(names::label_and_annotation_causes(&obj["metadata"]));
+    if metadata_causes.is_empty() && state.store.get(&kind.storage_key(), ns, &name).is_some() {
         return Err(ApiError::already_exists(kind, &name));
     }
     let now = meta::now();
@@ -185,14 +189,15 @@ pub fn create(
         obj.as_object_mut().expect("checked above").remove("status");
     }
     if kind.custom {
-        admission::admit_custom(kind, &mut obj, None, cx.strict)?;
+        admission::admit_custom(kind, &mut obj, None, cx.strict, metadata_causes)?;
     } else {
         known_fields::check(kind, &mut obj, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
+        validate_built_in(kind, &mut obj, &name, metadata_causes)?;
     }
-    store_event_as_core(kind, &mut obj, &name)?;
     let served =
         if is_crd(kind) { Some(admission::crd_serving(kind, &obj, None, state.version)?) } else { None };
+    owner_references::admit(state, kind, cx.user.as_ref(), &obj, None)?;
     initialise_kind(kind, &mut obj, &now);
     let written = obj.clone();
     record_write(kind, cx, None, &mut obj, &written);
@@ -239,15 +244,20 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
     }
 }
 
-/// For Events of either version: converts an `events.k8s.io/v1` one to the stored core shape,
-/// then validates it.
-fn store_event_as_core(kind: &Kind, obj: &mut Value, name: &str) -> Result<(), ApiError> {
+/// Refuses a built-in object with the `metadata_causes` and its kind's own: for Events of
+/// either version (an `events.k8s.io/v1` one is converted to the stored core shape first).
+fn validate_built_in(
+    kind: &Kind,
+    obj: &mut Value,
+    name: &str,
+    mut causes: Vec<Cause>,
+) -> Result<(), ApiError> {
     if events::is_events_v1(kind) {
         events::to_core(obj);
-    } else if !(kind.group.is_empty() && kind.plural == "events") {
-        return Ok(());
     }
-    let causes = events::causes(kind, obj);
+    if events::is_events_v1(kind) || (kind.group.is_empty() && kind.plural == "events") {
+        causes.extend(events::causes(kind, obj));
+    }
     if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
 }
 
@@ -347,16 +357,13 @@ pub fn update(
             }],
         ));
     }
-    let causes = names::label_and_annotation_causes(&new["metadata"]);
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(kind, name, causes));
-    }
+    let metadata_causes = names::label_and_annotation_causes(&new["metadata"]);
     if kind.custom {
-        admission::admit_custom(kind, &mut new, Some(&old), cx.strict)?;
+        admission::admit_custom(kind, &mut new, Some(&old), cx.strict, metadata_causes)?;
     } else {
         known_fields::check(kind, &mut new, cx.strict)?;
         defaults::apply(&kind.group, &kind.plural, &mut new);
-        store_event_as_core(kind, &mut new, name)?;
+        validate_built_in(kind, &mut new, name, metadata_causes)?;
         immutable::check_update(kind, &old, &new)?;
     }
     let served = if is_crd(kind) {
@@ -364,6 +371,7 @@ pub fn update(
     } else {
         None
     };
+    owner_references::admit(state, kind, cx.user.as_ref(), &new, Some(&old))?;
     if kind.generation {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         let bumped =

@@ -55,6 +55,8 @@ pub struct Kind {
     pub custom: bool,
     /// For custom resources: the version's compiled `openAPIV3Schema`, if the CRD gave one.
     pub schema: Option<Arc<StructuralSchema>>,
+    /// For custom resources: that `openAPIV3Schema` as written, published in OpenAPI v3.
+    pub openapi_schema: Option<Arc<Value>>,
 }
 
 impl Kind {
@@ -101,6 +103,12 @@ const BUILT_INS: &[BuiltIn] = &[
     ("", "v1", "Event", "events", true, &["ev"], false),
     ("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], false),
     ("apps", "v1", "StatefulSet", "statefulsets", true, &["sts"], true),
+    // Stored and served (so `kubectl apply -k manifests/` works), but no controller runs them.
+    ("apps", "v1", "Deployment", "deployments", true, &["deploy"], true),
+    ("rbac.authorization.k8s.io", "v1", "Role", "roles", true, &[], false),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, &[], false),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, &[], false),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], false),
     ("batch", "v1", "Job", "jobs", true, &[], true),
     ("batch", "v1", "CronJob", "cronjobs", true, &["cj"], true),
     ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], true),
@@ -176,10 +184,10 @@ fn built_in_columns(plural: &str) -> Vec<PrinterColumn> {
 
 /// Built-in kinds whose objects carry `metadata.generation`.
 const WITH_GENERATION: &[&str] =
-    &["statefulsets", "jobs", "cronjobs", "poddisruptionbudgets", "customresourcedefinitions"];
+    &["statefulsets", "deployments", "jobs", "cronjobs", "poddisruptionbudgets", "customresourcedefinitions"];
 
 /// Kinds kubectl lists for `kubectl get all`.
-const IN_CATEGORY_ALL: &[&str] = &["pods", "services", "statefulsets", "jobs", "cronjobs"];
+const IN_CATEGORY_ALL: &[&str] = &["pods", "services", "statefulsets", "deployments", "jobs", "cronjobs"];
 
 /// The served kinds, keyed by `(group, version, plural)`.
 #[derive(Debug, Clone)]
@@ -209,10 +217,11 @@ impl Registry {
                 categories: if IN_CATEGORY_ALL.contains(&plural) { vec!["all".into()] } else { vec![] },
                 status_subresource: status,
                 generation: WITH_GENERATION.contains(&plural),
-                scale_subresource: plural == "statefulsets",
+                scale_subresource: plural == "statefulsets" || plural == "deployments",
                 printer_columns: built_in_columns(plural),
                 custom: false,
                 schema: None,
+                openapi_schema: None,
             };
             kinds.insert((group.into(), version.into(), plural.into()), Arc::new(k));
         }
@@ -314,6 +323,7 @@ pub fn crd_kinds(crd: &Value) -> Result<Vec<Kind>, Vec<(String, String)>> {
             printer_columns: printer_columns(&version["additionalPrinterColumns"]),
             custom: true,
             schema,
+            openapi_schema: version.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
         });
     }
     if errors.is_empty() { Ok(kinds) } else { Err(errors) }

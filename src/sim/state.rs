@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::sim::gc::GcWork;
+use crate::sim::request_log::RequestRecord;
 use crate::sim::resources::Registry;
 use crate::sim::store::Store;
 use crate::sim::version::KubernetesVersion;
@@ -26,6 +27,10 @@ pub struct State {
     /// Whether a deleted pod keeps a deletionTimestamp until its kubelet stopped it (the process
     /// kubelet removes it then) instead of going at once.
     pub graceful_pod_deletion: bool,
+    /// Whether the `OwnerReferencesPermissionEnforcement` admission plugin is on.
+    pub owner_references_permission_enforcement: bool,
+    /// Every authorization an admission plugin asked for, oldest first.
+    pub authorizations: Vec<RequestRecord>,
 }
 
 impl State {
@@ -39,6 +44,8 @@ impl State {
             removed_uids: HashSet::new(),
             version,
             graceful_pod_deletion: false,
+            owner_references_permission_enforcement: false,
+            authorizations: Vec::new(),
         }
     }
 }

@@ -81,35 +81,63 @@ impl FromStr for KubernetesVersion {
     }
 }
 
-/// The minor version whose environment introduced a CEL function the simulator's environment
-/// declares; `None` for what every supported version has (the standard library, and the strings
-/// extension at version 0). `reverse` (strings version 3) is in no Kubernetes base environment
-/// the simulator knows, so it never compiles.
+/// The minor version whose base environment introduced a CEL function, as k8s.io/apiserver
+/// `pkg/cel/environment/base.go` adds libraries; `None` for what every supported version has (the
+/// standard library, the lists, regex and URL libraries, and the strings extension at version 0).
+/// `reverse` (strings version 3) is in no Kubernetes base environment the simulator knows, so it
+/// never compiles.
 fn cel_function_introduced(function: &str) -> Option<u32> {
-    const QUANTITY: &[&str] = &[
-        "quantity",
-        "isQuantity",
-        "compareTo",
-        "isLessThan",
-        "isGreaterThan",
-        "asInteger",
-        "isInteger",
-        "asApproximateFloat",
-        "sign",
-        "add",
-        "sub",
+    /// Library functions (and, ending in `.`, namespaces) by the version whose environment added them.
+    const LIBRARIES: &[(u32, &[&str])] = &[
+        // The quantity library.
+        (
+            28,
+            &[
+                "quantity",
+                "isQuantity",
+                "compareTo",
+                "isLessThan",
+                "isGreaterThan",
+                "asInteger",
+                "isInteger",
+                "asApproximateFloat",
+                "sign",
+                "add",
+                "sub",
+            ],
+        ),
+        // ext.Strings(version 2) replaces version 0; ext.Sets.
+        (29, &["format", "strings.", "sets."]),
+        // The IP and CIDR libraries.
+        (
+            30,
+            &[
+                "ip",
+                "isIP",
+                "ip.isCanonical",
+                "family",
+                "isUnspecified",
+                "isLoopback",
+                "isLinkLocalMulticast",
+                "isLinkLocalUnicast",
+                "isGlobalUnicast",
+                "cidr",
+                "isCIDR",
+                "containsIP",
+                "containsCIDR",
+                "masked",
+                "prefixLength",
+            ],
+        ),
+        // The format library (`format.dns1123Label()` and the like, `validate`).
+        (31, &["format.", "validate"]),
+        // The semver and image libraries.
+        (33, &["semver", "isSemver", "major", "minor", "patch", "image", "isImage", "containsDigest"]),
     ];
-    // ext.Strings(version 2), from 1.29: `format` and `strings.quote` join version 0's functions.
-    const STRINGS_V2: &[&str] = &["format", "strings.quote"];
-    if QUANTITY.contains(&function) {
-        Some(28)
-    } else if STRINGS_V2.contains(&function) {
-        Some(29)
-    } else if function == "reverse" {
-        Some(u32::MAX)
-    } else {
-        None
+    if function == "reverse" {
+        return Some(u32::MAX);
     }
+    LIBRARIES.iter().find(|(_, functions)| functions.contains(&function)).map(|(introduced, _)| *introduced)
 }
 
 #[cfg(test)]
@@ -136,5 +164,18 @@ mod tests {
         assert!(v30.allows_new_cel_function("format"));
         assert!(v28.allows_new_cel_function("split") && v28.allows_new_cel_function("join"));
         assert!(!KubernetesVersion::NEWEST_KNOWN.allows_new_cel_function("reverse"));
+    }
+
+    #[test]
+    fn libraries_arrive_as_base_go_adds_them() {
+        let at = KubernetesVersion::new;
+        // Lists, regex and URLs are in every base environment.
+        for function in ["isSorted", "sum", "min", "max", "indexOf", "find", "findAll", "url", "isURL"] {
+            assert!(at(28).allows_new_cel_function(function), "{function}");
+        }
+        assert!(!at(29).allows_new_cel_function("sets.") && at(30).allows_new_cel_function("sets."));
+        assert!(!at(30).allows_new_cel_function("isIP") && at(31).allows_new_cel_function("isIP"));
+        assert!(!at(31).allows_new_cel_function("format.") && at(32).allows_new_cel_function("format."));
+        assert!(!at(33).allows_new_cel_function("isSemver") && at(34).allows_new_cel_function("isSemver"));
     }
 }

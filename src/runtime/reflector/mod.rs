@@ -300,7 +300,9 @@ where
         if *attempted == (State::List { lists: InitialList::StreamingWithFallback })
             && error.refuses_streaming()
         {
-            tracing::warn!(url = %self.url, error = %error, "server refused a streaming list; using paginated LIST");
+            // The normal path on servers without the WatchList feature (off by default before
+            // 1.32): worth a line, not a warning.
+            tracing::info!(url = %self.url, error = %error, "server refused a streaming list; using paginated LIST");
             return State::List { lists: InitialList::Paginated };
         }
         if error.is_gone() {

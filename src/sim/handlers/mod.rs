@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::sim::api_error::ApiError;
+use crate::sim::authorizer::User;
 use crate::sim::cluster::Cluster;
 use crate::sim::discovery;
 use crate::sim::events;
@@ -124,6 +125,7 @@ pub struct Call {
     accept: String,
     content_type: String,
     user_agent: String,
+    user: Option<User>,
     body: Bytes,
 }
 
@@ -206,13 +208,14 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
     };
     let (accept, content_type, user_agent) =
         (header(header::ACCEPT), header(header::CONTENT_TYPE), header(header::USER_AGENT));
+    let user = impersonated(req.headers());
     let body = req
         .into_body()
         .collect()
         .await
         .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
         .to_bytes();
-    let call = Call { target, query, accept, content_type, user_agent, body };
+    let call = Call { target, query, accept, content_type, user_agent, user, body };
     if call.target.subresource.as_deref() == Some("scale") {
         let how = match verb {
             Verb::Get => scale::ScaleVerb::Get,
@@ -239,6 +242,18 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
         Verb::Delete => write::delete(&cluster, &call),
         Verb::DeleteCollection => write::delete_collection(&cluster, &call),
     }
+}
+
+/// The user a request is made as: `Impersonate-User` with its `Impersonate-Group`s (the
+/// simulator authenticates no one; a request without them is the cluster admin's).
+fn impersonated(headers: &http::HeaderMap) -> Option<User> {
+    let name = headers.get("impersonate-user")?.to_str().ok()?;
+    let groups = headers
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|g| g.to_str().ok().map(String::from))
+        .collect();
+    Some(User::new(name, groups))
 }
 
 fn discovery_response(cluster: &Cluster, method: &Method, path: &str) -> Option<Response<Body>> {

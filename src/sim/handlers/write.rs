@@ -26,6 +26,7 @@ fn context(call: &Call, operation: &'static str) -> WriteContext {
         strict: call.query.get("fieldValidation").is_some_and(|v| v == "Strict"),
         applied: None,
         taken: vec![],
+        user: call.user.clone(),
     }
 }
 

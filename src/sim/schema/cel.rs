@@ -1,12 +1,12 @@
 //! `x-kubernetes-validations`: CEL rules compiled once with the `cel` crate, in an environment with
-//! Kubernetes' string and quantity libraries, and evaluated with `self` (and `oldSelf`) bound as the
+//! Kubernetes' string, regex and quantity libraries, and evaluated with `self` (and `oldSelf`) bound as the
 //! apiserver binds them.
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use cel::common::types::{CelBool, CelDouble, CelInt, CelString, Type};
+use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelString, Type};
 use cel::common::value::{StaticVal, Val};
 use cel::objects::{Key, Map};
 use cel::{Context, DeclarationError, Env, ExecutionError, Program};
@@ -22,15 +22,57 @@ use crate::sim::version::KubernetesVersion;
 static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");
 
 /// The one environment every rule is compiled for and run in: the standard library, the strings
-/// extension (`split`, `lowerAscii`, `join`, ...) and Kubernetes' quantity library.
+/// extension (`split`, `lowerAscii`, `join`, ...) and Kubernetes' quantity and regex libraries.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
     // Invariant: the extensions declare disjoint overloads on a fresh stdlib env, so registering them
     // cannot fail; a failure is a programming error caught by every test.
     env.add_extension(cel::extensions::strings).expect("strings extension registers once");
     env.add_extension(quantity_library).expect("quantity library registers once");
+    env.add_extension(regex_library).expect("regex library registers once");
     Arc::new(env)
 });
+
+/// The pattern of a regex library call, or the error cel-go reports for one that does not compile.
+fn pattern(function: &str, regex: &CelString<'_>) -> Result<regex::Regex, ExecutionError> {
+    regex::Regex::new(regex.inner()).map_err(|e| ExecutionError::function_error(function, e.to_string()))
+}
+
+/// `find`: the first match of the pattern, or the empty string.
+fn find(this: &CelString<'_>, regex: &CelString<'_>) -> Result<CelString<'static>, ExecutionError> {
+    let found = pattern("find", regex)?.find(this.inner()).map(|m| m.as_str().to_owned());
+    Ok(CelString::from(found.unwrap_or_default()))
+}
+
+/// `findAll` with a limit: at most `limit` matches (all of them when it is negative).
+fn find_all_n(
+    this: &CelString<'_>,
+    regex: &CelString<'_>,
+    limit: &CelInt,
+) -> Result<CelList<'static>, ExecutionError> {
+    let limit = usize::try_from(*limit.inner()).unwrap_or(usize::MAX);
+    let matches = pattern("findAll", regex)?
+        .find_iter(this.inner())
+        .take(limit)
+        .map(|m| Box::new(CelString::from(m.as_str().to_owned())) as Box<dyn Val>)
+        .collect::<Vec<_>>();
+    Ok(matches.into())
+}
+
+/// `findAll`: every match of the pattern.
+fn find_all(this: &CelString<'_>, regex: &CelString<'_>) -> Result<CelList<'static>, ExecutionError> {
+    find_all_n(this, regex, &CelInt::from(-1))
+}
+
+/// Kubernetes' regex library (`k8s.io/apiserver/pkg/cel/library/regex.go`), in every version's
+/// base environment.
+fn regex_library(env: &mut Env) -> Result<(), DeclarationError> {
+    cel::add_member_overload!(env, fn find: (CelString, CelString) -> Result<CelString>)?;
+    cel::add_member_overload!(env, fn find_all: (CelString, CelString) -> Result<CelList>)?;
+    cel::add_member_overload!(env, fn find_all_n: (CelString, CelString, CelInt) -> Result<CelList>,
+        name = "findAll")?;
+    Ok(())
+}
 
 impl Val for Quantity {
     fn get_type(&self) -> &Type {
@@ -269,15 +311,20 @@ impl CelRule {
                 continue;
             }
             let references = program.references();
-            let mut functions = references.functions();
+            // A library's namespace (`sets.contains(…)`) parses as a variable (`sets`) with a
+            // member call; no CRD rule has variables besides `self` and `oldSelf`.
+            let namespaces = references.variables().into_iter().map(|v| format!("{v}."));
+            let mut functions: Vec<String> =
+                references.functions().into_iter().map(String::from).chain(namespaces).collect();
             functions.sort_unstable();
             if let Some(missing) = functions.into_iter().find(|f| !version.allows_new_cel_function(f)) {
                 return Err(rule_error(
                     &format!("{}.{what}", self.path),
                     format!(
-                        "compilation failed: ERROR: <input>: undeclared reference to '{missing}' \
+                        "compilation failed: ERROR: <input>: undeclared reference to '{name}' \
                          (in container '') (new expressions on Kubernetes {version} are compiled for {previous})",
                         previous = KubernetesVersion::new(version.minor - 1),
+                        name = missing.trim_end_matches('.'),
                     ),
                 ));
             }
@@ -490,6 +537,15 @@ mod tests {
         assert_true("['a', 'b'].join('/') == 'a/b'");
         assert_true("'abc'.matches('^a.c$') && size('abc') == 3");
         assert_true("[1, 2, 3].all(x, x > 0) && [1, 2].exists(x, x == 2)");
+    }
+
+    #[test]
+    fn regex_library_finds_matches() {
+        assert_true("'abc 123 de 45'.find('[0-9]+') == '123'");
+        assert_true("'abc'.find('[0-9]+') == ''");
+        assert_true("'abc 123 de 45'.findAll('[0-9]+') == ['123', '45']");
+        assert_true("'a1b2c3'.findAll('[0-9]', 2) == ['1', '2']");
+        assert!(eval("'a'.find('(')").is_err());
     }
 
     #[test]
