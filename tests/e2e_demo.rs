@@ -38,9 +38,11 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     let output = async {
         let (mut before_table, mut rows) = (Vec::new(), Vec::new());
         while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(row) = line.strip_prefix("production-postgres") {
+            if let Some(row) = line.strip_prefix("default") {
+                // NAMESPACE NAME PHASE READY VERSION AGE
                 let cells: Vec<String> = row.split_whitespace().map(String::from).collect();
-                let running = cells.len() >= 3 && cells[..3] == ["Running", "3", "15.4"];
+                let running =
+                    cells.len() >= 4 && cells[..4] == ["production-postgres", "Running", "3/3", "15.4"];
                 rows.push(cells);
                 if running {
                     return (before_table, rows);
@@ -53,7 +55,9 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     };
     let (before_table, rows) =
         tokio::time::timeout(Duration::from_secs(60), output).await.expect("Running 3/3 within a minute");
-    assert!(rows.iter().any(|r| r.first().map(String::as_str) == Some("Provisioning")), "{rows:?}");
+    assert!(rows.iter().any(|r| r.get(1).map(String::as_str) == Some("Provisioning")), "{rows:?}");
+    let unique: std::collections::HashSet<_> = rows.iter().map(|r| r[..r.len() - 1].to_vec()).collect();
+    assert_eq!(unique.len(), rows.len(), "no row repeats the one before but for AGE: {rows:?}");
     assert!(kubeconfig.exists());
     assert!(before_table.iter().any(|l| l.contains("export KUBECONFIG=")), "{before_table:?}");
     let log_line = format!("Operator log:     {}", log_file.display());

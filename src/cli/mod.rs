@@ -12,6 +12,8 @@ pub mod logging;
 pub mod run;
 pub mod snapshot;
 pub mod status;
+#[cfg(feature = "sim")]
+pub mod table;
 
 pub use args::{LogFormat, RunArgs, StatusArgs};
 pub use run::RunError;
