@@ -83,20 +83,15 @@ pub fn pod_child(pod: &Pod) -> Child {
 pub fn render(snapshot: &Snapshot) -> String {
     let cluster = &snapshot.cluster;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Cluster:   {}/{}",
-        text(cluster, "/metadata/namespace"),
-        text(cluster, "/metadata/name")
-    );
-    let _ = writeln!(out, "Phase:     {}", text(cluster, "/status/phase"));
-    let _ = writeln!(
-        out,
-        "Ready:     {}/{}",
-        text(cluster, "/status/readyReplicas"),
-        text(cluster, "/spec/replicas")
-    );
-    let _ = writeln!(out, "Version:   {}", text(cluster, "/status/currentVersion"));
+    let pair = |a: &str, b: &str| format!("{}/{}", text(cluster, a), text(cluster, b));
+    for (label, value) in [
+        ("Cluster", pair("/metadata/namespace", "/metadata/name")),
+        ("Phase", text(cluster, "/status/phase")),
+        ("Ready", pair("/status/readyReplicas", "/spec/replicas")),
+        ("Version", text(cluster, "/status/currentVersion")),
+    ] {
+        let _ = writeln!(out, "{:<11}{value}", format!("{label}:"));
+    }
     let _ = writeln!(out, "\nConditions:");
     for condition in array(cluster, "/status/conditions") {
         let _ = writeln!(
