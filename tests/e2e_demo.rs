@@ -3,7 +3,9 @@
 //! process against the simulated cluster under the same manager as `run`, so the live table shows
 //! the sample reach Running 3/3 while `/metrics`, `/healthz`, `/readyz` and `/debug/*` answer and
 //! the log file fills (text, no colours), and the `status` command it prints shows the cluster
-//! with the operator's view; Ctrl-C stops it cleanly.
+//! with the operator's view; Ctrl-C stops it cleanly. By default on a host with
+//! root and PostgreSQL 15 it runs the sample as real PostgreSQL (the process kubelet) and prints
+//! how to connect with `psql`, which works as printed.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -28,7 +30,7 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     let kubeconfig = dir.path().join("demo.kubeconfig");
     let log_file = dir.path().join("logs/demo.log");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
-        .args(["demo", "--kubeconfig-out", kubeconfig.to_str().unwrap()])
+        .args(["demo", "--kubelet", "timer", "--kubeconfig-out", kubeconfig.to_str().unwrap()])
         .args(["--log-file", log_file.to_str().unwrap()])
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -53,12 +55,15 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
         }
         panic!("the demo ended before Running 3/3: {before_table:?} {rows:?}");
     };
-    let (before_table, rows) =
-        tokio::time::timeout(Duration::from_secs(60), output).await.expect("Running 3/3 within a minute");
+    let (before_table, rows) = common::within_limit("Running 3/3", Duration::from_secs(60), output).await;
     assert!(rows.iter().any(|r| r.get(1).map(String::as_str) == Some("Provisioning")), "{rows:?}");
     let unique: std::collections::HashSet<_> = rows.iter().map(|r| r[..r.len() - 1].to_vec()).collect();
     assert_eq!(unique.len(), rows.len(), "no row repeats the one before but for AGE: {rows:?}");
     assert!(kubeconfig.exists());
+    assert_eq!(
+        before_table.first().map(String::as_str),
+        Some("Kubelet: the timer kubelet, as asked: pods turn Ready on a timer and run nothing")
+    );
     assert!(before_table.iter().any(|l| l.contains("export KUBECONFIG=")), "{before_table:?}");
     let log_line = format!("Operator log:     {}", log_file.display());
     assert!(before_table.contains(&log_line), "{before_table:?}");
@@ -109,5 +114,140 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
         rest.push(line);
     }
     assert!(child.wait().await.unwrap().success());
+    assert_eq!(rest.last().map(String::as_str), Some("stopped"), "{rest:?}");
+}
+
+/// The resident set size of process `pid`, in kB.
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Runs `command` with bash, kubectl pointed at the demo; its stdout, or its stderr on failure.
+fn shell(command: &str, kubeconfig: &std::path::Path, home: &std::path::Path) -> Result<String, String> {
+    let out = std::process::Command::new("bash")
+        .args(["-c", command])
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOME", home)
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_demo_runs_real_postgres_and_prints_how_to_connect_with_psql() {
+    common::postgres::require_postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("demo.kubeconfig");
+    let log_file = dir.path().join("demo.log");
+    let started = std::time::Instant::now();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
+        .args(["demo", "--kubeconfig-out", kubeconfig.to_str().unwrap()])
+        .args(["--log-file", log_file.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let mut rss_at_first_row = None;
+    let reading = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("production-postgres") && rss_at_first_row.is_none() {
+                rss_at_first_row = Some(rss_kb(pid));
+            }
+            let running = line.split_whitespace().collect::<Vec<_>>().starts_with(&[
+                "production-postgres",
+                "Running",
+                "3",
+            ]);
+            seen.push(line);
+            if running {
+                return (started.elapsed(), rss_kb(pid));
+            }
+        }
+        panic!("the demo ended before Running 3/3: {seen:?}");
+    };
+    let (elapsed, rss_running) =
+        common::within_limit("Running 3/3 with real PostgreSQL", common::postgres::REAL_WAIT, reading).await;
+    let rss_start = rss_at_first_row.unwrap();
+    // The README's figures (run with --nocapture).
+    eprintln!(
+        "demo: Running 3/3 after {elapsed:.1?}; demo process RSS {} kB at the first row, {rss_running} kB at Running 3/3 ({} kB per instance)",
+        rss_start,
+        rss_running.saturating_sub(rss_start) / 3
+    );
+    let first = seen.first().unwrap();
+    assert!(first.starts_with("Kubelet: the process kubelet: pods run as local processes"), "{seen:?}");
+
+    // Once Running, how to connect, as a command line to paste.
+    let command = within_lines(&mut lines, &mut seen, |l| l.trim_start().starts_with("PGPASSWORD=")).await;
+    assert!(seen.iter().any(|l| l.starts_with("Connect with psql from this host")), "{seen:?}");
+    let command = command.trim().to_owned();
+    assert!(
+        command.contains("kubectl get secret production-postgres-app") && command.contains("base64 -d"),
+        "{command}"
+    );
+    let home = dir.path();
+    assert_eq!(shell(&format!("{command} -X -tA -c 'select 1'"), &kubeconfig, home), Ok("1".into()));
+
+    // The password reaches psql through kubectl, never the demo's output or log.
+    let password = shell(
+        "kubectl get secret production-postgres-app -o jsonpath='{.data.password}' | base64 -d",
+        &kubeconfig,
+        home,
+    )
+    .unwrap();
+    assert!(password.len() >= 16, "a generated password");
+    let log = std::fs::read_to_string(&log_file).unwrap();
+    assert!(!log.contains(&password), "the password is not in the log");
+    assert!(!seen.iter().any(|l| l.contains(&password)), "the password is not printed");
+    assert!(log.contains("kubelet chosen"), "{log}");
+
+    signal_and_finish(&mut child, lines).await;
+}
+
+/// Reads lines (recording them in `seen`) until one matches; that line.
+async fn within_lines(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    seen: &mut Vec<String>,
+    matches: impl Fn(&str) -> bool,
+) -> String {
+    let found = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line.clone());
+            if matches(&line) {
+                return line;
+            }
+        }
+        panic!("the demo ended first: {seen:?}");
+    };
+    common::within_limit("the line", common::postgres::REAL_WAIT, found).await
+}
+
+/// SIGINT, then the demo prints `stopped` and exits 0.
+async fn signal_and_finish(
+    child: &mut tokio::process::Child,
+    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    let pid = child.id().unwrap().to_string();
+    let signalled = tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap();
+    assert!(signalled.success());
+    let mut rest = Vec::new();
+    let finished = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            rest.push(line);
+        }
+        child.wait().await.unwrap()
+    };
+    let status = common::within_limit("the demo to stop", common::postgres::REAL_WAIT, finished).await;
+    assert!(status.success());
     assert_eq!(rest.last().map(String::as_str), Some("stopped"), "{rest:?}");
 }

@@ -263,6 +263,7 @@ async fn demo_serves_the_kubernetes_version_asked_for() {
         addr: "127.0.0.1:0".parse().unwrap(),
         kubeconfig_out: dir.path().join("kubeconfig"),
         kubernetes_version: "1.30".parse().unwrap(),
+        kubelet: dbcluster_operator::sim::KubeletKind::Timer,
     };
     let demo = Demo::start(&options).await.unwrap();
     let (status, _, body) = common::http_get(demo.server().addr(), "/version").await;

@@ -14,6 +14,7 @@ async fn the_demo_installs_the_crd_and_sample_and_kubectl_sees_them() {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         kubeconfig_out: kubeconfig.clone(),
         kubernetes_version: Default::default(),
+        kubelet: dbcluster_operator::sim::KubeletKind::Timer,
     };
     let demo = Demo::start(&options).await.unwrap();
     assert!(demo.instructions(&kubeconfig).contains(&format!("export KUBECONFIG={}", kubeconfig.display())));

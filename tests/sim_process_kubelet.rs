@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use common::postgres::*;
@@ -44,15 +45,21 @@ fn ready(p: &Value) -> bool {
 
 /// `kubectl logs` against the cluster; stdout, or stderr on failure.
 fn kubectl_logs(cluster: &TestCluster, args: &[&str]) -> Result<String, String> {
+    kubectl(cluster, &[&["logs"], args].concat())
+}
+
+/// The real `kubectl` against the cluster, its own kubeconfig in `home`.
+fn kubectl_command(cluster: &TestCluster, home: &std::path::Path) -> tokio::process::Command {
+    std::fs::write(home.join("config"), cluster.sim.kubeconfig_yaml()).unwrap();
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.env("KUBECONFIG", home.join("config")).env("HOME", home).kill_on_drop(true);
+    cmd
+}
+
+/// `kubectl <args>` against the cluster; stdout, or stderr on failure.
+fn kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String, String> {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config"), cluster.sim.kubeconfig_yaml()).unwrap();
-    let out = std::process::Command::new("kubectl")
-        .arg("logs")
-        .args(args)
-        .env("KUBECONFIG", dir.path().join("config"))
-        .env("HOME", dir.path())
-        .output()
-        .unwrap();
+    let out = kubectl_command(cluster, dir.path()).args(args).as_std_mut().output().unwrap();
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -215,8 +222,7 @@ async fn probes_gate_readiness_and_a_service_forwards_to_ready_pods() {
     let ip = cluster.sim.resolve("default", "web.default.svc.cluster.local").expect("the Service resolves");
     assert!(ip.to_string().starts_with("127.11."), "{ip}");
     let answer = eventually_some("the Service forwards", || async {
-        let (code, _, body) = http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await;
-        (code == 200).then_some(body)
+        try_http_get(std::net::SocketAddr::from((ip, 80)), "/index.html").await
     })
     .await;
     assert_eq!(answer.trim(), "hello");
@@ -355,4 +361,312 @@ async fn jobs_succeed_or_fail_as_their_pods_do() {
     assert_eq!(outcome("breaks").await, "Failed");
     let failed = jobs.get("breaks").await.unwrap().status.unwrap().failed;
     assert_eq!(failed, Some(2), "one retry within backoffLimit 1, then the Job fails");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_follows_a_running_container_and_shows_the_previous_run_after_a_restart() {
+    let cluster = process_cluster().await;
+    let control = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(control.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // Each run numbers itself, says so, waits for the test's go-ahead, says so again and fails.
+    let script = r#"n=$(cat /in/runs 2>/dev/null || echo 0); echo $((n+1)) > /in/runs
+        echo "run $n start"; while [ ! -e /in/go-$n ]; do sleep 0.1; done; echo "run $n after"; exit 1"#;
+    let pods = create_pod(
+        &cluster,
+        "chatty",
+        json!({
+            "containers": [{"name": "main", "image": "postgres:15", "command": ["bash", "-c", script],
+                "volumeMounts": [{"name": "in", "mountPath": "/in"}]}],
+            "volumes": [{"name": "in", "hostPath": {"path": control.path().to_str().unwrap()}}],
+        }),
+    )
+    .await;
+    await_pod(&pods, "chatty", "running", phase_is("Running")).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut follow = kubectl_command(&cluster, home.path())
+        .args(["logs", "-f", "chatty"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(follow.stdout.take().unwrap()).lines();
+    let first = within("the first line", lines.next_line()).await.unwrap();
+    assert_eq!(first.as_deref(), Some("run 0 start"));
+    // Written after kubectl started following: it arrives on the same stream.
+    std::fs::write(control.path().join("go-0"), b"").unwrap();
+    let second = within("the line written while following", lines.next_line()).await.unwrap();
+    assert_eq!(second.as_deref(), Some("run 0 after"));
+    let end = within("the follow to end with the run", lines.next_line()).await.unwrap();
+    assert_eq!(end, None, "kubectl logs -f ends when the run ends");
+    assert!(within("kubectl to exit", follow.wait()).await.unwrap().success());
+
+    await_pod(&pods, "chatty", "the second run", |p| {
+        let s = &p["status"]["containerStatuses"][0];
+        s["restartCount"] == 1 && s["state"]["running"].is_object()
+    })
+    .await;
+    assert_eq!(kubectl_logs(&cluster, &["chatty", "--previous"]).unwrap(), "run 0 start\nrun 0 after\n");
+    let current = eventually_some("the second run's first line", || async {
+        kubectl_logs(&cluster, &["chatty"]).ok().filter(|l| !l.is_empty())
+    })
+    .await;
+    assert_eq!(current, "run 1 start\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exited_container_reports_its_exit_code_reason_and_termination_message() {
+    let cluster = process_cluster().await;
+    let container = |command: &str, extra: Value| {
+        let mut c = json!({"name": "main", "image": "postgres:15", "command": ["bash", "-c", command]});
+        c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        c
+    };
+    let told = container("echo out; echo 'config is bad' > /dev/termination-log; exit 3", json!({}));
+    let pods = create_pod(&cluster, "told", json!({"containers": [told]})).await;
+    let fallback = container(
+        "echo one; echo 'FATAL: bad value' >&2; exit 2",
+        json!({"terminationMessagePolicy": "FallbackToLogsOnError"}),
+    );
+    create_pod(&cluster, "fallback", json!({"restartPolicy": "Never", "containers": [fallback]})).await;
+    let custom = container("echo done > /tmp/why", json!({"terminationMessagePath": "/tmp/why"}));
+    create_pod(&cluster, "custom", json!({"restartPolicy": "Never", "containers": [custom]})).await;
+    let silent = container("echo fine", json!({"terminationMessagePolicy": "FallbackToLogsOnError"}));
+    create_pod(&cluster, "silent", json!({"restartPolicy": "Never", "containers": [silent]})).await;
+
+    // A restarting container: the run that ended is lastState, then CrashLoopBackOff says why.
+    let p = await_pod(&pods, "told", "CrashLoopBackOff", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+    let status = &p["status"]["containerStatuses"][0];
+    let last = &status["lastState"]["terminated"];
+    assert_eq!(
+        (&last["exitCode"], &last["reason"], &last["message"]),
+        (&json!(3), &json!("Error"), &json!("config is bad\n")),
+        "{status}"
+    );
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let waiting = status["state"]["waiting"]["message"].as_str().unwrap();
+    assert!(
+        waiting.starts_with("back-off 10s restarting failed container=main pod=told_default("),
+        "{waiting}"
+    );
+    assert!(waiting.ends_with(&format!("({uid})")), "{waiting}");
+
+    let terminated = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let p = await_pod(&pods, name, "finished", |p| {
+                matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+            })
+            .await;
+            p["status"]["containerStatuses"][0]["state"]["terminated"].clone()
+        }
+    };
+    let t = terminated("fallback").await;
+    assert_eq!((&t["exitCode"], &t["reason"]), (&json!(2), &json!("Error")), "{t}");
+    assert_eq!(t["message"], "one\nFATAL: bad value\n", "the log's tail for a failed run: {t}");
+    let t = terminated("custom").await;
+    assert_eq!(
+        (&t["exitCode"], &t["reason"], &t["message"]),
+        (&json!(0), &json!("Completed"), &json!("done\n")),
+        "{t}"
+    );
+    let t = terminated("silent").await;
+    assert_eq!(t["reason"], "Completed");
+    assert!(t.get("message").is_none(), "no message: the file is empty and the run succeeded: {t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_claims_get_volumes_reclaimed_as_their_class_says() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let cluster = process_cluster().await;
+    let classes: Api<StorageClass> = Api::all(cluster.sim.client());
+    let standard =
+        eventually_some("the default StorageClass", || async { classes.get_opt("standard").await.ok()? })
+            .await;
+    assert_eq!(standard.reclaim_policy.as_deref(), Some("Delete"));
+    let keep = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "keep"}, "provisioner": "sim.dbcluster-operator/hostpath", "reclaimPolicy": "Retain"});
+    classes.create(&PostParams::default(), &serde_json::from_value(keep).unwrap()).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = cluster.api();
+    let volumes: Api<PersistentVolume> = Api::all(cluster.sim.client());
+    let claim = |name: &str, class: Option<&str>| -> PersistentVolumeClaim {
+        let mut spec =
+            json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}});
+        if let Some(c) = class {
+            spec["storageClassName"] = json!(c);
+        }
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let mut dirs = HashMap::new();
+    for (name, class, policy) in [("gone", None, "Delete"), ("kept", Some("keep"), "Retain")] {
+        claims.create(&PostParams::default(), &claim(name, class)).await.unwrap();
+        let bound = eventually_some("the claim bound", || async {
+            let c = claims.get(name).await.ok()?;
+            (c.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(c)
+        })
+        .await;
+        let volume_name = bound.spec.unwrap().volume_name.unwrap();
+        assert_eq!(volume_name, format!("pvc-{}", bound.metadata.uid.unwrap()));
+        let pv = volumes.get(&volume_name).await.unwrap();
+        let spec = pv.spec.unwrap();
+        assert_eq!(spec.persistent_volume_reclaim_policy.as_deref(), Some(policy));
+        assert_eq!(spec.claim_ref.unwrap().name.as_deref(), Some(name));
+        assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Bound"));
+        let pods = create_pod(
+            &cluster,
+            &format!("writer-{name}"),
+            json!({"restartPolicy": "Never", "containers": [{"name": "w", "image": "postgres:15",
+                "command": ["bash", "-c", "echo data > /data/file"], "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+                "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}),
+        )
+        .await;
+        await_pod(&pods, &format!("writer-{name}"), "Succeeded", phase_is("Succeeded")).await;
+        let dir = std::path::PathBuf::from(spec.host_path.unwrap().path);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("file")).unwrap(),
+            "data\n",
+            "the pod wrote into the volume's directory"
+        );
+        dirs.insert(name, (volume_name, dir));
+    }
+    let listed = kubectl(&cluster, &["get", "pv"]).unwrap();
+    assert!(
+        listed.contains("RECLAIM POLICY") && listed.contains("default/kept") && listed.contains("Retain"),
+        "{listed}"
+    );
+
+    for name in ["gone", "kept"] {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let (gone_volume, gone_dir) = &dirs["gone"];
+    eventually_some("the Delete volume removed", || async {
+        volumes.get_opt(gone_volume).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(!gone_dir.exists(), "Delete removes the directory too");
+    let (kept_volume, kept_dir) = &dirs["kept"];
+    eventually_some("the Retain volume released", || async {
+        let pv = volumes.get(kept_volume).await.ok()?;
+        (pv.status?.phase.as_deref() == Some("Released")).then_some(())
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(kept_dir.join("file")).unwrap(), "data\n", "Retain keeps the data");
+    let listed = kubectl(&cluster, &["get", "pv"]).unwrap();
+    assert!(listed.contains("Released") && !listed.contains(gone_volume.as_str()), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_map_and_secret_volumes_follow_their_source() {
+    let cluster = process_cluster().await;
+    let maps: Api<ConfigMap> = cluster.api();
+    let map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"mode": "fast"}});
+    maps.create(&PostParams::default(), &serde_json::from_value(map).unwrap()).await.unwrap();
+    let secrets: Api<Secret> = cluster.api();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"token": "one"}});
+    secrets.create(&PostParams::default(), &serde_json::from_value(secret).unwrap()).await.unwrap();
+    // Prints the files' contents each time they change.
+    let script = r#"last=; while true; do v="$(cat /cfg/mode) $(cat /creds/token)"
+        if [ "$v" != "$last" ]; then echo "$v"; last="$v"; fi; sleep 0.1; done"#;
+    create_pod(
+        &cluster,
+        "reader",
+        json!({
+            "containers": [{"name": "main", "image": "postgres:15", "command": ["bash", "-c", script],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}, {"name": "creds", "mountPath": "/creds"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "creds", "secret": {"secretName": "creds"}}],
+        }),
+    )
+    .await;
+    let logs_with = |text: &'static str| {
+        let cluster = &cluster;
+        async move {
+            eventually_some(text, || async {
+                kubectl_logs(cluster, &["reader"]).ok().filter(|l| l.contains(text))
+            })
+            .await
+        }
+    };
+    logs_with("fast one").await;
+    let patch = |data: Value| kube::api::Patch::Merge(json!({ "data": data }));
+    maps.patch("cfg", &Default::default(), &patch(json!({"mode": "slow"}))).await.unwrap();
+    logs_with("slow one").await;
+    let token = json!({"token": base64_of("two")});
+    secrets.patch("creds", &Default::default(), &patch(token)).await.unwrap();
+    let logs = logs_with("slow two").await;
+    assert_eq!(logs, "fast one\nslow one\nslow two\n", "the running container saw each change, in order");
+}
+
+/// The body of a `200` answer to `GET path` on `addr`; `None` for anything else, including a
+/// connection the forwarder closes while the Service has no ready endpoint yet.
+async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    (head.split(' ').nth(1) == Some("200")).then(|| body.to_owned())
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_liveness_probe_restarts_the_container_and_sigkill_ends_the_grace_period() {
+    let cluster = process_cluster().await;
+    // The probe never passes; the container ignores SIGTERM (as bash does as a PID namespace's
+    // init), so each stop ends with SIGKILL after the 2 s grace period.
+    let pods = create_pod(
+        &cluster,
+        "sickly",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": "postgres:15",
+                "command": ["bash", "-c", "trap '' TERM; echo started; while true; do sleep 0.1; done"],
+                "livenessProbe": {"exec": {"command": ["test", "-e", "/tmp/never"]}, "initialDelaySeconds": 1, "periodSeconds": 1, "failureThreshold": 2},
+            }],
+        }),
+    )
+    .await;
+    let p = await_pod(&pods, "sickly", "a restart after the liveness probe failed", |p| {
+        p["status"]["containerStatuses"][0]["restartCount"].as_u64() >= Some(1)
+    })
+    .await;
+    let last = &p["status"]["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 137, "SIGKILLed after the grace period: {last}");
+    assert_eq!(last["reason"], "Error");
+
+    // A container that ignores SIGTERM is SIGKILLed when the grace period ends.
+    let stubborn = create_pod(
+        &cluster,
+        "stubborn",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": "postgres:15", "command": ["bash", "-c", "trap '' TERM; echo up; while true; do sleep 0.1; done"]}],
+        }),
+    )
+    .await;
+    await_pod(&stubborn, "stubborn", "running", ready).await;
+    eventually_some("the container to print", || async {
+        kubectl_logs(&cluster, &["stubborn"]).ok().filter(|l| l == "up\n")
+    })
+    .await;
+    let deleted = std::time::Instant::now();
+    stubborn.delete("stubborn", &DeleteParams::default()).await.unwrap();
+    within("the pod to go", async {
+        while stubborn.get_opt("stubborn").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        deleted.elapsed() >= Duration::from_secs(2),
+        "the grace period was waited out: {:?}",
+        deleted.elapsed()
+    );
 }

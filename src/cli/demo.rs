@@ -7,6 +7,12 @@
 //! The table owns the terminal, so the operator's log goes to a file (text, no colours) whose
 //! path is printed at start with the endpoints' addresses. The endpoints default to free loopback
 //! ports, so two demos never collide.
+//!
+//! The pods run on the process kubelet (real PostgreSQL) when this host can run it, else on the
+//! timer kubelet (`--kubelet` chooses; [`choice`] decides and says why, printed first). With the
+//! process kubelet, once a cluster is Running the demo prints how to reach it with `psql` from the
+//! host: the address its app Secret's `host` resolves to here, and a `kubectl get secret … |
+//! base64 -d` recipe for the password (the password itself is never printed nor logged).
 
 use std::future::Future;
 use std::io::Write;
@@ -24,15 +30,20 @@ use serde_json::Value;
 use crate::cli::table::Table;
 use crate::cli::{logging, run};
 use crate::databasecluster::operator;
+use crate::databasecluster::resources::app_secret_name;
 use crate::databasecluster::types::{self, DatabaseCluster};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
-use crate::sim::{KubernetesVersion, SimConfig, SimError, SimServer};
+use crate::sim::kubelet::choice;
+use crate::sim::{KubeletKind, KubernetesVersion, SimConfig, SimError, SimServer};
 
 /// The sample the demo applies: the seed's `production-postgres`.
 const SAMPLE: &str = include_str!("../../manifests/samples/databasecluster.yaml");
 
 /// Concurrent reconciles in the demo (as many as the operator's default).
 const DEMO_WORKERS: usize = 4;
+
+/// The PostgreSQL major version of the sample (`15.4`): the binaries the process kubelet needs.
+const SAMPLE_MAJOR: u32 = 15;
 
 /// How long reconciles in flight may take after Ctrl-C.
 const DEMO_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,6 +70,20 @@ pub struct DemoArgs {
     /// which CEL functions new CRD rules may use.
     #[arg(long, value_name = "MAJOR.MINOR", default_value = "1.28")]
     pub kubernetes_version: KubernetesVersion,
+    /// Which kubelet runs the pods: `process` (real PostgreSQL processes; the default when this
+    /// host can run them: root and the PostgreSQL 15 server binaries) or `timer` (pods turn Ready
+    /// on a timer, nothing runs).
+    #[arg(long, value_name = "KIND", value_parser = parse_kubelet)]
+    pub kubelet: Option<KubeletKind>,
+}
+
+/// `--kubelet process|timer`.
+fn parse_kubelet(text: &str) -> Result<KubeletKind, String> {
+    match text {
+        "process" => Ok(KubeletKind::Process),
+        "timer" => Ok(KubeletKind::Timer),
+        other => Err(format!("{other:?} is not a kubelet: process or timer")),
+    }
 }
 
 /// Where the simulated server listens and writes its kubeconfig.
@@ -68,6 +93,8 @@ pub struct DemoOptions {
     pub addr: SocketAddr,
     /// Where to write the kubeconfig for kubectl.
     pub kubeconfig_out: PathBuf,
+    /// Which kubelet runs the pods.
+    pub kubelet: KubeletKind,
     /// The Kubernetes version the server behaves as.
     pub kubernetes_version: KubernetesVersion,
 }
@@ -109,6 +136,9 @@ pub enum DemoError {
     /// Printing the table failed.
     #[error("printing the table: {0}")]
     Output(#[from] std::io::Error),
+    /// The kubelet asked for cannot run here.
+    #[error("{0}")]
+    Kubelet(String),
 }
 
 fn api_error(what: &'static str) -> impl FnOnce(kube::Error) -> DemoError {
@@ -122,6 +152,7 @@ pub struct Demo {
     clusters: Api<DynamicObject>,
     /// The sample's name and namespace.
     sample: (String, String),
+    kubelet: KubeletKind,
 }
 
 impl Demo {
@@ -130,6 +161,7 @@ impl Demo {
         let server = SimServer::start_with(SimConfig {
             addr: options.addr,
             kubernetes_version: options.kubernetes_version,
+            kubelet: options.kubelet,
             ..SimConfig::default()
         })
         .await?;
@@ -150,7 +182,7 @@ impl Demo {
             .await
             .map_err(api_error("applying the sample DatabaseCluster"))?;
         let clusters = Api::all_with(client, &resource);
-        Ok(Demo { server, clusters, sample: (name, namespace) })
+        Ok(Demo { server, clusters, sample: (name, namespace), kubelet: options.kubelet })
     }
 
     /// The running server (its address, kubeconfig, faults).
@@ -163,7 +195,7 @@ impl Demo {
         format!(
             "Simulated Kubernetes API server listening on {url}\n\
              kubeconfig written to {path}; in another terminal:\n\
-             \n  export KUBECONFIG={path}\n  kubectl get databaseclusters\n  kubectl get statefulsets,pods\n\n",
+             \n  export KUBECONFIG={path}\n  kubectl get databaseclusters\n  kubectl get statefulsets,pods,pvc,pv\n\n",
             url = self.server.base_url(),
             path = kubeconfig.display(),
         )
@@ -178,10 +210,12 @@ impl Demo {
     ) -> Result<(), DemoError> {
         tokio::pin!(stop);
         let mut table = Table::default();
+        let mut connectable = std::collections::HashSet::new();
         writeln!(out, "{}", Table::header())?;
         let list = self.clusters.list(&ListParams::default()).await.map_err(api_error("listing clusters"))?;
         for c in &list.items {
             print_row(out, &mut table, c, false)?;
+            self.print_connect_once(c, &mut connectable, out).await?;
         }
         out.flush()?;
         let mut rv = list.metadata.resource_version.unwrap_or_default();
@@ -201,6 +235,8 @@ impl Demo {
                     Ok(Some(WatchEvent::Added(c) | WatchEvent::Modified(c))) => {
                         rv = c.metadata.resource_version.clone().unwrap_or(rv);
                         print_row(out, &mut table, &c, false)?;
+                        self.print_connect_once(&c, &mut connectable, out).await?;
+                        out.flush()?;
                     }
                     Ok(Some(WatchEvent::Deleted(c))) => {
                         rv = c.metadata.resource_version.clone().unwrap_or(rv);
@@ -214,6 +250,52 @@ impl Demo {
         }
         self.server.shutdown().await;
         Ok(())
+    }
+
+    /// With the process kubelet, prints [`Demo::connect_lines`] the first time `cluster` is
+    /// Running (`printed` holds the clusters already shown).
+    async fn print_connect_once(
+        &self,
+        cluster: &DynamicObject,
+        printed: &mut std::collections::HashSet<String>,
+        out: &mut impl Write,
+    ) -> Result<(), DemoError> {
+        let key = format!(
+            "{}/{}",
+            cluster.metadata.namespace.as_deref().unwrap_or_default(),
+            cluster.metadata.name.as_deref().unwrap_or_default()
+        );
+        if self.kubelet != KubeletKind::Process
+            || cluster.data["status"]["phase"] != "Running"
+            || printed.contains(&key)
+        {
+            return Ok(());
+        }
+        if let Some(lines) = self.connect_lines(cluster).await {
+            write!(out, "{lines}")?;
+            printed.insert(key);
+        }
+        Ok(())
+    }
+
+    /// How to reach `cluster` with `psql` from the host: its app Secret's `host` as a pod resolves
+    /// it, and the password through kubectl (never the password itself). `None` while the Secret
+    /// or the address is not there yet.
+    pub async fn connect_lines(&self, cluster: &DynamicObject) -> Option<String> {
+        let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let secret_name = app_secret_name(cluster.metadata.name.as_deref()?);
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.server.client(), &namespace);
+        let secret = secrets.get(&secret_name).await.ok()?;
+        let data = secret.data?;
+        let field = |key: &str| data.get(key).map(|v| String::from_utf8_lossy(&v.0).into_owned());
+        let (host, port, user, dbname) =
+            (field("host")?, field("port")?, field("username")?, field("dbname")?);
+        let ip = self.server.resolve(&namespace, &host)?;
+        Some(format!(
+            "Connect with psql from this host (the Secret {secret_name}'s host {host} is {ip} from here):\n\
+             \x20 PGPASSWORD=\"$(kubectl get secret {secret_name} -n {namespace} -o jsonpath='{{.data.password}}' | base64 -d)\" psql -h {ip} -p {port} -U {user} {dbname}\n"
+        ))
     }
 }
 
@@ -267,10 +349,13 @@ fn operator_lines(
 pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     // Handlers are installed before anything is printed, so a signal is never missed.
     let signals = os_signals();
+    let chosen = choice::choose(args.kubelet, SAMPLE_MAJOR).map_err(DemoError::Kubelet)?;
+    tracing::info!(kubelet = ?chosen.kind, reason = %chosen.reason, "kubelet chosen");
     let options = DemoOptions {
         addr: args.addr,
         kubeconfig_out: args.kubeconfig_out.clone(),
         kubernetes_version: args.kubernetes_version,
+        kubelet: chosen.kind,
     };
     let demo = Demo::start(&options).await?;
     let config = ManagerConfig {
@@ -287,7 +372,8 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     let mut out = std::io::stdout();
     write!(
         out,
-        "{}{}",
+        "Kubelet: {}\n{}{}",
+        chosen.reason,
         demo.instructions(&options.kubeconfig_out),
         operator_lines(&manager, &args.log_file, &options.kubeconfig_out, &demo.sample)
     )?;

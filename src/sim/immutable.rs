@@ -1,6 +1,7 @@
 //! Update rules of built-in kinds whose spec is partly immutable, worded as the apiserver words
 //! them: a StatefulSet may change only some spec fields (not its volumeClaimTemplates), and a
-//! PersistentVolumeClaim only its storage request, which may grow but not shrink.
+//! PersistentVolumeClaim only its storage request, which may grow but not shrink (and its
+//! `volumeName`, set once by the binder).
 
 use serde_json::{Map, Value};
 
@@ -56,8 +57,13 @@ pub fn check_update(kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiErro
             ))
         }
         ("", "persistentvolumeclaims") => {
+            // The binder sets `volumeName` once, as the real apiserver allows.
+            let unbound = old["spec"]["volumeName"].as_str().is_none_or(str::is_empty);
             let strip = |v: &Value| {
                 let mut spec = v["spec"].clone();
+                if unbound && let Some(m) = spec.as_object_mut() {
+                    m.remove("volumeName");
+                }
                 if let Some(r) = spec["resources"]["requests"].as_object_mut() {
                     r.remove("storage");
                 }

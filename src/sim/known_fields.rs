@@ -11,11 +11,13 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event, Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+    ConfigMap, Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+    ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event as EventsEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::sim::api_error::ApiError;
@@ -35,6 +37,8 @@ fn decoded(kind: &Kind, obj: &Value) -> Option<Result<Value, String>> {
         ("", "secrets") => round_trip::<Secret>(obj),
         ("", "configmaps") => round_trip::<ConfigMap>(obj),
         ("", "persistentvolumeclaims") => round_trip::<PersistentVolumeClaim>(obj),
+        ("", "persistentvolumes") => round_trip::<PersistentVolume>(obj),
+        ("storage.k8s.io", "storageclasses") => round_trip::<StorageClass>(obj),
         ("", "events") => round_trip::<Event>(obj),
         ("", "serviceaccounts") => round_trip::<ServiceAccount>(obj),
         ("apps", "statefulsets") => round_trip::<StatefulSet>(obj),

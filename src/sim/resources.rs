@@ -100,6 +100,8 @@ const BUILT_INS: &[BuiltIn] = &[
     ("", "v1", "Secret", "secrets", true, &[], false),
     ("", "v1", "ConfigMap", "configmaps", true, &["cm"], false),
     ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, &["pvc"], true),
+    ("", "v1", "PersistentVolume", "persistentvolumes", false, &["pv"], true),
+    ("storage.k8s.io", "v1", "StorageClass", "storageclasses", false, &["sc"], false),
     ("", "v1", "Event", "events", true, &["ev"], false),
     ("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], false),
     ("apps", "v1", "StatefulSet", "statefulsets", true, &["sts"], true),
@@ -144,7 +146,29 @@ const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
     ("services", &[("Type", "string", ".spec.type"), ("Cluster-IP", "string", ".spec.clusterIP")]),
     (
         "persistentvolumeclaims",
-        &[("Status", "string", ".status.phase"), ("Capacity", "string", ".status.capacity.storage")],
+        &[
+            ("Status", "string", ".status.phase"),
+            ("Volume", "string", ".spec.volumeName"),
+            ("Capacity", "string", ".status.capacity.storage"),
+        ],
+    ),
+    (
+        "persistentvolumes",
+        &[
+            ("Capacity", "string", ".spec.capacity.storage"),
+            ("Reclaim Policy", "string", ".spec.persistentVolumeReclaimPolicy"),
+            ("Status", "string", ".status.phase"),
+            ("Claim", "string", "#pv-claim"),
+            ("StorageClass", "string", ".spec.storageClassName"),
+        ],
+    ),
+    (
+        "storageclasses",
+        &[
+            ("Provisioner", "string", ".provisioner"),
+            ("ReclaimPolicy", "string", ".reclaimPolicy"),
+            ("VolumeBindingMode", "string", ".volumeBindingMode"),
+        ],
     ),
     ("jobs", &[("Status", "string", "#job-status"), ("Completions", "string", "#job-completions")]),
     (

@@ -139,6 +139,12 @@ fn computed(name: &str, obj: &Value) -> Value {
                 "Running"
             })
         }
+        "pv-claim" => {
+            match (obj["spec"]["claimRef"]["namespace"].as_str(), obj["spec"]["claimRef"]["name"].as_str()) {
+                (Some(ns), Some(name)) => json!(format!("{ns}/{name}")),
+                _ => json!(""),
+            }
+        }
         "job-completions" => {
             json!(format!(
                 "{}/{}",

@@ -1,6 +1,7 @@
 //! Simulated controllers, because the simulated cluster has no kube-controller-manager and no
 //! kubelet: a kubelet that starts pods after `pod_ready_delay`, the StatefulSet controller, a
-//! volume expander, and the Job and CronJob controllers. One task runs them: a pass over the
+//! volume provisioner, binder and expander (with a default StorageClass), and the Job and CronJob
+//! controllers. One task runs them: a pass over the
 //! state after every change and whenever a timer they asked for is due. All timing is
 //! `tokio::time`.
 
@@ -117,6 +118,8 @@ struct Controllers {
     kubelet: Kubelet,
     revisions: statefulset::Revisions,
     jobs: jobs::Jobs,
+    /// Where provisioned volumes' directories go (the process kubelet's node).
+    volumes_dir: std::path::PathBuf,
 }
 
 impl Controllers {
@@ -130,7 +133,7 @@ impl Controllers {
             }
         };
         statefulset::reconcile_all(state, &mut self.revisions);
-        volumes::reconcile_all(state);
+        volumes::reconcile_all(state, &self.volumes_dir);
         let jobs_due = self.jobs.pass(state, now);
         [kubelet_due, jobs_due].into_iter().flatten().min()
     }
@@ -146,7 +149,9 @@ pub async fn run(cluster: Arc<Cluster>) {
         },
         revisions: statefulset::Revisions::default(),
         jobs: jobs::Jobs::new(cluster.clone()),
+        volumes_dir: cluster.node.volumes_dir(),
     };
+    cluster.write(volumes::install_default_class);
     loop {
         let next = cluster.write(|s| controllers.pass(s, Instant::now()));
         tokio::select! {

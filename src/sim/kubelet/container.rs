@@ -14,6 +14,12 @@
 //!    which `kubectl logs` reads (`--previous` is the run before).
 //! 5. A configuration that cannot be built (a missing Secret…) leaves the container waiting,
 //!    `CreateContainerConfigError`, retried with the same back-off.
+//! 6. A run that ended is `terminated` with its `exitCode`, `reason` `Completed` (0) or `Error`
+//!    (`OOMKilled` never: no memory limit is enforced), and `message`: what the run wrote to its
+//!    `terminationMessagePath` (default `/dev/termination-log`, a fresh empty file per run bound
+//!    there; at most 4096 bytes), or, with `terminationMessagePolicy: FallbackToLogsOnError`, a
+//!    failed run that wrote none gets its log's last 80 lines, at most 2048 bytes — as a real
+//!    kubelet reports them.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -48,6 +54,40 @@ pub struct Launch {
     pub liveness: Option<Probe>,
     /// The `preStop` exec hook's command.
     pub pre_stop: Option<Vec<String>>,
+    /// The host file bound on the container's `terminationMessagePath`.
+    pub termination_file: PathBuf,
+    /// `terminationMessagePolicy: FallbackToLogsOnError`.
+    pub fallback_to_logs: bool,
+}
+
+/// Rule 6: the most read from `terminationMessagePath`.
+const MESSAGE_FILE_LIMIT: usize = 4096;
+/// Rule 6: the most lines of the log taken as the message.
+const MESSAGE_LOG_LINES: usize = 80;
+/// Rule 6: the most bytes of the log taken as the message.
+const MESSAGE_LOG_LIMIT: usize = 2048;
+
+/// The last `limit` bytes of `text` (cut at a character boundary), as text.
+fn last_bytes(text: &[u8], limit: usize) -> String {
+    let text = String::from_utf8_lossy(text);
+    let mut from = text.len().saturating_sub(limit);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    text[from..].to_owned()
+}
+
+/// Rule 6, from what the run left: its termination file's bytes and its log's.
+pub fn termination_message(file: &[u8], log: &[u8], code: i32, fallback_to_logs: bool) -> Option<String> {
+    if !file.is_empty() {
+        let cut = &file[..file.len().min(MESSAGE_FILE_LIMIT)];
+        return Some(String::from_utf8_lossy(cut).into_owned());
+    }
+    if fallback_to_logs && code != 0 && !log.is_empty() {
+        let lines = crate::sim::kubelet::logs::tail(log, Some(MESSAGE_LOG_LINES));
+        return Some(last_bytes(&lines, MESSAGE_LOG_LIMIT));
+    }
+    None
 }
 
 /// A started run: the sandbox's init process.
@@ -57,6 +97,7 @@ pub struct Run {
     /// The init's pid (its mount namespace is the container's).
     pub init_pid: i32,
     node: Arc<Node>,
+    log: PathBuf,
 }
 
 impl Run {
@@ -74,6 +115,19 @@ impl Run {
                 .code()
                 .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(9)),
             Err(_) => 255,
+        }
+    }
+
+    /// Rule 6: the terminated state of this run, which ended with `code`.
+    pub fn terminated(&self, launch: &Launch, code: i32, started_at: &str) -> ContainerState {
+        let file = std::fs::read(&launch.termination_file).unwrap_or_default();
+        let log = std::fs::read(&self.log).unwrap_or_default();
+        ContainerState::Terminated {
+            exit_code: code,
+            reason: if code == 0 { "Completed".into() } else { "Error".into() },
+            message: termination_message(&file, &log, code, launch.fallback_to_logs),
+            started_at: started_at.to_owned(),
+            finished_at: meta::now(),
         }
     }
 
@@ -118,7 +172,7 @@ pub fn start(node: &Arc<Node>, launch: &Launch, log: &PathBuf) -> std::io::Resul
     let child = cmd.spawn()?;
     let init_pid = child.id().map_or(0, |p| p as i32);
     node.remember_process(init_pid);
-    Ok(Run { child, init_pid, node: node.clone() })
+    Ok(Run { child, init_pid, node: node.clone(), log: log.clone() })
 }
 
 /// The back-off before restart number `restarts` (0-based): 0, 10 s, 20 s … 300 s.
@@ -217,16 +271,6 @@ async fn probe_until_unhealthy(
     }
 }
 
-/// The terminated state of a run that ended with `code`.
-pub fn terminated(code: i32, started_at: &str) -> ContainerState {
-    ContainerState::Terminated {
-        exit_code: code,
-        reason: if code == 0 { "Completed".into() } else { "Error".into() },
-        started_at: started_at.to_owned(),
-        finished_at: meta::now(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +279,22 @@ mod tests {
     fn back_off_doubles_from_ten_seconds_to_five_minutes() {
         let secs: Vec<u64> = (0..8).map(|n| back_off(n).as_secs()).collect();
         assert_eq!(secs, [0, 10, 20, 40, 80, 160, 300, 300]);
+    }
+
+    #[test]
+    fn the_message_is_the_file_else_the_failed_runs_log_tail_when_asked() {
+        assert_eq!(termination_message(b"why", b"log\n", 0, false).as_deref(), Some("why"));
+        assert_eq!(termination_message(b"why", b"log\n", 1, true).as_deref(), Some("why"));
+        assert_eq!(termination_message(b"", b"log\n", 1, false), None);
+        assert_eq!(termination_message(b"", b"log\n", 0, true), None, "only a failed run");
+        assert_eq!(termination_message(b"", b"a\nb\n", 1, true).as_deref(), Some("a\nb\n"));
+        let long_file = vec![b'x'; 5000];
+        assert_eq!(termination_message(&long_file, b"", 1, true).unwrap().len(), 4096);
+        let many: String = (0..100).map(|n| format!("{n}\n")).collect();
+        let tail = termination_message(b"", many.as_bytes(), 1, true).unwrap();
+        assert!(tail.starts_with("20\n") && tail.ends_with("99\n"), "the last 80 lines: {tail}");
+        let wide = "é".repeat(3000);
+        let cut = termination_message(b"", wide.as_bytes(), 1, true).unwrap();
+        assert!(cut.len() <= 2048 && cut.chars().all(|c| c == 'é'), "at most 2048 bytes, whole characters");
     }
 }

@@ -71,7 +71,8 @@ fn runs(entry: &PodEntry, container: &str) -> Vec<(u32, PathBuf)> {
     runs
 }
 
-fn tail(text: &[u8], lines: Option<usize>) -> Bytes {
+/// The last `lines` lines of `text` (all of it with `None`).
+pub fn tail(text: &[u8], lines: Option<usize>) -> Bytes {
     let Some(n) = lines else { return Bytes::copy_from_slice(text) };
     let mut starts: Vec<usize> = vec![0];
     starts.extend(

@@ -15,9 +15,14 @@
 //! stopped, then the worker removes it), and keeps the hosts files, the Service forwarders and the
 //! configMap/secret/downwardAPI volumes in step with the store. Workers write pod status.
 //!
-//! Needs root (mount and PID namespaces, bind mounts, switching to `runAsUser`). Without root a
-//! pod stays `Pending` with its containers waiting `RunContainerError` and a message saying so:
-//! names, per-pod `/etc/hosts` and volume mount paths all rest on the mount namespace.
+//! Needs root (mount and PID namespaces, bind mounts, switching to `runAsUser`; PostgreSQL also
+//! refuses to run as root, so without root there is no user to drop to). Without root nothing of
+//! a pod runs: the API server, the timer kubelet and every controller work as usual, but each pod
+//! given to this kubelet stays `Pending` with every container waiting `RunContainerError`, the
+//! message saying that root is needed ([`status::WITHOUT_ROOT`]), until it is deleted (at once:
+//! nothing to stop). Names, per-pod `/etc/hosts`, volume mount paths and the no-stray-process
+//! guarantee all rest on the namespaces, so there is no partial mode. `demo` falls back to the
+//! timer kubelet without root and says so, and refuses `--kubelet process` ([`choice`]).
 //!
 //! Processes never outlive the simulator: each container's processes live in their own PID
 //! namespace whose init dies with the simulator (`sandbox`); dropping the [`Node`] (with the
@@ -35,7 +40,7 @@ mod pod;
 mod probes;
 mod proxy;
 mod sandbox;
-mod status;
+pub mod status;
 mod volumes;
 
 use std::collections::{HashMap, HashSet};
@@ -75,17 +80,31 @@ pub struct Node {
 }
 
 impl Node {
-    /// The node's directory (`<tmp>/dbcluster-sim-<pid>-<n>`), created on first use, removed with
-    /// the node.
-    pub fn root(&self) -> &Path {
+    /// The node's directory (`<tmp>/dbcluster-sim-<pid>-<n>`), without creating it.
+    fn path(&self) -> &Path {
         self.root.get_or_init(|| {
             static COUNT: AtomicU64 = AtomicU64::new(0);
             let n = COUNT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!("dbcluster-sim-{}-{n}", std::process::id()));
-            let _ = std::fs::create_dir_all(&dir);
-            let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755));
-            dir
+            std::env::temp_dir().join(format!("dbcluster-sim-{}-{n}", std::process::id()))
         })
+    }
+
+    /// The node's directory, created if missing, removed with the node. Creating it first
+    /// removes the directories of simulators that died without dropping their node (SIGKILL).
+    pub fn root(&self) -> &Path {
+        let dir = self.path();
+        if !dir.exists() {
+            remove_dead_nodes(dir.parent().unwrap_or(Path::new("/tmp")));
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+        }
+        dir
+    }
+
+    /// Where the provisioner puts bound volumes' directories (`<node>/volumes`; the kubelet
+    /// creates one when a pod first mounts it).
+    pub fn volumes_dir(&self) -> PathBuf {
+        self.path().join("volumes")
     }
 
     fn remember_process(&self, pid: i32) {
@@ -124,6 +143,23 @@ impl Node {
     /// The pod with this uid, if this node runs it.
     pub fn pod(&self, uid: &str) -> Option<Arc<PodEntry>> {
         self.pods.lock().get(uid).cloned()
+    }
+}
+
+/// The pid of the simulator that made the node directory called `name` (`dbcluster-sim-<pid>-<n>`).
+fn node_owner(name: &str) -> Option<i32> {
+    let (pid, n) = name.strip_prefix("dbcluster-sim-")?.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// Removes the node directories in `tmp` whose simulator process is gone.
+fn remove_dead_nodes(tmp: &Path) {
+    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(node_owner) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -341,4 +377,17 @@ fn service_names(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_directories_name_their_simulator() {
+        assert_eq!(node_owner("dbcluster-sim-4242-0"), Some(4242));
+        assert_eq!(node_owner("dbcluster-sim-4242-x"), None);
+        assert_eq!(node_owner("dbcluster-simple"), None);
+        assert_eq!(node_owner("other-4242-0"), None);
+    }
 }

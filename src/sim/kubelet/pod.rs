@@ -34,7 +34,7 @@ use crate::sim::kubelet::env::{self, Sources};
 use crate::sim::kubelet::images::{self, Image};
 use crate::sim::kubelet::probes::{self, ExecContext};
 use crate::sim::kubelet::sandbox::{Identity, Sandbox, c_path};
-use crate::sim::kubelet::status::{ContainerState, PodModel};
+use crate::sim::kubelet::status::{self, ContainerState, PodModel};
 use crate::sim::kubelet::volumes::{self, PlannedBind, PodDirs};
 use crate::sim::kubelet::{Node, entrypoint};
 use crate::sim::meta;
@@ -42,6 +42,9 @@ use crate::sim::state::State;
 
 /// The image's user when the spec names none: `postgres` (999) in the `postgres` image.
 const POSTGRES_IMAGE_UID: u32 = 999;
+
+/// Where a container writes its termination message when its spec names no path.
+const DEFAULT_TERMINATION_PATH: &str = "/dev/termination-log";
 
 /// The `PATH` of the images, after the mapped program's directory.
 const BASE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -78,6 +81,22 @@ pub struct PodEntry {
     pub grace: AtomicU64,
     /// Cancelled when every container has stopped.
     pub done: CancellationToken,
+}
+
+/// Rule 2: the directory of the volume bound to claim `claim` (its PersistentVolume's
+/// `hostPath`); an error saying what is missing while the claim is absent or unbound.
+fn claim_volume_dir(state: &State, namespace: &str, claim: &str) -> Result<PathBuf, String> {
+    let pvc = state
+        .store
+        .get("persistentvolumeclaims", namespace, claim)
+        .ok_or_else(|| format!("persistentvolumeclaim \"{claim}\" not found"))?;
+    let unbound = || format!("persistentvolumeclaim \"{claim}\" is not bound");
+    let volume = pvc["spec"]["volumeName"].as_str().filter(|v| !v.is_empty()).ok_or_else(unbound)?;
+    let pv = state.store.get("persistentvolumes", "", volume).ok_or_else(unbound)?;
+    pv["spec"]["hostPath"]["path"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("persistentvolume \"{volume}\" has no hostPath"))
 }
 
 /// A pod being run.
@@ -182,12 +201,7 @@ impl PodWorker {
 
     /// Without root: every container waits with `RunContainerError` saying why, until deletion.
     pub async fn refuse_without_root(&self) {
-        let message = "the process kubelet needs root (mount and PID namespaces, bind mounts, runAsUser)";
-        self.update(|m| {
-            for c in m.init.iter_mut().chain(m.containers.iter_mut()) {
-                c.state = ContainerState::waiting("RunContainerError", Some(message.to_owned()));
-            }
-        });
+        self.update(|m| m.refuse(status::WITHOUT_ROOT));
         self.entry.done.cancel();
         self.entry.stop.cancelled().await;
         self.finish();
@@ -218,17 +232,12 @@ impl PodWorker {
             let name = volume["name"].as_str().unwrap_or_default().to_owned();
             let (dir, read_only) = if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str()
             {
-                let uid = self
-                    .cluster
-                    .read(|s| {
-                        s.store
-                            .get("persistentvolumeclaims", &ns, claim)
-                            .and_then(|c| c["metadata"]["uid"].as_str().map(str::to_owned))
-                    })
-                    .ok_or_else(|| format!("persistentvolumeclaim \"{claim}\" not found"))?;
-                let dir = volumes::claim_dir(self.node.root(), &uid);
+                let dir = self.cluster.read(|s| claim_volume_dir(s, &ns, claim))?;
                 if !dir.exists() {
+                    // A fresh volume is world-writable, as the hostPath provisioners make them.
                     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                        .map_err(|e| e.to_string())?;
                     volumes::apply_fs_group(&dir, fs_group).map_err(|e| e.to_string())?;
                 }
                 (dir, volume["persistentVolumeClaim"]["readOnly"] == true)
@@ -372,6 +381,11 @@ impl PodWorker {
             };
             plan.push(bind(source, target, volume_ro || mount["readOnly"] == true, false));
         }
+        let termination = own.join("termination-log");
+        std::fs::write(&termination, b"").map_err(io)?;
+        std::os::unix::fs::chown(&termination, Some(identity.uid), Some(identity.gid)).map_err(io)?;
+        let path = container["terminationMessagePath"].as_str().unwrap_or(DEFAULT_TERMINATION_PATH);
+        plan.push(bind(termination, path, false, true));
         Ok(plan)
     }
 
@@ -444,6 +458,12 @@ impl PodWorker {
             readiness: probe("readinessProbe"),
             liveness: probe("livenessProbe"),
             pre_stop,
+            termination_file: self
+                .entry
+                .dirs
+                .container(container["name"].as_str().unwrap_or_default())
+                .join("termination-log"),
+            fallback_to_logs: container["terminationMessagePolicy"] == "FallbackToLogsOnError",
         })
     }
 
@@ -463,6 +483,11 @@ impl PodWorker {
         let run = container::start(&self.node, &launch, &log)
             .map_err(|e| ContainerState::waiting("RunContainerError", Some(e.to_string())))?;
         Ok((launch, run))
+    }
+
+    /// The pod as the kubelet names it in messages: `<name>_<namespace>(<uid>)`.
+    fn pod_ref(&self) -> String {
+        format!("{}_{}({})", name_of(&self.pod), self.namespace(), self.entry.uid)
     }
 
     fn hostname(&self) -> String {
@@ -513,7 +538,7 @@ impl PodWorker {
                     code = run.wait() => code,
                     _ = self.entry.stop.cancelled() => run.stop(self.grace(), None, &ctx).await,
                 };
-                let ended = container::terminated(code, &started_at);
+                let ended = run.terminated(&launch, code, &started_at);
                 if code == 0 {
                     self.update(|m| {
                         m.init[i].state = ended;
@@ -537,7 +562,11 @@ impl PodWorker {
                     m.init[i].restart_count = restarts;
                     m.init[i].state = ContainerState::waiting(
                         "CrashLoopBackOff",
-                        Some(format!("back-off {}s restarting failed container={name}", delay.as_secs())),
+                        Some(format!(
+                            "back-off {}s restarting failed container={name} pod={}",
+                            delay.as_secs(),
+                            self.pod_ref()
+                        )),
                     );
                 });
                 if !self.pause(delay).await {
@@ -599,7 +628,7 @@ impl PodWorker {
                 }
                 Ending::Terminated(code) => (*code, true),
             };
-            let ended = container::terminated(code, &started_at);
+            let ended = run.terminated(&launch, code, &started_at);
             let restart = !deleting && (policy == "Always" || (policy == "OnFailure" && code != 0));
             if !restart {
                 self.update(|m| {
@@ -617,7 +646,7 @@ impl PodWorker {
             restarts += 1;
             let delay = container::back_off(step);
             step += 1;
-            let pod_ref = format!("{}_{}({})", name_of(&self.pod), self.namespace(), self.entry.uid);
+            let pod_ref = self.pod_ref();
             self.update(|m| {
                 let model = &mut m.containers[i];
                 model.last_state = Some(ended.clone());

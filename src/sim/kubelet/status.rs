@@ -8,6 +8,9 @@
 
 use serde_json::{Value, json};
 
+/// Why a pod does not run when the simulator is not root.
+pub const WITHOUT_ROOT: &str = "the process kubelet needs root (mount and PID namespaces, bind mounts, runAsUser): run the simulator as root, or use the timer kubelet";
+
 /// One container's state, as `containerStatuses[].state` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContainerState {
@@ -29,6 +32,9 @@ pub enum ContainerState {
         exit_code: i32,
         /// `Completed`, `Error`, `OOMKilled`…
         reason: String,
+        /// The termination message (`terminationMessagePath`, or the log's tail with
+        /// `FallbackToLogsOnError`), when there is one.
+        message: Option<String>,
         /// RFC 3339.
         started_at: String,
         /// RFC 3339.
@@ -49,9 +55,13 @@ impl ContainerState {
                 None => json!({"waiting": {"reason": reason}}),
             },
             ContainerState::Running { started_at } => json!({"running": {"startedAt": started_at}}),
-            ContainerState::Terminated { exit_code, reason, started_at, finished_at } => json!({
-                "terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started_at, "finishedAt": finished_at}
-            }),
+            ContainerState::Terminated { exit_code, reason, message, started_at, finished_at } => {
+                let mut terminated = json!({"exitCode": exit_code, "reason": reason, "startedAt": started_at, "finishedAt": finished_at});
+                if let Some(m) = message {
+                    terminated["message"] = json!(m);
+                }
+                json!({ "terminated": terminated })
+            }
         }
     }
 }
@@ -168,6 +178,14 @@ impl PodModel {
         if self.containers.iter().all(ContainerModel::has_run) { "Running" } else { "Pending" }
     }
 
+    /// Every container waits with `RunContainerError` and `message` (the process kubelet
+    /// without root runs nothing; see the module doc of `kubelet`).
+    pub fn refuse(&mut self, message: &str) {
+        for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+            c.state = ContainerState::waiting("RunContainerError", Some(message.to_owned()));
+        }
+    }
+
     /// Whether every container is running and ready.
     pub fn ready(&self) -> bool {
         !self.containers.is_empty()
@@ -216,6 +234,7 @@ mod tests {
         ContainerState::Terminated {
             exit_code: code,
             reason: "Error".into(),
+            message: Some("why".into()),
             started_at: "a".into(),
             finished_at: "b".into(),
         }
@@ -251,6 +270,20 @@ mod tests {
         let status = model.to_status(true);
         assert_eq!(status["containerStatuses"][0]["state"]["waiting"]["reason"], "CrashLoopBackOff");
         assert_eq!(status["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 1);
+        assert_eq!(status["containerStatuses"][0]["lastState"]["terminated"]["message"], "why");
+    }
+
+    #[test]
+    fn without_root_every_container_waits_with_the_reason_and_the_pod_stays_pending() {
+        let mut model = PodModel::new(&pod(), "ip".into(), "t");
+        model.refuse(WITHOUT_ROOT);
+        assert_eq!(model.phase(), "Pending");
+        let status = model.to_status(true);
+        for field in ["initContainerStatuses", "containerStatuses"] {
+            let waiting = &status[field][0]["state"]["waiting"];
+            assert_eq!(waiting["reason"], "RunContainerError", "{status}");
+            assert!(waiting["message"].as_str().unwrap().contains("needs root"), "{status}");
+        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Volumes as host directories, and the binds that show them (and the image's own files) inside
 //! a container's mount namespace.
 //!
-//! - `persistentVolumeClaim`: the directory of the claim's volume, `<node>/volumes/pvc-<claim
-//!   uid>`, which outlives the pod (a replacement pod finds its data) and goes with the volume
-//!   (see `provisioner`).
+//! - `persistentVolumeClaim`: the `hostPath` of the PersistentVolume bound to the claim
+//!   (`<node>/volumes/pvc-<claim uid>`, made by the simulator's provisioner,
+//!   `controllers::volumes`), which outlives the pod (a replacement pod finds its data) and goes
+//!   with the volume as its reclaim policy says.
 //! - `emptyDir`: `<pod>/volumes/<name>`, removed with the pod.
 //! - `configMap`, `secret`, `downwardAPI`: `<pod>/volumes/<name>` holding one file per key (or per
 //!   `items` entry) with `defaultMode`/`mode`, rewritten when the source changes; mounted read-only.
@@ -57,11 +58,6 @@ impl PodDirs {
     pub fn logs(&self, container: &str) -> PathBuf {
         self.root.join("logs").join(container)
     }
-}
-
-/// The directory backing the claim whose uid is `claim_uid`.
-pub fn claim_dir(node_root: &Path, claim_uid: &str) -> PathBuf {
-    node_root.join("volumes").join(format!("pvc-{claim_uid}"))
 }
 
 /// `fsGroup` on a volume's root: group-owned, group-writable, setgid.
