@@ -23,7 +23,7 @@ fn refusal(error: kube::Error) -> (u16, String) {
 }
 
 #[tokio::test]
-async fn the_schema_refuses_an_unparsable_storage_size_and_zero_replicas() {
+async fn the_schema_refuses_an_unparsable_storage_size_and_negative_replicas() {
     let cluster = TestCluster::start().await;
     let api = cluster.clusters();
     let mut lots = sample();
@@ -32,8 +32,9 @@ async fn the_schema_refuses_an_unparsable_storage_size_and_zero_replicas() {
     assert_eq!(code, 422);
     assert!(message.contains("spec.storageSize"), "{message}");
 
+    // Zero replicas hibernates a cluster; fewer is refused.
     let mut none = sample();
-    none.spec.replicas = 0;
+    none.spec.replicas = -1;
     let (code, message) = refusal(api.create(&PostParams::default(), &none).await.unwrap_err());
     assert_eq!(code, 422);
     assert!(message.contains("spec.replicas"), "{message}");

@@ -160,14 +160,12 @@ async fn by_default_the_demo_runs_real_postgres_and_prints_how_to_connect_with_p
     let mut rss_at_first_row = None;
     let reading = async {
         while let Some(line) = lines.next_line().await.unwrap() {
-            if line.starts_with("production-postgres") && rss_at_first_row.is_none() {
+            // NAMESPACE NAME PHASE READY VERSION AGE
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            if cells.starts_with(&["default", "production-postgres"]) && rss_at_first_row.is_none() {
                 rss_at_first_row = Some(rss_kb(pid));
             }
-            let running = line.split_whitespace().collect::<Vec<_>>().starts_with(&[
-                "production-postgres",
-                "Running",
-                "3",
-            ]);
+            let running = cells.starts_with(&["default", "production-postgres", "Running", "3/3"]);
             seen.push(line);
             if running {
                 return (started.elapsed(), rss_kb(pid));

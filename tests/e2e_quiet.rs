@@ -25,7 +25,9 @@ async fn a_running_cluster_costs_no_writes_and_no_passes() {
     await_cached(cache, &key(NAME), "Running in the operator's cache", |c| phase(c) == Some("Running")).await;
     reconcile_now(&operator, &key(NAME)).await;
     let passes = operator.passes();
-    assert!(passes <= 15, "{passes} passes from apply to Running 3/3 (a self-triggered loop?)");
+    // Ten children (StatefulSet, four Services, ConfigMap, three Secrets, PDB) each bring a watch
+    // event back to the owner while the pods start; a self-triggered loop would bring many more.
+    assert!(passes <= 25, "{passes} passes from apply to Running 3/3 (a self-triggered loop?)");
     let writes = cluster.writes();
     let last = writes.last().unwrap();
     assert_eq!(
