@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use crate::cli::{logging, run};
 use crate::databasecluster::operator;
-use crate::databasecluster::resources::app_secret_name;
+use crate::databasecluster::credentials::Login;
 use crate::databasecluster::types::{self, DatabaseCluster};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 use crate::sim::kubelet::choice;
@@ -287,7 +287,7 @@ impl Demo {
     /// or the address is not there yet.
     pub async fn connect_lines(&self, cluster: &DynamicObject) -> Option<String> {
         let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-        let secret_name = app_secret_name(cluster.metadata.name.as_deref()?);
+        let secret_name = Login::App.secret_name(cluster.metadata.name.as_deref()?);
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.server.client(), &namespace);
         let secret = secrets.get(&secret_name).await.ok()?;
