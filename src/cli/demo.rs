@@ -30,8 +30,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams,
 use serde_json::Value;
 
 use crate::cli::{logging, run};
-use crate::databasecluster::operator;
 use crate::databasecluster::credentials::Login;
+use crate::databasecluster::operator;
 use crate::databasecluster::types::{self, DatabaseCluster};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 use crate::sim::kubelet::choice;
