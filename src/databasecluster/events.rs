@@ -106,7 +106,8 @@ fn truncate(mut text: String, max_bytes: usize) -> String {
 
 /// The Events implied by a change of status from `old` (the live status, if any) to `new`:
 /// UpgradeStarted and UpgradeCompleted when `Upgrading` flips, and InvalidSpec (Warning) once per
-/// generation whose spec is invalid. An unchanged status implies none.
+/// generation whose spec is invalid, ExpansionNotSupported (Warning) once per generation whose
+/// storage growth the StorageClass refuses. An unchanged status implies none.
 pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
     let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
     let now = |type_: &str| find_condition(new, type_);
@@ -123,6 +124,21 @@ pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterS
             events.push(EventNote::new(EventType::Normal, "UpgradeCompleted", "Upgrade", note));
         }
         _ => {}
+    }
+
+    if let Some(resizing) = now(condition::RESIZING).filter(|c| c.reason == reason::EXPANSION_NOT_SUPPORTED) {
+        let reported = was(condition::RESIZING).is_some_and(|c| {
+            c.reason == reason::EXPANSION_NOT_SUPPORTED
+                && c.observed_generation == resizing.observed_generation
+        });
+        if !reported {
+            events.push(EventNote::new(
+                EventType::Warning,
+                reason::EXPANSION_NOT_SUPPORTED,
+                "Resize",
+                resizing.message.clone(),
+            ));
+        }
     }
 
     if let Some(ready) = now(condition::READY).filter(|c| c.reason == reason::INVALID_SPEC) {
