@@ -126,33 +126,17 @@ pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterS
         _ => {}
     }
 
-    if let Some(resizing) = now(condition::RESIZING).filter(|c| c.reason == reason::EXPANSION_NOT_SUPPORTED) {
-        let reported = was(condition::RESIZING).is_some_and(|c| {
-            c.reason == reason::EXPANSION_NOT_SUPPORTED
-                && c.observed_generation == resizing.observed_generation
-        });
+    // A Warning once per generation whose condition `type_` has `reason`.
+    let mut warn_once = |type_: &str, reason: &str, action: &'static str| {
+        let Some(c) = now(type_).filter(|c| c.reason == reason) else { return };
+        let reported =
+            was(type_).is_some_and(|w| w.reason == reason && w.observed_generation == c.observed_generation);
         if !reported {
-            events.push(EventNote::new(
-                EventType::Warning,
-                reason::EXPANSION_NOT_SUPPORTED,
-                "Resize",
-                resizing.message.clone(),
-            ));
+            events.push(EventNote::new(EventType::Warning, reason, action, c.message.clone()));
         }
-    }
-
-    if let Some(ready) = now(condition::READY).filter(|c| c.reason == reason::INVALID_SPEC) {
-        let reported = was(condition::READY).is_some_and(|c| c.reason == reason::INVALID_SPEC)
-            && old.and_then(|old| old.observed_generation) == new.observed_generation;
-        if !reported {
-            events.push(EventNote::new(
-                EventType::Warning,
-                reason::INVALID_SPEC,
-                "Validate",
-                ready.message.clone(),
-            ));
-        }
-    }
+    };
+    warn_once(condition::RESIZING, reason::EXPANSION_NOT_SUPPORTED, "Resize");
+    warn_once(condition::READY, reason::INVALID_SPEC, "Validate");
     events
 }
 
