@@ -1,5 +1,6 @@
-//! The `dbcluster-operator` binary: `run` against a cluster, `demo` on the embedded simulated
-//! cluster (with the `sim` feature, on by default), `crd` to print the CustomResourceDefinition.
+//! The `dbcluster-operator` binary: `run` against a cluster, `status` of one DatabaseCluster,
+//! `demo` on the embedded simulated cluster (with the `sim` feature, on by default), `crd` to
+//! print the CustomResourceDefinition.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// Run the operator against a Kubernetes cluster.
     Run(Box<dbcluster_operator::cli::RunArgs>),
+    /// Show one DatabaseCluster: phase, conditions, children, recent Events and the operator's view.
+    Status(dbcluster_operator::cli::StatusArgs),
     /// Start the embedded simulated cluster, run the operator on it and show a sample cluster's progress.
     #[cfg(feature = "sim")]
     Demo(dbcluster_operator::cli::demo::DemoArgs),
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "sim")]
         Command::Demo(args) => dbcluster_operator::cli::demo::main(args),
         Command::Run(args) => dbcluster_operator::cli::run::main(*args),
+        Command::Status(args) => dbcluster_operator::cli::snapshot::main(args),
     }
 }
 

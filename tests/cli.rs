@@ -30,6 +30,7 @@ fn flags_parse_with_controller_runtime_like_defaults() {
     assert_eq!(args.workers, 4);
     assert_eq!(args.metrics_addr.to_string(), "0.0.0.0:8080");
     assert_eq!(args.health_addr.to_string(), "0.0.0.0:8081");
+    assert_eq!(args.debug_addr.to_string(), "127.0.0.1:8082", "debug endpoints on loopback by default");
     assert!(!args.leader_elect);
     assert_eq!(args.leader_election_id, "dbcluster-operator");
     assert_eq!(args.log_format, LogFormat::Text);
@@ -193,26 +194,39 @@ async fn a_missing_crd_says_to_apply_it() {
     assert!(message.ends_with("run `kubectl apply -f manifests/crd.yaml`"), "{message}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_releases_the_lease_and_exits_zero() {
+/// A simulated cluster with the CRD, its kubeconfig in a temporary directory, and `run` started on
+/// it with loopback endpoints, `args` and stderr piped.
+async fn run_on_sim(args: &[&str]) -> (SimServer, tempfile::TempDir, tokio::process::Child) {
     let sim = SimServer::start().await.unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(sim.client());
     crds.create(&PostParams::default(), &crd()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig_yaml()).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-
-    let mut child = Command::new(BINARY)
+    let child = Command::new(BINARY)
         .arg("run")
         .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--leader-elect", "--leader-election-id", "cli-test"])
+        .arg(dir.path().join("kubeconfig"))
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--health-addr",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "127.0.0.1:0",
+        ])
+        .args(args)
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    (sim, dir, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_lease_and_exits_zero() {
+    let (sim, _dir, mut child) =
+        run_on_sim(&["--log-format", "json", "--leader-elect", "--leader-election-id", "cli-test"]).await;
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     // The kubeconfig's namespace (`default`) holds the lease; wait until this replica leads.
     while let Some(line) = lines.next_line().await.unwrap() {
@@ -237,4 +251,24 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
     assert!(rest.iter().any(|l| l.contains("released the lease")), "{rest:#?}");
     let spec = leases.get("cli-test").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_to_a_pipe_carry_no_colour_codes() {
+    let (_sim, _dir, mut child) = run_on_sim(&["--log-format", "text"]).await;
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let wait = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains("serving /healthz");
+            seen.push(line);
+            if done {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), wait).await.expect("the startup log lines");
+    assert!(seen.iter().any(|l| l.contains(" INFO ")), "{seen:#?}");
+    assert!(seen.iter().all(|l| !l.contains('\x1b')), "no ANSI escapes: {seen:#?}");
+    child.kill().await.unwrap();
 }

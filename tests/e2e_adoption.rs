@@ -1,6 +1,8 @@
 //! Children that exist before the operator creates them: one nobody controls is adopted (the
 //! operator's create answers 409, it reads the object and applies its fields and ownerReference),
-//! one another controller owns is left alone and reported, with backoff, until it goes away.
+//! one another controller owns is left alone and reported, with backoff, until it goes away; after a
+//! few failed passes the error shows in the cluster's status (`ReconcileSucceeded=False`), and the
+//! next success clears it.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -78,6 +80,16 @@ async fn another_controllers_child_is_not_taken_over() {
     await_passes(&operator, 4).await;
     assert!(operator.handles.queue.num_requeues(&key(NAME)) >= 2, "retried with backoff");
     assert_eq!(operator.terminal_errors(), 0);
+    // After a few failed passes the error shows in the cluster's status, not only in an Event.
+    let failing = await_object(&cluster.clusters(), NAME, "ReconcileSucceeded=False", |c| {
+        condition(c, "ReconcileSucceeded").is_some_and(|(status, _)| status == "False")
+    })
+    .await;
+    assert!(operator.errors() >= 3, "shown only after three failed passes");
+    let shown =
+        failing.status.unwrap().conditions.into_iter().find(|c| c.type_ == "ReconcileSucceeded").unwrap();
+    assert_eq!(shown.reason, "ReconcileError");
+    assert!(shown.message.contains("controlled by ConfigMap someone-else"), "{}", shown.message);
     let untouched = services.get(NAME).await.unwrap();
     assert_eq!(untouched.metadata.owner_references.unwrap()[0].name, "someone-else");
     assert!(untouched.spec.unwrap().cluster_ip.as_deref() != Some("None"));
@@ -86,6 +98,11 @@ async fn another_controllers_child_is_not_taken_over() {
     config_maps.delete("someone-else", &DeleteParams::default()).await.unwrap();
     await_object(&services, NAME, "the operator's Service", |svc| {
         svc.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DatabaseCluster"))
+    })
+    .await;
+    // The next successful pass clears it.
+    await_object(&cluster.clusters(), NAME, "ReconcileSucceeded=True", |c| {
+        condition(c, "ReconcileSucceeded") == Some(("True".into(), "Reconciled".into()))
     })
     .await;
     operator.stop().await;

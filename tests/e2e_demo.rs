@@ -2,7 +2,8 @@
 //! where the operator's endpoints and log are, and writes the kubeconfig; the operator runs in
 //! process against the simulated cluster under the same manager as `run`, so the live table shows
 //! the sample reach Running 3/3 while `/metrics`, `/healthz`, `/readyz` and `/debug/*` answer and
-//! the log file fills (text, no colours); Ctrl-C stops it cleanly. By default on a host with
+//! the log file fills (text, no colours), and the `status` command it prints shows the cluster
+//! with the operator's view; Ctrl-C stops it cleanly. By default on a host with
 //! root and PostgreSQL 15 it runs the sample as real PostgreSQL (the process kubelet) and prints
 //! how to connect with `psql`, which works as printed.
 #![cfg(feature = "sim")]
@@ -39,9 +40,11 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     let output = async {
         let (mut before_table, mut rows) = (Vec::new(), Vec::new());
         while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(row) = line.strip_prefix("production-postgres") {
+            if let Some(row) = line.strip_prefix("default") {
+                // NAMESPACE NAME PHASE READY VERSION AGE
                 let cells: Vec<String> = row.split_whitespace().map(String::from).collect();
-                let running = cells.len() >= 3 && cells[..3] == ["Running", "3", "15.4"];
+                let running =
+                    cells.len() >= 4 && cells[..4] == ["production-postgres", "Running", "3/3", "15.4"];
                 rows.push(cells);
                 if running {
                     return (before_table, rows);
@@ -53,7 +56,9 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
         panic!("the demo ended before Running 3/3: {before_table:?} {rows:?}");
     };
     let (before_table, rows) = common::within_limit("Running 3/3", Duration::from_secs(60), output).await;
-    assert!(rows.iter().any(|r| r.first().map(String::as_str) == Some("Provisioning")), "{rows:?}");
+    assert!(rows.iter().any(|r| r.get(1).map(String::as_str) == Some("Provisioning")), "{rows:?}");
+    let unique: std::collections::HashSet<_> = rows.iter().map(|r| r[..r.len() - 1].to_vec()).collect();
+    assert_eq!(unique.len(), rows.len(), "no row repeats the one before but for AGE: {rows:?}");
     assert!(kubeconfig.exists());
     assert_eq!(
         before_table.first().map(String::as_str),
@@ -82,6 +87,24 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     assert!(log.contains("serving /metrics"), "{log}");
     assert!(log.contains("INFO"), "{log}");
     assert!(!log.contains('\u{1b}'), "no ANSI colours: {log}");
+
+    // The `status` command printed at start works against the demo, the operator's view included.
+    let command = before_table.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..2], ["dbcluster-operator", "status"], "{command}");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
+        .args(&words[1..])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        text.contains("Cluster:   default/production-postgres") && text.contains("Ready:     3/3"),
+        "{text}"
+    );
+    assert!(text.contains("StatefulSet  production-postgres") && text.contains("ready 3/3"), "{text}");
+    assert!(text.contains("state: idle") || text.contains("state: waiting"), "the operator's view: {text}");
 
     let pid = child.id().unwrap().to_string();
     let signalled = tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap();

@@ -23,12 +23,14 @@ async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
         namespace: None,
         workers: 2,
         metrics_addr: local,
+        debug_addr: "127.0.0.2:0".parse().unwrap(),
         health_addr: local,
         leader_election: None,
         shutdown_timeout: Duration::from_secs(10),
     };
     let started = run::start(cluster.sim.client(), &cluster.sim.base_url(), settings).await.unwrap();
     let addr = started.metrics_addr;
+    let started_debug_addr = started.debug_addr;
     let (signal, signals) = mpsc::channel(1);
     let running = tokio::spawn(started.run(operator::workload, signals));
 
@@ -40,10 +42,14 @@ async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
     .await;
 
     assert_eq!(http_get(addr, "/readyz").await.0, 200);
-    let (status, _, queue) = http_get(addr, "/debug/queue").await;
+    // /debug/* only on its own (loopback) address, not beside /metrics.
+    assert_eq!(http_get(addr, "/debug/queue").await.0, 404);
+    let debug = started_debug_addr;
+    assert!(debug.ip().is_loopback() && debug != addr);
+    let (status, _, queue) = http_get(debug, "/debug/queue").await;
     assert_eq!(status, 200);
     assert!(queue.contains("databasecluster") && queue.contains("default/production-postgres"), "{queue}");
-    let (_, _, cache) = http_get(addr, "/debug/cache").await;
+    let (_, _, cache) = http_get(debug, "/debug/cache").await;
     for informer in ["databaseclusters", "statefulsets", "services", "secrets"] {
         assert!(cache.contains(informer), "{informer} in {cache}");
     }

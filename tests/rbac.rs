@@ -257,6 +257,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
         namespace: None,
         workers: 4,
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        debug_addr: "127.0.0.1:0".parse().unwrap(),
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_election: Some(LeaseConfig::new("dbcluster-system", "dbcluster-operator", "rbac-test")),
         shutdown_timeout: Duration::from_secs(30),

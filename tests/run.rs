@@ -50,6 +50,7 @@ fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> ManagerConfig
         namespace: None,
         workers: 1,
         metrics_addr: local,
+        debug_addr: local,
         health_addr: local,
         leader_election: identity.map(|id| LeaseConfig::new("default", "dbcluster-operator", id)),
         shutdown_timeout,

@@ -98,8 +98,13 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     let health_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (metrics_addr, health_addr) =
         (metrics_listener.local_addr().unwrap(), health_listener.local_addr().unwrap());
-    tokio::spawn(server::serve(metrics_listener, Endpoints::Metrics, state.clone(), stop.clone()));
-    tokio::spawn(server::serve(health_listener, Endpoints::Health, state, stop.clone()));
+    tokio::spawn(server::serve(
+        metrics_listener,
+        Endpoints::METRICS.union(Endpoints::DEBUG),
+        state.clone(),
+        stop.clone(),
+    ));
+    tokio::spawn(server::serve(health_listener, Endpoints::HEALTH, state, stop.clone()));
 
     until("passes of good, bad and slow, busy in the queue", &probe, |keys| {
         let has_pass = |name: &str| keys.iter().any(|k| k.key.name() == name && k.last.is_some());
@@ -223,7 +228,7 @@ async fn healthz_fails_once_an_informer_watch_loop_has_died() {
     let addr = listener.local_addr().unwrap();
     let state = ServerState { metrics: Arc::new(Metrics::new()), view: view.clone() };
     let stop = CancellationToken::new();
-    tokio::spawn(server::serve(listener, Endpoints::Health, state, stop.clone()));
+    tokio::spawn(server::serve(listener, Endpoints::HEALTH, state, stop.clone()));
 
     healthy.start();
     doomed.start();

@@ -216,18 +216,25 @@ async fn every_field_error_comes_in_one_422_the_metadatas_first() {
     assert!(name < label && label < replicas, "{message}");
 }
 
-/// A CRD of `example.com` whose one field has the CEL `rule`.
-fn crd_with_rule(rule: &str) -> CustomResourceDefinition {
+/// A CRD of `example.com` (`plural`, `kind`) whose `spec` has the schema `properties`.
+fn example_crd(plural: &str, kind: &str, properties: Value) -> CustomResourceDefinition {
     from_json(json!({
-        "metadata": {"name": "widgets.example.com"},
+        "metadata": {"name": format!("{plural}.example.com")},
         "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "widgets", "kind": "Widget"},
+            "names": {"plural": plural, "kind": kind},
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
                 "type": "object",
-                "properties": {"spec": {"type": "object", "properties": {"tags": {
-                    "type": "array", "items": {"type": "string"},
-                    "x-kubernetes-validations": [{"rule": rule}]}}}}}}}]},
+                "properties": {"spec": {"type": "object", "properties": properties}}}}}]},
     }))
+}
+
+/// A CRD of `example.com` whose one field has the CEL `rule`.
+fn crd_with_rule(rule: &str) -> CustomResourceDefinition {
+    example_crd(
+        "widgets",
+        "Widget",
+        json!({"tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-validations": [{"rule": rule}]}}),
+    )
 }
 
 async fn crd_accepted(version: u32, rule: &str) -> Result<(), String> {
@@ -355,4 +362,164 @@ async fn uninstalling_the_crd_deletes_the_databases_objects_but_not_their_claims
         assert!(claims.get_opt(claim).await.unwrap().is_some(), "{claim} was deleted");
     }
     operator.stop().await;
+}
+
+/// A rule of a CEL library on one field of `spec`: (field, field schema, rule, an accepted value, a
+/// refused value).
+type LibraryCase = (&'static str, Value, &'static str, Value, Value);
+
+/// A list schema, bounded as a real apiserver's cost estimate wants it.
+fn list_of(item_type: &str) -> Value {
+    json!({"type": "array", "maxItems": 8, "items": {"type": item_type, "maxLength": 16}})
+}
+
+/// A string schema, bounded as a real apiserver's cost estimate wants it.
+fn short_string() -> Value {
+    json!({"type": "string", "maxLength": 64})
+}
+
+/// The lists and URL libraries and the strings extension: every version's environment has them.
+fn libraries_of_every_version() -> Vec<LibraryCase> {
+    let (ints, doubles, strings, string) =
+        (|| list_of("integer"), || list_of("number"), || list_of("string"), short_string);
+    vec![
+        ("isSorted", ints(), "self.isSorted()", json!([1, 2, 2, 3]), json!([3, 1])),
+        ("isSortedStrings", strings(), "self.isSorted()", json!(["a", "b"]), json!(["b", "a"])),
+        ("sum", ints(), "self.sum() == 6", json!([1, 2, 3]), json!([1, 2])),
+        ("sumDoubles", doubles(), "self.sum() == 1.5", json!([1, 0.5]), json!([1])),
+        ("min", ints(), "self.min() == 1", json!([3, 1, 2]), json!([3, 2])),
+        ("max", strings(), "self.max() == 'c'", json!(["a", "c", "b"]), json!(["a"])),
+        ("indexOf", strings(), "self.indexOf('b') == 1", json!(["a", "b", "b"]), json!(["b", "a"])),
+        ("lastIndexOf", ints(), "self.lastIndexOf(2) == 2", json!([2, 1, 2]), json!([2, 2, 1])),
+        ("isURL", string(), "isURL(self)", json!("/absolute-path"), json!("../relative-path")),
+        (
+            "url",
+            string(),
+            "url(self).getScheme() == 'https'",
+            json!("https://example.com"),
+            json!("http://e.com"),
+        ),
+        (
+            "getHost",
+            string(),
+            "url(self).getHost() == 'e.com:8443'",
+            json!("https://e.com:8443/"),
+            json!("https://e.com/"),
+        ),
+        (
+            "getHostname",
+            string(),
+            "url(self).getHostname() == '::1'",
+            json!("http://[::1]:80/"),
+            json!("http://h/"),
+        ),
+        (
+            "getPort",
+            string(),
+            "url(self).getPort() == '80'",
+            json!("http://[::1]:80/"),
+            json!("http://[::1]/"),
+        ),
+        (
+            "getEscapedPath",
+            string(),
+            "url(self).getEscapedPath() == '/a%20b/'",
+            json!("https://e.com/a b/"),
+            json!("https://e.com/ab/"),
+        ),
+        (
+            "getQuery",
+            string(),
+            "url(self).getQuery() == {'k': ['a', 'b']}",
+            json!("https://e.com/?k=a&k=b"),
+            json!("https://e.com/?k=a"),
+        ),
+        ("charAt", string(), "self.charAt(1) == 'b'", json!("abc"), json!("acb")),
+        ("stringIndexOf", string(), "self.indexOf('c') == 2", json!("abc"), json!("acb")),
+        ("stringLastIndexOf", string(), "self.lastIndexOf('a') == 2", json!("aba"), json!("aab")),
+        ("lowerAscii", string(), "self.lowerAscii() == 'abc'", json!("AbC"), json!("AbD")),
+        ("upperAscii", string(), "self.upperAscii() == 'ABC'", json!("aBc"), json!("aBd")),
+        ("replace", string(), "self.replace('-', '.') == 'a.b'", json!("a-b"), json!("a_b")),
+        ("split", string(), "self.split(',') == ['a', 'b']", json!("a,b"), json!("a;b")),
+        ("substring", string(), "self.substring(1, 3) == 'bc'", json!("abcd"), json!("abdc")),
+        ("trim", string(), "self.trim() == 'x'", json!(" x "), json!(" y ")),
+        ("join", strings(), "self.join('-') == 'a-b'", json!(["a", "b"]), json!(["a", "c"])),
+    ]
+}
+
+/// The sets extension, which new rules may call from 1.30.
+fn sets_library() -> Vec<LibraryCase> {
+    let strings = || list_of("string");
+    vec![
+        ("contains", strings(), "sets.contains(self, ['a'])", json!(["b", "a"]), json!(["b"])),
+        ("equivalent", strings(), "sets.equivalent(self, ['a', 'b'])", json!(["b", "a", "a"]), json!(["a"])),
+        ("intersects", strings(), "sets.intersects(self, ['a', 'z'])", json!(["z"]), json!(["b"])),
+    ]
+}
+
+/// A `Gadget` CRD with one field per case, each field carrying its case's rule, whose message
+/// names the field.
+fn library_crd(cases: &[LibraryCase]) -> CustomResourceDefinition {
+    let properties: serde_json::Map<String, Value> = cases
+        .iter()
+        .map(|(field, schema, rule, _, _)| {
+            let mut schema = schema.clone();
+            schema["x-kubernetes-validations"] =
+                json!([{"rule": rule, "message": format!("{field} failed")}]);
+            ((*field).to_owned(), schema)
+        })
+        .collect();
+    example_crd("gadgets", "Gadget", Value::Object(properties))
+}
+
+/// Starts a sim of `version` and installs [`library_crd`] of `cases`.
+async fn sim_with_library_crd(version: u32, cases: &[LibraryCase]) -> kube::Result<SimServer> {
+    let config = SimConfig { kubernetes_version: KubernetesVersion::new(version), ..SimConfig::default() };
+    let sim = SimServer::start_with(config).await.unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(sim.client());
+    crds.create(&PostParams::default(), &library_crd(cases)).await.map(|_| sim)
+}
+
+/// Each case's accepted value is stored, and its refused value gets a 422 naming its field.
+async fn assert_cases_evaluate(sim: &SimServer, cases: &[LibraryCase]) {
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Gadget"), "gadgets");
+    let gadgets = Api::<DynamicObject>::namespaced_with(sim.client(), "default", &resource);
+    let gadget = |name: String, field: &str, value: &Value| -> DynamicObject {
+        from_json(json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": name},
+            "spec": {(field): value}}))
+    };
+    for (i, (field, _, rule, good, bad)) in cases.iter().enumerate() {
+        let pp = PostParams::default();
+        if let Err(e) = gadgets.create(&pp, &gadget(format!("ok-{i}"), field, good)).await {
+            panic!("{rule} refused {good}: {e}");
+        }
+        let (code, message) = refusal(gadgets.create(&pp, &gadget(format!("bad-{i}"), field, bad)).await);
+        assert_eq!(code, 422, "{rule}: {message}");
+        let expected = format!("spec.{field}: Invalid value: ");
+        assert!(
+            message.contains(&expected) && message.contains(&format!("{field} failed")),
+            "{rule}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_lists_url_and_strings_libraries_are_evaluated_on_1_28() {
+    let cases = libraries_of_every_version();
+    let sim = sim_with_library_crd(28, &cases).await.unwrap();
+    assert_cases_evaluate(&sim, &cases).await;
+}
+
+#[tokio::test]
+async fn the_sets_library_is_refused_by_1_28_and_evaluated_by_1_30() {
+    let cases = sets_library();
+    let Err(refused) = sim_with_library_crd(28, &cases).await else { panic!("1.28 accepted sets.contains") };
+    let (code, message) = refusal::<()>(Err(refused));
+    assert_eq!(code, 422);
+    assert!(message.contains("undeclared reference to 'sets'"), "{message}");
+    let sim = sim_with_library_crd(30, &cases).await.unwrap();
+    assert_cases_evaluate(&sim, &cases).await;
 }

@@ -1,4 +1,4 @@
-//! The flags of `dbcluster-operator run`.
+//! The flags of `dbcluster-operator run` and `dbcluster-operator status`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,9 +41,14 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
 
-    /// Where /metrics, /debug/queue and /debug/cache are served.
+    /// Where /metrics is served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+
+    /// Where /debug/queue and /debug/cache are served. They show keys, object names and errors, so
+    /// the default is loopback only (reach it with `kubectl port-forward`); 0.0.0.0:8082 exposes them.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8082")]
+    pub debug_addr: SocketAddr,
 
     /// Where the /healthz and /readyz probes are served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
@@ -68,6 +73,35 @@ pub struct RunArgs {
     /// How long reconciles in flight may take to finish after SIGTERM (e.g. 30s, 1m, 500ms).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+}
+
+/// Show one DatabaseCluster: phase, conditions, children, recent Events and the operator's view.
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(
+    name = "status",
+    after_help = "Reads the cluster with your kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config). The operator's \
+view comes from its /debug/queue at --operator-url (run's --debug-addr; in a cluster, first \
+`kubectl -n dbcluster-system port-forward deploy/dbcluster-operator 8082`); without it the rest is still shown."
+)]
+pub struct StatusArgs {
+    /// The DatabaseCluster's name.
+    pub name: String,
+
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Path to a kubeconfig file (before $KUBECONFIG and ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Where the operator serves /debug/queue.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8082")]
+    pub operator_url: String,
 }
 
 /// Parses `30s`, `1m 30s`, `500ms`, ISO 8601 `PT30S`, or a bare number of seconds.

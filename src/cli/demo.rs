@@ -2,7 +2,7 @@
 //! DatabaseCluster CRD installed, the sample cluster applied, the operator running in process
 //! under the same [`Manager`] as `run` (so `/metrics`, `/healthz`, `/readyz` and `/debug/*` are
 //! served), and the clusters' progress printed as a live table like
-//! `kubectl get databasecluster -w`, until a signal stops it.
+//! `kubectl get databasecluster -w -A` ([`crate::cli::table`]), until a signal stops it.
 //!
 //! The table owns the terminal, so the operator's log goes to a file (text, no colours) whose
 //! path is printed at start with the endpoints' addresses. The endpoints default to free loopback
@@ -22,15 +22,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceColumnDefinition, CustomResourceDefinition,
-};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::WatchParams;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent};
 use serde_json::Value;
 
+use crate::cli::table::Table;
 use crate::cli::{logging, run};
-use crate::databasecluster::credentials::Login;
+use crate::databasecluster::credentials::{Login, mounted_secret_name};
 use crate::databasecluster::operator;
 use crate::databasecluster::types::{self, DatabaseCluster};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
@@ -151,7 +150,8 @@ fn api_error(what: &'static str) -> impl FnOnce(kube::Error) -> DemoError {
 pub struct Demo {
     server: SimServer,
     clusters: Api<DynamicObject>,
-    columns: Vec<CustomResourceColumnDefinition>,
+    /// The sample's name and namespace.
+    sample: (String, String),
     kubelet: KubeletKind,
 }
 
@@ -173,15 +173,6 @@ impl Demo {
             .create(&PostParams::default(), &crd)
             .await
             .map_err(api_error("installing the DatabaseCluster CRD"))?;
-        let columns = crd
-            .spec
-            .versions
-            .iter()
-            .find(|v| v.storage)
-            .ok_or_else(|| DemoError::Manifest("the CRD stores no version".into()))?
-            .additional_printer_columns
-            .clone()
-            .unwrap_or_default();
         let resource = ApiResource::erase::<DatabaseCluster>(&());
         let sample: Value = serde_saphyr::from_str(SAMPLE).map_err(|e| DemoError::Manifest(e.to_string()))?;
         let name = sample["metadata"]["name"].as_str().unwrap_or_default().to_string();
@@ -191,7 +182,7 @@ impl Demo {
             .await
             .map_err(api_error("applying the sample DatabaseCluster"))?;
         let clusters = Api::all_with(client, &resource);
-        Ok(Demo { server, clusters, columns, kubelet: options.kubelet })
+        Ok(Demo { server, clusters, sample: (name, namespace), kubelet: options.kubelet })
     }
 
     /// The running server (its address, kubeconfig, faults).
@@ -218,11 +209,12 @@ impl Demo {
         out: &mut impl Write,
     ) -> Result<(), DemoError> {
         tokio::pin!(stop);
+        let mut table = Table::default();
         let mut connectable = std::collections::HashSet::new();
-        writeln!(out, "{}", self.header())?;
+        writeln!(out, "{}", Table::header())?;
         let list = self.clusters.list(&ListParams::default()).await.map_err(api_error("listing clusters"))?;
         for c in &list.items {
-            writeln!(out, "{}", self.row(c))?;
+            print_row(out, &mut table, c, false)?;
             self.print_connect_once(c, &mut connectable, out).await?;
         }
         out.flush()?;
@@ -240,11 +232,15 @@ impl Demo {
                     event = stream.try_next() => event,
                 };
                 match event {
-                    Ok(Some(WatchEvent::Added(c) | WatchEvent::Modified(c) | WatchEvent::Deleted(c))) => {
+                    Ok(Some(WatchEvent::Added(c) | WatchEvent::Modified(c))) => {
                         rv = c.metadata.resource_version.clone().unwrap_or(rv);
-                        writeln!(out, "{}", self.row(&c))?;
+                        print_row(out, &mut table, &c, false)?;
                         self.print_connect_once(&c, &mut connectable, out).await?;
                         out.flush()?;
+                    }
+                    Ok(Some(WatchEvent::Deleted(c))) => {
+                        rv = c.metadata.resource_version.clone().unwrap_or(rv);
+                        print_row(out, &mut table, &c, true)?;
                     }
                     Ok(Some(WatchEvent::Bookmark(b))) => rv = b.metadata.resource_version,
                     // The server ended the watch (timeout) or it failed: watch again from `rv`.
@@ -287,7 +283,8 @@ impl Demo {
     /// or the address is not there yet.
     pub async fn connect_lines(&self, cluster: &DynamicObject) -> Option<String> {
         let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-        let secret_name = Login::App.secret_name(cluster.metadata.name.as_deref()?);
+        let own_secret = cluster.data["spec"]["appSecretName"].as_str();
+        let secret_name = mounted_secret_name(Login::App, cluster.metadata.name.as_deref()?, own_secret);
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.server.client(), &namespace);
         let secret = secrets.get(&secret_name).await.ok()?;
@@ -301,41 +298,21 @@ impl Demo {
              \x20 PGPASSWORD=\"$(kubectl get secret {secret_name} -n {namespace} -o jsonpath='{{.data.password}}' | base64 -d)\" psql -h {ip} -p {port} -U {user} {dbname}\n"
         ))
     }
-
-    fn shown_columns(&self) -> impl Iterator<Item = &CustomResourceColumnDefinition> {
-        self.columns.iter().filter(|c| c.priority.unwrap_or(0) == 0)
-    }
-
-    fn header(&self) -> String {
-        let mut cells = vec!["NAME".to_string()];
-        cells.extend(self.shown_columns().map(|c| c.name.to_uppercase()));
-        format_row(&cells)
-    }
-
-    fn row(&self, cluster: &DynamicObject) -> String {
-        let obj = serde_json::to_value(cluster).unwrap_or_default();
-        let now = jiff::Timestamp::now();
-        let mut cells = vec![cluster.metadata.name.clone().unwrap_or_default()];
-        for c in self.shown_columns() {
-            let cell = match (c.type_.as_str(), crate::sim::json_path(&obj, &c.json_path)) {
-                (_, None | Some(Value::Null)) => String::new(),
-                ("date", Some(Value::String(s))) => crate::sim::age(Some(&s), now),
-                (_, Some(Value::String(s))) => s,
-                (_, Some(v)) => v.to_string(),
-            };
-            cells.push(cell);
-        }
-        format_row(&cells)
-    }
 }
 
-fn format_row(cells: &[String]) -> String {
-    let mut line = String::new();
-    for (i, cell) in cells.iter().enumerate() {
-        let width = if i == 0 { 24 } else { 14 };
-        line.push_str(&format!("{cell:<width$}"));
+/// Prints `cluster`'s row unless it repeats the last one printed for it.
+fn print_row(
+    out: &mut impl Write,
+    table: &mut Table,
+    cluster: &DynamicObject,
+    deleted: bool,
+) -> std::io::Result<()> {
+    let obj = serde_json::to_value(cluster).unwrap_or_default();
+    if let Some(row) = table.row(&obj, deleted, jiff::Timestamp::now()) {
+        writeln!(out, "{row}")?;
+        out.flush()?;
     }
-    line.trim_end().to_string()
+    Ok(())
 }
 
 fn write_creating_dirs(path: &Path, contents: &[u8]) -> Result<(), DemoError> {
@@ -346,15 +323,24 @@ fn write_creating_dirs(path: &Path, contents: &[u8]) -> Result<(), DemoError> {
     std::fs::write(path, contents).map_err(file_error)
 }
 
-/// Where the operator's endpoints and log are, as printed at start.
-fn operator_lines(manager: &Manager, log_file: &Path) -> String {
-    let (metrics, health) = (manager.metrics_addr, manager.health_addr);
+/// Where the operator's endpoints and log are, and the `status` command for the sample, as
+/// printed at start.
+fn operator_lines(
+    manager: &Manager,
+    log_file: &Path,
+    kubeconfig: &Path,
+    sample: &(String, String),
+) -> String {
+    let (name, namespace) = sample;
+    let (metrics, debug, health) = (manager.metrics_addr, manager.debug_addr, manager.health_addr);
     format!(
-        "Operator metrics: http://{metrics}/metrics  http://{metrics}/debug/queue  http://{metrics}/debug/cache\n\
+        "Operator metrics: http://{metrics}/metrics  http://{debug}/debug/queue  http://{debug}/debug/cache\n\
          Operator probes:  http://{health}/healthz  http://{health}/readyz\n\
-         Operator log:     {log}\n\n\
+         Operator log:     {log}\n\
+         Status:           dbcluster-operator status {name} -n {namespace} --kubeconfig {kubeconfig} --operator-url http://{debug}\n\n\
          Press Ctrl-C to stop.\n",
         log = log_file.display(),
+        kubeconfig = kubeconfig.display(),
     )
 }
 
@@ -377,6 +363,8 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         namespace: None,
         workers: DEMO_WORKERS,
         metrics_addr: args.metrics_addr,
+        // /debug/* beside /metrics: the demo's addresses are loopback.
+        debug_addr: args.metrics_addr,
         health_addr: args.health_addr,
         leader_election: None,
         shutdown_timeout: DEMO_SHUTDOWN_TIMEOUT,
@@ -388,7 +376,7 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         "Kubelet: {}\n{}{}",
         chosen.reason,
         demo.instructions(&options.kubeconfig_out),
-        operator_lines(&manager, &args.log_file)
+        operator_lines(&manager, &args.log_file, &options.kubeconfig_out, &demo.sample)
     )?;
     let running = tokio::spawn(manager.run(operator::workload, signals));
     let mut ended = None;

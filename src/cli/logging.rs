@@ -1,6 +1,8 @@
 //! Log setup: `tracing` filtered by `RUST_LOG`, to stderr as text or JSON (`run`), or to a file
-//! as text without colours (`demo`, whose table owns the terminal).
+//! as text without colours (`demo`, whose table owns the terminal). Text on stderr is coloured
+//! only when stderr is a terminal: a file, a pipe or a log collector gets plain lines.
 
+use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,7 +21,10 @@ fn filter() -> EnvFilter {
 /// Installs the global subscriber writing to stderr; a second call (as in tests) leaves the first
 /// in place.
 pub fn init(format: LogFormat) {
-    let builder = tracing_subscriber::fmt().with_env_filter(filter()).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -43,6 +43,7 @@ pub fn manager_config(args: &RunArgs, default_namespace: &str) -> ManagerConfig 
         namespace: args.namespace.clone(),
         workers: usize::from(args.workers),
         metrics_addr: args.metrics_addr,
+        debug_addr: args.debug_addr,
         health_addr: args.health_addr,
         leader_election,
         shutdown_timeout: args.shutdown_timeout,

@@ -93,7 +93,8 @@ impl EventNote {
     }
 }
 
-fn truncate(mut text: String, max_bytes: usize) -> String {
+/// `text` cut to at most `max_bytes`, on a character boundary.
+pub(super) fn truncate(mut text: String, max_bytes: usize) -> String {
     if text.len() > max_bytes {
         let mut end = max_bytes;
         while !text.is_char_boundary(end) {

@@ -5,6 +5,7 @@ pub mod config;
 pub mod credentials;
 pub mod drift;
 pub mod events;
+pub mod failures;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod instance_events;

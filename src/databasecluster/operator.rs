@@ -26,6 +26,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use super::events::EventPublisher;
+use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
 use super::resources::{FIELD_MANAGER, label};
 use super::types::DatabaseCluster;
@@ -174,6 +175,7 @@ impl Operator {
             configmaps: Arc::clone(configmaps.cache()),
             pdbs: Arc::clone(pdbs.cache()),
             pods: Arc::clone(pods.cache()),
+            failures: FailureCounts::default(),
         });
         let handles = OperatorHandles {
             queue: controller.queue().clone(),

@@ -32,7 +32,9 @@
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
 //! error: no retry until the spec changes. Events record created children, scaling, upgrades, the
-//! invalid spec and (aggregated) reconcile errors; none ever carries the password.
+//! invalid spec and (aggregated) reconcile errors; none ever carries the password. A retryable
+//! error that lasts [`FAILURE_THRESHOLD`] passes also shows in the status
+//! ([`super::failures`]), until a pass succeeds.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -57,6 +59,7 @@ use super::config::{
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
 use super::drift::{keep_immutable_fields, needs_update};
 use super::events::{EventNote, EventPublisher, scaling_event, status_events};
+use super::failures::{FAILURE_THRESHOLD, FailureCounts, with_reconcile_error, with_reconcile_success};
 use super::instances::{
     InstanceFacts, Target, check_login, connect, create_slot, drop_slot, observe, reload, set_password,
 };
@@ -106,6 +109,8 @@ pub struct Context {
     pub pods: Arc<Cache<Pod>>,
     /// Where Events go.
     pub events: EventPublisher,
+    /// Consecutive failed passes per cluster, to make a lasting error visible in its status.
+    pub failures: FailureCounts,
 }
 
 impl Debug for Context {
@@ -171,6 +176,7 @@ pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Erro
     let Some(cluster) = ctx.clusters.get(&key) else {
         tracing::info!("DatabaseCluster not found: deleted; nothing to do");
         ctx.events.clear_error(&key);
+        ctx.failures.clear(&key);
         return Ok(Action::Done);
     };
     if cluster.metadata.deletion_timestamp.is_some() {
@@ -179,11 +185,28 @@ pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Erro
     }
     let result = reconcile_cluster(&cluster, &ctx).await;
     match &result {
-        Err(error) if !error.is_terminal() => ctx.events.publish_error(&cluster, error).await,
+        Err(error) if !error.is_terminal() => {
+            ctx.events.publish_error(&cluster, error).await;
+            if ctx.failures.record_failure(&key) >= FAILURE_THRESHOLD {
+                show_error(&ctx, &cluster, error).await;
+            }
+        }
         Err(_) => {}
-        Ok(_) => ctx.events.clear_error(&key),
+        Ok(_) => {
+            ctx.events.clear_error(&key);
+            ctx.failures.clear(&key);
+        }
     }
     result
+}
+
+/// Writes `error` into the cluster's status ([`with_reconcile_error`]); a failure to do so is
+/// logged (the API may be what is failing) and the next failed pass tries again.
+async fn show_error(ctx: &Context, cluster: &DatabaseCluster, error: &Error) {
+    let status = with_reconcile_error(cluster, &error.to_string(), Timestamp::now());
+    if let Err(write_error) = write_status(ctx, cluster, status).await {
+        tracing::warn!(error = %write_error, "could not record the reconcile error in the status");
+    }
 }
 
 async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<Action, Error> {
@@ -244,7 +267,11 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
 
     let now = Timestamp::now();
-    let status = compute_status(cluster, Ok(&spec), Some(&sts), now);
+    let status = with_reconcile_success(
+        compute_status(cluster, Ok(&spec), Some(&sts), now),
+        cluster.metadata.generation,
+        now,
+    );
     let status = with_instances(status, topology.statuses, topology.current_primary);
     let status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
     let ready = status.ready_replicas;

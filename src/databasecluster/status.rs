@@ -306,21 +306,21 @@ fn image_tag(image: &str) -> Option<&str> {
 }
 
 /// Upserts conditions by type, stamping `lastTransitionTime` only when the status flips.
-struct ConditionSetter {
+pub(super) struct ConditionSetter {
     conditions: Vec<Condition>,
     generation: Option<i64>,
     now: Time,
 }
 
 impl ConditionSetter {
-    fn new(conditions: Vec<Condition>, generation: Option<i64>, now: Timestamp) -> Self {
+    pub(super) fn new(conditions: Vec<Condition>, generation: Option<i64>, now: Timestamp) -> Self {
         // The API stores whole seconds; stamping whole seconds keeps a written status equal to
         // the one read back.
         let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
         ConditionSetter { conditions, generation, now: Time(now) }
     }
 
-    fn set(&mut self, type_: &str, status: &str, reason: &str, message: String) {
+    pub(super) fn set(&mut self, type_: &str, status: &str, reason: &str, message: String) {
         match self.conditions.iter_mut().find(|c| c.type_ == type_) {
             Some(existing) => {
                 if existing.status != status {
@@ -342,7 +342,7 @@ impl ConditionSetter {
         }
     }
 
-    fn into_inner(self) -> Vec<Condition> {
+    pub(super) fn into_inner(self) -> Vec<Condition> {
         self.conditions
     }
 }

@@ -258,7 +258,7 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Ready, Degraded, Upgrading and Resizing, in the `metav1.Condition` shape, keyed by `type`.
+    /// Ready, Degraded, Upgrading, Resizing (and ReconcileSucceeded after failed passes), in the `metav1.Condition` shape, keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "condition_list_schema")]
     pub conditions: Vec<Condition>,
@@ -299,7 +299,7 @@ pub struct InstanceStatus {
 /// merge conditions owned by different managers.
 fn condition_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Ready, Degraded, Upgrading and Resizing, in the `metav1.Condition` shape, keyed by `type`.",
+        "description": "Ready, Degraded, Upgrading, Resizing (and ReconcileSucceeded after failed passes), in the `metav1.Condition` shape, keyed by `type`.",
         "type": "array",
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],

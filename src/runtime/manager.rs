@@ -43,9 +43,12 @@ pub struct ManagerConfig {
     pub namespace: Option<String>,
     /// Concurrent reconciles.
     pub workers: usize,
-    /// Address of `/metrics` and `/debug/*`.
+    /// Address of `/metrics`.
     pub metrics_addr: SocketAddr,
-    /// Address of `/healthz` and `/readyz` (the same as `metrics_addr`: one listener serves all).
+    /// Address of `/debug/*` (`run` defaults it to loopback: it shows keys, names and errors).
+    pub debug_addr: SocketAddr,
+    /// Address of `/healthz` and `/readyz`. Addresses that are equal share one listener serving
+    /// the union of their endpoints.
     pub health_addr: SocketAddr,
     /// The lease to campaign for, if leader election is on.
     pub leader_election: Option<LeaseConfig>,
@@ -118,8 +121,10 @@ pub struct Manager {
     metrics: Arc<Metrics>,
     view: Introspection,
     listeners: Vec<(TcpListener, Endpoints)>,
-    /// Where `/metrics` and `/debug/*` are served.
+    /// Where `/metrics` is served.
     pub metrics_addr: SocketAddr,
+    /// Where `/debug/*` is served.
+    pub debug_addr: SocketAddr,
     /// Where `/healthz` and `/readyz` are served.
     pub health_addr: SocketAddr,
 }
@@ -129,6 +134,7 @@ impl std::fmt::Debug for Manager {
         f.debug_struct("Manager")
             .field("config", &self.config)
             .field("metrics_addr", &self.metrics_addr)
+            .field("debug_addr", &self.debug_addr)
             .field("health_addr", &self.health_addr)
             .finish_non_exhaustive()
     }
@@ -146,27 +152,41 @@ impl Manager {
         E: std::error::Error + Send + Sync + 'static,
     {
         preflight.await.map_err(|e| ManagerError::Preflight(Box::new(e)))?;
+        // Flags naming the same address share one listener serving the union of their endpoints.
+        let requested = [
+            ("metrics-addr", config.metrics_addr, Endpoints::METRICS),
+            ("debug-addr", config.debug_addr, Endpoints::DEBUG),
+            ("health-addr", config.health_addr, Endpoints::HEALTH),
+        ];
+        let mut groups: Vec<(&'static str, SocketAddr, Endpoints)> = Vec::new();
+        for (flag, addr, endpoints) in requested {
+            match groups.iter_mut().find(|(_, grouped, _)| *grouped == addr) {
+                Some(group) => group.2 = group.2.union(endpoints),
+                None => groups.push((flag, addr, endpoints)),
+            }
+        }
         let mut listeners = Vec::new();
-        let (metrics_addr, health_addr) = if config.metrics_addr == config.health_addr {
-            let (listener, addr) = bind("metrics-addr", config.metrics_addr).await?;
-            listeners.push((listener, Endpoints::All));
-            (addr, addr)
-        } else {
-            let (metrics, metrics_addr) = bind("metrics-addr", config.metrics_addr).await?;
-            let (health, health_addr) = bind("health-addr", config.health_addr).await?;
-            listeners.push((metrics, Endpoints::Metrics));
-            listeners.push((health, Endpoints::Health));
-            (metrics_addr, health_addr)
+        let mut bound = Vec::new();
+        for (flag, addr, endpoints) in groups {
+            let (listener, local) = bind(flag, addr).await?;
+            bound.push((addr, local));
+            listeners.push((listener, endpoints));
+        }
+        let local_of = |addr: SocketAddr| {
+            bound.iter().find(|(asked, _)| *asked == addr).map_or(addr, |(_, local)| *local)
         };
+        let (metrics_addr, debug_addr, health_addr) =
+            (local_of(config.metrics_addr), local_of(config.debug_addr), local_of(config.health_addr));
         let metrics = Arc::new(Metrics::new());
         let view = Introspection::new();
         metrics.with_registry(|registry| {
             registry.register_collector(Box::new(view.informer_collector()));
             registry.register_collector(Box::new(ProcessCollector::new(jiff::Timestamp::now())));
         });
-        tracing::info!(%metrics_addr, "serving /metrics, /debug/queue and /debug/cache");
+        tracing::info!(%metrics_addr, "serving /metrics");
+        tracing::info!(%debug_addr, "serving /debug/queue and /debug/cache");
         tracing::info!(%health_addr, "serving /healthz and /readyz");
-        Ok(Manager { client, config, metrics, view, listeners, metrics_addr, health_addr })
+        Ok(Manager { client, config, metrics, view, listeners, metrics_addr, debug_addr, health_addr })
     }
 
     /// Runs until the workload ends or a signal arrives on `signals`, as the module docs say.

@@ -1,7 +1,7 @@
 //! The operator's HTTP endpoints, served with hyper: `/metrics` and `/debug/{queue,cache}` for
-//! people and Prometheus, `/healthz` and `/readyz` for the kubelet. The two groups can listen on
-//! two addresses ([`Endpoints`]), as controller-runtime's `--metrics-bind-address` and
-//! `--health-probe-bind-address` do.
+//! people and Prometheus, `/healthz` and `/readyz` for the kubelet. The three groups (metrics,
+//! debug, health) can listen on separate addresses ([`Endpoints`]), as controller-runtime's
+//! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,24 +21,33 @@ use crate::runtime::metrics::Metrics;
 /// The content type of `/metrics`: `Metrics::encode` writes the OpenMetrics text format.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Which endpoints a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoints {
-    /// `/metrics`, `/debug/queue`, `/debug/cache`.
-    Metrics,
-    /// `/healthz`, `/readyz`.
-    Health,
-    /// All of them (when both addresses are the same).
-    All,
+/// Which endpoints a listener serves: any union of the three groups (several flags may name the
+/// same address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Endpoints {
+    metrics: bool,
+    debug: bool,
+    health: bool,
 }
 
 impl Endpoints {
-    fn metrics(self) -> bool {
-        matches!(self, Self::Metrics | Self::All)
-    }
+    /// `/metrics`.
+    pub const METRICS: Self = Self { metrics: true, debug: false, health: false };
+    /// `/debug/queue`, `/debug/cache`: they show keys, object names and errors, so `run` serves
+    /// them on loopback unless asked otherwise.
+    pub const DEBUG: Self = Self { metrics: false, debug: true, health: false };
+    /// `/healthz`, `/readyz`.
+    pub const HEALTH: Self = Self { metrics: false, debug: false, health: true };
+    /// All of them.
+    pub const ALL: Self = Self { metrics: true, debug: true, health: true };
 
-    fn health(self) -> bool {
-        matches!(self, Self::Health | Self::All)
+    /// The endpoints of `self` and of `other`.
+    pub fn union(self, other: Self) -> Self {
+        Self {
+            metrics: self.metrics || other.metrics,
+            debug: self.debug || other.debug,
+            health: self.health || other.health,
+        }
     }
 }
 
@@ -101,19 +110,19 @@ pub fn respond(
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
     }
     match path {
-        "/metrics" if endpoints.metrics() => {
+        "/metrics" if endpoints.metrics => {
             reply(StatusCode::OK, METRICS_CONTENT_TYPE, state.metrics.encode().into_bytes())
         }
-        "/debug/queue" if endpoints.metrics() => json(&state.view.queue_report()),
-        "/debug/cache" if endpoints.metrics() => json(&state.view.cache_report()),
-        "/healthz" if endpoints.health() => match state.view.liveness() {
+        "/debug/queue" if endpoints.debug => json(&state.view.queue_report()),
+        "/debug/cache" if endpoints.debug => json(&state.view.cache_report()),
+        "/healthz" if endpoints.health => match state.view.liveness() {
             Ok(()) => text(StatusCode::OK, "ok\n"),
             Err(stopped) => text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("watch loops stopped: {}\n", stopped.join(", ")),
             ),
         },
-        "/readyz" if endpoints.health() => match state.view.readiness() {
+        "/readyz" if endpoints.health => match state.view.readiness() {
             Ok(()) => text(StatusCode::OK, "ok\n"),
             Err(unsynced) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -139,4 +148,23 @@ fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Respo
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_group_serves_only_its_own_paths() {
+        let state = ServerState { metrics: Arc::new(Metrics::new()), view: Introspection::new() };
+        let status =
+            |path: &str, endpoints: Endpoints| respond(&Method::GET, path, endpoints, &state).status();
+        assert_eq!(status("/metrics", Endpoints::METRICS), StatusCode::OK);
+        assert_eq!(status("/debug/queue", Endpoints::METRICS), StatusCode::NOT_FOUND);
+        assert_eq!(status("/debug/cache", Endpoints::HEALTH), StatusCode::NOT_FOUND);
+        assert_eq!(status("/metrics", Endpoints::DEBUG), StatusCode::NOT_FOUND);
+        assert_eq!(status("/debug/queue", Endpoints::DEBUG), StatusCode::OK);
+        assert_eq!(status("/debug/cache", Endpoints::METRICS.union(Endpoints::DEBUG)), StatusCode::OK);
+        assert_eq!(status("/healthz", Endpoints::ALL), StatusCode::OK);
+    }
 }

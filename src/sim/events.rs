@@ -43,6 +43,22 @@ fn rename(obj: &mut Value, from_index: usize, api_version: &str) {
     }
 }
 
+/// An `events.k8s.io/v1` field selector (`regarding.name=pg`) over the stored `core/v1` shape
+/// (`involvedObject.name=pg`), as the apiserver's field label conversion does.
+pub fn core_field_selector(selector: &str) -> String {
+    let term = |term: &str| {
+        let term = term.trim();
+        RENAMED
+            .iter()
+            .find_map(|(v1, core)| {
+                let rest = term.strip_prefix(v1)?;
+                rest.starts_with(['.', '=', '!']).then(|| format!("{core}{rest}"))
+            })
+            .unwrap_or_else(|| term.to_owned())
+    };
+    selector.split(',').map(term).collect::<Vec<_>>().join(",")
+}
+
 /// An `events.k8s.io/v1` Event in the stored `core/v1` shape.
 pub fn to_core(obj: &mut Value) {
     rename(obj, 0, "v1");
@@ -93,6 +109,15 @@ pub fn causes(kind: &Kind, event: &Value) -> Vec<Cause> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn events_v1_field_selectors_read_the_core_shape() {
+        assert_eq!(
+            core_field_selector("regarding.kind=DatabaseCluster, regarding.name=pg,reason!=X,note=hi"),
+            "involvedObject.kind=DatabaseCluster,involvedObject.name=pg,reason!=X,message=hi"
+        );
+        assert_eq!(core_field_selector("regardingx=1"), "regardingx=1");
+    }
 
     #[test]
     fn events_convert_both_ways() {

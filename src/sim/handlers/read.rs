@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::{Body, Call, json_response, present};
 use crate::sim::api_error::ApiError;
 use crate::sim::cluster::Cluster;
+use crate::sim::events;
 use crate::sim::selectors::{FieldSelector, LabelSelector};
 use crate::sim::store::object_name;
 use crate::sim::table;
@@ -22,9 +23,14 @@ pub fn filter(call: &Call) -> Result<Filter, ApiError> {
         labels: LabelSelector::parse(
             call.query.get("labelSelector").map(String::as_str).unwrap_or_default(),
         )?,
-        fields: FieldSelector::parse(
-            call.query.get("fieldSelector").map(String::as_str).unwrap_or_default(),
-        )?,
+        fields: {
+            let fields = call.query.get("fieldSelector").map(String::as_str).unwrap_or_default();
+            if events::is_events_v1(&call.target.kind) {
+                FieldSelector::parse(&events::core_field_selector(fields))?
+            } else {
+                FieldSelector::parse(fields)?
+            }
+        },
     })
 }
 

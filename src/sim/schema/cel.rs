@@ -1,13 +1,12 @@
 //! `x-kubernetes-validations`: CEL rules compiled once with the `cel` crate, in an environment with
-//! Kubernetes' string, regex and quantity libraries, and evaluated with `self` (and `oldSelf`) bound as the
+//! cel-go's strings and sets extensions and Kubernetes' lists, regex, URL and quantity libraries, and evaluated with `self` (and `oldSelf`) bound as the
 //! apiserver binds them.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelString, Type};
-use cel::common::value::{StaticVal, Val};
+use cel::common::value::Val;
 use cel::objects::{Key, Map};
 use cel::{Context, DeclarationError, Env, ExecutionError, Program};
 use serde_json::Value;
@@ -22,7 +21,9 @@ use crate::sim::version::KubernetesVersion;
 static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");
 
 /// The one environment every rule is compiled for and run in: the standard library, the strings
-/// extension (`split`, `lowerAscii`, `join`, ...) and Kubernetes' quantity and regex libraries.
+/// extension (`split`, `lowerAscii`, `join`, ...), the sets extension and Kubernetes' lists, URL,
+/// quantity and regex libraries. Which of them a new rule may call is the version's business
+/// ([`CelRule::check_new_expression`]).
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
     // Invariant: the extensions declare disjoint overloads on a fresh stdlib env, so registering them
@@ -30,6 +31,9 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     env.add_extension(cel::extensions::strings).expect("strings extension registers once");
     env.add_extension(quantity_library).expect("quantity library registers once");
     env.add_extension(regex_library).expect("regex library registers once");
+    env.add_extension(super::cel_lists::lists_library).expect("lists library registers once");
+    env.add_extension(super::cel_lists::sets_library).expect("sets library registers once");
+    env.add_extension(super::cel_urls::url_library).expect("URL library registers once");
     Arc::new(env)
 });
 
@@ -74,29 +78,38 @@ fn regex_library(env: &mut Env) -> Result<(), DeclarationError> {
     Ok(())
 }
 
-impl Val for Quantity {
-    fn get_type(&self) -> &Type {
-        &QUANTITY_TYPE
-    }
+/// Implements [`Val`] for a library's value type (`$value`, cloneable and comparable with `==`),
+/// whose CEL type is the static `$cel_type`.
+macro_rules! library_value {
+    ($value:ty, $cel_type:ident) => {
+        impl cel::common::value::Val for $value {
+            fn get_type(&self) -> &cel::common::types::Type {
+                &$cel_type
+            }
 
-    fn cel_type() -> &'static Type {
-        &QUANTITY_TYPE
-    }
+            fn cel_type() -> &'static cel::common::types::Type {
+                &$cel_type
+            }
 
-    fn equals(&self, other: &dyn Val) -> bool {
-        other.downcast_ref::<Quantity>().is_some_and(|o| o == self)
-    }
+            fn equals(&self, other: &dyn cel::common::value::Val) -> bool {
+                other.downcast_ref::<$value>().is_some_and(|o| o == self)
+            }
 
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
-        Box::new(*self)
-    }
+            fn clone_as_boxed<'v>(&self) -> Box<dyn cel::common::value::Val + 'v> {
+                Box::new(self.clone())
+            }
 
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
+            fn as_any(&self) -> Option<&dyn std::any::Any> {
+                Some(self)
+            }
+        }
+
+        impl cel::common::value::StaticVal for $value {}
+    };
 }
+pub(super) use library_value;
 
-impl StaticVal for Quantity {}
+library_value!(Quantity, QUANTITY_TYPE);
 
 fn quantity(text: &CelString<'_>) -> Result<Quantity, ExecutionError> {
     text.inner().parse().map_err(|e| ExecutionError::function_error("quantity", e))
@@ -546,6 +559,71 @@ mod tests {
         assert_true("'abc 123 de 45'.findAll('[0-9]+') == ['123', '45']");
         assert_true("'a1b2c3'.findAll('[0-9]', 2) == ['1', '2']");
         assert!(eval("'a'.find('(')").is_err());
+    }
+
+    #[test]
+    fn lists_library_orders_adds_and_finds() {
+        assert_true("[1, 2, 2, 3].isSorted() && !['b', 'a'].isSorted() && [].isSorted()");
+        assert_true("[1.5, 2.0].isSorted() && [duration('1s'), duration('2s')].isSorted()");
+        assert_true("[1, 2, 3].sum() == 6 && [0.5, 1.0].sum() == 1.5 && [].sum() == 0");
+        assert_true("[1u, 2u].sum() == 3u && [duration('1s'), duration('1m')].sum() == duration('61s')");
+        assert_true("[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3");
+        assert_true("['b', 'c', 'a'].min() == 'a' && [1.5, -2.5].max() == 1.5");
+        assert_true("['a', 'b', 'b'].indexOf('b') == 1 && ['a', 'b', 'b'].lastIndexOf('b') == 2");
+        assert_true("[1, 2].indexOf(3) == -1 && [1, 2].lastIndexOf(3) == -1 && [1, 2].indexOf(2.0) == 1");
+        assert_true("'hello'.indexOf('l') == 2 && 'hello'.lastIndexOf('l') == 3");
+        let error = eval("[].min()").unwrap_err();
+        assert_eq!(describe_runtime_error(&error), "min called on empty list");
+        assert_eq!(describe_runtime_error(&eval("[].max()").unwrap_err()), "max called on empty list");
+        assert!(eval("[1, 'a'].isSorted()").is_err());
+        assert!(eval("[9223372036854775807, 1].sum()").is_err());
+    }
+
+    #[test]
+    fn sets_extension_compares_as_sets() {
+        assert_true("sets.contains([1, 2, 3], [3, 1]) && sets.contains([1], []) && !sets.contains([1], [2])");
+        assert_true("sets.contains([1.0], [1])");
+        assert_true("sets.equivalent(['a', 'b', 'a'], ['b', 'a']) && !sets.equivalent(['a'], ['a', 'b'])");
+        assert_true(
+            "sets.intersects([1, 2], [2, 3]) && !sets.intersects([1], [2]) && !sets.intersects([], [1])",
+        );
+    }
+
+    #[test]
+    fn url_library_answers_as_net_url() {
+        assert_true(
+            "isURL('https://example.com:80/') && isURL('/absolute-path') && !isURL('../relative-path')",
+        );
+        assert_true("url('https://example.com:80/').getScheme() == 'https'");
+        assert_true("url('https://example.com:80/').getHost() == 'example.com:80'");
+        assert_true(
+            "url('http://[::1]:80/').getHost() == '[::1]:80' && url('http://[::1]:80/').getHostname() == '::1'",
+        );
+        assert_true(
+            "url('https://example.com:80/').getPort() == '80' && url('https://example.com/').getPort() == ''",
+        );
+        assert_true(
+            "url('https://example.com/path with spaces/').getEscapedPath() == '/path%20with%20spaces/'",
+        );
+        assert_true(
+            "url('https://example.com/path?k1=a&k2=b&k2=c').getQuery() == {'k1': ['a'], 'k2': ['b', 'c']}",
+        );
+        assert_true("url('https://example.com/p#frag').getEscapedPath() == '/p' && url('/p') == url('/p')");
+        let error = eval("url('../relative')").unwrap_err();
+        assert_eq!(
+            describe_runtime_error(&error),
+            r#"URL parse error during conversion from string: parse "../relative": invalid URI for request"#
+        );
+    }
+
+    #[test]
+    fn strings_extension_of_1_28_is_evaluated() {
+        assert_true("'abc'.charAt(1) == 'b' && 'abc'.charAt(3) == ''");
+        assert_true("'aba'.lastIndexOf('a') == 2 && 'abcabc'.indexOf('c', 3) == 5");
+        assert_true("'abcd'.substring(1, 3) == 'bc' && 'abcd'.substring(2) == 'cd'");
+        assert_true("'a,b,c'.split(',', 2) == ['a', 'b,c'] && 'aaa'.replace('a', 'b', 2) == 'bba'");
+        assert_true("['a', 'b'].join() == 'ab'");
+        assert!(eval("'abc'.charAt(4)").is_err());
     }
 
     #[test]

@@ -6,9 +6,12 @@
 //! [`StructuralSchema::apply_defaults`], then [`StructuralSchema::validate`] against the stored object.
 
 mod cel;
+mod cel_lists;
+mod cel_urls;
 mod defaults;
 mod errors;
 mod formats;
+mod go_url;
 mod node;
 mod prune;
 pub mod quantity;

@@ -1,0 +1,309 @@
+//! `dbcluster-operator status`, the rendering half: pure functions from a fetched [`Snapshot`]
+//! (the DatabaseCluster as JSON, its children, its recent Events, the operator's view of the key)
+//! to the text a user reads first, like `kubectl cnpg status`. Fields not every version of the
+//! status has (`instances`, backups) are shown when present and skipped when absent. The fetch is
+//! [`crate::cli::snapshot`].
+
+use std::fmt::Write;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use serde_json::Value;
+
+/// How many Events the status shows (the newest).
+pub const RECENT_EVENTS: usize = 10;
+
+/// The operator's view of the key, from its `/debug/queue`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuntimeView {
+    /// The key's entry in `/debug/queue` (`None`: the operator does not know the key).
+    Key(Option<Value>),
+    /// `/debug/queue` could not be read; why.
+    Unreachable(String),
+}
+
+/// One object the cluster owns (or its StatefulSet owns, for Pods), as one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Child {
+    /// `StatefulSet`, `Service`, `Secret`, `Pod`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+    /// What a user checks first about it (readiness, type); may be empty.
+    pub detail: String,
+}
+
+/// Everything `status` shows, as fetched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The DatabaseCluster, as the API server returned it.
+    pub cluster: Value,
+    /// Its children, in the order shown.
+    pub children: Vec<Child>,
+    /// Events about it, in any order ([`render`] shows the newest [`RECENT_EVENTS`], oldest first).
+    pub events: Vec<Event>,
+    /// The operator's view of it.
+    pub view: RuntimeView,
+}
+
+/// The key's entry in a `/debug/queue` report (`key` is `namespace/name`), if any controller has it.
+pub fn key_view(queue_report: &Value, key: &str) -> RuntimeView {
+    let entry = array(queue_report, "/controllers")
+        .iter()
+        .flat_map(|controller| array(controller, "/keys"))
+        .find(|entry| entry.get("key").and_then(Value::as_str) == Some(key));
+    RuntimeView::Key(entry.cloned())
+}
+
+/// A StatefulSet's line: ready over desired replicas.
+pub fn statefulset_child(sts: &StatefulSet) -> Child {
+    let desired = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let ready = sts.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+    Child {
+        kind: "StatefulSet",
+        name: sts.metadata.name.clone().unwrap_or_default(),
+        detail: format!("ready {ready}/{desired}"),
+    }
+}
+
+/// A Pod's line: its phase and whether it is ready.
+pub fn pod_child(pod: &Pod) -> Child {
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let detail = format!("{phase}, {}", if ready { "ready" } else { "not ready" });
+    Child { kind: "Pod", name: pod.metadata.name.clone().unwrap_or_default(), detail }
+}
+
+/// The status text of `snapshot`.
+pub fn render(snapshot: &Snapshot) -> String {
+    let cluster = &snapshot.cluster;
+    let mut out = String::new();
+    let pair = |a: &str, b: &str| format!("{}/{}", text(cluster, a), text(cluster, b));
+    for (label, value) in [
+        ("Cluster", pair("/metadata/namespace", "/metadata/name")),
+        ("Phase", text(cluster, "/status/phase")),
+        ("Ready", pair("/status/readyReplicas", "/spec/replicas")),
+        ("Version", text(cluster, "/status/currentVersion")),
+    ] {
+        let _ = writeln!(out, "{:<11}{value}", format!("{label}:"));
+    }
+    let _ = writeln!(out, "\nConditions:");
+    for condition in array(cluster, "/status/conditions") {
+        let _ = writeln!(
+            out,
+            "  {:<20} {:<7} {:<26} {}",
+            text(condition, "/type"),
+            text(condition, "/status"),
+            text(condition, "/reason"),
+            text(condition, "/message")
+        );
+    }
+    let instances = array(cluster, "/status/instances");
+    if !instances.is_empty() {
+        let _ = writeln!(out, "\nInstances:");
+        for instance in instances {
+            let _ = writeln!(
+                out,
+                "  {:<28} {:<8} ready={:<5} version={:<6} lag={}",
+                text(instance, "/name"),
+                text(instance, "/role"),
+                text(instance, "/ready"),
+                text(instance, "/version"),
+                text(instance, "/lag")
+            );
+        }
+    }
+    for (label, pointer) in
+        [("Last backup", "/status/lastBackupTime"), ("Next backup", "/status/nextBackupTime")]
+    {
+        if let Some(value) = cluster.pointer(pointer) {
+            let _ = writeln!(out, "{label}: {}", display(value));
+        }
+    }
+    let _ = writeln!(out, "\nChildren:");
+    for child in &snapshot.children {
+        let _ = writeln!(out, "  {:<12} {:<32} {}", child.kind, child.name, child.detail);
+    }
+    let _ = writeln!(out, "\nEvents:");
+    for event in recent(&snapshot.events) {
+        let _ = writeln!(
+            out,
+            "  {:<8} {:<22} {}",
+            event.type_.as_deref().unwrap_or("-"),
+            event.reason.as_deref().unwrap_or("-"),
+            event.note.as_deref().unwrap_or("")
+        );
+    }
+    let _ = writeln!(out, "\nOperator:");
+    render_view(&mut out, &snapshot.view);
+    out.lines().map(str::trim_end).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+fn render_view(out: &mut String, view: &RuntimeView) {
+    match view {
+        RuntimeView::Unreachable(why) => {
+            let _ = writeln!(out, "  operator unreachable ({why})");
+        }
+        RuntimeView::Key(None) => {
+            let _ = writeln!(out, "  the operator has no entry for this cluster");
+        }
+        RuntimeView::Key(Some(key)) => {
+            let _ = writeln!(out, "  state: {}, requeues: {}", text(key, "/state"), text(key, "/requeues"));
+            if let Some(left) = key.pointer("/waiting_seconds_left") {
+                let _ = writeln!(out, "  next pass in {}s", display(left));
+            }
+            if key.pointer("/last_pass").is_some_and(|v| !v.is_null()) {
+                let _ = writeln!(
+                    out,
+                    "  last pass: {} ({}s ago, took {}s), error: {}",
+                    text(key, "/last_pass/result"),
+                    text(key, "/last_pass/finished_seconds_ago"),
+                    text(key, "/last_pass/took_seconds"),
+                    text(key, "/last_pass/error")
+                );
+            }
+        }
+    }
+}
+
+/// The newest [`RECENT_EVENTS`] of `events`, oldest first (by `eventTime`, else creation time).
+fn recent(events: &[Event]) -> Vec<&Event> {
+    let when = |e: &Event| {
+        e.event_time.as_ref().map(|t| t.0).or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    };
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| when(e));
+    let skip = sorted.len().saturating_sub(RECENT_EVENTS);
+    sorted.split_off(skip)
+}
+
+fn text(value: &Value, pointer: &str) -> String {
+    value.pointer(pointer).map(display).unwrap_or_else(|| "-".into())
+}
+
+fn array<'a>(value: &'a Value, pointer: &str) -> &'a [Value] {
+    value.pointer(pointer).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
+fn display(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use serde_json::json;
+
+    use super::*;
+
+    fn cluster(instances: bool) -> Value {
+        let mut cluster = json!({
+            "metadata": {"name": "pg", "namespace": "default"},
+            "spec": {"replicas": 3},
+            "status": {"phase": "Degraded", "readyReplicas": 2, "currentVersion": "15.4",
+                "conditions": [{"type": "ReconcileSucceeded", "status": "False", "reason": "ReconcileError",
+                    "message": "Service pg is controlled by ConfigMap x"}]}
+        });
+        if instances {
+            cluster["status"]["instances"] =
+                json!([{"name": "pg-0", "role": "primary", "ready": true, "version": "15.4", "lag": 0}]);
+        }
+        cluster
+    }
+
+    fn event(reason: &str, second: i64) -> Event {
+        Event {
+            type_: Some("Normal".into()),
+            reason: Some(reason.into()),
+            event_time: Some(MicroTime(jiff::Timestamp::from_second(second).unwrap())),
+            ..Event::default()
+        }
+    }
+
+    fn snapshot(cluster: Value, events: Vec<Event>, view: RuntimeView) -> Snapshot {
+        Snapshot { cluster, children: Vec::new(), events, view }
+    }
+
+    #[test]
+    fn shows_phase_conditions_children_events_and_the_runtime_view() {
+        let warning = Event { type_: Some("Warning".into()), ..event("ReconcileError", 5) };
+        let key = json!({"state": "waiting", "requeues": 2, "waiting_seconds_left": 4.5,
+            "last_pass": {"result": "error", "error": "boom"}});
+        let mut snapshot = snapshot(cluster(true), vec![warning], RuntimeView::Key(Some(key)));
+        snapshot.children = vec![Child { kind: "Service", name: "pg".into(), detail: String::new() }];
+        let text = render(&snapshot);
+        assert!(text.contains("Phase:     Degraded"), "{text}");
+        assert!(text.contains("Ready:     2/3"), "{text}");
+        assert!(text.contains("ReconcileError") && text.contains("controlled by ConfigMap x"), "{text}");
+        assert!(text.contains("pg-0") && text.contains("primary") && text.contains("lag=0"), "{text}");
+        assert!(text.contains("\n  Service      pg\n"), "a child without detail, no trailing blanks: {text}");
+        assert!(text.contains("state: waiting, requeues: 2") && text.contains("error: boom"), "{text}");
+        assert!(text.contains("next pass in 4.5s"), "{text}");
+    }
+
+    #[test]
+    fn tolerates_a_status_without_instances_and_an_unreachable_operator() {
+        let text =
+            render(&snapshot(cluster(false), vec![], RuntimeView::Unreachable("connection refused".into())));
+        assert!(!text.contains("Instances:"), "{text}");
+        assert!(text.contains("operator unreachable (connection refused)"), "{text}");
+    }
+
+    #[test]
+    fn shows_the_newest_events_oldest_first() {
+        let events: Vec<Event> = (0..15).rev().map(|i| event(&format!("Reason{i:02}"), i)).collect();
+        let text = render(&snapshot(cluster(false), events, RuntimeView::Key(None)));
+        assert!(!text.contains("Reason04") && text.contains("Reason05"), "{text}");
+        let (first, last) = (text.find("Reason05").unwrap(), text.find("Reason14").unwrap());
+        assert!(first < last, "{text}");
+        assert!(text.contains("the operator has no entry"), "{text}");
+    }
+
+    #[test]
+    fn finds_the_key_in_a_queue_report() {
+        let report = json!({"controllers": [
+            {"controller": "other", "keys": []},
+            {"controller": "databasecluster", "keys": [{"key": "default/other"}, {"key": "default/pg", "state": "idle"}]}
+        ]});
+        assert_eq!(
+            key_view(&report, "default/pg"),
+            RuntimeView::Key(Some(json!({"key": "default/pg", "state": "idle"})))
+        );
+        assert_eq!(key_view(&report, "prod/pg"), RuntimeView::Key(None));
+    }
+
+    #[test]
+    fn children_say_how_ready_they_are() {
+        let mut sts = StatefulSet::default();
+        sts.metadata.name = Some("pg".into());
+        sts.spec = Some(Default::default());
+        sts.spec.as_mut().unwrap().replicas = Some(3);
+        sts.status = Some(Default::default());
+        sts.status.as_mut().unwrap().ready_replicas = Some(2);
+        assert_eq!(statefulset_child(&sts).detail, "ready 2/3");
+
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("pg-0".into());
+        assert_eq!(pod_child(&pod).detail, "Pending, not ready");
+        pod.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert_eq!(pod_child(&pod).detail, "Running, ready");
+    }
+}
