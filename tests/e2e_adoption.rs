@@ -50,7 +50,7 @@ async fn an_uncontrolled_child_is_adopted_and_keeps_its_annotation() {
         .events_about(NAME)
         .await
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("CreatedService"))
+        .filter(|e| e.note.as_deref() == Some(&format!("Created Service {NAME}")))
         .count();
     assert_eq!(created_events, 0, "an adopted Service was not created by the operator");
     operator.stop().await;
