@@ -278,6 +278,16 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
     own.note::<DatabaseCluster>("patch");
     until(&clusters, &mut own, "production-postgres", running(5)).await;
+    // Storage growth: every claim read and patched.
+    let grow = json!({"spec": {"storageSize": "2Gi"}});
+    clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&grow)).await.unwrap();
+    own.note::<DatabaseCluster>("patch");
+    until(&clusters, &mut own, "production-postgres", |c| {
+        c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
+            s.conditions.iter().any(|c| c.type_ == "Resizing" && c.reason == "ResizeComplete")
+        })
+    })
+    .await;
     unlabel::<StatefulSet>(&client, &mut own, "production-postgres").await;
     unlabel::<Service>(&client, &mut own, "production-postgres").await;
     unlabel::<Secret>(&client, &mut own, "production-postgres-app").await;

@@ -239,6 +239,50 @@ async fn volume_claim_templates_are_immutable_and_claims_grow_but_never_shrink()
     }
 }
 
+/// The resize admission: a claim of a class without `allowVolumeExpansion` (`fixed`) may not grow
+/// (403, the apiserver's words), while one of the default class (`standard`) may.
+#[tokio::test(start_paused = true)]
+async fn only_a_class_that_allows_expansion_lets_a_claim_grow() {
+    let sim = start().await;
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
+    let claim = |name: &str, class: &str| -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}
+        }))
+        .unwrap()
+    };
+    for (name, class) in [("fixed-claim", "fixed"), ("standard-claim", "standard")] {
+        pvcs.create(&PostParams::default(), &claim(name, class)).await.unwrap();
+        common::eventually("the claim bound", Duration::from_secs(30), || async {
+            let phase = pvcs.get(name).await.unwrap().status.and_then(|s| s.phase);
+            if phase.as_deref() == Some("Bound") { Ok(()) } else { Err(phase) }
+        })
+        .await;
+    }
+    let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    match pvcs.patch("fixed-claim", &PatchParams::default(), &Patch::Merge(&grow)).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+            assert_eq!(
+                s.message,
+                "persistentvolumeclaims \"fixed-claim\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"
+            );
+        }
+        other => panic!("expected 403, got {other:?}"),
+    }
+    let unchanged = pvcs.get("fixed-claim").await.unwrap();
+    assert_eq!(unchanged.spec.unwrap().resources.unwrap().requests.unwrap()["storage"].0, "1Gi");
+    pvcs.patch("standard-claim", &PatchParams::default(), &Patch::Merge(&grow)).await.unwrap();
+    common::eventually("the standard claim's capacity", Duration::from_secs(30), || async {
+        let capacity = pvcs.get("standard-claim").await.unwrap().status.and_then(|s| s.capacity);
+        let storage = capacity.as_ref().and_then(|c| c.get("storage")).map(|q| q.0.clone());
+        if storage.as_deref() == Some("2Gi") { Ok(()) } else { Err(storage) }
+    })
+    .await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_name_too_long_for_the_revision_label_gets_no_pods_and_a_failed_create_event() {
     let sim = start().await;

@@ -107,7 +107,8 @@ pub(super) fn truncate(mut text: String, max_bytes: usize) -> String {
 
 /// The Events implied by a change of status from `old` (the live status, if any) to `new`:
 /// UpgradeStarted and UpgradeCompleted when `Upgrading` flips, and InvalidSpec (Warning) once per
-/// generation whose spec is invalid. An unchanged status implies none.
+/// generation whose spec is invalid, ExpansionNotSupported (Warning) once per generation whose
+/// storage growth the StorageClass refuses. An unchanged status implies none.
 pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
     let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
     let now = |type_: &str| find_condition(new, type_);
@@ -126,18 +127,17 @@ pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterS
         _ => {}
     }
 
-    if let Some(ready) = now(condition::READY).filter(|c| c.reason == reason::INVALID_SPEC) {
-        let reported = was(condition::READY).is_some_and(|c| c.reason == reason::INVALID_SPEC)
-            && old.and_then(|old| old.observed_generation) == new.observed_generation;
+    // A Warning once per generation whose condition `type_` has `reason`.
+    let mut warn_once = |type_: &str, reason: &str, action: &'static str| {
+        let Some(c) = now(type_).filter(|c| c.reason == reason) else { return };
+        let reported =
+            was(type_).is_some_and(|w| w.reason == reason && w.observed_generation == c.observed_generation);
         if !reported {
-            events.push(EventNote::new(
-                EventType::Warning,
-                reason::INVALID_SPEC,
-                "Validate",
-                ready.message.clone(),
-            ));
+            events.push(EventNote::new(EventType::Warning, reason, action, c.message.clone()));
         }
-    }
+    };
+    warn_once(condition::RESIZING, reason::EXPANSION_NOT_SUPPORTED, "Resize");
+    warn_once(condition::READY, reason::INVALID_SPEC, "Validate");
     events
 }
 

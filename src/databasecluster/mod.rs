@@ -16,6 +16,7 @@ pub mod resources;
 pub mod roll;
 pub mod services;
 pub mod status;
+pub mod storage;
 pub mod topology;
 pub mod types;
 pub mod validation;

@@ -21,10 +21,13 @@
 //!    is reloaded; a password the primary refuses is set from its Secret (a refused superuser
 //!    password restarts the primary); and the next outdated pod of a roll is deleted. Failures
 //!    here are logged and retried on a later pass.
-//! 5. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
+//! 5. **Storage** ([`super::storage`]): after `storageSize` grows, each instance's claim is
+//!    patched to the new size (the StatefulSet's template keeps the old one: it is immutable);
+//!    `Resizing` says how far that got, or why the StorageClass refuses it.
+//! 6. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
 //!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
-//!    the cached status. Then `Done`, or `RequeueAfter(10 s)` while the cluster converges or an
-//!    instance operation is under way (replication changes bring no watch event).
+//!    the cached status. Then `Done`, or `RequeueAfter(10 s)` while the cluster converges, a
+//!    volume grows, or an instance operation is under way (neither brings a watch event).
 //!
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
@@ -66,7 +69,10 @@ use super::resources::{
 };
 use super::roll::{RollStep, next_step};
 use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name, role_labels};
-use super::status::{compute_status, initial_status, is_first_pass, needs_requeue, with_instances};
+use super::status::{
+    compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_resizing,
+};
+use super::storage::{Growth, grow_claims};
 use super::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, container_failure, current_primary, instance_statuses,
     label_changes, slot_changes,
@@ -258,6 +264,8 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let topology =
         operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &primary_record).await;
 
+    let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
+
     let now = Timestamp::now();
     let status = with_reconcile_success(
         compute_status(cluster, Ok(&spec), Some(&sts), now),
@@ -265,9 +273,11 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         now,
     );
     let status = with_instances(status, topology.statuses, topology.current_primary);
+    let status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
     let ready = status.ready_replicas;
     tracing::info!(ready, desired = cluster.spec.replicas, primary = ?status.current_primary, "observed instances");
-    let converging = needs_requeue(&status) || topology.busy;
+    let resizing = matches!(growth, Some(Growth::InProgress { .. }));
+    let converging = needs_requeue(&status) || topology.busy || resizing;
     write_status(ctx, cluster, status).await?;
     if converging {
         tracing::info!(ready, desired = cluster.spec.replicas, "converging; requeuing");

@@ -1,7 +1,8 @@
 //! The DatabaseCluster's status as a pure function of the cluster, its observed StatefulSet and the
 //! time. The Events a change of status implies are in `events`.
 //!
-//! Conditions follow `metav1.Condition`: `Ready` (the summary), `Degraded` and `Upgrading`, each
+//! Conditions follow `metav1.Condition`: `Ready` (the summary), `Degraded`, `Upgrading` and (once
+//! storage grows) `Resizing`, each
 //! with the cluster's generation as `observedGeneration`; `lastTransitionTime` moves only when a
 //! condition's status flips, so a status computed twice from the same facts is identical and
 //! reconcile can skip the write. Conditions of other types (another controller's) are kept.
@@ -18,6 +19,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::resources::POSTGRES_CONTAINER;
+use super::storage::Growth;
 use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
 use super::validation::{SpecError, ValidSpec};
 
@@ -29,6 +31,8 @@ pub mod condition {
     pub const DEGRADED: &str = "Degraded";
     /// A version change is rolling out.
     pub const UPGRADING: &str = "Upgrading";
+    /// A larger `storageSize` is reaching the instances' volumes (set once storage grows).
+    pub const RESIZING: &str = "Resizing";
 }
 
 /// Condition reasons (CamelCase, one word).
@@ -53,6 +57,12 @@ pub mod reason {
     pub const RECONCILING: &str = "Reconciling";
     /// Ready=False: an instance cannot start (its container's state says why).
     pub const INSTANCE_FAILING: &str = "InstanceFailing";
+    /// Resizing=True: some volume's capacity is below `storageSize`.
+    pub const RESIZE_IN_PROGRESS: &str = "ResizeInProgress";
+    /// Resizing=False: every volume has `storageSize`.
+    pub const RESIZE_COMPLETE: &str = "ResizeComplete";
+    /// Resizing=False: the volumes' StorageClass does not allow expansion.
+    pub const EXPANSION_NOT_SUPPORTED: &str = "ExpansionNotSupported";
 }
 
 /// Whether this is the cluster's first pass: no phase has been written yet. Reconcile then writes
@@ -212,6 +222,40 @@ pub fn with_instances(
         ready.message = format!("{}; {}", ready.message, failing.join("; "));
     }
     status.instances = instances;
+    status
+}
+
+/// `status` with the `Resizing` condition for `growth` ([`super::storage`]); `None` (the claims
+/// were not looked at) leaves it as it is.
+pub fn with_resizing(
+    mut status: DatabaseClusterStatus,
+    growth: Option<&Growth>,
+    size: &str,
+    now: Timestamp,
+) -> DatabaseClusterStatus {
+    let Some(growth) = growth else { return status };
+    let mut conditions = ConditionSetter::new(status.conditions, status.observed_generation, now);
+    match growth {
+        Growth::InProgress { pending } => conditions.set(
+            condition::RESIZING,
+            "True",
+            reason::RESIZE_IN_PROGRESS,
+            format!("waiting for {} to reach {size}", pending.join(", ")),
+        ),
+        Growth::Complete => conditions.set(
+            condition::RESIZING,
+            "False",
+            reason::RESIZE_COMPLETE,
+            format!("every volume has {size}"),
+        ),
+        Growth::NotSupported { message } => conditions.set(
+            condition::RESIZING,
+            "False",
+            reason::EXPANSION_NOT_SUPPORTED,
+            format!("storageSize {size} cannot be applied: {message}"),
+        ),
+    }
+    status.conditions = conditions.into_inner();
     status
 }
 

@@ -365,6 +365,9 @@ pub fn update(
         defaults::apply(&kind.group, &kind.plural, &mut new);
         validate_built_in(kind, &mut new, name, metadata_causes)?;
         immutable::check_update(kind, &old, &new)?;
+        if kind.group.is_empty() && kind.plural == "persistentvolumeclaims" {
+            crate::sim::controllers::volumes::admit_resize(state, kind, &old, &new)?;
+        }
     }
     let served = if is_crd(kind) {
         Some(admission::crd_serving(kind, &new, Some(&old), state.version)?)

@@ -2,10 +2,11 @@
 //! and a hostPath provisioner).
 //!
 //! Rules:
-//! 1. The cluster starts with one StorageClass, `standard`, marked default
+//! 1. The cluster starts with two StorageClasses. `standard`, marked default
 //!    (`storageclass.kubernetes.io/is-default-class`), `reclaimPolicy: Delete`,
-//!    `volumeBindingMode: Immediate`: dynamically provisioned volumes are deleted with their
-//!    claim, as with the default class of kind, minikube, GKE or EKS.
+//!    `volumeBindingMode: Immediate`, `allowVolumeExpansion: true`: dynamically provisioned
+//!    volumes are deleted with their claim and may grow, as with the default class of kind,
+//!    minikube, GKE or EKS. `fixed`, the same without `allowVolumeExpansion`.
 //! 2. A claim without `spec.volumeName` whose class exists (its `storageClassName`, or the
 //!    default class when it names none) gets a PersistentVolume `pvc-<claim uid>`: the claim's
 //!    request as capacity, its access modes, the class's reclaim policy (`Delete` when the class
@@ -16,31 +17,69 @@
 //!    PersistentVolume and its directory; `Retain` keeps both, phase `Released`.
 //! 4. A bound claim whose storage request grew is expanded at once (`status.capacity.storage`
 //!    follows `spec.resources.requests.storage`), and so is its volume.
+//! 5. Admission (the apiserver's `PersistentVolumeClaimResize` plugin, [`admit_resize`]): an
+//!    update that raises a claim's storage request is refused, 403 Forbidden, unless the claim's
+//!    class (rule 2's) has `allowVolumeExpansion: true`.
 
 use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::sim::api_error::ApiError;
 use crate::sim::controllers::{create_with_status, is_deleting, write, write_status};
 use crate::sim::ops::{self, DeleteOptions};
+use crate::sim::resources::Kind;
+use crate::sim::schema::quantity::Quantity;
 use crate::sim::state::State;
 
 /// The default StorageClass's name (rule 1).
 pub const DEFAULT_CLASS: &str = "standard";
 
+/// A StorageClass that does not allow volume expansion (rule 1).
+pub const FIXED_CLASS: &str = "fixed";
+
+/// The resize admission's refusal (rule 5), worded as the apiserver words it.
+pub const RESIZE_REFUSED: &str = "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize";
+
 /// The annotation that marks the default StorageClass.
 const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
 
-/// Creates the default StorageClass (rule 1); called once when the cluster starts.
+/// Creates the StorageClasses (rule 1); called once when the cluster starts.
 pub fn install_default_class(state: &mut State) {
-    let class = json!({
-        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-        "metadata": {"name": DEFAULT_CLASS, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
-        "provisioner": "sim.dbcluster-operator/hostpath",
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-    });
-    create_with_status(state, "storage.k8s.io", "storageclasses", None, class, None);
+    let class = |name: &str| {
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "sim.dbcluster-operator/hostpath",
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+        })
+    };
+    let mut standard = class(DEFAULT_CLASS);
+    standard["metadata"]["annotations"] = json!({DEFAULT_CLASS_ANNOTATION: "true"});
+    standard["allowVolumeExpansion"] = json!(true);
+    for class in [standard, class(FIXED_CLASS)] {
+        create_with_status(state, "storage.k8s.io", "storageclasses", None, class, None);
+    }
+}
+
+/// Refuses (403) an update of claim `old` to `new` that raises its storage request when its class
+/// does not allow expansion (rule 5). The class is rule 2's: the simulator has no
+/// DefaultStorageClass admission writing the default class's name into a new claim.
+pub fn admit_resize(state: &State, kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let request = |claim: &Value| {
+        claim["spec"]["resources"]["requests"]["storage"].as_str().and_then(|q| q.parse::<Quantity>().ok())
+    };
+    let grows = match (request(old), request(new)) {
+        (Some(before), Some(after)) => after.compare(&before).is_gt(),
+        _ => false,
+    };
+    let expandable = || class_of(state, new).is_some_and(|class| class["allowVolumeExpansion"] == true);
+    if grows && !expandable() {
+        let name = new["metadata"]["name"].as_str().unwrap_or_default();
+        return Err(ApiError::forbidden(kind, name, RESIZE_REFUSED));
+    }
+    Ok(())
 }
 
 /// Binds new claims, reclaims released volumes and expands grown claims (rules 2–4).
@@ -186,6 +225,9 @@ mod tests {
         install_default_class(&mut state);
         let class = state.store.get("storageclasses.storage.k8s.io", "", DEFAULT_CLASS).unwrap();
         assert_eq!(class["reclaimPolicy"], "Delete");
+        assert_eq!(class["allowVolumeExpansion"], true);
+        let fixed = state.store.get("storageclasses.storage.k8s.io", "", FIXED_CLASS).unwrap();
+        assert!(fixed["allowVolumeExpansion"].is_null());
         let claim = json!({"spec": {}});
         assert_eq!(class_of(&state, &claim).unwrap()["metadata"]["name"], DEFAULT_CLASS);
         assert!(class_of(&state, &json!({"spec": {"storageClassName": ""}})).is_none());

@@ -1,0 +1,100 @@
+//! Storage growth, end to end on the timer kubelet: a larger `storageSize` grows every instance's
+//! claim (request and capacity) while the StatefulSet's immutable template keeps the old size,
+//! with `Resizing` True until the volumes have grown and then False; on a StorageClass that does
+//! not allow expansion (`fixed`), `Resizing=False, ExpansionNotSupported` says why, one Warning
+//! Event is published, and the refused patch is not retried.
+#![cfg(feature = "sim")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const NAME: &str = "production-postgres";
+const FIXED: &str = "fixed-postgres";
+
+fn storage(
+    quantities: Option<
+        &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+) -> Option<String> {
+    quantities?.get("storage").map(|q| q.0.clone())
+}
+
+async fn grow(cluster: &TestCluster, name: &str) {
+    let patch = json!({"spec": {"storageSize": "2Gi"}});
+    cluster.clusters().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_larger_storage_size_grows_every_claim_and_a_fixed_class_says_why() {
+    let cluster = TestCluster::start().await;
+    let operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    api.create(&PostParams::default(), &sample()).await.unwrap();
+    await_object(&api, NAME, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;
+    assert_eq!(condition(&api.get(NAME).await.unwrap(), "Resizing"), None, "no resize before a growth");
+
+    grow(&cluster, NAME).await;
+    let resizing = |status: &str, reason: &str| {
+        let want = Some((status.to_owned(), reason.to_owned()));
+        move |c: &DatabaseCluster| condition(c, "Resizing") == want
+    };
+    await_object(&api, NAME, "Resizing=True", resizing("True", "ResizeInProgress")).await;
+    await_object(&api, NAME, "Resizing=False", resizing("False", "ResizeComplete")).await;
+    let pvcs: Api<PersistentVolumeClaim> = cluster.api();
+    for ordinal in 0..3 {
+        let claim = pvcs.get(&format!("data-{NAME}-{ordinal}")).await.unwrap();
+        let request = storage(claim.spec.and_then(|s| s.resources).and_then(|r| r.requests).as_ref());
+        let capacity = storage(claim.status.and_then(|s| s.capacity).as_ref());
+        assert_eq!((request.as_deref(), capacity.as_deref()), (Some("2Gi"), Some("2Gi")), "claim {ordinal}");
+    }
+    let sts: Api<StatefulSet> = cluster.api();
+    let template = sts.get(NAME).await.unwrap().spec.unwrap().volume_claim_templates.unwrap();
+    let template_size =
+        storage(template[0].spec.clone().and_then(|s| s.resources).and_then(|r| r.requests).as_ref());
+    assert_eq!(template_size.as_deref(), Some("1Gi"), "the immutable template keeps its size");
+
+    // A class without allowVolumeExpansion: the condition says why, once, and nothing retries.
+    let mut fixed = sample();
+    fixed.metadata.name = Some(FIXED.into());
+    fixed.spec.replicas = 1;
+    fixed.spec.storage_class_name = Some("fixed".into());
+    api.create(&PostParams::default(), &fixed).await.unwrap();
+    await_object(&api, FIXED, "Running 1/1", |c| phase(c) == Some("Running") && ready(c) == 1).await;
+    grow(&cluster, FIXED).await;
+    let refused =
+        await_object(&api, FIXED, "ExpansionNotSupported", resizing("False", "ExpansionNotSupported")).await;
+    let message =
+        &refused.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Resizing").unwrap().message;
+    assert!(message.contains("must support resize"), "{message}");
+    await_event_reasons(&cluster, FIXED, &["ExpansionNotSupported"]).await;
+    let claim = format!("data-{FIXED}-0");
+    let claim_patches = || {
+        cluster
+            .writes()
+            .iter()
+            .filter(|r| r.resource == "persistentvolumeclaims" && r.name.as_deref() == Some(claim.as_str()))
+            .count()
+    };
+    assert_eq!(claim_patches(), 1, "one refused patch");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    reconcile_now(&operator, &key(FIXED)).await;
+    assert_eq!(claim_patches(), 1, "the refused growth is not retried");
+    let warnings = cluster.events_about(FIXED).await;
+    let warnings = warnings.iter().filter(|e| e.reason.as_deref() == Some("ExpansionNotSupported")).count();
+    assert_eq!(warnings, 1, "one Warning Event");
+    let request = storage(
+        pvcs.get(&claim).await.unwrap().spec.and_then(|s| s.resources).and_then(|r| r.requests).as_ref(),
+    );
+    assert_eq!(request.as_deref(), Some("1Gi"));
+    assert_eq!(operator.errors(), 0);
+    operator.stop().await;
+}
