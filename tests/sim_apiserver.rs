@@ -192,7 +192,7 @@ async fn kubectl_explain_reads_the_crd_schema_from_openapi_v3() {
     for field in ["replicas\t<integer> -required-", "storageSize\t<string>", "version\t<string> -required-"] {
         assert!(stdout.contains(field), "{field:?} missing from:\n{stdout}");
     }
-    assert!(stdout.contains("Number of PostgreSQL instances (1 to 10)."), "{stdout}");
+    assert!(stdout.contains("Number of PostgreSQL instances (0 to 10)"), "{stdout}");
     let (ok, stdout, stderr) = kubectl(&cluster.sim, dir.path(), &["explain", "dbc.metadata"]).await;
     assert!(ok && stdout.contains("ObjectMeta is metadata"), "{stdout}{stderr}");
 }
@@ -201,7 +201,7 @@ async fn kubectl_explain_reads_the_crd_schema_from_openapi_v3() {
 async fn every_field_error_comes_in_one_422_the_metadatas_first() {
     let cluster = TestCluster::start().await;
     let bad = json!({"apiVersion": "databases.madmmas.dev/v1alpha1", "kind": "DatabaseCluster",
-        "metadata": {"name": "Bad_Name", "labels": {"app": "-x"}}, "spec": {"replicas": 0, "version": "15.4"}});
+        "metadata": {"name": "Bad_Name", "labels": {"app": "-x"}}, "spec": {"replicas": -1, "version": "15.4"}});
     let (code, message) = refusal(cluster.clusters().create(&PostParams::default(), &from_json(bad)).await);
     assert_eq!(code, 422);
     let (name, label, replicas) = (
@@ -209,7 +209,7 @@ async fn every_field_error_comes_in_one_422_the_metadatas_first() {
         message.find("metadata.labels: Invalid value: \"-x\"").expect(&message),
         message
             .find(
-                "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1",
+                "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
             )
             .expect(&message),
     );
