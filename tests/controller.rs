@@ -222,6 +222,21 @@ impl Harness {
         });
         (stop, task)
     }
+    /// Starts a controller whose reconcile writes ConfigMap `name` with `behaviour`, with its
+    /// `/debug/queue` view; the returned sender stops it.
+    fn run_writer(
+        &self,
+        name: &str,
+        behaviour: Behaviour,
+    ) -> (Introspection, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+        self.recorder.behaviour.lock().insert(name.into(), behaviour);
+        *self.recorder.client.lock() = Some((self.sim.client(), Arc::clone(&self.config_maps)));
+        let controller = self.controller();
+        let debug = Introspection::new();
+        debug.add_controller(controller.probe());
+        let (stop, task) = self.run(controller);
+        (debug, stop, task)
+    }
 }
 
 #[tokio::test]
@@ -398,15 +413,10 @@ async fn a_pass_waits_for_the_cache_to_hold_the_previous_passs_write() {
     // The watch lags 300 ms behind every write: a pass right after its own write would read the
     // old value, and its precondition would fail with 409.
     h.sim.faults().set_watch_event_latency(Duration::from_millis(300));
-    h.recorder.behaviour.lock().insert("counter".into(), Behaviour::CountToThree);
-    *h.recorder.client.lock() = Some((h.sim.client(), Arc::clone(&h.config_maps)));
     h.api::<ConfigMap>().create(&PostParams::default(), &config_map("counter")).await.unwrap();
     h.config_maps.start();
     h.secrets.start();
-    let controller = h.controller();
-    let debug = Introspection::new();
-    debug.add_controller(controller.probe());
-    let (_stop, _task) = h.run(controller);
+    let (debug, _stop, _task) = h.run_writer("counter", Behaviour::CountToThree);
     // `/debug/queue` shows a pass's wait for the previous pass's writes (polled: it is the state
     // between two passes, bounded by the wait for the passes below).
     let waits_shown = std::cell::RefCell::new(Vec::new());
@@ -440,15 +450,10 @@ async fn a_pass_waits_for_the_cache_to_hold_the_previous_passs_write() {
 #[tokio::test(start_paused = true)]
 async fn a_key_whose_passes_keep_writing_is_reported_and_slowed() {
     let h = Harness::start().await;
-    h.recorder.behaviour.lock().insert("flapping".into(), Behaviour::Flap);
-    *h.recorder.client.lock() = Some((h.sim.client(), Arc::clone(&h.config_maps)));
     h.api::<ConfigMap>().create(&PostParams::default(), &config_map("flapping")).await.unwrap();
     h.config_maps.start();
     h.secrets.start();
-    let controller = h.controller();
-    let debug = Introspection::new();
-    debug.add_controller(controller.probe());
-    let (_stop, _task) = h.run(controller);
+    let (debug, _stop, _task) = h.run_writer("flapping", Behaviour::Flap);
     // Ten writing passes are tolerated; from the eleventh the backoff (5 ms, 10 ms, ...) holds it.
     h.recorder.wait_until(|r| r.passes_of("flapping").len() >= 16).await;
     let hot = metric(&h.metrics, "controller_runtime_hot_loop_keys{controller=\"test\"}");
