@@ -8,6 +8,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod cache;
+pub mod causes;
 pub mod client;
 pub mod controller;
 pub mod freshness;

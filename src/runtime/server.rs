@@ -1,4 +1,5 @@
-//! The operator's HTTP endpoints, served with hyper: `/metrics` and `/debug/{queue,cache}` for
+//! The operator's HTTP endpoints, served with hyper: `/metrics`, `/debug/{queue,cache}` and
+//! `/debug/queue/<namespace>/<name>` (one key's last passes: why each ran, what it did) for
 //! people and Prometheus, `/healthz` and `/readyz` for the kubelet. The three groups (metrics,
 //! debug, health) can listen on separate addresses ([`Endpoints`]), as controller-runtime's
 //! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do.
@@ -15,8 +16,13 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::ObjectKey;
 use crate::runtime::introspection::Introspection;
 use crate::runtime::metrics::Metrics;
+
+/// Where one key's history is served: `/debug/queue/<namespace>/<name>` (or `/<name>` for a
+/// cluster-scoped key).
+const KEY_HISTORY_PREFIX: &str = "/debug/queue/";
 
 /// The content type of `/metrics`: `Metrics::encode` writes the OpenMetrics text format.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -115,6 +121,14 @@ pub fn respond(
         }
         "/debug/queue" if endpoints.debug => json(&state.view.queue_report()),
         "/debug/cache" if endpoints.debug => json(&state.view.cache_report()),
+        _ if endpoints.debug && path.starts_with(KEY_HISTORY_PREFIX) => {
+            let key: ObjectKey =
+                path[KEY_HISTORY_PREFIX.len()..].parse().unwrap_or_else(|never| match never {});
+            match state.view.key_history(&key) {
+                Some(history) => json(&history),
+                None => text(StatusCode::NOT_FOUND, &format!("no controller knows {key}\n")),
+            }
+        }
         "/healthz" if endpoints.health => match state.view.liveness() {
             Ok(()) => text(StatusCode::OK, "ok\n"),
             Err(stopped) => text(
@@ -166,5 +180,7 @@ mod tests {
         assert_eq!(status("/debug/queue", Endpoints::DEBUG), StatusCode::OK);
         assert_eq!(status("/debug/cache", Endpoints::METRICS.union(Endpoints::DEBUG)), StatusCode::OK);
         assert_eq!(status("/healthz", Endpoints::ALL), StatusCode::OK);
+        assert_eq!(status("/debug/queue/default/unknown", Endpoints::DEBUG), StatusCode::NOT_FOUND);
+        assert_eq!(status("/debug/queue/default/unknown", Endpoints::METRICS), StatusCode::NOT_FOUND);
     }
 }
