@@ -1,7 +1,7 @@
 //! One cluster, one database (issue 12), with real PostgreSQL 15 through the process kubelet: a
 //! primary with streaming standbys, the `-rw`/`-ro`/`-r` Services, role labels and
 //! `status.instances` from observed facts, Secrets whose passwords the database accepts, scaling
-//! and hibernation, rolling updates and reloads.
+//! and hibernation, storage growth, rolling updates and reloads.
 
 mod common;
 
@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use common::postgres::*;
 use common::*;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 
 const NAME: &str = "production-postgres";
 const NS: &str = "default";
@@ -49,6 +50,8 @@ async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseClus
         let done = status.ready_instances.as_deref() == Some(&format!("{replicas}/{replicas}"))
             && instances.len() == replicas
             && instances.iter().all(|i| i.ready)
+            // Every instance observed in this pass (an unobserved one has role `unknown`).
+            && instances.iter().all(|i| i.role == "primary" || i.role == "replica")
             && instances.iter().filter(|i| i.role == "primary").count() == 1
             && instances
                 .iter()
@@ -96,6 +99,39 @@ async fn pod_uri(cluster: &TestCluster, ip: &str, database: &str) -> String {
 async fn slots(cluster: &TestCluster, primary_ip: &str) -> String {
     let uri = pod_uri(cluster, primary_ip, "postgres").await;
     psql(&uri, "SELECT string_agg(slot_name, ',' ORDER BY slot_name) FROM pg_replication_slots").unwrap()
+}
+
+/// The cluster's `type_` condition status at each change a watch delivers (from now on; repeats
+/// of the same status are left out), so a transient state is seen even if it lasts one pass.
+async fn watch_condition(
+    cluster: &TestCluster,
+    type_: &'static str,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let api = cluster.clusters();
+    let current = api.get(NAME).await.unwrap();
+    let version = current.metadata.resource_version.clone().unwrap();
+    let mut last = condition(&current, type_).map(|(status, _)| status);
+    let mut stream = api
+        .watch(&WatchParams::default().fields(&format!("metadata.name={NAME}")), &version)
+        .await
+        .unwrap()
+        .boxed();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(event) = stream.next().await {
+            let Ok(WatchEvent::Modified(db)) = event else { continue };
+            let status = condition(&db, type_).map(|(status, _)| status);
+            if status != last {
+                last = status.clone();
+                if let Some(status) = status
+                    && tx.send(status).is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+    rx
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,6 +259,35 @@ async fn scaling_clones_and_removes_standbys_and_hibernation_keeps_the_data() {
         }
     }
 
+    // Storage growth on the running cluster: every instance's claim grows, `Resizing` is True
+    // until the volumes report the size and False after, and the data is untouched.
+    let resizing = watch_condition(&cluster, "Resizing").await;
+    patch_spec(&cluster, serde_json::json!({"storageSize": "2Gi"})).await;
+    let seen = within("Resizing True then False", async {
+        let mut seen = Vec::new();
+        let mut resizing = resizing;
+        while let Some(status) = resizing.recv().await {
+            seen.push(status);
+            if seen.ends_with(&["True".to_owned(), "False".to_owned()]) {
+                return seen;
+            }
+        }
+        panic!("the watch ended after {seen:?}")
+    })
+    .await;
+    assert_eq!(seen.first().map(String::as_str), Some("True"), "Resizing appears first: {seen:?}");
+    let pvcs: Api<PersistentVolumeClaim> = cluster.api();
+    for ordinal in 0..3 {
+        let claim = pvcs.get(&format!("data-{NAME}-{ordinal}")).await.unwrap();
+        let request =
+            claim.spec.and_then(|s| s.resources).and_then(|r| r.requests).map(|r| r["storage"].0.clone());
+        let capacity = claim.status.and_then(|s| s.capacity).map(|c| c["storage"].0.clone());
+        assert_eq!((request.as_deref(), capacity.as_deref()), (Some("2Gi"), Some("2Gi")), "claim {ordinal}");
+    }
+    await_streaming(&cluster, 3).await;
+    let rw = uri(&cluster, "production-postgres-app", "production-postgres-rw").await;
+    assert_eq!(psql(&rw, "SELECT count(*) FROM kept").unwrap(), "1000", "the growth kept the data");
+
     patch_spec(&cluster, serde_json::json!({"replicas": 0})).await;
     let api = cluster.clusters();
     eventually_some("Hibernated with no pods", || async {
@@ -231,7 +296,6 @@ async fn scaling_clones_and_removes_standbys_and_hibernation_keeps_the_data() {
         (hibernated && pods(&cluster).await.is_empty()).then_some(())
     })
     .await;
-    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = cluster.api();
     assert!(pvcs.get("data-production-postgres-0").await.is_ok(), "the volumes are kept");
     patch_spec(&cluster, serde_json::json!({"replicas": 3})).await;
     await_streaming(&cluster, 3).await;
@@ -379,7 +443,7 @@ async fn a_cluster_recreated_over_its_kept_volumes_accepts_its_new_secrets() {
         gone.then_some(())
     })
     .await;
-    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = cluster.api();
+    let pvcs: Api<PersistentVolumeClaim> = cluster.api();
     assert!(pvcs.get("data-production-postgres-0").await.is_ok(), "the volume is kept (Retain)");
 
     create(&cluster, 1, &[]).await;
