@@ -364,13 +364,6 @@ async fn claims_follow_the_retention_policy() {
     }
     common::await_absent(&pvcs, "data-db-0", "the set's last claim deleted with it").await;
     common::await_absent(&sts, "kept", "the kept set deleted").await;
-    let left: Vec<String> = pvcs
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|c| c.metadata.name)
-        .collect();
+    let left = common::names(&pvcs).await;
     assert_eq!(left, ["data-kept-0", "data-kept-1"], "Retain keeps every claim");
 }
