@@ -225,38 +225,20 @@ async fn rule2_a_queued_key_accumulates_its_causes_the_last_eight_and_a_count() 
 
 #[tokio::test]
 async fn rule4_the_reconcile_span_carries_the_trigger() {
-    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let sink = Arc::clone(&logs);
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || LogSink(Arc::clone(&sink)))
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let logs = common::Captured::default();
+    let _capture = logs.start("info");
     let setup = Setup::start(&["pg"]).await;
     let (view, _controls) = setup.run(|_| {}, Script::default());
     passes(&view, "pg", 1).await;
     let rv = setup.patch("pg", 1).await;
     passes(&view, "pg", 2).await;
-    let text = String::from_utf8(logs.lock().clone()).unwrap();
-    let line = |trigger: &str| {
-        text.lines().any(|l| l.contains("reconcile{") && l.contains(trigger) && l.ends_with("reconciling"))
-    };
-    assert!(line("trigger=\"listed ConfigMap default/pg added rv="), "{text}");
-    assert!(line(&format!("key=default/pg reconcile_id=")), "{text}");
-    assert!(line(&format!("trigger=\"ConfigMap default/pg modified rv={rv}\"}}")), "{text}");
-}
-
-struct LogSink(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogSink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    // The line the test's reconcile logs inside its span.
+    assert_eq!(logs.count("key=default/pg reconcile_id="), 2);
+    assert_eq!(logs.count("trigger=\"listed ConfigMap default/pg added rv="), 1);
+    assert_eq!(
+        logs.count(&format!("trigger=\"ConfigMap default/pg modified rv={rv}\"}}: causes: reconciling")),
+        1
+    );
 }
 
 #[tokio::test]

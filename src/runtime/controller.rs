@@ -33,7 +33,6 @@
 //! [`recorded`]: crate::runtime::writes::recorded
 //! Reconcile receives only the key and the shared context; it reads objects from the caches.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -710,7 +709,7 @@ where
             self.hot_loops.lock().remove(&key);
             return;
         }
-        let mut history = self.passes.entry(key).or_insert_with(VecDeque::new);
+        let mut history = self.passes.entry(key).or_default();
         while history.len() >= self.config.pass_history.max(1) {
             history.pop_front();
         }
