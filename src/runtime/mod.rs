@@ -17,6 +17,7 @@ pub mod informer;
 pub mod introspection;
 pub mod key;
 pub mod leader;
+pub mod live;
 pub mod manager;
 pub mod metrics;
 pub mod process_metrics;
