@@ -8,23 +8,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
+use dbcluster_operator::runtime::controller::{Controller, ControllerConfig};
 use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-#[derive(Debug, thiserror::Error)]
-#[error("never")]
-struct Never;
-impl ReconcileError for Never {}
-
-async fn reconcile(_: ObjectKey, _: Arc<()>) -> Result<Action, Never> {
-    tracing::info!("reconciling");
-    Ok(Action::Done)
-}
 
 #[tokio::test]
 async fn rule4_the_reconcile_span_carries_the_trigger() {
@@ -39,7 +28,11 @@ async fn rule4_the_reconcile_span_carries_the_trigger() {
     let controller = Controller::new(&informer, ControllerConfig::named("causes"));
     let stop = tokio_util::sync::CancellationToken::new();
     let stopped = stop.clone();
-    tokio::spawn(controller.run(reconcile, Arc::new(()), async move { stopped.cancelled().await }));
+    tokio::spawn(controller.run(
+        common::reconcile_done,
+        Arc::new(()),
+        async move { stopped.cancelled().await },
+    ));
     let pass = |needle: String| {
         let logs = logs.clone();
         common::eventually("the pass's log line", Duration::from_secs(60), move || {
@@ -51,6 +44,6 @@ async fn rule4_the_reconcile_span_carries_the_trigger() {
     let patch = Patch::Merge(json!({"data": {"n": "1"}}));
     let rv =
         api.patch("pg", &PatchParams::default(), &patch).await.unwrap().metadata.resource_version.unwrap();
-    pass(format!("key=default/pg reconcile_id=2 trigger=\"ConfigMap default/pg modified rv={rv}\"}}: causes_log: reconciling")).await;
+    pass(format!("key=default/pg reconcile_id=2 trigger=\"ConfigMap default/pg modified rv={rv}\"}}: causes_log::common: reconciling")).await;
     stop.cancel();
 }

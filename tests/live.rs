@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{http_get, within_limit};
-use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
+use dbcluster_operator::runtime::controller::{Controller, ControllerConfig};
 use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::runtime::introspection::Introspection;
 use dbcluster_operator::runtime::metrics::Metrics;
@@ -23,15 +22,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-
-#[derive(Debug, thiserror::Error)]
-#[error("never")]
-struct Never;
-impl ReconcileError for Never {}
-
-async fn reconcile(_: ObjectKey, _: Arc<()>) -> Result<Action, Never> {
-    Ok(Action::Done)
-}
 
 /// Reads server-sent events from an open `/debug/live` response, one snapshot at a time.
 struct Events {
@@ -80,7 +70,11 @@ async fn the_page_is_self_contained_and_the_stream_shows_a_new_key_within_a_seco
     view.add_controller(controller.probe());
     let stop = CancellationToken::new();
     let stopped = stop.clone();
-    tokio::spawn(controller.run(reconcile, Arc::new(()), async move { stopped.cancelled().await }));
+    tokio::spawn(controller.run(
+        common::reconcile_done,
+        Arc::new(()),
+        async move { stopped.cancelled().await },
+    ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = ServerState { metrics: Arc::new(Metrics::new()), view };
