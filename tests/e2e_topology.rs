@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use common::postgres::*;
 use common::*;
+use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
 const NAME: &str = "production-postgres";
 const NS: &str = "default";
@@ -40,12 +41,14 @@ async fn patch_spec(cluster: &TestCluster, spec: serde_json::Value) {
     cluster.clusters().patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 
-/// Waits until the cluster reports `replicas` ready instances, a primary, and every standby streaming.
+/// Waits until the cluster reports `replicas` ready instances, a primary, and every standby
+/// streaming; on timeout the failure shows the last status seen.
 async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseCluster {
     let api = cluster.clusters();
-    eventually_some(&format!("{replicas} instances ready and streaming"), || async {
-        let db = api.get(NAME).await.ok()?;
-        let status = db.status.as_ref()?;
+    let what = format!("{replicas} instances ready and streaming");
+    eventually_every(&what, REAL_WAIT, REAL_POLL_INTERVAL, || async {
+        let db = api.get(NAME).await.map_err(|e| e.to_string())?;
+        let Some(status) = db.status.as_ref() else { return Err("no status".to_owned()) };
         let instances = &status.instances;
         let done = status.ready_instances.as_deref() == Some(&format!("{replicas}/{replicas}"))
             && instances.len() == replicas
@@ -59,7 +62,11 @@ async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseClus
                 .all(|i| i.replication_state.as_deref() == Some("streaming"))
             && status.current_primary.is_some()
             && status.phase.map(|p| p.as_str()) == Some("Running");
-        done.then_some(db)
+        if done {
+            Ok(db)
+        } else {
+            Err(format!("{:?} {:?}: {instances:?}", status.phase, status.ready_instances))
+        }
     })
     .await
 }
@@ -423,7 +430,8 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
 
 /// Issue 11's password rule: a cluster deleted and re-created over its kept volumes gets new
 /// Secrets, and the database (initialised with the old passwords) accepts the new ones, since each
-/// instance applies its mounted Secrets at start.
+/// instance applies its mounted Secrets at start. Then the same for a Secret of the user's own
+/// (`spec.appSecretName`), its rotation, and a name that does not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_recreated_over_its_kept_volumes_accepts_its_new_secrets() {
     let cluster = process_cluster().await;
@@ -456,6 +464,58 @@ async fn a_cluster_recreated_over_its_kept_volumes_accepts_its_new_secrets() {
     })
     .await;
     assert_eq!(count, "100", "the data is the kept volume's");
+
+    // The user's own app Secret (spec.appSecretName): the database accepts its password; the
+    // operator labels it and changes nothing else; the user's rotation reaches the database.
+    let team = "team-db-credentials";
+    let team_secret = |password: &str| Secret {
+        metadata: kube::api::ObjectMeta { name: Some(team.into()), ..Default::default() },
+        string_data: Some(BTreeMap::from([
+            ("username".to_owned(), "app".to_owned()),
+            ("password".to_owned(), password.to_owned()),
+        ])),
+        ..Secret::default()
+    };
+    secrets.create(&PostParams::default(), &team_secret("chosen-by-the-team-1")).await.unwrap();
+    patch_spec(&cluster, serde_json::json!({"appSecretName": team})).await;
+    let team_uri = |password: &str| {
+        host_uri(&cluster, NS, &format!("postgresql://app:{password}@{NAME}-rw.{NS}.svc:5432/app"))
+    };
+    let logs_in = |password: &'static str| {
+        let uri = team_uri(password);
+        move || {
+            let uri = uri.clone();
+            async move { (psql(&uri, "SELECT count(*) FROM kept").ok()? == "100").then_some(()) }
+        }
+    };
+    eventually_some("the team's password logs in", logs_in("chosen-by-the-team-1")).await;
+    let labelled = secrets.get(team).await.unwrap();
+    let labels = labelled.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(APP_SECRET_OF).map(String::as_str), Some(NAME), "{labels:?}");
+    assert_eq!(labels.len(), 1, "only the operator's label is added: {labels:?}");
+    assert_eq!(secret_value(&labelled, "password"), "chosen-by-the-team-1", "the data is the user's");
+    assert!(labelled.metadata.owner_references.is_none(), "the operator does not own the user's Secret");
+
+    let rotated = serde_json::json!({"stringData": {"password": "chosen-by-the-team-2"}});
+    secrets.patch(team, &PatchParams::default(), &Patch::Merge(&rotated)).await.unwrap();
+    eventually_some("the rotated password logs in", logs_in("chosen-by-the-team-2")).await;
+    let refused = psql(&team_uri("chosen-by-the-team-1"), "SELECT 1").unwrap_err();
+    assert!(refused.contains("password authentication failed"), "{refused}");
+
+    // A Secret that does not exist: the pass fails saying so, as a Warning Event; the data stays.
+    patch_spec(&cluster, serde_json::json!({"appSecretName": "no-such-secret"})).await;
+    eventually_some("a Warning naming the missing Secret", || async {
+        let events = cluster.events_about(NAME).await;
+        events
+            .iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().is_some_and(|n| n.contains("Secret no-such-secret does not exist"))
+            })
+            .then_some(())
+    })
+    .await;
+    assert_eq!(psql(&team_uri("chosen-by-the-team-2"), "SELECT count(*) FROM kept"), Ok("100".into()));
 }
 
 /// Issue 11: an instance that cannot start (a parameter value the server refuses) shows in the
