@@ -51,6 +51,7 @@ const OPERATOR_SETTINGS: &[(&str, &str)] = &[
     ("wal_level", "replica"),
     ("password_encryption", "scram-sha-256"),
     ("wal_log_hints", "on"),
+    ("recovery_target_timeline", "latest"),
 ];
 
 /// PostgreSQL 15's parameters of context `postmaster`: set only at server start.
