@@ -15,8 +15,10 @@
 //!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
 //!    when its Secret is created and read back from it ever after. One log line per child and
 //!    pass: `result=created|updated|none`.
-//! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`] and
-//!    [`super::roll`]): each pod's instance is asked what it is; role labels follow the answers;
+//! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`],
+//!    [`super::failover`] and [`super::roll`]): each pod's instance is asked what it is; a primary
+//!    down for `failoverDelay` is replaced by a standby ([`super::promotion`]), and that pass ends
+//!    there; role labels follow the answers;
 //!    the primary's slots are created and dropped; a configuration that has reached an instance
 //!    is reloaded; a password the primary refuses is set from its Secret (a refused superuser
 //!    password restarts the primary); and the next outdated pod of a roll is deleted. Failures
