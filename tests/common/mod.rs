@@ -282,6 +282,20 @@ where
     .await
 }
 
+/// The names of the objects `api` lists, in the server's order.
+pub async fn names<K>(api: &Api<K>) -> Vec<String>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    api.list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|o| o.meta().name.clone())
+        .collect()
+}
+
 /// Waits until the object `name` is gone.
 pub async fn await_absent<K>(api: &Api<K>, name: &str, what: &str)
 where
