@@ -3,11 +3,13 @@
 //! Keys (mounted at [`CONFIG_MOUNT_PATH`] in every pod):
 //! - `instance.sh`: the instance program ([`INSTANCE_SCRIPT`]): `init` (init container: initdb on
 //!   the primary, `pg_basebackup` over a replication slot on a standby, re-clone when the data is
-//!   missing or from another cluster), `run` (postgres, the mounted Secrets' passwords applied on
-//!   the primary, SIGTERM → fast shutdown), `ready` and `alive` (probes). Its header is its contract.
+//!   missing or from another cluster, `pg_rewind` of data that last ran as a primary the record no
+//!   longer names), `run` (the same preparation, postgres, the mounted Secrets' passwords applied on
+//!   the primary, SIGTERM → fast shutdown, and a watcher that follows a new primary or fences a
+//!   demoted one), `ready` and `alive` (probes). Its header is its contract.
 //! - `primary`: the pod name of the instance that must be primary. The operator's record, not an
 //!   ordinal rule: instance 0 when the cluster is created, and kept as the live ConfigMap says ever
-//!   after (failover, a later issue, changes it).
+//!   after; a failover changes it ([`super::promotion`]).
 //! - `postgresql.conf`: the server's whole configuration file (`config_file`): the operator's
 //!   replication settings, then `spec.postgresConfig`, then [`CONFIG_HASH_PARAMETER`], a hash of
 //!   the rest. PostgreSQL reports the hash of the file on disk in `pg_file_settings` and the hash in
@@ -51,6 +53,7 @@ const OPERATOR_SETTINGS: &[(&str, &str)] = &[
     ("wal_level", "replica"),
     ("password_encryption", "scram-sha-256"),
     ("wal_log_hints", "on"),
+    ("recovery_target_timeline", "latest"),
 ];
 
 /// PostgreSQL 15's parameters of context `postmaster`: set only at server start.

@@ -59,6 +59,9 @@ pub struct InstanceFacts {
     pub config_hash_on_disk: Option<String>,
     /// The configuration hash in force.
     pub config_hash_applied: Option<String>,
+    /// On a standby: how far WAL was received (`pg_last_wal_receive_lsn()`, in bytes); `None` when
+    /// it has not streamed since it started, and on a primary.
+    pub received_lsn: Option<i64>,
     /// On a primary: its standbys as `pg_stat_replication` lists them.
     pub standbys: Vec<StandbyFact>,
     /// On a primary: its physical replication slots.
@@ -167,7 +170,8 @@ pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
             .query_one(
                 "SELECT pg_is_in_recovery(), current_setting('server_version'), \
                  current_setting($1, true), \
-                 (SELECT setting FROM pg_file_settings WHERE name = $1 ORDER BY seqno DESC LIMIT 1)",
+                 (SELECT setting FROM pg_file_settings WHERE name = $1 ORDER BY seqno DESC LIMIT 1), \
+                 pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint",
                 &[&CONFIG_HASH_PARAMETER],
             )
             .await
@@ -177,6 +181,7 @@ pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
             version: row.get::<_, String>(1).split_whitespace().next().unwrap_or_default().to_owned(),
             config_hash_applied: row.get::<_, Option<String>>(2).filter(|s| !s.is_empty()),
             config_hash_on_disk: row.get(3),
+            received_lsn: row.get(4),
             ..InstanceFacts::default()
         };
         if !facts.in_recovery {
@@ -226,6 +231,18 @@ pub async fn drop_slot(client: &Client, target: &Target, slot: &str) -> Result<(
         .map(drop)
         .map_err(|source| postgres_error(target, source))
 }
+
+/// Promotes a standby, waiting up to [`PROMOTE_WAIT_SECONDS`] for it to accept writes.
+pub async fn promote(client: &Client, target: &Target) -> Result<bool, InstanceError> {
+    client
+        .query_one("SELECT pg_promote(true, $1)", &[&PROMOTE_WAIT_SECONDS])
+        .await
+        .map(|row| row.get(0))
+        .map_err(|source| postgres_error(target, source))
+}
+
+/// How long [`promote`] waits for the promotion to finish.
+pub const PROMOTE_WAIT_SECONDS: i32 = 30;
 
 /// Makes the server re-read its configuration files.
 pub async fn reload(client: &Client, target: &Target) -> Result<(), InstanceError> {

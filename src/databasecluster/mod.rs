@@ -6,12 +6,14 @@ pub mod config;
 pub mod credentials;
 pub mod drift;
 pub mod events;
+pub mod failover;
 pub mod failures;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod instance_events;
 pub mod instances;
 pub mod operator;
+pub mod promotion;
 pub mod reconcile;
 pub mod resources;
 pub mod roll;

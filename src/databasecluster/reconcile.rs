@@ -15,8 +15,10 @@
 //!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
 //!    when its Secret is created and read back from it ever after. One log line per child and
 //!    pass: `result=created|updated|none`.
-//! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`] and
-//!    [`super::roll`]): each pod's instance is asked what it is; role labels follow the answers;
+//! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`],
+//!    [`super::failover`] and [`super::roll`]): each pod's instance is asked what it is; a primary
+//!    down for `failoverDelay` is replaced by a standby ([`super::promotion`]), and that pass ends
+//!    there; role labels follow the answers;
 //!    the primary's slots are created and dropped; a configuration that has reached an instance
 //!    is reloaded; a password the primary refuses is set from its Secret (a refused superuser
 //!    password restarts the primary); and the next outdated pod of a roll is deleted. Failures
@@ -60,16 +62,18 @@ use super::config::{
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
 use super::drift::{keep_immutable_fields, needs_update};
 use super::events::{EventNote, EventPublisher, scaling_event, status_events};
+use super::failover::{Decision, decide, failover_delay, with_failover};
 use super::failures::{FAILURE_THRESHOLD, FailureCounts, with_reconcile_error, with_reconcile_success};
 use super::instances::{
     InstanceFacts, Target, check_login, connect, create_slot, drop_slot, observe, reload, set_password,
 };
+use super::promotion::{Promotion, fail_over, set_role_label};
 use super::resources::{
     FIELD_MANAGER, Owner, OwnerError, POSTGRES_PORT, build_headless_service, build_statefulset,
     foreign_controller, headless_service_name, label, statefulset_name,
 };
 use super::roll::{RollStep, next_step};
-use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name, role_labels};
+use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name};
 use super::status::{
     compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_resizing,
 };
@@ -88,6 +92,8 @@ use crate::runtime::writes::{Verb, recorded_as};
 
 /// How long to wait before looking again while replicas are not ready, even without an event.
 pub const CONVERGING_REQUEUE: Duration = Duration::from_secs(10);
+/// How soon to look again while a failover is due or under way.
+const FAILOVER_REQUEUE: Duration = Duration::from_secs(1);
 
 /// What every reconcile pass shares: the client for writes, the caches for reads, the Event
 /// publisher.
@@ -283,13 +289,21 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         now,
     );
     let status = with_instances(status, topology.statuses, topology.current_primary);
+    let status = if spec.replicas > 0 {
+        with_failover(status, &primary_record, &topology.decision, topology.promoted.as_deref(), now)
+    } else {
+        status
+    };
     let status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
     let ready = status.ready_replicas;
     tracing::info!(ready, desired = cluster.spec.replicas, primary = ?status.current_primary, "observed instances");
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || topology.busy || resizing;
     write_status(ctx, cluster, status).await?;
-    if converging {
+    if let Some(soon) = topology.retry_after.filter(|soon| *soon < CONVERGING_REQUEUE) {
+        tracing::info!(?soon, "failover pending; requeuing");
+        Ok(Action::RequeueAfter(soon))
+    } else if converging {
         tracing::info!(ready, desired = cluster.spec.replicas, "converging; requeuing");
         Ok(Action::RequeueAfter(CONVERGING_REQUEUE))
     } else {
@@ -417,14 +431,18 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
             let ordinal = name.strip_prefix(&prefix)?.parse().ok()?;
             let labels = pod.metadata.labels.as_ref();
             let status = pod.status.as_ref();
-            let ready = status
+            let ready_condition = status
                 .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+            let ready = ready_condition.is_some_and(|c| c.status == "True");
+            let not_ready_since =
+                ready_condition.filter(|_| !ready).and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0);
             Some(PodView {
                 name,
                 ordinal,
                 ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
                 ready,
+                not_ready_since,
                 deleting: pod.metadata.deletion_timestamp.is_some(),
                 revision: labels.and_then(|l| l.get(REVISION_LABEL)).cloned(),
                 role_label: labels.and_then(|l| l.get(ROLE_LABEL)).cloned(),
@@ -440,6 +458,12 @@ struct Topology {
     current_primary: Option<String>,
     /// Something is under way (a roll, a reload, a password being applied): look again soon.
     busy: bool,
+    /// Look again no later than this (a failover delay running out, a promotion under way).
+    retry_after: Option<Duration>,
+    /// What [`decide`] said about the recorded primary.
+    decision: Decision,
+    /// The standby this pass promoted.
+    promoted: Option<String>,
 }
 
 /// Observes every instance, then keeps the topology true: role labels, slots, reloads, passwords,
@@ -461,6 +485,9 @@ async fn operate_instances(
             statuses: instance_statuses(pods, &BTreeMap::new()),
             current_primary: None,
             busy: true,
+            retry_after: None,
+            decision: Decision::Healthy,
+            promoted: None,
         };
     };
     let target = |ip: &str, user: &str, password: &str, database: &str| Target {
@@ -496,14 +523,45 @@ async fn operate_instances(
     let mut busy = !facts.is_empty()
         && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
 
+    let decision = if spec.replicas > 0 {
+        decide(primary_record, pods, &facts, failover_delay(cluster), Timestamp::now())
+    } else {
+        Decision::Healthy
+    };
+    if let Decision::Promote { pod: new, resume, down_for, .. } = &decision {
+        let previous = cluster.status.as_ref();
+        let old = match (resume, previous.and_then(|s| s.current_primary.as_deref())) {
+            (true, Some(last)) => last,
+            _ => primary_record,
+        };
+        let lag_bytes =
+            previous.and_then(|s| s.instances.iter().find(|i| &i.name == new)).and_then(|i| i.lag_bytes);
+        let mut promoted = None;
+        if let Some(ip) = pods.iter().find(|p| &p.name == new).and_then(|p| p.ip.as_deref()) {
+            let login = target(ip, su_user, su_password, "postgres");
+            let promotion = Promotion { old, new, resume: *resume, down_for: *down_for, lag_bytes, login };
+            if fail_over(ctx, cluster, owner, spec, &promotion).await {
+                promoted = Some(new.clone());
+            }
+        }
+        // The rest waits for the next pass, which observes the new topology.
+        return Topology {
+            statuses,
+            current_primary: promoted.clone().or(current_primary),
+            busy: true,
+            retry_after: Some(FAILOVER_REQUEUE),
+            decision,
+            promoted,
+        };
+    }
+    let retry_after = match &decision {
+        Decision::Waiting { remaining, .. } => Some(*remaining + FAILOVER_REQUEUE),
+        _ => None,
+    };
+
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
     for (pod, role) in label_changes(pods, &facts) {
-        let patch = json!({"metadata": {"labels": role_labels(role)}});
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
-        match pods_api.patch(&pod, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => tracing::info!(%pod, role, "role label set from the observed role"),
-            Err(error) => tracing::warn!(%pod, %error, "could not set the role label"),
-        }
+        set_role_label(&pods_api, &pod, role).await;
     }
 
     let desired_hash = desired_config_hash(spec);
@@ -589,7 +647,7 @@ async fn operate_instances(
             }
         }
     }
-    Topology { statuses, current_primary, busy }
+    Topology { statuses, current_primary, busy, retry_after, decision, promoted: None }
 }
 
 /// Creates the missing slots and drops the unused ones on the primary; whether anything changed.

@@ -214,6 +214,8 @@ pub fn compute_status(
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
         current_primary: previous.current_primary,
+        target_primary: previous.target_primary,
+        current_primary_timestamp: previous.current_primary_timestamp,
         instances: previous.instances,
     }
 }

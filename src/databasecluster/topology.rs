@@ -37,6 +37,8 @@ pub struct PodView {
     pub ip: Option<String>,
     /// Whether the pod is Ready.
     pub ready: bool,
+    /// When its `Ready` condition last turned false, while it is not ready.
+    pub not_ready_since: Option<jiff::Timestamp>,
     /// Whether the pod is being deleted.
     pub deleting: bool,
     /// The `controller-revision-hash` label.

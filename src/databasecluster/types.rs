@@ -182,7 +182,16 @@ pub struct DatabaseClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub app_secret_name: Option<String>,
+
+    /// Seconds the primary may be not ready before a standby is promoted in its place (default
+    /// 30); `0` disables automatic failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub failover_delay: Option<i32>,
 }
+
+/// The failover delay when `spec.failoverDelay` is unset, in seconds.
+pub const DEFAULT_FAILOVER_DELAY_SECONDS: i32 = 30;
 
 /// Message of the CEL rule that rejects a change of `storageClassName`.
 pub const STORAGE_CLASS_CHANGE_MESSAGE: &str = "storageClassName is immutable";
@@ -245,6 +254,15 @@ pub struct DatabaseClusterStatus {
     /// The instance observed accepting writes (out of recovery).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_primary: Option<String>,
+
+    /// The instance the operator's record names primary (the one that must accept writes): it
+    /// differs from `currentPrimary` while a failover is under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_primary: Option<String>,
+
+    /// When the operator last promoted a standby (a failover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary_timestamp: Option<Time>,
 
     /// Each instance as observed, by ordinal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -183,6 +183,12 @@ impl RunningOperator {
             .sum()
     }
 
+    /// Aborts the operator's task at once, wherever its passes are (a crash, for tests of what
+    /// the next operator finishes).
+    pub fn kill(self) {
+        self.task.abort();
+    }
+
     /// Stops the operator and waits for it to finish. Every e2e test that stops its operator so
     /// checks that the operator's own reconcile is no hot loop (issue 15).
     pub async fn stop(self) {

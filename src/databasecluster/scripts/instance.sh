@@ -1,16 +1,25 @@
 #!/bin/bash
 # dbcluster-operator instance program: bootstraps, runs and probes one PostgreSQL instance of a
 # DatabaseCluster. Shipped by the operator in the ConfigMap `<cluster>-scripts`; uses only the
-# binaries of the `postgres` image (initdb, pg_basebackup, pg_controldata, postgres, psql,
+# binaries of the `postgres` image (initdb, pg_basebackup, pg_rewind, pg_controldata, postgres, psql,
 # pg_isready) and bash.
 #
 #   instance.sh init    (init container) make $PGDATA hold this instance's data in its role:
 #                       the primary initdb's an empty volume; a standby clones the primary with
 #                       pg_basebackup over its replication slot, and re-clones when its data is
-#                       missing or belongs to another cluster (system identifier differs).
-#                       Idempotent: data already in its role is kept.
-#   instance.sh run     (main container) start postgres, apply the passwords of the mounted
-#                       Secrets on the primary, and turn SIGTERM into a fast shutdown.
+#                       missing or belongs to another cluster (system identifier differs). Data
+#                       that last ran as a primary (no standby.signal) while the record names
+#                       another instance is rewound (pg_rewind) against the recorded primary once
+#                       that one accepts writes (or re-cloned when the rewind fails): it never
+#                       starts as a second primary. Idempotent: data already in its role is kept.
+#   instance.sh run     (main container) the same preparation as init (a container restart does
+#                       not rerun init containers), then start postgres, apply the passwords of the
+#                       mounted Secrets on the primary, and turn SIGTERM into a fast shutdown.
+#                       While it runs, a watcher reads the record every second: a standby whose
+#                       record names a new primary points primary_conninfo at it and reloads
+#                       (recovery_target_timeline is latest, so it follows the promotion); a
+#                       server out of recovery that the record no longer names primary is fenced:
+#                       fast shutdown, after which the container restarts and rejoins as a standby.
 #   instance.sh ready   (readiness probe) accepting connections in its role.
 #   instance.sh alive   (startup/liveness probe) the server answers on its socket.
 #
@@ -50,12 +59,20 @@ primary_host() {
 # The replication slot of an instance: its ordinal, so that names stay within PostgreSQL's limit.
 slot_name() { echo "instance_${POD_NAME##*-}"; }
 
-# A private copy of the replication password for libpq (mode 0600, as libpq requires).
+pgpass_escape() { sed -e 's/\\/\\\\/g' -e 's/:/\\:/g'; }
+
+# A private copy of the replication and superuser passwords for libpq (mode 0600, as libpq
+# requires): replication for cloning and streaming, the superuser for pg_rewind's source.
 write_pgpass() {
-    local pass tmp
-    pass=$(secret replication password | sed -e 's/\\/\\\\/g' -e 's/:/\\:/g')
-    tmp="$PGPASSFILE.tmp"
-    (umask 077 && printf '*:*:*:%s:%s\n' "$(secret replication username)" "$pass" >"$tmp")
+    local tmp="$PGPASSFILE.tmp" login
+    (
+        umask 077
+        : >"$tmp"
+        for login in replication superuser; do
+            printf '*:*:*:%s:%s\n' "$(secret "$login" username | pgpass_escape)" \
+                "$(secret "$login" password | pgpass_escape)" >>"$tmp"
+        done
+    )
     mv -f "$tmp" "$PGPASSFILE"
 }
 
@@ -64,6 +81,16 @@ replication_conninfo() {
 }
 
 local_sysid() { pg_controldata "$PGDATA" | sed -n 's/^Database system identifier: *//p'; }
+
+# The recorded primary as the superuser (pg_rewind's source).
+superuser_conninfo() {
+    echo "host=$(primary_host) port=$DBC_PORT user=$(secret superuser username) dbname=postgres passfile=$PGPASSFILE connect_timeout=5"
+}
+
+# Whether the recorded primary answers and accepts writes.
+primary_writable() {
+    [ "$(psql "$(superuser_conninfo)" -XtAc 'SELECT NOT pg_is_in_recovery()' 2>/dev/null || true)" = t ]
+}
 
 # The primary's system identifier over a replication connection; empty when unreachable.
 primary_sysid() {
@@ -111,6 +138,7 @@ init_standby() {
             log "primary unreachable: keeping the data (system identifier $mine)"
         fi
     fi
+    if has_data && [ ! -f "$PGDATA/standby.signal" ]; then rejoin; fi
     until has_data; do
         log "cloning $(primary_host) over slot $(slot_name)"
         rm -rf "$PGDATA.new"
@@ -126,11 +154,30 @@ init_standby() {
     set_auto_conf "$(replication_conninfo)" "$(slot_name)"
 }
 
-init() {
+# Data that last ran as a primary, while the record names another instance: wait until that one
+# accepts writes, then rewind onto its timeline (pg_rewind finishes a crash recovery first), or
+# re-clone when the rewind fails. Until then this instance does not start at all.
+rejoin() {
+    until primary_writable; do
+        log "this instance's data last ran as primary; waiting for $(primary_host) to accept writes before rewinding"
+        sleep 2
+    done
+    log "rewinding onto $(primary_host)'s timeline"
+    if pg_rewind -D "$PGDATA" --source-server="$(superuser_conninfo)" >&2; then
+        log "rewound"
+    else
+        log "pg_rewind failed: re-cloning"
+        rm -rf "$PGDATA"
+    fi
+}
+
+prepare() {
     mkdir -p "$(dirname "$PGDATA")" "$DBC_RUN"
     if is_primary; then init_primary; else init_standby; fi
     chmod 0700 "$PGDATA"
 }
+
+init() { prepare; }
 
 psql_local() { psql -X -v ON_ERROR_STOP=1 -h "$DBC_RUN" -p "$DBC_PORT" -U "$(secret superuser username)" -d postgres "$@"; }
 
@@ -160,10 +207,34 @@ SELECT format('CREATE DATABASE %I OWNER %I', :'app_db', :'app_user')
 SQL
 }
 
+# The watcher (see the header): follows a new primary, fences a demoted one. Runs until postgres
+# exits; `$1` is the postmaster's pid.
+watch_record() {
+    local pid=$1 followed recorded recovery
+    followed=$(primary_name)
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        recorded=$(primary_name)
+        [ "$recorded" = "$POD_NAME" ] && continue
+        recovery=$(psql_local -tAc 'SELECT pg_is_in_recovery()' 2>/dev/null || true)
+        if [ "$recovery" = f ]; then
+            log "fencing: the record names $recorded primary; fast shutdown, then rejoin as its standby"
+            kill -INT "$pid" 2>/dev/null || true
+            return
+        fi
+        if [ "$recovery" = t ] && [ "$recorded" != "$followed" ]; then
+            log "following the new primary $recorded"
+            write_pgpass
+            set_auto_conf "$(replication_conninfo)" "$(slot_name)"
+            psql_local -qc 'SELECT pg_reload_conf()' >/dev/null && followed=$recorded
+        fi
+    done
+}
+
 run() {
     local pid
-    mkdir -p "$DBC_RUN"
     rm -f "$DBC_RUN/credentials-applied"
+    prepare
     postgres -D "$PGDATA" \
         -c config_file="$DBC_CONFIG/postgresql.conf" \
         -c hba_file="$DBC_CONFIG/pg_hba.conf" \
@@ -186,6 +257,7 @@ run() {
         fi
     fi
     touch "$DBC_RUN/credentials-applied"
+    watch_record "$pid" &
     # `wait` returns early (status > 128) when the trap runs; wait again for the server's own status.
     local status=0 again
     while :; do

@@ -1,0 +1,331 @@
+//! Failover, decided purely: whether the recorded primary is down long enough that a standby must
+//! be promoted in its place, which one, and what the status says about it.
+//!
+//! The record is the `primary` key of the `<name>-scripts` ConfigMap ([`super::config`]): the
+//! instance that must accept writes. Every instance reads it when it starts (and a watcher reads
+//! it while it runs), so changing it is what makes a standby the primary and the old primary a
+//! standby (the instance program's contract). Rules:
+//! 1. The recorded primary's pod is ready → nothing to do.
+//! 2. The recorded instance answers in recovery while no instance accepts writes → a failover
+//!    was interrupted after the record changed (an operator restart): promote it now, whatever
+//!    the delay says (the record already moved).
+//! 3. Another instance accepts writes → nothing to do (the cache is behind a failover just made).
+//! 4. Otherwise the primary is down since its pod's `Ready` condition last turned false (now, when
+//!    the pod is missing or being deleted). `spec.failoverDelay: 0` → nothing is promoted; down for
+//!    less than the delay → wait; then the ready standby that has streamed since it started
+//!    (`pg_last_wal_receive_lsn()` not null) with the most WAL received is promoted (ties: the
+//!    lowest ordinal), or nothing when there is none.
+//!
+//! Condition `PrimaryAvailable` says which of these holds (not set while hibernated).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::events::{EventNote, EventType};
+use super::instances::InstanceFacts;
+use super::status::ConditionSetter;
+use super::topology::PodView;
+use super::types::{DEFAULT_FAILOVER_DELAY_SECONDS, DatabaseCluster, DatabaseClusterStatus};
+
+/// Condition type: whether the recorded primary accepts writes.
+pub const PRIMARY_AVAILABLE: &str = "PrimaryAvailable";
+
+/// Reasons of [`PRIMARY_AVAILABLE`].
+pub mod reason {
+    /// True: the recorded primary is ready.
+    pub const PRIMARY_READY: &str = "PrimaryReady";
+    /// False: not ready, the failover delay has not passed.
+    pub const PRIMARY_NOT_READY: &str = "PrimaryNotReady";
+    /// False: not ready, and `spec.failoverDelay` is 0.
+    pub const FAILOVER_DISABLED: &str = "FailoverDisabled";
+    /// False: not ready, and no standby can take over.
+    pub const NO_FAILOVER_CANDIDATE: &str = "NoFailoverCandidate";
+    /// False: a standby is being promoted.
+    pub const FAILING_OVER: &str = "FailingOver";
+}
+
+/// What to do about the recorded primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The recorded primary is ready, or another instance accepts writes.
+    Healthy,
+    /// Down for `down_for`; a failover may come after `remaining`.
+    Waiting {
+        /// How long the primary has been not ready.
+        down_for: Duration,
+        /// How long until the delay has passed.
+        remaining: Duration,
+    },
+    /// Down, and automatic failover is disabled.
+    Disabled {
+        /// How long the primary has been not ready.
+        down_for: Duration,
+    },
+    /// Down past the delay, and no standby can take over.
+    NoCandidate {
+        /// How long the primary has been not ready.
+        down_for: Duration,
+    },
+    /// Promote `pod`.
+    Promote {
+        /// The standby to promote.
+        pod: String,
+        /// WAL it has received, in bytes.
+        received_lsn: Option<i64>,
+        /// The record already names it (an interrupted failover is being finished).
+        resume: bool,
+        /// How long the primary has been not ready.
+        down_for: Duration,
+    },
+}
+
+/// `spec.failoverDelay`: `None` when failover is disabled.
+pub fn failover_delay(cluster: &DatabaseCluster) -> Option<Duration> {
+    let seconds = cluster.spec.failover_delay.unwrap_or(DEFAULT_FAILOVER_DELAY_SECONDS);
+    (seconds > 0).then(|| Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
+}
+
+/// The decision for the instances `pods` (with what each said, `facts`) whose record names
+/// `record` primary; see the module docs.
+pub fn decide(
+    record: &str,
+    pods: &[PodView],
+    facts: &BTreeMap<String, InstanceFacts>,
+    delay: Option<Duration>,
+    now: Timestamp,
+) -> Decision {
+    let live = |pod: &&PodView| !pod.deleting;
+    let recorded = pods.iter().filter(live).find(|pod| pod.name == record);
+    let accepting_writes =
+        pods.iter().filter(live).any(|pod| facts.get(&pod.name).is_some_and(|f| !f.in_recovery));
+    let recorded_in_recovery = recorded.and_then(|pod| facts.get(&pod.name)).is_some_and(|f| f.in_recovery);
+    if recorded_in_recovery && !accepting_writes {
+        let received_lsn = facts.get(record).and_then(|f| f.received_lsn);
+        return Decision::Promote {
+            pod: record.to_owned(),
+            received_lsn,
+            resume: true,
+            down_for: Duration::ZERO,
+        };
+    }
+    if recorded.is_some_and(|pod| pod.ready) || accepting_writes {
+        return Decision::Healthy;
+    }
+    let since = recorded.and_then(|pod| pod.not_ready_since).unwrap_or(now);
+    let down_for = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
+    let Some(delay) = delay else { return Decision::Disabled { down_for } };
+    if down_for < delay {
+        return Decision::Waiting { down_for, remaining: delay - down_for };
+    }
+    let candidate = pods
+        .iter()
+        .filter(live)
+        .filter(|pod| pod.ready && pod.name != record)
+        .filter_map(|pod| {
+            let found = facts.get(&pod.name).filter(|f| f.in_recovery)?;
+            Some((found.received_lsn?, pod))
+        })
+        .max_by_key(|(lsn, pod)| (*lsn, std::cmp::Reverse(pod.ordinal)));
+    match candidate {
+        Some((lsn, pod)) => {
+            Decision::Promote { pod: pod.name.clone(), received_lsn: Some(lsn), resume: false, down_for }
+        }
+        None => Decision::NoCandidate { down_for },
+    }
+}
+
+/// `status` after this pass's `decision` about `record`: `targetPrimary`, `PrimaryAvailable`,
+/// and (when `promoted`) `currentPrimary` and `currentPrimaryTimestamp`.
+pub fn with_failover(
+    mut status: DatabaseClusterStatus,
+    record: &str,
+    decision: &Decision,
+    promoted: Option<&str>,
+    now: Timestamp,
+) -> DatabaseClusterStatus {
+    let target = promoted.unwrap_or(record);
+    status.target_primary = Some(target.to_owned());
+    if let Some(pod) = promoted {
+        status.current_primary = Some(pod.to_owned());
+        status.current_primary_timestamp = Some(Time(Timestamp::from_second(now.as_second()).unwrap_or(now)));
+    }
+    // No durations in the messages: a message that changed every pass would be a status write
+    // every pass.
+    let (state, reason, message) = match decision {
+        Decision::Healthy => ("True", reason::PRIMARY_READY, format!("{record} accepts writes")),
+        Decision::Waiting { down_for, remaining } => (
+            "False",
+            reason::PRIMARY_NOT_READY,
+            format!(
+                "{record} is not ready; a standby is promoted once it has been for {}s",
+                (*down_for + *remaining).as_secs()
+            ),
+        ),
+        Decision::Disabled { .. } => (
+            "False",
+            reason::FAILOVER_DISABLED,
+            format!("{record} is down (not ready); automatic failover is disabled (spec.failoverDelay: 0)"),
+        ),
+        Decision::NoCandidate { .. } => (
+            "False",
+            reason::NO_FAILOVER_CANDIDATE,
+            format!("{record} is down (not ready) and no ready standby has streamed since it started"),
+        ),
+        Decision::Promote { pod, .. } => {
+            ("False", reason::FAILING_OVER, format!("promoting {pod} in place of {record}"))
+        }
+    };
+    let mut conditions = ConditionSetter::new(status.conditions, status.observed_generation, now);
+    conditions.set(PRIMARY_AVAILABLE, state, reason, message);
+    status.conditions = conditions.into_inner();
+    status
+}
+
+/// The Warning Event of a failover starting: `old` down, `new` promoted, and how far `new` was
+/// behind when last observed (`lag_bytes`).
+pub fn failing_over(old: &str, new: &str, down_for: Duration, lag_bytes: Option<i64>) -> EventNote {
+    let behind = match lag_bytes {
+        Some(lag) => format!("{lag} bytes of WAL behind {old} when last observed"),
+        None => "its lag behind the old primary unknown".to_owned(),
+    };
+    EventNote::new(
+        EventType::Warning,
+        reason::FAILING_OVER,
+        "Failover",
+        format!("{old} has not been ready for {}s: promoting {new} ({behind})", down_for.as_secs()),
+    )
+}
+
+/// The Warning Event of a finished failover. Replication is asynchronous, so transactions `old`
+/// acknowledged but `new` had not received are lost.
+pub fn failed_over(old: &str, new: &str) -> EventNote {
+    EventNote::new(
+        EventType::Warning,
+        "FailedOver",
+        "Failover",
+        format!(
+            "{new} is the primary in place of {old}; replication is asynchronous, so transactions {old} acknowledged after the last WAL {new} received are lost"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ordinal: i32, ready: bool) -> PodView {
+        PodView { name: format!("db-{ordinal}"), ordinal, ready, ..PodView::default() }
+    }
+
+    fn standby(received: Option<i64>) -> InstanceFacts {
+        InstanceFacts { in_recovery: true, received_lsn: received, ..InstanceFacts::default() }
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    fn down_primary(since: i64) -> PodView {
+        PodView { not_ready_since: Some(at(since)), ..pod(0, false) }
+    }
+
+    const DELAY: Option<Duration> = Some(Duration::from_secs(30));
+
+    #[test]
+    fn a_ready_primary_is_left_alone() {
+        let pods = [pod(0, true), pod(1, true)];
+        let facts = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
+        assert_eq!(decide("db-0", &pods, &facts, DELAY, at(100)), Decision::Healthy);
+    }
+
+    #[test]
+    fn the_standby_with_the_most_wal_is_promoted_after_the_delay() {
+        let pods = [down_primary(0), pod(1, true), pod(2, true), pod(3, false)];
+        let facts = BTreeMap::from([
+            ("db-1".to_owned(), standby(Some(100))),
+            ("db-2".to_owned(), standby(Some(200))),
+            ("db-3".to_owned(), standby(Some(900))),
+        ]);
+        assert_eq!(
+            decide("db-0", &pods, &facts, DELAY, at(10)),
+            Decision::Waiting { down_for: Duration::from_secs(10), remaining: Duration::from_secs(20) }
+        );
+        assert_eq!(
+            decide("db-0", &pods, &facts, DELAY, at(30)),
+            Decision::Promote {
+                pod: "db-2".into(),
+                received_lsn: Some(200),
+                resume: false,
+                down_for: Duration::from_secs(30)
+            },
+            "db-3 has more WAL but is not ready"
+        );
+        let tie =
+            BTreeMap::from([("db-1".to_owned(), standby(Some(5))), ("db-2".to_owned(), standby(Some(5)))]);
+        assert!(
+            matches!(decide("db-0", &pods, &tie, DELAY, at(30)), Decision::Promote { pod, .. } if pod == "db-1")
+        );
+    }
+
+    #[test]
+    fn nothing_is_promoted_when_disabled_or_without_a_standby_that_streamed() {
+        let pods = [down_primary(0), pod(1, true)];
+        let streamed = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
+        assert_eq!(
+            decide("db-0", &pods, &streamed, None, at(600)),
+            Decision::Disabled { down_for: Duration::from_secs(600) }
+        );
+        let never = BTreeMap::from([("db-1".to_owned(), standby(None))]);
+        assert_eq!(
+            decide("db-0", &pods, &never, DELAY, at(60)),
+            Decision::NoCandidate { down_for: Duration::from_secs(60) }
+        );
+    }
+
+    #[test]
+    fn an_interrupted_failover_is_finished_and_never_makes_a_second_primary() {
+        // The record names db-1, still in recovery, and nothing accepts writes: promote it.
+        let pods = [down_primary(0), pod(1, false)];
+        let facts = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
+        assert!(matches!(
+            decide("db-1", &pods, &facts, None, at(1)),
+            Decision::Promote { pod, resume: true, .. } if pod == "db-1"
+        ));
+        // Some instance already accepts writes (a cache behind the record): nothing is promoted.
+        let primary = InstanceFacts { in_recovery: false, ..InstanceFacts::default() };
+        let facts = BTreeMap::from([("db-1".to_owned(), primary), ("db-2".to_owned(), standby(Some(1)))]);
+        let pods = [down_primary(0), pod(1, true), pod(2, true)];
+        assert_eq!(decide("db-0", &pods, &facts, DELAY, at(600)), Decision::Healthy);
+    }
+
+    #[test]
+    fn the_status_says_the_primary_is_down_and_when_a_standby_was_promoted() {
+        let down = Decision::Disabled { down_for: Duration::from_secs(42) };
+        let status = with_failover(DatabaseClusterStatus::default(), "db-0", &down, None, at(0));
+        let later = Decision::Disabled { down_for: Duration::from_secs(43) };
+        let again = with_failover(status.clone(), "db-0", &later, None, at(1));
+        assert_eq!(again, status, "a primary down for longer is no new status (no write per pass)");
+        let condition = status.conditions.iter().find(|c| c.type_ == PRIMARY_AVAILABLE).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", reason::FAILOVER_DISABLED)
+        );
+        assert!(condition.message.contains("db-0 is down"), "{}", condition.message);
+        assert_eq!(status.target_primary.as_deref(), Some("db-0"));
+        assert_eq!(status.current_primary_timestamp, None);
+
+        let promote = Decision::Promote {
+            pod: "db-1".into(),
+            received_lsn: None,
+            resume: false,
+            down_for: Duration::ZERO,
+        };
+        let status = with_failover(status, "db-0", &promote, Some("db-1"), at(5));
+        assert_eq!(status.target_primary.as_deref(), Some("db-1"));
+        assert_eq!(status.current_primary.as_deref(), Some("db-1"));
+        assert_eq!(status.current_primary_timestamp, Some(Time(at(5))));
+    }
+}

@@ -1,0 +1,100 @@
+//! Promoting a standby (the I/O of a failover decided in [`super::failover`]), in an order that
+//! an operator stopped at any point finishes from what it observes, and that never yields two
+//! primaries:
+//! 1. Event `FailingOver`; the old primary's role label becomes `replica`, so `<name>-rw` can no
+//!    longer reach it even if it comes back before it reads the record.
+//! 2. The record (`primary` in the `<name>-scripts` ConfigMap) names the new primary. From here
+//!    on the old primary, when it starts or while it runs, fences itself and rejoins as a standby
+//!    (the instance program); a restarted operator sees the recorded instance in recovery with no
+//!    primary and resumes at step 3 ([`super::failover`] rule 2).
+//! 3. `pg_promote()` on the new primary, waiting until it accepts writes.
+//! 4. Its role label becomes `primary` (`<name>-rw` follows); Event `FailedOver`.
+//!
+//! A failing step is logged and the pass goes on; the next pass decides again.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use super::config::{build_config_map, config_map_name};
+use super::failover::{failed_over, failing_over};
+use super::instances::{Target, connect, promote};
+use super::reconcile::Context;
+use super::resources::{FIELD_MANAGER, Owner};
+use super::services::{ROLE_PRIMARY, ROLE_REPLICA, role_labels};
+use super::types::DatabaseCluster;
+use super::validation::ValidSpec;
+
+/// One failover to carry out.
+#[derive(Debug)]
+pub struct Promotion<'a> {
+    /// The primary being replaced (the record before the failover).
+    pub old: &'a str,
+    /// The standby to promote.
+    pub new: &'a str,
+    /// The record already names `new` (steps 1 and 2 were done by an earlier pass).
+    pub resume: bool,
+    /// How long `old` has been not ready.
+    pub down_for: Duration,
+    /// How far `new` was behind `old` when last observed.
+    pub lag_bytes: Option<i64>,
+    /// The superuser's login to `new`.
+    pub login: Target,
+}
+
+/// Carries out `promotion` (see the module docs); whether `new` now accepts writes.
+pub async fn fail_over(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    promotion: &Promotion<'_>,
+) -> bool {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    let Promotion { old, new, .. } = *promotion;
+    if !promotion.resume {
+        tracing::warn!(%old, %new, down_for = ?promotion.down_for, "failover: promoting a standby");
+        ctx.events.publish(cluster, &failing_over(old, new, promotion.down_for, promotion.lag_bytes)).await;
+        set_role_label(&pods, old, ROLE_REPLICA).await;
+        let record = build_config_map(owner, spec, new);
+        let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), owner.namespace());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if let Err(error) =
+            configmaps.patch(&config_map_name(owner.name()), &params, &Patch::Apply(&record)).await
+        {
+            tracing::warn!(%new, %error, "failover: could not record the new primary; retrying on the next pass");
+            return false;
+        }
+        tracing::info!(%new, "failover: the record names the new primary");
+    }
+    let result = async { promote(&connect(&promotion.login).await?, &promotion.login).await }.await;
+    match result {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(%new, "failover: the promotion did not finish in time; retrying on the next pass");
+            return false;
+        }
+        Err(error) => {
+            tracing::warn!(%new, %error, "failover: could not promote; retrying on the next pass");
+            return false;
+        }
+    }
+    set_role_label(&pods, new, ROLE_PRIMARY).await;
+    tracing::info!(%old, %new, "failover: done");
+    ctx.events.publish(cluster, &failed_over(old, new)).await;
+    true
+}
+
+/// Sets `pod`'s role label (a merge patch of that one label); failures are logged.
+pub async fn set_role_label(pods: &Api<Pod>, pod: &str, role: &str) {
+    let patch = json!({"metadata": {"labels": role_labels(role)}});
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+    match pods.patch(pod, &params, &Patch::Merge(&patch)).await {
+        Ok(_) => tracing::info!(%pod, role, "role label set"),
+        Err(kube::Error::Api(status)) if status.is_not_found() => {}
+        Err(error) => tracing::warn!(%pod, %error, "could not set the role label"),
+    }
+}
