@@ -184,8 +184,7 @@ impl Fixture {
         let name = format!("db-{ordinal}");
         let pod = self.pods.iter_mut().find(|p| p.name == name).unwrap();
         let mut child = pod.child.take().unwrap();
-        let pid = child.id().unwrap().to_string();
-        std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        signal(child.id().unwrap(), libc::SIGTERM, false);
         let status = within("a fast shutdown", child.wait()).await.unwrap();
         assert!(
             status.success(),
@@ -201,10 +200,22 @@ impl Drop for Fixture {
             if let Some(child) = &pod.child
                 && let Some(pid) = child.id()
             {
-                let _ = std::process::Command::new("kill").args(["-KILL", &format!("-{pid}")]).status();
+                signal(pid, libc::SIGKILL, true);
             }
         }
     }
+}
+
+/// Sends `signal` to the process `pid`, or to the process group it leads, by the system call.
+/// (Never through `kill(1)`: procps' `kill -KILL -<pid>` without `--` can end up as
+/// `kill(-1, SIGKILL)`, which as root ends every process on the machine.)
+fn signal(pid: u32, signal: libc::c_int, group: bool) {
+    let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");
+    assert!(pid > 1, "refusing to signal pid {pid}");
+    // SAFETY: plain system calls on a child this fixture spawned and has not reaped (its pid, and
+    // its process group: it was spawned with `process_group(0)`).
+    let sent = unsafe { if group { libc::killpg(pid, signal) } else { libc::kill(pid, signal) } };
+    assert!(sent == 0 || group, "kill({pid}, {signal}) failed: {}", std::io::Error::last_os_error());
 }
 
 fn write_files(dir: &Path, files: BTreeMap<String, String>) {

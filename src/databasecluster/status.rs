@@ -88,6 +88,8 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        backups: previous.backups,
+        restored_from: previous.restored_from,
         ..DatabaseClusterStatus::default()
     }
 }
@@ -196,6 +198,8 @@ pub fn compute_status(
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        backups: previous.backups,
+        restored_from: previous.restored_from,
         current_primary: previous.current_primary,
         instances: previous.instances,
     }

@@ -219,6 +219,12 @@ impl SimServer {
         self.cluster.node.resolve(namespace, name)
     }
 
+    /// Moves the simulated controller manager's clock `by` ahead (CronJobs fire at their
+    /// scheduled times on it), for tests whose pods are real processes and so cannot pause time.
+    pub fn advance_controller_clock(&self, by: std::time::Duration) {
+        self.cluster.advance_controller_clock(by);
+    }
+
     /// Fault injection for tests.
     pub fn faults(&self) -> &Faults {
         &self.cluster.faults
