@@ -1,6 +1,6 @@
 //! Backups through the operator on the simulator (timer kubelet: a Job succeeds after
-//! `job_duration`, or fails when a fault says so), on a paused clock that also drives the
-//! simulated CronJob controller: the CronJob and its Jobs, the status from the Jobs' real
+//! `job_duration`, or fails when a fault says so), on a paused clock; the simulated CronJob
+//! controller's clock is moved a minute ahead for each scheduled run: the CronJob and its Jobs, the status from the Jobs' real
 //! outcomes, on-demand backups once per token, the schedule checked by the cron parser, and what
 //! deleting the cluster keeps. The backup program itself runs against real PostgreSQL in
 //! `tests/backup_script.rs`.
@@ -16,6 +16,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const NAME: &str = "production-postgres";
+const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn with_backup(backup: serde_json::Value) -> DatabaseCluster {
     let mut cluster = serde_json::to_value(sample()).unwrap();
@@ -60,6 +61,8 @@ async fn scheduled_backups_run_from_a_forbid_cronjob_and_a_failure_is_reported_t
     let volume = await_object(&pvcs, "production-postgres-backups", "the backup volume", |_| true).await;
     assert_eq!(volume.metadata.owner_references.unwrap_or_default(), vec![], "kept by default");
 
+    // Each run is due a minute later on the controllers' clock: move it rather than wait for it.
+    cluster.sim.advance_controller_clock(MINUTE);
     let done = await_object(&cluster.clusters(), NAME, "a scheduled backup succeeded", |c| {
         last_backup(c).is_some_and(|(s, _)| s == "True")
     })
@@ -70,6 +73,7 @@ async fn scheduled_backups_run_from_a_forbid_cronjob_and_a_failure_is_reported_t
 
     // The next scheduled Job fails: reported with the Job's reason and a Warning Event.
     cluster.sim.faults().fail_next_jobs(1);
+    cluster.sim.advance_controller_clock(MINUTE);
     let failed = await_object(&cluster.clusters(), NAME, "a scheduled backup failed", |c| {
         last_backup(c).is_some_and(|(s, _)| s == "False")
     })
@@ -81,6 +85,7 @@ async fn scheduled_backups_run_from_a_forbid_cronjob_and_a_failure_is_reported_t
     assert_eq!(warning.unwrap().type_.as_deref(), Some("Warning"));
 
     // The schedule still runs, and the next success flips both conditions back.
+    cluster.sim.advance_controller_clock(MINUTE);
     let healed = await_object(&cluster.clusters(), NAME, "a later backup succeeded", |c| {
         last_backup(c).is_some_and(|(s, _)| s == "True")
     })
@@ -166,6 +171,7 @@ async fn deleting_the_cluster_removes_cronjob_and_jobs_and_keeps_the_volume_unle
         let mut dbc = with_backup(json!({"schedule": "* * * * *"}));
         dbc.spec.pvc_retention = serde_json::from_value(json!(retention)).unwrap();
         cluster.clusters().create(&PostParams::default(), &dbc).await.unwrap();
+        cluster.sim.advance_controller_clock(MINUTE);
         await_object(&cluster.clusters(), NAME, "a backup ran", |c| {
             last_backup(c).is_some_and(|(s, _)| s == "True")
         })

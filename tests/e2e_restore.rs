@@ -109,11 +109,18 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
     api.create(&PostParams::default(), &database(SOURCE, 2, json!({"backup": backup}))).await.unwrap();
     await_streaming(&cluster, SOURCE, 2).await;
     let source_rw = app_uri(&cluster, SOURCE, "rw").await;
-    psql(&source_rw, "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items SELECT generate_series(1, 100)")
-        .unwrap();
+    psql(
+        &source_rw,
+        "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items SELECT generate_series(1, 100)",
+    )
+    .unwrap();
 
-    patch(&cluster, SOURCE, json!({"metadata": {"annotations": {"databases.madmmas.dev/backup-now": "first"}}}))
-        .await;
+    patch(
+        &cluster,
+        SOURCE,
+        json!({"metadata": {"annotations": {"databases.madmmas.dev/backup-now": "first"}}}),
+    )
+    .await;
     let backed_up = eventually_some("the on-demand backup succeeded", || async {
         let db = api.get(SOURCE).await.ok()?;
         let (state, _, _) = condition_of(&db, "LastBackupSucceeded")?;
@@ -133,7 +140,9 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
 
     // Restored from `latest`: exactly the rows the backup holds; it takes writes and replicates.
     let bootstrap = json!({"fromBackup": {"cluster": SOURCE, "backup": "latest"}});
-    api.create(&PostParams::default(), &database(RESTORED, 2, json!({"bootstrap": bootstrap}))).await.unwrap();
+    api.create(&PostParams::default(), &database(RESTORED, 2, json!({"bootstrap": bootstrap})))
+        .await
+        .unwrap();
     await_streaming(&cluster, RESTORED, 2).await;
     let restored = api.get(RESTORED).await.unwrap();
     let from = restored.status.as_ref().unwrap().restored_from.clone().expect("status.restoredFrom");
@@ -178,12 +187,17 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
     patch(&cluster, SOURCE, json!({"spec": {"replicas": 0, "backup": {"schedule": null}}})).await;
     let pods: Api<Pod> = cluster.api();
     eventually_some("the source's instances are gone", || async {
-        let list = pods.list(&ListParams::default().labels("app.kubernetes.io/instance=source")).await.ok()?;
+        let list =
+            pods.list(&ListParams::default().labels("app.kubernetes.io/instance=source")).await.ok()?;
         list.items.is_empty().then_some(())
     })
     .await;
-    patch(&cluster, SOURCE, json!({"metadata": {"annotations": {"databases.madmmas.dev/backup-now": "second"}}}))
-        .await;
+    patch(
+        &cluster,
+        SOURCE,
+        json!({"metadata": {"annotations": {"databases.madmmas.dev/backup-now": "second"}}}),
+    )
+    .await;
     let failed = eventually_some("the backup of a hibernated cluster failed", || async {
         let db = api.get(SOURCE).await.ok()?;
         let failed = condition_of(&db, "LastBackupSucceeded")?;

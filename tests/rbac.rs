@@ -318,7 +318,10 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     unlabel::<CronJob>(&client, &mut own, "production-postgres-backup").await;
     unlabel::<PersistentVolumeClaim>(&client, &mut own, "production-postgres-backups").await;
     let unscheduled = json!({"spec": {"backup": {"schedule": null}}});
-    clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&unscheduled)).await.unwrap();
+    clusters
+        .patch("production-postgres", &PatchParams::default(), &Patch::Merge(&unscheduled))
+        .await
+        .unwrap();
     own.note::<DatabaseCluster>("patch");
     until(&cronjobs, &mut own, "production-postgres-backup", |c| c.is_none()).await;
     clusters.delete("production-postgres", &Default::default()).await.unwrap();

@@ -26,9 +26,9 @@ use super::jobs::{
 use super::restore::{build_restore_job, first_data_claim, resolve_backup, restore_job_name};
 use super::spec::RestoredFrom;
 use super::status::{JobOutcome, JobView, job_view};
+use crate::databasecluster::events::{EventNote, EventType};
 use crate::databasecluster::reconcile::{Context, Error, child_error, ensure_child, report};
 use crate::databasecluster::resources::{FIELD_MANAGER, Owner, statefulset_name};
-use crate::databasecluster::events::{EventNote, EventType};
 use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::validation::ValidSpec;
 use crate::runtime::ObjectKey;
@@ -182,8 +182,10 @@ pub async fn ensure_restore(
     if cluster.status.as_ref().is_some_and(|s| s.restored_from.is_some()) {
         return Ok(RestoreGate::Open(None));
     }
-    let sts_exists =
-        ctx.statefulsets.get(&ObjectKey::new(Some(owner.namespace()), &statefulset_name(owner.name()))).is_some();
+    let sts_exists = ctx
+        .statefulsets
+        .get(&ObjectKey::new(Some(owner.namespace()), &statefulset_name(owner.name())))
+        .is_some();
     let from = &bootstrap.from_backup;
     let job_key = ObjectKey::new(Some(owner.namespace()), &restore_job_name(owner.name()));
     let Some(job) = ctx.jobs.get(&job_key) else {

@@ -71,7 +71,8 @@ pub struct Jobs {
 impl Jobs {
     /// Controllers reading faults and `job_duration` from the cluster.
     pub fn new(cluster: Arc<Cluster>) -> Self {
-        let clock = SimClock { wall: Timestamp::now(), instant: Instant::now(), ahead: std::time::Duration::ZERO };
+        let clock =
+            SimClock { wall: Timestamp::now(), instant: Instant::now(), ahead: std::time::Duration::ZERO };
         Self { cluster, clock, finish_at: HashMap::new() }
     }
 
