@@ -57,7 +57,7 @@ use thiserror::Error;
 use super::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
 use super::credentials::{APP_DATABASE, Login, mounted_secret_name};
 use super::types::DatabaseCluster;
-use super::validation::ValidSpec;
+use super::validation::{StorageSize, ValidSpec};
 use crate::runtime::cache::controller_owner;
 
 /// The field manager of every write the operator makes (server-side apply and status).
@@ -503,19 +503,22 @@ fn data_volume_claim(owner: &Owner, spec: &ValidSpec) -> PersistentVolumeClaim {
             labels: Some(standard_labels(owner)),
             ..ObjectMeta::default()
         },
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-            storage_class_name: spec.storage_class_name.clone(),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".to_owned(),
-                    Quantity(spec.storage.as_str().to_owned()),
-                )])),
-                ..VolumeResourceRequirements::default()
-            }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
+        spec: Some(claim_spec(&spec.storage, spec.storage_class_name.clone())),
         ..PersistentVolumeClaim::default()
+    }
+}
+
+/// A `ReadWriteOnce` claim of `storage` in `class` (the cluster's default when `None`): the data
+/// volumes' template and the backup volume.
+pub fn claim_spec(storage: &StorageSize, class: Option<String>) -> PersistentVolumeClaimSpec {
+    PersistentVolumeClaimSpec {
+        access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+        storage_class_name: class,
+        resources: Some(VolumeResourceRequirements {
+            requests: Some(BTreeMap::from([("storage".to_owned(), Quantity(storage.as_str().to_owned()))])),
+            ..VolumeResourceRequirements::default()
+        }),
+        ..PersistentVolumeClaimSpec::default()
     }
 }
 

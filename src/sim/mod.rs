@@ -17,6 +17,7 @@ mod admission;
 mod api_error;
 mod apply;
 mod authorizer;
+mod batch;
 mod cluster;
 mod controllers;
 mod defaults;

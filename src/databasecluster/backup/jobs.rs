@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -24,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use super::BACKUP_SCRIPT;
 use super::spec::ValidBackup;
-use crate::databasecluster::resources::{FIELD_MANAGER, Owner, label};
+use crate::databasecluster::resources::{FIELD_MANAGER, Owner, claim_spec, label};
 use crate::databasecluster::validation::ValidSpec;
 
 /// Label naming the DatabaseCluster a backup object belongs to (the Job informer's mapper reads
@@ -112,18 +111,7 @@ fn metadata(owner: &Owner, name: String, owned: bool) -> ObjectMeta {
 pub fn build_backup_pvc(owner: &Owner, backup: &ValidBackup, owned: bool) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: metadata(owner, backup_pvc_name(owner.name()), owned),
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-            storage_class_name: backup.storage_class_name.clone(),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".to_owned(),
-                    Quantity(backup.storage.as_str().to_owned()),
-                )])),
-                ..VolumeResourceRequirements::default()
-            }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
+        spec: Some(claim_spec(&backup.storage, backup.storage_class_name.clone())),
         ..PersistentVolumeClaim::default()
     }
 }
