@@ -2,7 +2,8 @@
 //! claim (request and capacity) while the StatefulSet's immutable template keeps the old size,
 //! with `Resizing` True until the volumes have grown and then False; on a StorageClass that does
 //! not allow expansion (`fixed`), `Resizing=False, ExpansionNotSupported` says why, one Warning
-//! Event is published, and the refused patch is not retried.
+//! Event is published, and the refused patch is not retried. `pvcRetention: Delete` deletes the
+//! volumes of removed instances and of a deleted cluster, never of a hibernated one.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -95,6 +96,46 @@ async fn a_larger_storage_size_grows_every_claim_and_a_fixed_class_says_why() {
         pvcs.get(&claim).await.unwrap().spec.and_then(|s| s.resources).and_then(|r| r.requests).as_ref(),
     );
     assert_eq!(request.as_deref(), Some("1Gi"));
+    assert_eq!(operator.errors(), 0);
+    operator.stop().await;
+}
+
+/// `pvcRetention: Delete`: a scale down deletes the removed instances' volumes, hibernation
+/// (zero replicas) keeps every volume, and deleting the cluster deletes the rest; the default
+/// (`Retain`) is covered where clusters are re-created over their kept volumes (e2e_topology).
+#[tokio::test(start_paused = true)]
+async fn pvc_retention_delete_follows_scale_down_and_deletion_but_not_hibernation() {
+    let cluster = TestCluster::start().await;
+    let operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    let mut db = sample();
+    db.spec.pvc_retention = Some(dbcluster_operator::databasecluster::types::PvcRetention::Delete);
+    api.create(&PostParams::default(), &db).await.unwrap();
+    await_object(&api, NAME, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;
+    let pvcs: Api<PersistentVolumeClaim> = cluster.api();
+    let claim = |ordinal: usize| format!("data-{NAME}-{ordinal}");
+    let scale = |replicas: i32| json!({"spec": {"replicas": replicas}});
+
+    api.patch(NAME, &PatchParams::default(), &Patch::Merge(scale(2))).await.unwrap();
+    await_absent(&pvcs, &claim(2), "the removed instance's volume deleted").await;
+    let uids = || async {
+        let mut uids = Vec::new();
+        for ordinal in 0..2 {
+            uids.push(pvcs.get_opt(&claim(ordinal)).await.unwrap().and_then(|c| c.metadata.uid));
+        }
+        uids
+    };
+    let before = uids().await;
+    api.patch(NAME, &PatchParams::default(), &Patch::Merge(scale(0))).await.unwrap();
+    await_object(&api, NAME, "Hibernated", |c| phase(c) == Some("Hibernated")).await;
+    api.patch(NAME, &PatchParams::default(), &Patch::Merge(scale(2))).await.unwrap();
+    await_object(&api, NAME, "Running 2/2 again", |c| phase(c) == Some("Running") && ready(c) == 2).await;
+    assert_eq!(uids().await, before, "hibernation kept the same volumes (none deleted and re-created)");
+
+    api.delete(NAME, &Default::default()).await.unwrap();
+    for ordinal in 0..2 {
+        await_absent(&pvcs, &claim(ordinal), "the volumes deleted with the cluster").await;
+    }
     assert_eq!(operator.errors(), 0);
     operator.stop().await;
 }

@@ -1,7 +1,7 @@
 //! One cluster, one database (issue 12), with real PostgreSQL 15 through the process kubelet: a
 //! primary with streaming standbys, the `-rw`/`-ro`/`-r` Services, role labels and
 //! `status.instances` from observed facts, Secrets whose passwords the database accepts, scaling
-//! and hibernation, rolling updates and reloads.
+//! and hibernation, storage growth, rolling updates and reloads.
 
 mod common;
 
@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 
 use common::postgres::*;
 use common::*;
+use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
 const NAME: &str = "production-postgres";
 const NS: &str = "default";
@@ -49,6 +51,8 @@ async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseClus
         let done = status.ready_instances.as_deref() == Some(&format!("{replicas}/{replicas}"))
             && instances.len() == replicas
             && instances.iter().all(|i| i.ready)
+            // Every instance observed in this pass (an unobserved one has role `unknown`).
+            && instances.iter().all(|i| i.role == "primary" || i.role == "replica")
             && instances.iter().filter(|i| i.role == "primary").count() == 1
             && instances
                 .iter()
@@ -96,6 +100,39 @@ async fn pod_uri(cluster: &TestCluster, ip: &str, database: &str) -> String {
 async fn slots(cluster: &TestCluster, primary_ip: &str) -> String {
     let uri = pod_uri(cluster, primary_ip, "postgres").await;
     psql(&uri, "SELECT string_agg(slot_name, ',' ORDER BY slot_name) FROM pg_replication_slots").unwrap()
+}
+
+/// The cluster's `type_` condition status at each change a watch delivers (from now on; repeats
+/// of the same status are left out), so a transient state is seen even if it lasts one pass.
+async fn watch_condition(
+    cluster: &TestCluster,
+    type_: &'static str,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let api = cluster.clusters();
+    let current = api.get(NAME).await.unwrap();
+    let version = current.metadata.resource_version.clone().unwrap();
+    let mut last = condition(&current, type_).map(|(status, _)| status);
+    let mut stream = api
+        .watch(&WatchParams::default().fields(&format!("metadata.name={NAME}")), &version)
+        .await
+        .unwrap()
+        .boxed();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(event) = stream.next().await {
+            let Ok(WatchEvent::Modified(db)) = event else { continue };
+            let status = condition(&db, type_).map(|(status, _)| status);
+            if status != last {
+                last = status.clone();
+                if let Some(status) = status
+                    && tx.send(status).is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+    rx
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,6 +260,35 @@ async fn scaling_clones_and_removes_standbys_and_hibernation_keeps_the_data() {
         }
     }
 
+    // Storage growth on the running cluster: every instance's claim grows, `Resizing` is True
+    // until the volumes report the size and False after, and the data is untouched.
+    let resizing = watch_condition(&cluster, "Resizing").await;
+    patch_spec(&cluster, serde_json::json!({"storageSize": "2Gi"})).await;
+    let seen = within("Resizing True then False", async {
+        let mut seen = Vec::new();
+        let mut resizing = resizing;
+        while let Some(status) = resizing.recv().await {
+            seen.push(status);
+            if seen.ends_with(&["True".to_owned(), "False".to_owned()]) {
+                return seen;
+            }
+        }
+        panic!("the watch ended after {seen:?}")
+    })
+    .await;
+    assert_eq!(seen.first().map(String::as_str), Some("True"), "Resizing appears first: {seen:?}");
+    let pvcs: Api<PersistentVolumeClaim> = cluster.api();
+    for ordinal in 0..3 {
+        let claim = pvcs.get(&format!("data-{NAME}-{ordinal}")).await.unwrap();
+        let request =
+            claim.spec.and_then(|s| s.resources).and_then(|r| r.requests).map(|r| r["storage"].0.clone());
+        let capacity = claim.status.and_then(|s| s.capacity).map(|c| c["storage"].0.clone());
+        assert_eq!((request.as_deref(), capacity.as_deref()), (Some("2Gi"), Some("2Gi")), "claim {ordinal}");
+    }
+    await_streaming(&cluster, 3).await;
+    let rw = uri(&cluster, "production-postgres-app", "production-postgres-rw").await;
+    assert_eq!(psql(&rw, "SELECT count(*) FROM kept").unwrap(), "1000", "the growth kept the data");
+
     patch_spec(&cluster, serde_json::json!({"replicas": 0})).await;
     let api = cluster.clusters();
     eventually_some("Hibernated with no pods", || async {
@@ -231,7 +297,6 @@ async fn scaling_clones_and_removes_standbys_and_hibernation_keeps_the_data() {
         (hibernated && pods(&cluster).await.is_empty()).then_some(())
     })
     .await;
-    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = cluster.api();
     assert!(pvcs.get("data-production-postgres-0").await.is_ok(), "the volumes are kept");
     patch_spec(&cluster, serde_json::json!({"replicas": 3})).await;
     await_streaming(&cluster, 3).await;
@@ -359,7 +424,8 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
 
 /// Issue 11's password rule: a cluster deleted and re-created over its kept volumes gets new
 /// Secrets, and the database (initialised with the old passwords) accepts the new ones, since each
-/// instance applies its mounted Secrets at start.
+/// instance applies its mounted Secrets at start. Then the same for a Secret of the user's own
+/// (`spec.appSecretName`), its rotation, and a name that does not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_recreated_over_its_kept_volumes_accepts_its_new_secrets() {
     let cluster = process_cluster().await;
@@ -379,7 +445,7 @@ async fn a_cluster_recreated_over_its_kept_volumes_accepts_its_new_secrets() {
         gone.then_some(())
     })
     .await;
-    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = cluster.api();
+    let pvcs: Api<PersistentVolumeClaim> = cluster.api();
     assert!(pvcs.get("data-production-postgres-0").await.is_ok(), "the volume is kept (Retain)");
 
     create(&cluster, 1, &[]).await;
@@ -392,6 +458,58 @@ async fn a_cluster_recreated_over_its_kept_volumes_accepts_its_new_secrets() {
     })
     .await;
     assert_eq!(count, "100", "the data is the kept volume's");
+
+    // The user's own app Secret (spec.appSecretName): the database accepts its password; the
+    // operator labels it and changes nothing else; the user's rotation reaches the database.
+    let team = "team-db-credentials";
+    let team_secret = |password: &str| Secret {
+        metadata: kube::api::ObjectMeta { name: Some(team.into()), ..Default::default() },
+        string_data: Some(BTreeMap::from([
+            ("username".to_owned(), "app".to_owned()),
+            ("password".to_owned(), password.to_owned()),
+        ])),
+        ..Secret::default()
+    };
+    secrets.create(&PostParams::default(), &team_secret("chosen-by-the-team-1")).await.unwrap();
+    patch_spec(&cluster, serde_json::json!({"appSecretName": team})).await;
+    let team_uri = |password: &str| {
+        host_uri(&cluster, NS, &format!("postgresql://app:{password}@{NAME}-rw.{NS}.svc:5432/app"))
+    };
+    let logs_in = |password: &'static str| {
+        let uri = team_uri(password);
+        move || {
+            let uri = uri.clone();
+            async move { (psql(&uri, "SELECT count(*) FROM kept").ok()? == "100").then_some(()) }
+        }
+    };
+    eventually_some("the team's password logs in", logs_in("chosen-by-the-team-1")).await;
+    let labelled = secrets.get(team).await.unwrap();
+    let labels = labelled.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(APP_SECRET_OF).map(String::as_str), Some(NAME), "{labels:?}");
+    assert_eq!(labels.len(), 1, "only the operator's label is added: {labels:?}");
+    assert_eq!(secret_value(&labelled, "password"), "chosen-by-the-team-1", "the data is the user's");
+    assert!(labelled.metadata.owner_references.is_none(), "the operator does not own the user's Secret");
+
+    let rotated = serde_json::json!({"stringData": {"password": "chosen-by-the-team-2"}});
+    secrets.patch(team, &PatchParams::default(), &Patch::Merge(&rotated)).await.unwrap();
+    eventually_some("the rotated password logs in", logs_in("chosen-by-the-team-2")).await;
+    let refused = psql(&team_uri("chosen-by-the-team-1"), "SELECT 1").unwrap_err();
+    assert!(refused.contains("password authentication failed"), "{refused}");
+
+    // A Secret that does not exist: the pass fails saying so, as a Warning Event; the data stays.
+    patch_spec(&cluster, serde_json::json!({"appSecretName": "no-such-secret"})).await;
+    eventually_some("a Warning naming the missing Secret", || async {
+        let events = cluster.events_about(NAME).await;
+        events
+            .iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().is_some_and(|n| n.contains("Secret no-such-secret does not exist"))
+            })
+            .then_some(())
+    })
+    .await;
+    assert_eq!(psql(&team_uri("chosen-by-the-team-2"), "SELECT count(*) FROM kept"), Ok("100".into()));
 }
 
 /// Issue 11: an instance that cannot start (a parameter value the server refuses) shows in the

@@ -6,11 +6,19 @@
 //! `/etc/hosts` (a private mount namespace) so that `<pod>.<svc>.<ns>.svc` resolves, and the
 //! instance program run as a non-root user (Debian's `postgres`). Needs root (for the mount
 //! namespace and the user switch) and the PostgreSQL 15 server binaries.
+#![cfg(feature = "sim")]
+
+mod common;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
+
+use common::postgres::{
+    POSTGRES_BIN as BIN, REAL_POLL_INTERVAL, REAL_WAIT, eventually_some, require_postgres,
+};
 
 use dbcluster_operator::databasecluster::config::{
     CONFIG_HASH_PARAMETER, POSTGRESQL_CONF_KEY, RESTART_PARAMETERS, build_config_map, postgresql_conf,
@@ -24,16 +32,8 @@ use dbcluster_operator::databasecluster::types::{DatabaseCluster, DatabaseCluste
 use dbcluster_operator::databasecluster::validation::validate_spec;
 use tokio::process::{Child, Command};
 
-const BIN: &str = "/usr/lib/postgresql/15/bin";
 const NAMESPACE: &str = "default";
 const CLUSTER: &str = "db";
-
-fn require_postgres() {
-    assert!(
-        Path::new(BIN).join("postgres").exists(),
-        "PostgreSQL 15 server binaries are missing: install the Debian package postgresql-15 (scripts/test does)"
-    );
-}
 
 /// One simulated cluster's files: the ConfigMap, the Secrets, the hosts file, and a directory per pod.
 struct Fixture {
@@ -160,19 +160,12 @@ impl Fixture {
         let child = command.spawn().unwrap();
         self.pods.retain(|p| p.name != format!("db-{ordinal}"));
         self.pods.push(Instance { name: format!("db-{ordinal}"), child: Some(child), log });
-        let ready = async {
-            loop {
-                let status =
-                    self.command(ordinal, "ready").stderr(Stdio::null()).stdout(Stdio::null()).status();
-                if status.await.unwrap().success() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        };
-        if tokio::time::timeout(Duration::from_secs(60), ready).await.is_err() {
-            panic!("db-{ordinal} never became ready:\n{}", self.log(ordinal));
-        }
+        let limit = Duration::from_secs(60);
+        common::eventually_every(&format!("db-{ordinal} ready"), limit, REAL_POLL_INTERVAL, || async {
+            let probe = self.command(ordinal, "ready").stderr(Stdio::null()).stdout(Stdio::null()).status();
+            if probe.await.unwrap().success() { Ok(()) } else { Err(Log(self.log(ordinal))) }
+        })
+        .await;
     }
 
     fn log(&self, ordinal: usize) -> String {
@@ -218,6 +211,15 @@ fn signal(pid: u32, signal: libc::c_int, group: bool) {
     assert!(sent == 0 || group, "kill({pid}, {signal}) failed: {}", std::io::Error::last_os_error());
 }
 
+/// An instance's log, shown as it is when a wait for it times out.
+struct Log(String);
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\n{}", self.0)
+    }
+}
+
 fn write_files(dir: &Path, files: BTreeMap<String, String>) {
     std::fs::create_dir_all(dir).unwrap();
     for (name, content) in files {
@@ -225,18 +227,16 @@ fn write_files(dir: &Path, files: BTreeMap<String, String>) {
     }
 }
 
+/// Awaits `future` (a child process), at most [`REAL_WAIT`].
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(90), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
+    common::within_limit(what, REAL_WAIT, future).await
 }
 
-/// Polls `probe` until it returns true (at most 30 s).
+/// Polls `probe` until it returns true (at most [`REAL_WAIT`]).
 async fn eventually<F: Future<Output = bool>>(what: &str, mut probe: impl FnMut() -> F) {
-    within(what, async {
-        while !probe().await {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    eventually_some(what, || {
+        let next = probe();
+        async move { next.await.then_some(()) }
     })
     .await;
 }

@@ -317,3 +317,53 @@ async fn a_name_too_long_for_the_revision_label_gets_no_pods_and_a_failed_create
     })
     .await;
 }
+
+/// `persistentVolumeClaimRetentionPolicy` (beta, on by default in 1.28): with `Delete`/`Delete` a
+/// scale down takes the removed pods' claims with them and deleting the set takes the rest; with
+/// no policy (`Retain`) every claim outlives both.
+#[tokio::test(start_paused = true)]
+async fn claims_follow_the_retention_policy() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
+    let mut deleting = stateful_set(3);
+    deleting.spec.as_mut().unwrap().persistent_volume_claim_retention_policy =
+        Some(serde_json::from_value(json!({"whenDeleted": "Delete", "whenScaled": "Delete"})).unwrap());
+    sts.create(&PostParams::default(), &deleting).await.unwrap();
+    let mut kept = stateful_set(2);
+    kept.metadata.name = Some("kept".into());
+    sts.create(&PostParams::default(), &kept).await.unwrap();
+    let ready = |n: i32| move |s: &StatefulSet| s.status.as_ref().and_then(|s| s.ready_replicas) == Some(n);
+    common::await_object(&sts, "db", "db ready", ready(3)).await;
+    common::await_object(&sts, "kept", "kept ready", |s| {
+        s.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
+    })
+    .await;
+    let owners = |claim: &PersistentVolumeClaim| -> Vec<String> {
+        claim.metadata.owner_references.iter().flatten().map(|r| format!("{}/{}", r.kind, r.name)).collect()
+    };
+    let claim = pvcs.get("data-db-0").await.unwrap();
+    assert_eq!(owners(&claim), ["StatefulSet/db"], "whenDeleted: Delete");
+    assert!(owners(&pvcs.get("data-kept-0").await.unwrap()).is_empty(), "Retain: no owner");
+
+    for name in ["db", "kept"] {
+        sts.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}})))
+            .await
+            .unwrap();
+    }
+    common::await_absent(&pvcs, "data-db-2", "the scaled-away claim data-db-2 deleted").await;
+    common::await_absent(&pvcs, "data-db-1", "the scaled-away claim data-db-1 deleted").await;
+    await_sts(&sts, |s| status(s).replicas == 1).await;
+    common::await_object(&sts, "kept", "kept scaled", |s| s.status.as_ref().is_some_and(|s| s.replicas == 1))
+        .await;
+    assert!(pvcs.get("data-kept-1").await.is_ok(), "Retain keeps a scaled-away claim");
+    assert_eq!(owners(&pvcs.get("data-db-0").await.unwrap()), ["StatefulSet/db"]);
+
+    for name in ["db", "kept"] {
+        sts.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    common::await_absent(&pvcs, "data-db-0", "the set's last claim deleted with it").await;
+    common::await_absent(&sts, "kept", "the kept set deleted").await;
+    let left = common::names(&pvcs).await;
+    assert_eq!(left, ["data-kept-0", "data-kept-1"], "Retain keeps every claim");
+}

@@ -1,6 +1,7 @@
 //! The DatabaseCluster operator: CRD types, pure child builders, status, reconcile and the wiring
 //! that runs them ([`operator::workload`]).
 
+pub mod app_secret;
 pub mod backup;
 pub mod config;
 pub mod credentials;

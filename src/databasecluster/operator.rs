@@ -7,7 +7,9 @@
 //! [`workload`].
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
-//! so the operator never caches the cluster's other Secrets. Build with [`Operator::new`],
+//! so the operator never caches the cluster's other Secrets; a user's own app Secret
+//! (`spec.appSecretName`) is watched through the label the operator puts on it
+//! ([`super::app_secret`]), mapped to its cluster by that label. Build with [`Operator::new`],
 //! [`Operator::register`] it with the endpoints' [`Introspection`] (or take [`OperatorHandles`]:
 //! queue, caches, metrics), then [`Operator::run`] until shutdown; [`workload`] does all of it in
 //! the manager's two stages.
@@ -27,6 +29,7 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+use super::app_secret::APP_SECRET_OF;
 use super::backup::jobs::CLUSTER_LABEL;
 use super::backup::reconcile::cluster_of_backup_object;
 use super::events::EventPublisher;
@@ -102,6 +105,8 @@ pub struct OperatorHandles {
     pub services: Arc<Informer<Service>>,
     /// The Secret informer.
     pub secrets: Arc<Informer<Secret>>,
+    /// The users' own app Secrets (`spec.appSecretName`), by the label the operator puts on them.
+    pub app_secrets: Arc<Informer<Secret>>,
     /// The ConfigMap informer.
     pub configmaps: Arc<Informer<ConfigMap>>,
     /// The PodDisruptionBudget informer.
@@ -155,6 +160,7 @@ impl Operator {
         let statefulsets = managed_informer::<StatefulSet>(&client, namespace);
         let services = managed_informer::<Service>(&client, namespace);
         let secrets = managed_informer::<Secret>(&client, namespace);
+        let app_secrets = labelled_informer::<Secret>(&client, namespace, APP_SECRET_OF);
         let configmaps = managed_informer::<ConfigMap>(&client, namespace);
         let pdbs = managed_informer::<PodDisruptionBudget>(&client, namespace);
         let pods = managed_informer::<Pod>(&client, namespace);
@@ -178,6 +184,7 @@ impl Operator {
             .owns(&configmaps)
             .owns(&pdbs)
             .watches(&pods, cluster_of_pod)
+            .watches(&app_secrets, cluster_of_app_secret)
             .owns(&cronjobs)
             .watches(&jobs, cluster_of_backup_object::<Job>)
             .watches(&volumes, cluster_of_backup_object::<PersistentVolumeClaim>);
@@ -203,6 +210,7 @@ impl Operator {
             statefulsets,
             services,
             secrets,
+            app_secrets,
             configmaps,
             pdbs,
             pods,
@@ -226,6 +234,7 @@ impl Operator {
         view.add_informer("statefulsets", Arc::clone(&handles.statefulsets) as Arc<dyn InformerProbe>);
         view.add_informer("services", Arc::clone(&handles.services) as Arc<dyn InformerProbe>);
         view.add_informer("secrets", Arc::clone(&handles.secrets) as Arc<dyn InformerProbe>);
+        view.add_informer("app-secrets", Arc::clone(&handles.app_secrets) as Arc<dyn InformerProbe>);
         view.add_informer("configmaps", Arc::clone(&handles.configmaps) as Arc<dyn InformerProbe>);
         view.add_informer("poddisruptionbudgets", Arc::clone(&handles.pdbs) as Arc<dyn InformerProbe>);
         view.add_informer("pods", Arc::clone(&handles.pods) as Arc<dyn InformerProbe>);
@@ -243,6 +252,7 @@ impl Operator {
         self.handles.statefulsets.start();
         self.handles.services.start();
         self.handles.secrets.start();
+        self.handles.app_secrets.start();
         self.handles.configmaps.start();
         self.handles.pdbs.start();
         self.handles.pods.start();
@@ -292,6 +302,13 @@ fn cluster_of_pod(pod: &Pod) -> Option<ObjectKey> {
     Some(ObjectKey::new(pod.metadata.namespace.as_deref(), name))
 }
 
+/// The DatabaseCluster whose `spec.appSecretName` names this Secret: the label the operator put
+/// on it ([`APP_SECRET_OF`]).
+fn cluster_of_app_secret(secret: &Secret) -> Option<ObjectKey> {
+    let name = secret.metadata.labels.as_ref()?.get(APP_SECRET_OF)?;
+    Some(ObjectKey::new(secret.metadata.namespace.as_deref(), name))
+}
+
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
@@ -313,10 +330,22 @@ where
         + Sync
         + 'static,
 {
-    let config = ReflectorConfig {
-        label_selector: Some(format!("{}={FIELD_MANAGER}", label::MANAGED_BY)),
-        ..ReflectorConfig::default()
-    };
+    labelled_informer(client, namespace, &format!("{}={FIELD_MANAGER}", label::MANAGED_BY))
+}
+
+/// An informer over the objects of kind `K` that match `selector` (a label selector), without
+/// their managed fields.
+fn labelled_informer<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Arc<Informer<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let config = ReflectorConfig { label_selector: Some(selector.to_owned()), ..ReflectorConfig::default() };
     let transform: Arc<dyn Fn(&mut K) + Send + Sync> = Arc::new(strip_managed_fields::<K>);
     Arc::new(Informer::with_config(api::<K>(client, namespace), config, transform))
 }

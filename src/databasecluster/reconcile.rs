@@ -57,6 +57,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
 
+use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
 use super::config::{
@@ -156,7 +157,7 @@ pub enum Error {
     /// A request for a child failed.
     #[error("{verb} {kind} {name}: {source}")]
     Child {
-        /// `creating`, `reading` or `applying`.
+        /// `creating`, `reading`, `applying` or `labelling`.
         verb: &'static str,
         /// The child's kind.
         kind: &'static str,
@@ -164,6 +165,15 @@ pub enum Error {
         name: String,
         /// The client's error.
         source: kube::Error,
+    },
+    /// The Secret named by `spec.appSecretName` cannot be used; retried, since the user may
+    /// create or fix it.
+    #[error("spec.appSecretName: Secret {name} {problem}")]
+    AppSecret {
+        /// The Secret's name.
+        name: String,
+        /// What is wrong with it.
+        problem: &'static str,
     },
     /// The status patch failed.
     #[error("patching the status: {0}")]
@@ -377,18 +387,17 @@ async fn ensure_secrets(
     for login in Login::ALL {
         if let (Login::App, Some(name)) = (login, spec.app_secret_name.as_deref()) {
             let api: Api<Secret> = Api::namespaced(ctx.client.clone(), owner.namespace());
-            match api.get_opt(name).await {
-                Ok(Some(secret)) => {
-                    if let (Some(user), Some(password)) =
-                        (secret_value(&secret, "username"), secret_password(&secret))
-                    {
-                        credentials.0.insert(login.mount_dir(), (user, password));
-                    }
-                }
-                Ok(None) => {
-                    tracing::warn!(secret = %name, "spec.appSecretName names a Secret that does not exist")
-                }
-                Err(source) => return Err(child_error("reading", "Secret", name, source)),
+            let secret = app_secret::read_and_label(&api, name, owner.name())
+                .await
+                .map_err(|source| child_error("labelling", "Secret", name, source))?;
+            if let Some(problem) = app_secret::problem(secret.as_ref()) {
+                return Err(Error::AppSecret { name: name.to_owned(), problem });
+            }
+            if let Some(secret) = &secret
+                && let (Some(user), Some(password)) =
+                    (secret_value(secret, "username"), secret_password(secret))
+            {
+                credentials.0.insert(login.mount_dir(), (user, password));
             }
             continue;
         }

@@ -56,7 +56,7 @@ use thiserror::Error;
 
 use super::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
 use super::credentials::{APP_DATABASE, Login, mounted_secret_name};
-use super::types::DatabaseCluster;
+use super::types::{DatabaseCluster, PvcRetention};
 use super::validation::{StorageSize, ValidSpec};
 use crate::runtime::cache::controller_owner;
 
@@ -240,6 +240,9 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
     let annotations =
         BTreeMap::from([(RESTART_CONFIG_ANNOTATION.to_owned(), restart_hash(&spec.postgres_config))]);
     let retention = spec.pvc_retention.as_str().to_owned();
+    // Hibernation (zero replicas) is a scale down that must keep every volume, whatever the policy.
+    let when_scaled =
+        if spec.replicas == 0 { PvcRetention::Retain.as_str().to_owned() } else { retention.clone() };
     StatefulSet {
         metadata: child_metadata(owner, statefulset_name(&owner.name)),
         spec: Some(StatefulSetSpec {
@@ -254,8 +257,8 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
                 ..StatefulSetUpdateStrategy::default()
             }),
             persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
-                when_deleted: Some(retention.clone()),
-                when_scaled: Some(retention),
+                when_deleted: Some(retention),
+                when_scaled: Some(when_scaled),
             }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -751,7 +754,7 @@ mod tests {
     #[test]
     fn retention_storage_class_and_resources_come_from_the_spec() {
         let mut custom = seed();
-        custom.spec.pvc_retention = Some(crate::databasecluster::types::PvcRetention::Delete);
+        custom.spec.pvc_retention = Some(PvcRetention::Delete);
         custom.spec.storage_class_name = Some("fast".into());
         custom.spec.resources = Some(crate::databasecluster::types::ResourceRequirements {
             requests: Some(BTreeMap::from([("memory".to_owned(), "1Gi".to_owned())])),
@@ -766,6 +769,15 @@ mod tests {
         );
         let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
         assert_eq!(claim.spec.as_ref().unwrap().storage_class_name.as_deref(), Some("fast"));
+        let mut hibernating = custom.clone();
+        hibernating.spec.replicas = 0;
+        let hibernating = statefulset_for(&hibernating);
+        let policy = hibernating.spec.unwrap().persistent_volume_claim_retention_policy.unwrap();
+        assert_eq!(
+            (policy.when_deleted.as_deref(), policy.when_scaled.as_deref()),
+            (Some("Delete"), Some("Retain")),
+            "hibernation keeps the volumes"
+        );
         let resources = container(&sts).resources.clone().unwrap();
         assert_eq!(resources.requests.unwrap()["memory"], Quantity("1Gi".into()));
         assert_eq!(resources.limits, None);

@@ -197,7 +197,22 @@ impl RunningOperator {
 /// Polls `condition` every [`POLL_INTERVAL`] until it returns `Ok(value)`, for at most `limit`
 /// (simulated time under a paused clock), and returns the value. `Err(seen)` means "not yet" and
 /// carries what was seen: on timeout the test fails saying what it waited for and what it saw last.
-pub async fn eventually<T, Seen, Fut>(what: &str, limit: Duration, mut condition: impl FnMut() -> Fut) -> T
+pub async fn eventually<T, Seen, Fut>(what: &str, limit: Duration, condition: impl FnMut() -> Fut) -> T
+where
+    Fut: Future<Output = Result<T, Seen>>,
+    Seen: Debug,
+{
+    eventually_every(what, limit, POLL_INTERVAL, condition).await
+}
+
+/// [`eventually`], polling every `interval`: for conditions that cost a process or a database
+/// connection to check (real PostgreSQL), where polling every 10 ms would load the machine.
+pub async fn eventually_every<T, Seen, Fut>(
+    what: &str,
+    limit: Duration,
+    interval: Duration,
+    mut condition: impl FnMut() -> Fut,
+) -> T
 where
     Fut: Future<Output = Result<T, Seen>>,
     Seen: Debug,
@@ -209,7 +224,7 @@ where
                 Ok(value) => return value,
                 Err(seen) => last_seen = Some(seen),
             }
-            tokio::time::sleep(POLL_INTERVAL).await;
+            tokio::time::sleep(interval).await;
         }
     };
     let result = tokio::time::timeout(limit, polling).await;
@@ -259,6 +274,20 @@ where
         }
     })
     .await
+}
+
+/// The names of the objects `api` lists, in the server's order.
+pub async fn names<K>(api: &Api<K>) -> Vec<String>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    api.list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|o| o.meta().name.clone())
+        .collect()
 }
 
 /// Waits until the object `name` is gone.

@@ -12,6 +12,9 @@ pub const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// How long a real cluster may take to reach a state (real time: real processes).
 pub const REAL_WAIT: Duration = Duration::from_secs(240);
 
+/// How often a real-time wait looks again (each look may start `psql` or open a connection).
+pub const REAL_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Fails the test with one line saying what to install when PostgreSQL 15 is missing.
 pub fn require_postgres() {
     let server = std::path::Path::new(POSTGRES_BIN).join("postgres");
@@ -34,7 +37,7 @@ pub async fn eventually_some<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
     mut check: impl FnMut() -> F,
 ) -> T {
-    super::eventually(what, REAL_WAIT, || {
+    super::eventually_every(what, REAL_WAIT, REAL_POLL_INTERVAL, || {
         let next = check();
         async move { next.await.ok_or("not yet") }
     })

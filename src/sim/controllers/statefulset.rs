@@ -1,7 +1,9 @@
 //! The simulated StatefulSet controller (there is no kubelet): pods `<name>-0 … <name>-(n-1)`
 //! created in order, each waiting for the previous to be Running and Ready (OrderedReady; all at
 //! once with `Parallel`), PVCs from `volumeClaimTemplates`, scale down from the highest ordinal,
-//! rolling updates from the highest ordinal down to `partition`, and a status that stays true.
+//! rolling updates from the highest ordinal down to `partition`, the claims' retention policy
+//! (`persistentVolumeClaimRetentionPolicy`, as owner references the garbage collector follows),
+//! and a status that stays true.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -72,6 +74,10 @@ fn reconcile(state: &mut State, revisions: &mut Revisions, sts: &Value) {
         .filter(|p| owned_by(p, &uid))
         .filter_map(|p| Some((ordinal_of(p["metadata"]["name"].as_str()?, &name)?, p.clone())))
         .collect();
+
+    for (ordinal, pod) in &pods {
+        keep_claim_owners(state, sts, pod, *ordinal >= replicas);
+    }
 
     // Create missing pods in order, waiting for each to be ready unless the policy is Parallel.
     let mut all_ready = true;
@@ -191,17 +197,80 @@ fn ensure_pvc(state: &mut State, sts: &Value, claim: &Value, pvc_name: &str) {
     if let Some(own) = claim["metadata"]["labels"].as_object() {
         labels.extend(own.clone());
     }
-    let pvc = json!({
+    let mut pvc = json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": pvc_name, "namespace": ns, "labels": labels},
         "spec": claim["spec"],
     });
+    if claim_retention(sts).0 {
+        pvc["metadata"]["ownerReferences"] = json!([plain_ref(sts, "apps/v1", "StatefulSet")]);
+    }
     let status = json!({
         "phase": "Bound",
         "accessModes": claim["spec"]["accessModes"],
         "capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"]},
     });
     create_with_status(state, "", "persistentvolumeclaims", Some(ns), pvc, Some(status));
+}
+
+/// The set's `persistentVolumeClaimRetentionPolicy` (StatefulSetAutoDeletePVC, beta and on by
+/// default in 1.28): whether claims go with the set (`whenDeleted`), and with the pods a scale
+/// down removes (`whenScaled`). `Retain` when unset.
+fn claim_retention(sts: &Value) -> (bool, bool) {
+    let policy = &sts["spec"]["persistentVolumeClaimRetentionPolicy"];
+    (policy["whenDeleted"] == "Delete", policy["whenScaled"] == "Delete")
+}
+
+/// A plain (non-controller) ownerReference to `owner`, as the controller puts on claims.
+fn plain_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+    json!({"apiVersion": api_version, "kind": kind, "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]})
+}
+
+/// The retention policy as owner references on `pod`'s claims, which the garbage collector then
+/// follows: a claim of a pod the scale down removes (`condemned`) is owned by that pod when
+/// `whenScaled: Delete`; any other claim is owned by the set when `whenDeleted: Delete`. Only
+/// references to this set and this pod are added or removed.
+fn keep_claim_owners(state: &mut State, sts: &Value, pod: &Value, condemned: bool) {
+    let (when_deleted, when_scaled) = claim_retention(sts);
+    let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let by_pod = condemned && when_scaled;
+    let wanted = [(&sts["metadata"]["uid"], when_deleted && !by_pod), (&pod["metadata"]["uid"], by_pod)];
+    for template in sts["spec"]["volumeClaimTemplates"].as_array().into_iter().flatten() {
+        let claim_name = format!("{}-{pod_name}", template["metadata"]["name"].as_str().unwrap_or_default());
+        let Some(claim) = state.store.get("persistentvolumeclaims", &ns, &claim_name).cloned() else {
+            continue;
+        };
+        let mut refs = claim["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+        let before = refs.len();
+        let had = |refs: &[Value], uid: &Value| refs.iter().any(|r| &r["uid"] == uid);
+        let mut changed = false;
+        for (uid, want) in wanted {
+            if want && !had(&refs, uid) {
+                let owner = if uid == &sts["metadata"]["uid"] {
+                    plain_ref(sts, "apps/v1", "StatefulSet")
+                } else {
+                    plain_ref(pod, "v1", "Pod")
+                };
+                refs.push(owner);
+                changed = true;
+            } else if !want && had(&refs, uid) {
+                refs.retain(|r| &r["uid"] != uid);
+                changed = true;
+            }
+        }
+        if !changed {
+            continue;
+        }
+        let mut updated = claim;
+        updated["metadata"]["ownerReferences"] = Value::Array(refs);
+        let Some(kind) = state.registry.get("", "v1", "persistentvolumeclaims") else { return };
+        if let Err(e) =
+            ops::update(state, &kind, Some(&ns), &claim_name, updated, None, &WriteContext::update(MANAGER))
+        {
+            tracing::debug!(claim = %claim_name, before, error = %e.message, "simulated StatefulSet controller could not set a claim's owners");
+        }
+    }
 }
 
 fn controller_ref(sts: &Value) -> Value {

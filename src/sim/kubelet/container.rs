@@ -102,8 +102,12 @@ pub struct Run {
 
 impl Run {
     fn signal(&self, signal: libc::c_int) {
-        // SAFETY: signalling our own child, which has not been reaped while `self` lives.
-        unsafe { libc::kill(self.init_pid, signal) };
+        // 0 (a child reaped before its pid was read) must never reach kill(2): kill(0, _) is the
+        // caller's whole process group.
+        if self.init_pid > 1 {
+            // SAFETY: signalling our own child, which has not been reaped while `self` lives.
+            unsafe { libc::kill(self.init_pid, signal) };
+        }
     }
 
     /// Waits for the run to end; its exit code (128 + signal when killed).

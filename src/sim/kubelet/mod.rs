@@ -117,7 +117,8 @@ impl Node {
 
     /// SIGKILLs every container's init (each takes its PID namespace with it).
     pub fn kill_all(&self) {
-        for pid in self.processes.lock().drain() {
+        // Only real pids: kill(0, _) and kill(-1, _) would reach far more than this node's children.
+        for pid in self.processes.lock().drain().filter(|pid| *pid > 1) {
             // SAFETY: signalling a child this node started and has not reaped.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
