@@ -224,6 +224,7 @@ fn newest(jobs: &[JobView], keep: impl Fn(&JobView) -> bool) -> Option<&JobView>
 /// Folds the Jobs into the recorded backups and the Events the change implies.
 pub fn observe(old: &BackupsStatus, last_backup_time: Option<Time>, jobs: &[JobView]) -> Observation {
     let mut backups = old.clone();
+    let succeeded_before = last_backup_time.as_ref().map(|t| t.0);
     let mut last_backup_time = last_backup_time;
     let mut events = Vec::new();
 
@@ -250,7 +251,10 @@ pub fn observe(old: &BackupsStatus, last_backup_time: Option<Time>, jobs: &[JobV
     if let Some(job) = newest(jobs, |_| true) {
         let record = BackupJobRecord { name: job.name.clone(), state: job.outcome.as_str().to_owned() };
         let seen = old.last_job.as_ref();
-        let new_job = seen.is_none_or(|s| s.name != record.name);
+        // A Job other than the recorded one is new unless it finished before the last success
+        // known (an older Job that is newest again because newer ones were deleted).
+        let new_job = seen.is_none_or(|s| s.name != record.name)
+            && (job.finished.is_none() || succeeded_before.is_none_or(|t| job.finished > Some(t)));
         if new_job {
             events.push(EventNote::new(
                 EventType::Normal,
@@ -460,6 +464,18 @@ mod tests {
         let mut off = status.clone();
         apply_backup_status(&mut off, Some(&status), None, &[], Some(1), at(3 * 3600));
         assert!(find(&off, LAST_BACKUP_SUCCEEDED).is_none() && find(&off, BACKUPS_HEALTHY).is_none());
+    }
+
+    #[test]
+    fn an_older_job_that_is_newest_again_is_not_reported_again() {
+        let backup = scheduled("* * * * *");
+        let old = job("pg-backup-now", 0, JobOutcome::Succeeded, Some(manifest("20260922T000000Z", 0, 5)));
+        let newer = job("pg-backup-1", 60, JobOutcome::Succeeded, Some(manifest("20260922T000100Z", 60, 65)));
+        let (status, _) = pass(&DatabaseClusterStatus::default(), &backup, &[old.clone(), newer], at(100));
+        // The CronJob and its Jobs are deleted: the on-demand Job is the newest left.
+        let (status, events) = pass(&status, &backup, &[old], at(200));
+        assert!(events.is_empty(), "{:?}", reasons(&events));
+        assert_eq!(status.backups.unwrap().last.unwrap().name, "20260922T000100Z");
     }
 
     #[test]
