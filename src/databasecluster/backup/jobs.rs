@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PersistentVolumeClaim,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PersistentVolumeClaim,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -23,7 +23,9 @@ use sha2::{Digest, Sha256};
 
 use super::BACKUP_SCRIPT;
 use super::spec::ValidBackup;
-use crate::databasecluster::resources::{FIELD_MANAGER, Owner, claim_spec, label};
+use crate::databasecluster::resources::{
+    FIELD_MANAGER, Owner, claim_spec, label, restricted_pod_security, restricted_security_context,
+};
 use crate::databasecluster::validation::ValidSpec;
 
 /// Label naming the DatabaseCluster a backup object belongs to (the Job informer's mapper reads
@@ -35,8 +37,6 @@ pub const BACKUP_COMPONENT: &str = "backup";
 pub const BACKUP_NOW_ANNOTATION: &str = "databases.madmmas.dev/backup-now";
 /// How long a backup Job may run before Kubernetes stops it (6 hours).
 pub const BACKUP_DEADLINE_SECONDS: i64 = 6 * 3600;
-/// The uid and gid of the `postgres` image's user.
-const POSTGRES_UID: i64 = 999;
 /// Where the backup pod mounts its volumes.
 const BACKUPS_PATH: &str = "/backups";
 const SECRETS_PATH: &str = "/secrets";
@@ -173,32 +173,6 @@ pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.to_owned(), value: Some(value.into()), ..EnvVar::default() }
 }
 
-/// The pod security settings of the restricted profile, as the `postgres` user.
-pub fn restricted_pod_security() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(POSTGRES_UID),
-        run_as_group: Some(POSTGRES_UID),
-        fs_group: Some(POSTGRES_UID),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_owned(),
-            ..SeccompProfile::default()
-        }),
-        ..PodSecurityContext::default()
-    }
-}
-
-/// The container security settings of the restricted profile, with a read-only root filesystem.
-pub fn restricted_container_security() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
-        ..SecurityContext::default()
-    }
-}
-
 /// Small requests and limits for a one-shot tool container.
 pub fn tool_resources() -> ResourceRequirements {
     let amounts = |cpu: &str, memory: &str| {
@@ -304,7 +278,7 @@ pub fn script_pod(
             command: Some(vec!["bash".to_owned(), "-c".to_owned(), script.to_owned()]),
             env: Some(env),
             volume_mounts: Some(volume_mounts),
-            security_context: Some(restricted_container_security()),
+            security_context: Some(restricted_security_context()),
             resources: Some(tool_resources()),
             termination_message_policy: Some("File".to_owned()),
             ..Container::default()
