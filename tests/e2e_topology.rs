@@ -41,12 +41,14 @@ async fn patch_spec(cluster: &TestCluster, spec: serde_json::Value) {
     cluster.clusters().patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 
-/// Waits until the cluster reports `replicas` ready instances, a primary, and every standby streaming.
+/// Waits until the cluster reports `replicas` ready instances, a primary, and every standby
+/// streaming; on timeout the failure shows the last status seen.
 async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseCluster {
     let api = cluster.clusters();
-    eventually_some(&format!("{replicas} instances ready and streaming"), || async {
-        let db = api.get(NAME).await.ok()?;
-        let status = db.status.as_ref()?;
+    let what = format!("{replicas} instances ready and streaming");
+    eventually_every(&what, REAL_WAIT, REAL_POLL_INTERVAL, || async {
+        let db = api.get(NAME).await.map_err(|e| e.to_string())?;
+        let Some(status) = db.status.as_ref() else { return Err("no status".to_owned()) };
         let instances = &status.instances;
         let done = status.ready_instances.as_deref() == Some(&format!("{replicas}/{replicas}"))
             && instances.len() == replicas
@@ -60,7 +62,11 @@ async fn await_streaming(cluster: &TestCluster, replicas: usize) -> DatabaseClus
                 .all(|i| i.replication_state.as_deref() == Some("streaming"))
             && status.current_primary.is_some()
             && status.phase.map(|p| p.as_str()) == Some("Running");
-        done.then_some(db)
+        if done {
+            Ok(db)
+        } else {
+            Err(format!("{:?} {:?}: {instances:?}", status.phase, status.ready_instances))
+        }
     })
     .await
 }

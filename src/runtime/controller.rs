@@ -271,7 +271,8 @@ where
 
     /// Also reconcile whatever keys `mapper` returns for each changed object of kind `W`. Keys
     /// from list results are queued at low priority, keys from watch events at normal priority;
-    /// writes of kind `W` are waited for on this informer before the writer's next pass.
+    /// writes of kind `W` are waited for on this informer before the writer's next pass (on the
+    /// first informer registered for `W`, when there are several: see [`Freshness::watch`]).
     pub fn watches<W, I>(
         mut self,
         informer: &Arc<Informer<W>>,

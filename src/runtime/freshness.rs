@@ -77,14 +77,18 @@ impl std::fmt::Debug for Freshness {
 }
 
 impl Freshness {
-    /// Waits on `informer` for writes of its kind.
+    /// Waits on `informer` for writes of its kind, unless an informer of that kind is registered
+    /// already: the first one (the controller's primary, then its `owns` in order, then its
+    /// `watches`) is the one the controller's writes land in. A second informer of the kind
+    /// selects other objects (another label), never sees those writes, and would make every
+    /// wait run to its bound.
     pub fn watch<K>(&self, informer: &Arc<Informer<K>>)
     where
         K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
         K::DynamicType: Default,
     {
         let probe: Arc<dyn DeliveredVersion> = Arc::clone(informer) as Arc<dyn DeliveredVersion>;
-        self.informers.write().insert(KindName::of::<K>(), probe);
+        self.informers.write().entry(KindName::of::<K>()).or_insert(probe);
     }
 
     /// Waits, at most `limit`, until every informer holding a kind in `writes` has delivered the

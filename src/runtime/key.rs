@@ -1,19 +1,31 @@
 //! The key the runtime passes around: a `namespace/name` pair, cheap to clone and hash.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, OnceLock};
 
 /// Identifies one object of a kind: `namespace/name`, or `name` for cluster-scoped objects.
 ///
 /// The queue and the cache carry only keys, never objects. The text is held once in an
-/// `Arc<str>` so that cloning a key (which the queue does on every add) is one atomic increment.
+/// `Arc<str>` so that cloning a key (which the queue does on every add) is one atomic increment,
+/// and a digest of it is made once, so hashing a key (the queue hashes on every add) never reads
+/// the text.
 #[derive(Clone, Eq, PartialOrd, Ord)]
 pub struct ObjectKey {
     /// `namespace/name`, or `name` when there is no namespace.
     full: Arc<str>,
     /// Byte length of the namespace part (0 for cluster-scoped objects).
     ns_len: u32,
+    /// [`digest`] of `full` (in what would otherwise be padding: the key stays 24 bytes).
+    digest: u32,
+}
+
+/// A 32-bit digest of a key's text, with a seed drawn once per process (so names chosen to
+/// collide in one process do not collide in another).
+fn digest(text: &str) -> u32 {
+    static SEED: OnceLock<hashbrown::DefaultHashBuilder> = OnceLock::new();
+    let hash = SEED.get_or_init(Default::default).hash_one(text);
+    (hash ^ (hash >> 32)) as u32
 }
 
 impl ObjectKey {
@@ -22,13 +34,13 @@ impl ObjectKey {
         if namespace.is_empty() {
             return Self::cluster(name);
         }
-        let full: Arc<str> = format!("{namespace}/{name}").into();
-        Self { full, ns_len: namespace.len() as u32 }
+        let full = format!("{namespace}/{name}");
+        Self { digest: digest(&full), full: full.into(), ns_len: namespace.len() as u32 }
     }
 
     /// The key of a cluster-scoped object.
     pub fn cluster(name: &str) -> Self {
-        Self { full: name.into(), ns_len: 0 }
+        Self { full: name.into(), ns_len: 0, digest: digest(name) }
     }
 
     /// The key of an object from its namespace (if any) and name.
@@ -61,18 +73,21 @@ impl ObjectKey {
     }
 }
 
-/// Clones of one key share their text, so comparing pointers first settles most comparisons
-/// (the work queue's duplicate adds) without reading the text.
+/// Different digests settle most unequal pairs, and clones of one key share their text, so
+/// comparing pointers settles most equal ones (the work queue's duplicate adds): the text is read
+/// only for equal keys made apart, or a digest collision.
 impl PartialEq for ObjectKey {
     fn eq(&self, other: &Self) -> bool {
-        self.ns_len == other.ns_len && (Arc::ptr_eq(&self.full, &other.full) || self.full == other.full)
+        self.digest == other.digest
+            && self.ns_len == other.ns_len
+            && (Arc::ptr_eq(&self.full, &other.full) || self.full == other.full)
     }
 }
 
-/// The same fields as `PartialEq` compares.
+/// The digest stands for the text (equal keys have equal texts, so equal digests).
 impl Hash for ObjectKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.full.hash(state);
+        state.write_u32(self.digest);
         self.ns_len.hash(state);
     }
 }
@@ -120,5 +135,16 @@ mod tests {
         assert_eq!((c.namespace(), c.name(), c.to_string()), (None, "node-1", "node-1".to_string()));
         assert_eq!("a/b".parse::<ObjectKey>().unwrap(), ObjectKey::namespaced("a", "b"));
         assert_eq!(ObjectKey::namespaced("", "x"), ObjectKey::cluster("x"));
+    }
+
+    #[test]
+    fn keys_made_apart_from_one_text_are_equal_and_hash_alike() {
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let (a, b) = (ObjectKey::namespaced("team", "pg"), "team/pg".parse::<ObjectKey>().unwrap());
+        assert!(!Arc::ptr_eq(&a.full, &b.full));
+        assert_eq!((&a, hasher.hash_one(&a)), (&b, hasher.hash_one(&b)));
+        assert_ne!(a, ObjectKey::namespaced("team", "pg2"));
+        assert_ne!(a, ObjectKey::cluster("team/pg"), "a namespaced key is not the cluster key of its text");
+        assert_eq!(std::mem::size_of::<ObjectKey>(), 24, "the digest sits in the padding");
     }
 }
