@@ -177,16 +177,14 @@ impl Operator {
             metrics: Some(metrics.controller(CONTROLLER_NAME)),
             ..ControllerConfig::named(CONTROLLER_NAME)
         };
-        // The user's app Secrets first: read-your-writes waits on the last informer registered
-        // for a kind, and the operator's own Secret writes are in the managed informer.
         let controller = Controller::new(&clusters, config)
-            .watches(&app_secrets, cluster_of_app_secret)
             .owns(&statefulsets)
             .owns(&services)
             .owns(&secrets)
             .owns(&configmaps)
             .owns(&pdbs)
             .watches(&pods, cluster_of_pod)
+            .watches(&app_secrets, cluster_of_app_secret)
             .owns(&cronjobs)
             .watches(&jobs, cluster_of_backup_object::<Job>)
             .watches(&volumes, cluster_of_backup_object::<PersistentVolumeClaim>);
