@@ -1,10 +1,10 @@
 //! The whole operator wired on a `kube::Client`: one informer per kind (DatabaseCluster,
 //! StatefulSet, Service, Secret, ConfigMap, PodDisruptionBudget, Pod, CronJob, Job,
 //! PersistentVolumeClaim), a controller for DatabaseClusters that owns the child kinds and watches
-//! the pods (mapped to their cluster by the `app.kubernetes.io/instance` label) and the backup Jobs
-//! and volumes (by the `databases.madmmas.dev/cluster` label), and [`reconcile`] as its pass. `run` (against a
-//! cluster) and `demo` (against the simulated one) both run it under the runtime's manager as
-//! [`workload`].
+//! the pods (mapped to their cluster by the `app.kubernetes.io/instance` label) and the backup
+//! Jobs and volumes (by the `databases.madmmas.dev/cluster` label), and [`reconcile`] as its pass.
+//! `run` (against a cluster) and `demo` (against the simulated one) both run it under the
+//! runtime's manager as [`workload`].
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
 //! so the operator never caches the cluster's other Secrets; a user's own app Secret
