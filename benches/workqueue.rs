@@ -2,6 +2,11 @@
 //! run: `mutex_vecdeque` (a `Mutex<VecDeque> + HashSet` queue, written here: dedup, no processing
 //! set, no delays) and `mpsc` (a `tokio::sync::mpsc` channel: no dedup at all, the floor).
 //!
+//! `workqueue_causes_on` / `workqueue_causes_off` run the same queue through the controller's
+//! `Enqueuer`, recording each add's cause (a watch event, as the informers' handlers build it)
+//! and taking the causes at each claim, as the workers do: the cost of `runtime::causes`, on
+//! beside off, in the same run.
+//!
 //! `big_queue` and `memory` print their figures (p99 add latency, bytes per queued key) on stdout
 //! next to criterion's output; a counting global allocator measures memory.
 
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
+use dbcluster_operator::runtime::causes::{Cause, Causes, Enqueuer, EventType, ObjectEvent};
 use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
 
@@ -134,6 +140,49 @@ impl<const TIMED: bool> Harness for Ours<TIMED> {
     fn add_delayed(producer: &Self::Producer, key: ObjectKey) -> bool {
         producer.add_after(key, Duration::from_secs(3600));
         true
+    }
+}
+
+/// The work queue behind the controller's `Enqueuer`, recording causes when `ON`.
+struct WithCauses<const ON: bool>;
+
+impl<const ON: bool> Harness for WithCauses<ON> {
+    const NAME: &'static str = if ON { "workqueue_causes_on" } else { "workqueue_causes_off" };
+    type Producer = Enqueuer;
+    type Consumer = Enqueuer;
+    type Item = Claim<ObjectKey>;
+
+    fn new() -> (Self::Producer, Self::Consumer) {
+        let causes = if ON { Causes::enabled() } else { Causes::disabled() };
+        let enqueuer = Enqueuer::new(WorkQueue::new(QueueConfig::default()), Arc::new(causes));
+        (enqueuer.clone(), enqueuer)
+    }
+
+    fn add(producer: &Self::Producer, key: ObjectKey) {
+        static INFORMER: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+        let informer = INFORMER.get_or_init(|| "apps/StatefulSet".into());
+        producer.add(key.clone(), Priority::Normal, || {
+            Cause::Mapped(ObjectEvent {
+                informer: Arc::clone(informer),
+                event: EventType::Modified,
+                object: key,
+                resource_version: Some("4312".into()),
+            })
+        });
+    }
+
+    async fn get(consumer: &Self::Consumer) -> Option<Self::Item> {
+        let claim = consumer.queue().get().await?;
+        black_box(consumer.causes().take(claim.key(), tokio::time::Instant::now()));
+        Some(claim)
+    }
+
+    fn key(item: &Self::Item) -> &ObjectKey {
+        item.key()
+    }
+
+    fn close(producer: Self::Producer) {
+        producer.queue().shutdown();
     }
 }
 
@@ -632,5 +681,19 @@ fn all(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, all);
+/// The cost of recording causes (`runtime::causes`): the same groups with it on, beside off.
+fn causes(c: &mut Criterion) {
+    add_get_done::<WithCauses<true>>(c);
+    add_get_done::<WithCauses<false>>(c);
+    add_duplicates::<WithCauses<true>>(c);
+    add_duplicates::<WithCauses<false>>(c);
+    contended::<WithCauses<true>>(c);
+    contended::<WithCauses<false>>(c);
+    if selected("big_queue") {
+        big_queue::<WithCauses<true>>(c);
+        big_queue::<WithCauses<false>>(c);
+    }
+}
+
+criterion_group!(benches, all, causes);
 criterion_main!(benches);

@@ -236,7 +236,7 @@ fn status_has_the_phase_enum_and_condition_list_map() {
     let status = &crd_json()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
     assert_eq!(
         status["properties"]["phase"]["enum"],
-        json!(["Provisioning", "Running", "Degraded", "Upgrading", "Failed", "Hibernated"])
+        json!(["Provisioning", "Running", "Scaling", "Degraded", "Upgrading", "Failed", "Hibernated"])
     );
     let conditions = &status["properties"]["conditions"];
     assert_eq!(conditions["x-kubernetes-list-type"], "map");

@@ -191,7 +191,11 @@ async fn with_a_lagging_watch_each_scale_is_one_event_no_conflict_and_no_second_
     // a precondition older than the operator's own last write.
     let writes = recorder.writes.lock().clone();
     let (stale, concurrent) = conflicts(&writes, &user_writes);
-    assert_eq!(stale.len(), 0, "status patches on a cache behind the operator's own writes: {stale:?} of {writes:?}");
+    assert_eq!(
+        stale.len(),
+        0,
+        "status patches on a cache behind the operator's own writes: {stale:?} of {writes:?}"
+    );
     assert_eq!(log.count("status patch conflicts"), concurrent.len(), "the recorder saw every 409");
     assert_eq!(log.count("the cache is behind the server"), 0, "a create met an existing child");
     assert_eq!(operator.errors(), 0);

@@ -1,6 +1,6 @@
 //! The seed's walkthrough, end to end on the simulated cluster (its StatefulSet controller and
 //! kubelet make pods ready one by one): apply the sample → Provisioning with 0 ready → pods ready
-//! one by one → Running 3/3; replicas 5 → Degraded → Running 5/5; 15.4 → 15.5 → Upgrading while
+//! one by one (still Provisioning) → Running 3/3; replicas 5 → Scaling → Running 5/5; 15.4 → 15.5 → Upgrading while
 //! the pods roll → Running with currentVersion 15.5; delete → the children are garbage collected.
 #![cfg(feature = "sim")]
 
@@ -78,8 +78,8 @@ async fn the_seeds_walkthrough_step_by_step() {
         rows(&[
             ("Provisioning", 0, ""),
             ("Provisioning", 0, "15.4"),
-            ("Degraded", 1, "15.4"),
-            ("Degraded", 2, "15.4"),
+            ("Provisioning", 1, "15.4"),
+            ("Provisioning", 2, "15.4"),
             ("Running", 3, "15.4")
         ])
     );
@@ -90,12 +90,12 @@ async fn the_seeds_walkthrough_step_by_step() {
     assert_eq!(condition(&running, "Degraded"), Some(("False".into(), "ReplicasReady".into())));
     assert_eq!(running.status.as_ref().unwrap().observed_generation, running.metadata.generation);
 
-    // Scale up: Degraded while the new pods start, then Running 5/5.
+    // Scale up: Scaling (not Degraded: no instance was lost) while the new pods start, then 5/5.
     api.patch(NAME, &kubectl(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.unwrap();
     let scaling = rows_until(&api, "Running 5/5", |c| phase(c) == Some("Running") && ready(c) == 5).await;
     assert_eq!(
         scaling.into_iter().skip_while(|r| r.0 == "Running").collect::<Vec<_>>(),
-        rows(&[("Degraded", 3, "15.4"), ("Degraded", 4, "15.4"), ("Running", 5, "15.4")])
+        rows(&[("Scaling", 3, "15.4"), ("Scaling", 4, "15.4"), ("Running", 5, "15.4")])
     );
 
     // Minor upgrade: Upgrading throughout the roll (ready dips as each pod restarts), then

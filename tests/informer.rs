@@ -92,7 +92,7 @@ async fn a_key_mapper_wakes_the_old_and_the_new_owner_when_the_owner_changes() {
                 .map(|o| ObjectKey::namespaced(&ns, &o.name))
                 .collect::<Vec<_>>()
         },
-        move |key, _origin| sink.lock().push(key.to_string()),
+        move |key, _origin, _event: &_| sink.lock().push(key.to_string()),
     );
     informer.start();
     informer.synced().await;

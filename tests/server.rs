@@ -189,6 +189,19 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
 
     assert_eq!(get(metrics_addr, "/nothing").await.0, 404);
 
+    // /debug/queue/<namespace>/<name>: one key's passes, why each ran, and what is pending.
+    let (status, content_type, body) = get(metrics_addr, "/debug/queue/default/bad").await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    let history: Value = serde_json::from_str(&body).unwrap();
+    let bad = &history["controllers"][0];
+    assert_eq!(bad["key"]["key"], "default/bad");
+    assert_eq!(bad["passes"][0]["result"], "error");
+    assert_eq!(bad["passes"][0]["causes"]["kept"][0]["type"], "list");
+    assert!(bad["passes"][0]["started"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(bad["key"]["pending_causes"]["kept"][0]["type"], "retry", "{bad}");
+    assert_eq!(get(metrics_addr, "/debug/queue/default/nothing").await.0, 404);
+    assert_eq!(get(health_addr, "/debug/queue/default/bad").await.0, 404);
+
     // A deleted object that reconciled cleanly leaves no record; a failing one keeps its record.
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     config_maps.delete("good", &Default::default()).await.unwrap();

@@ -335,6 +335,7 @@ fn operator_lines(
     let (metrics, debug, health) = (manager.metrics_addr, manager.debug_addr, manager.health_addr);
     format!(
         "Operator metrics: http://{metrics}/metrics  http://{debug}/debug/queue  http://{debug}/debug/cache\n\
+         Live page:        http://{debug}/debug/\n\
          Operator probes:  http://{health}/healthz  http://{health}/readyz\n\
          Operator log:     {log}\n\
          Status:           dbcluster-operator status {name} -n {namespace} --kubeconfig {kubeconfig} --operator-url http://{debug}\n\n\

@@ -166,6 +166,10 @@ fn render_view(out: &mut String, view: &RuntimeView) {
                     text(key, "/last_pass/took_seconds"),
                     text(key, "/last_pass/error")
                 );
+                let _ = writeln!(out, "  last pass triggered by: {}", text(key, "/last_pass/trigger"));
+            }
+            if let Some(pending) = key.pointer("/pending_causes/kept/0/text") {
+                let _ = writeln!(out, "  queued because: {}", display(pending));
             }
         }
     }
@@ -238,7 +242,8 @@ mod tests {
     fn shows_phase_conditions_children_events_and_the_runtime_view() {
         let warning = Event { type_: Some("Warning".into()), ..event("ReconcileError", 5) };
         let key = json!({"state": "waiting", "requeues": 2, "waiting_seconds_left": 4.5,
-            "last_pass": {"result": "error", "error": "boom"}});
+            "last_pass": {"result": "error", "error": "boom", "trigger": "\"StatefulSet default/pg modified rv=7\" (+1)"},
+            "pending_causes": {"kept": [{"type": "retry", "text": "retry after error: boom"}], "more": 0}});
         let mut snapshot = snapshot(cluster(true), vec![warning], RuntimeView::Key(Some(key)));
         snapshot.children = vec![Child { kind: "Service", name: "pg".into(), detail: String::new() }];
         let text = render(&snapshot);
@@ -249,6 +254,11 @@ mod tests {
         assert!(text.contains("\n  Service      pg\n"), "a child without detail, no trailing blanks: {text}");
         assert!(text.contains("state: waiting, requeues: 2") && text.contains("error: boom"), "{text}");
         assert!(text.contains("next pass in 4.5s"), "{text}");
+        assert!(
+            text.contains("last pass triggered by: \"StatefulSet default/pg modified rv=7\" (+1)"),
+            "{text}"
+        );
+        assert!(text.contains("queued because: retry after error: boom"), "{text}");
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct OperatorOptions {
     pub instance: String,
     /// Where the queue and reconcile metrics go.
     pub metrics: Arc<Metrics>,
+    /// The controller starts when this replica becomes leader (see `ControllerConfig`).
+    pub starts_on_leadership: bool,
 }
 
 impl Default for OperatorOptions {
@@ -77,6 +79,7 @@ impl Default for OperatorOptions {
             shutdown_timeout: Duration::from_secs(30),
             instance: FIELD_MANAGER.to_owned(),
             metrics: Arc::new(Metrics::new()),
+            starts_on_leadership: false,
         }
     }
 }
@@ -175,6 +178,7 @@ impl Operator {
             shutdown_timeout: options.shutdown_timeout,
             queue: QueueConfig::named(CONTROLLER_NAME).with_metrics(metrics.queue(CONTROLLER_NAME)),
             metrics: Some(metrics.controller(CONTROLLER_NAME)),
+            starts_on_leadership: options.starts_on_leadership,
             ..ControllerConfig::named(CONTROLLER_NAME)
         };
         let controller = Controller::new(&clusters, config)
@@ -283,6 +287,7 @@ pub async fn workload(
         shutdown_timeout: context.shutdown_timeout,
         instance: leader::default_identity(),
         metrics: context.metrics,
+        starts_on_leadership: context.leader_election,
         ..OperatorOptions::default()
     };
     let operator = Operator::new(context.client, options);

@@ -90,7 +90,7 @@ use crate::runtime::ObjectKey;
 use crate::runtime::cache::Cache;
 use crate::runtime::client;
 use crate::runtime::controller::{Action, ReconcileError};
-use crate::runtime::writes::recorded;
+use crate::runtime::writes::{Verb, recorded_as};
 
 /// How long to wait before looking again while replicas are not ready, even without an event.
 pub const CONVERGING_REQUEUE: Duration = Duration::from_secs(10);
@@ -754,7 +754,7 @@ where
             let params =
                 PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
             match api.create(&params, &desired).await {
-                Ok(created) => return Ok((Arc::new(recorded(created)), Outcome::Created)),
+                Ok(created) => return Ok((Arc::new(recorded_as(Verb::Create, created)), Outcome::Created)),
                 Err(kube::Error::Api(status)) if status.is_already_exists() => {
                     tracing::debug!(kind, %name, "the cache is behind the server; reading the child once");
                     let live =
@@ -782,7 +782,7 @@ where
         .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
         .await
         .map_err(|source| child_error("applying", kind, &name, source))?;
-    Ok((Arc::new(recorded(applied)), Outcome::Updated { before: live }))
+    Ok((Arc::new(recorded_as(Verb::Apply, applied)), Outcome::Updated { before: live }))
 }
 
 pub(super) fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {
@@ -822,7 +822,7 @@ async fn write_status_with_events(
     });
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
     match api.patch_status(name, &params, &Patch::Merge(&patch)).await {
-        Ok(written) => drop(recorded(written)),
+        Ok(written) => drop(recorded_as(Verb::PatchStatus, written)),
         Err(kube::Error::Api(s)) if s.is_conflict() => {
             tracing::debug!("status patch conflicts: the cache is behind; the next event brings a new pass");
             return Ok(());

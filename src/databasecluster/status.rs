@@ -27,7 +27,8 @@ use super::validation::{SpecError, ValidSpec};
 pub mod condition {
     /// All desired replicas are ready (the summary condition).
     pub const READY: &str = "Ready";
-    /// Fewer replicas are ready than desired.
+    /// An instance that was ready is not (phase Degraded); False while a creation or a scale-up
+    /// converges.
     pub const DEGRADED: &str = "Degraded";
     /// A version change is rolling out.
     pub const UPGRADING: &str = "Upgrading";
@@ -45,8 +46,12 @@ pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Degraded=False.
     pub const REPLICAS_READY: &str = "ReplicasReady";
-    /// Degraded=True.
+    /// Degraded=True: an instance that was ready is not.
     pub const INSUFFICIENT_REPLICAS: &str = "InsufficientReplicas";
+    /// Degraded=False in phase Provisioning: the new cluster's instances are still starting.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// Degraded=False in phase Scaling: the instances a scale-up added are still starting.
+    pub const SCALING_UP: &str = "ScalingUp";
     /// Upgrading=True.
     pub const VERSION_UPGRADE_IN_PROGRESS: &str = "VersionUpgradeInProgress";
     /// Upgrading=False once a version is rolled out.
@@ -97,8 +102,10 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
 /// The status of `cluster` given the pass's validation of its spec (`valid`: reconcile validates
 /// once and passes the result on) and its StatefulSet as observed (`None` if there is none yet).
 ///
-/// Phase: Failed if the spec is invalid, Upgrading while a version change rolls out, otherwise
-/// Provisioning (no replica ready), Degraded (some) or Running (all).
+/// Phase: Failed if the spec is invalid, Upgrading while a version change rolls out, Running when
+/// every replica is ready, and otherwise [`converging_phase`]: Provisioning or Scaling while a
+/// creation or a scale-up converges, Degraded once an instance that was ready is not. The
+/// `Degraded` condition is True exactly in phase Degraded.
 pub fn compute_status(
     cluster: &DatabaseCluster,
     valid: Result<&ValidSpec, &SpecError>,
@@ -123,6 +130,19 @@ pub fn compute_status(
             .cloned()
     });
 
+    let existing = observed.and_then(|sts| sts.status.as_ref()).map(|s| s.replicas).unwrap_or(0);
+    let phase = if valid.is_err() {
+        Phase::Failed
+    } else if desired == 0 && existing == 0 {
+        Phase::Hibernated
+    } else if upgrade_target.is_some() {
+        Phase::Upgrading
+    } else if ready >= desired {
+        Phase::Running
+    } else {
+        converging_phase(previous.phase, previous.ready_replicas, ready)
+    };
+
     let mut conditions = ConditionSetter::new(previous.conditions, cluster.metadata.generation, now);
     match valid {
         Err(error) => conditions.set(condition::READY, "False", reason::INVALID_SPEC, error.to_string()),
@@ -139,20 +159,31 @@ pub fn compute_status(
             format!("{ready}/{desired} replicas ready"),
         ),
     }
-    if ready >= desired {
-        conditions.set(
+    match phase {
+        _ if ready >= desired => conditions.set(
             condition::DEGRADED,
             "False",
             reason::REPLICAS_READY,
             "All replicas are healthy".into(),
-        );
-    } else {
-        conditions.set(
+        ),
+        Phase::Provisioning => conditions.set(
+            condition::DEGRADED,
+            "False",
+            reason::PROVISIONING,
+            format!("{ready} of {desired} replicas are ready; the cluster is being created"),
+        ),
+        Phase::Scaling => conditions.set(
+            condition::DEGRADED,
+            "False",
+            reason::SCALING_UP,
+            format!("{ready} of {desired} replicas are ready; new instances are starting"),
+        ),
+        _ => conditions.set(
             condition::DEGRADED,
             "True",
             reason::INSUFFICIENT_REPLICAS,
             format!("Only {ready} of {desired} replicas are ready"),
-        );
+        ),
     }
     match (&current_version, &upgrade_target) {
         (Some(running), Some(target)) => conditions.set(
@@ -175,20 +206,6 @@ pub fn compute_status(
         ),
     }
 
-    let existing = observed.and_then(|sts| sts.status.as_ref()).map(|s| s.replicas).unwrap_or(0);
-    let phase = if valid.is_err() {
-        Phase::Failed
-    } else if desired == 0 && existing == 0 {
-        Phase::Hibernated
-    } else if upgrade_target.is_some() {
-        Phase::Upgrading
-    } else if ready == 0 {
-        Phase::Provisioning
-    } else if ready < desired {
-        Phase::Degraded
-    } else {
-        Phase::Running
-    };
     DatabaseClusterStatus {
         phase: Some(phase),
         ready_replicas: ready,
@@ -202,6 +219,22 @@ pub fn compute_status(
         restored_from: previous.restored_from,
         current_primary: previous.current_primary,
         instances: previous.instances,
+    }
+}
+
+/// The phase of a valid cluster, not upgrading, with fewer replicas ready (`ready`) than desired,
+/// from the phase and ready count its status recorded last. An instance that was ready and is not
+/// (fewer ready than recorded) makes it Degraded, and it stays Degraded until every replica is
+/// ready (so is a cluster short of replicas right after an upgrade). Otherwise it is converging:
+/// Provisioning while it has never been Running (a creation, or a spec made valid again), Scaling
+/// after it was Running or Hibernated (a requested scale-up, a wake-up), however long the new
+/// instances take, since none of them was ready.
+pub fn converging_phase(previous: Option<Phase>, previously_ready: i32, ready: i32) -> Phase {
+    match previous {
+        _ if ready < previously_ready => Phase::Degraded,
+        Some(Phase::Degraded | Phase::Upgrading) => Phase::Degraded,
+        Some(Phase::Running | Phase::Scaling | Phase::Hibernated) => Phase::Scaling,
+        None | Some(Phase::Provisioning | Phase::Failed) => Phase::Provisioning,
     }
 }
 
@@ -266,7 +299,7 @@ pub fn with_resizing(
 /// Whether reconcile should look again after a delay (the seed's 10 s safety net): while the
 /// cluster converges. Running needs no timer, and Failed waits for a spec change.
 pub fn needs_requeue(status: &DatabaseClusterStatus) -> bool {
-    matches!(status.phase, Some(Phase::Provisioning | Phase::Degraded | Phase::Upgrading))
+    matches!(status.phase, Some(Phase::Provisioning | Phase::Scaling | Phase::Degraded | Phase::Upgrading))
 }
 
 /// What the StatefulSet says about its rollout.
@@ -482,7 +515,7 @@ mod tests {
         assert_eq!(summary(&status, "Ready"), s("False", "ReplicasNotReady", "0/3 replicas ready"));
         assert_eq!(
             summary(&status, "Degraded"),
-            s("True", "InsufficientReplicas", "Only 0 of 3 replicas are ready")
+            s("False", "Provisioning", "0 of 3 replicas are ready; the cluster is being created")
         );
         assert_eq!(
             summary(&status, "Upgrading"),
@@ -492,15 +525,56 @@ mod tests {
     }
 
     #[test]
-    fn phases_follow_ready_replicas_as_pods_become_ready() {
-        let cluster = cluster(3, "15.4", 1);
-        let phase = |ready| {
-            compute_status(&cluster, Some(&Observed::settled("15.4", 3, ready).build()), at(1)).phase.unwrap()
-        };
-        assert_eq!(phase(0), Phase::Provisioning);
-        assert_eq!(phase(1), Phase::Degraded);
-        assert_eq!(phase(2), Phase::Degraded);
-        assert_eq!(phase(3), Phase::Running);
+    fn a_new_cluster_is_provisioning_until_every_replica_is_ready() {
+        let mut cluster = cluster(3, "15.4", 1);
+        for (ready, phase) in [(0, Phase::Provisioning), (1, Phase::Provisioning), (2, Phase::Provisioning)] {
+            let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, ready).build()), at(1));
+            assert_eq!(status.phase, Some(phase), "{ready} ready");
+            assert_eq!(condition(&status, "Degraded").status, "False", "converging is not degraded");
+            cluster = next(&cluster, &status);
+        }
+        let all = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(2));
+        assert_eq!(all.phase, Some(Phase::Running));
+    }
+
+    #[test]
+    fn an_instance_that_was_ready_and_is_not_is_degraded_until_all_are_ready() {
+        let provisioning = next(
+            &cluster(3, "15.4", 1),
+            &compute_status(&cluster(3, "15.4", 1), Some(&Observed::settled("15.4", 3, 2).build()), at(1)),
+        );
+        let lost_during_creation =
+            compute_status(&provisioning, Some(&Observed::settled("15.4", 3, 1).build()), at(2));
+        assert_eq!(lost_during_creation.phase, Some(Phase::Degraded));
+
+        let running = running(3, "15.4");
+        let lost = compute_status(&running, Some(&Observed::settled("15.4", 3, 2).build()), at(3));
+        assert_eq!(lost.phase, Some(Phase::Degraded));
+        assert_eq!(
+            summary(&lost, "Degraded"),
+            s("True", "InsufficientReplicas", "Only 2 of 3 replicas are ready")
+        );
+        let all_lost = compute_status(&running, Some(&Observed::settled("15.4", 3, 0).build()), at(3));
+        assert_eq!(all_lost.phase, Some(Phase::Degraded), "a cluster that ran is not provisioning again");
+        // Recovering one of two missing instances is still degraded.
+        let recovering =
+            compute_status(&next(&running, &lost), Some(&Observed::settled("15.4", 3, 2).build()), at(4));
+        assert_eq!(recovering.phase, Some(Phase::Degraded));
+    }
+
+    #[test]
+    fn converging_phases_follow_the_previous_phase() {
+        use Phase::*;
+        assert_eq!(converging_phase(None, 0, 0), Provisioning);
+        assert_eq!(converging_phase(Some(Provisioning), 1, 2), Provisioning);
+        assert_eq!(converging_phase(Some(Failed), 0, 0), Provisioning);
+        assert_eq!(converging_phase(Some(Running), 3, 3), Scaling);
+        assert_eq!(converging_phase(Some(Hibernated), 0, 0), Scaling);
+        assert_eq!(converging_phase(Some(Scaling), 3, 4), Scaling);
+        assert_eq!(converging_phase(Some(Scaling), 4, 3), Degraded);
+        assert_eq!(converging_phase(Some(Running), 3, 2), Degraded);
+        assert_eq!(converging_phase(Some(Degraded), 2, 3), Degraded);
+        assert_eq!(converging_phase(Some(Upgrading), 3, 3), Degraded);
     }
 
     #[test]
@@ -562,7 +636,11 @@ mod tests {
         let third = next(&second, &two_ready);
         let all_ready = compute_status(&third, Some(&Observed::settled("15.4", 3, 3).build()), at(30));
         assert_eq!(condition(&all_ready, "Ready").last_transition_time, Time(at(30)));
-        assert_eq!(condition(&all_ready, "Degraded").last_transition_time, Time(at(30)));
+        assert_eq!(
+            condition(&all_ready, "Degraded").last_transition_time,
+            Time(at(10)),
+            "Degraded stayed False while a new cluster's replicas became ready"
+        );
         assert_eq!(
             condition(&all_ready, "Upgrading").last_transition_time,
             Time(at(10)),
@@ -599,20 +677,25 @@ mod tests {
     }
 
     #[test]
-    fn scaling_up_is_degraded_until_the_new_replicas_are_ready() {
+    fn scaling_up_is_scaling_until_the_new_replicas_are_ready() {
         let mut cluster = running(3, "15.4");
         cluster.spec.replicas = 5;
         cluster.metadata.generation = Some(2);
         let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(1));
-        assert_eq!(status.phase, Some(Phase::Degraded));
+        assert_eq!(status.phase, Some(Phase::Scaling));
         assert_eq!(summary(&status, "Ready"), s("False", "ReplicasNotReady", "3/5 replicas ready"));
         assert_eq!(
             summary(&status, "Degraded"),
-            s("True", "InsufficientReplicas", "Only 3 of 5 replicas are ready")
+            s("False", "ScalingUp", "3 of 5 replicas are ready; new instances are starting")
         );
         assert_eq!(condition(&status, "Upgrading").status, "False", "scaling is not an upgrade");
+        assert!(needs_requeue(&status));
+        let cluster = next(&cluster, &status);
+        let four = compute_status(&cluster, Some(&Observed::settled("15.4", 5, 4).build()), at(2));
+        assert_eq!(four.phase, Some(Phase::Scaling));
 
-        let scaled = compute_status(&cluster, Some(&Observed::settled("15.4", 5, 5).build()), at(2));
+        let scaled =
+            compute_status(&next(&cluster, &four), Some(&Observed::settled("15.4", 5, 5).build()), at(3));
         assert_eq!(scaled.phase, Some(Phase::Running));
     }
 

@@ -368,14 +368,20 @@ fn condition_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
     })
 }
 
-/// Lifecycle phase shown in the PHASE column.
+/// Lifecycle phase shown in the PHASE column: Provisioning (a new cluster's instances are
+/// starting), Running (all ready, the desired version), Scaling (the instances a scale-up added
+/// are starting), Degraded (an instance that was ready is not, until all are), Upgrading (a
+/// version change rolls out), Failed (the spec cannot be acted on), Hibernated (`replicas: 0`).
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// No instance is ready yet.
+    /// A new cluster whose instances are not all ready yet (none has failed after being ready).
     Provisioning,
     /// Every instance is ready and runs the desired version.
     Running,
-    /// Some, but not all, instances are ready.
+    /// A requested scale-up (or a wake from hibernation): the added instances are not all ready
+    /// yet, and every instance that was ready still is.
+    Scaling,
+    /// An instance that was ready is not; it stays Degraded until every instance is ready.
     Degraded,
     /// A version change is rolling out.
     Upgrading,
@@ -391,6 +397,7 @@ impl Phase {
         match self {
             Phase::Provisioning => "Provisioning",
             Phase::Running => "Running",
+            Phase::Scaling => "Scaling",
             Phase::Degraded => "Degraded",
             Phase::Upgrading => "Upgrading",
             Phase::Failed => "Failed",

@@ -23,6 +23,12 @@
 //! `hotloop`): reported once per window, and its passes held back by the per-key backoff until
 //! a pass writes nothing.
 //!
+//! Every enqueue goes through an [`Enqueuer`], which records its cause beside the queue (see
+//! `causes`): each pass takes the causes gathered since the previous one, its span carries
+//! `trigger="<first cause>" (+N)`, and each key keeps its last
+//! [`ControllerConfig::pass_history`] passes (causes, start, duration, result, writes) for
+//! `/debug/queue/<namespace>/<name>`. [`ControllerConfig::record_causes`] turns the causes off.
+//!
 //! [`record_writes`]: crate::runtime::writes::record_writes
 //! [`recorded`]: crate::runtime::writes::recorded
 //! Reconcile receives only the key and the shared context; it reads objects from the caches.
@@ -30,7 +36,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -45,14 +51,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::runtime::ObjectKey;
-use crate::runtime::cache::controller_owner;
+use crate::runtime::cache::{InformerEvent, controller_owner};
+use crate::runtime::causes::{Cause, CauseLog, Causes, Enqueuer, EventType, ObjectEvent};
 use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
 use crate::runtime::informer::{EventOrigin, Informer};
-use crate::runtime::introspection::{ControllerProbe, LastPass};
+use crate::runtime::introspection::{ControllerProbe, PassHistories, PassRecord};
 use crate::runtime::metrics::ControllerMetrics;
 use crate::runtime::workqueue::{Priority, QueueConfig, WorkQueue};
-use crate::runtime::writes::{Write, record_writes};
+use crate::runtime::writes::{KindName, Write, record_writes};
 
 /// What a successful reconcile pass asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +121,19 @@ pub struct ControllerConfig {
     pub stale_cache_wait: Duration,
     /// When a key's writing passes count as a hot loop.
     pub hot_loop: HotLoopConfig,
+    /// Record why each key was queued (see `causes`); off, enqueues cost what the bare queue
+    /// costs and passes carry no trigger.
+    pub record_causes: bool,
+    /// How many of its last passes each key keeps for `/debug/queue/<namespace>/<name>` (at
+    /// least 1: the last pass is always kept).
+    pub pass_history: usize,
+    /// The controller starts because this replica became leader: the caches replayed to it are
+    /// recorded as a leader change rather than as a list.
+    pub starts_on_leadership: bool,
 }
+
+/// The default [`ControllerConfig::pass_history`].
+pub const DEFAULT_PASS_HISTORY: usize = 10;
 
 impl ControllerConfig {
     /// Defaults as in controller-runtime, except 4 workers: 2-minute cache sync timeout, 30 s for
@@ -130,12 +149,15 @@ impl ControllerConfig {
             metrics: None,
             stale_cache_wait: DEFAULT_STALE_CACHE_WAIT,
             hot_loop: HotLoopConfig::default(),
+            record_causes: true,
+            pass_history: DEFAULT_PASS_HISTORY,
+            starts_on_leadership: false,
         }
     }
 }
 
 /// A registration of one informer's handler, run once the caches are synced.
-type Registration = Box<dyn FnOnce(WorkQueue<ObjectKey>) + Send>;
+type Registration = Box<dyn FnOnce(Enqueuer) + Send>;
 
 /// Whether the primary cache still holds a key.
 type Exists = Arc<dyn Fn(&ObjectKey) -> bool + Send + Sync>;
@@ -227,7 +249,10 @@ pub struct Controller<K> {
     synced: Vec<BoxFuture<'static, ()>>,
     registrations: Vec<Registration>,
     exists: Exists,
-    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+    passes: PassHistories,
+    causes: Arc<Causes>,
+    /// True while the caches are replayed to the handlers `run` registers.
+    replaying: Arc<AtomicBool>,
     freshness: Freshness,
     _primary: std::marker::PhantomData<fn() -> K>,
 }
@@ -246,17 +271,20 @@ where
     pub fn new(primary: &Arc<Informer<K>>, config: ControllerConfig) -> Self {
         let queue = WorkQueue::new(config.queue.clone());
         let cache = Arc::clone(primary.cache());
+        let causes = if config.record_causes { Causes::enabled() } else { Causes::disabled() };
         let controller = Self {
             config,
             queue,
             synced: Vec::new(),
             registrations: Vec::new(),
             exists: Arc::new(move |key| cache.get(key).is_some()),
-            last_passes: Arc::default(),
+            passes: Arc::default(),
+            causes: Arc::new(causes),
+            replaying: Arc::default(),
             freshness: Freshness::default(),
             _primary: std::marker::PhantomData,
         };
-        controller.watches(primary, |obj: &K| Some(ObjectKey::of(obj)))
+        controller.watch_events(primary, |obj: &K| Some(ObjectKey::of(obj)), Via::Own)
     }
 
     /// Also reconcile the owner when a child of kind `C` changes: the child's controller
@@ -266,7 +294,7 @@ where
         C: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
         C::DynamicType: Default,
     {
-        self.watches(children, |child: &C| controller_owner_key::<K, C>(child))
+        self.watch_events(children, |child: &C| controller_owner_key::<K, C>(child), Via::Mapper)
     }
 
     /// Also reconcile whatever keys `mapper` returns for each changed object of kind `W`. Keys
@@ -274,9 +302,25 @@ where
     /// writes of kind `W` are waited for on this informer before the writer's next pass (on the
     /// first informer registered for `W`, when there are several: see [`Freshness::watch`]).
     pub fn watches<W, I>(
+        self,
+        informer: &Arc<Informer<W>>,
+        mapper: impl Fn(&W) -> I + Send + Sync + 'static,
+    ) -> Self
+    where
+        W: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        W::DynamicType: Default,
+        I: IntoIterator<Item = ObjectKey> + 'static,
+    {
+        self.watch_events(informer, mapper, Via::Mapper)
+    }
+
+    /// `watches`, recording each event as a cause of the key's own object (`Via::Own`) or of
+    /// another object mapped to the key.
+    fn watch_events<W, I>(
         mut self,
         informer: &Arc<Informer<W>>,
         mapper: impl Fn(&W) -> I + Send + Sync + 'static,
+        via: Via,
     ) -> Self
     where
         W: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -287,13 +331,26 @@ where
         let for_sync = Arc::clone(informer);
         self.synced.push(async move { for_sync.synced().await }.boxed());
         let informer = Arc::clone(informer);
-        self.registrations.push(Box::new(move |queue: WorkQueue<ObjectKey>| {
-            informer.add_key_mapper(mapper, move |key, origin| {
+        let kind: Arc<str> = KindName::of::<W>().0.into();
+        let replaying = Arc::clone(&self.replaying);
+        let leadership = self.config.starts_on_leadership;
+        self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
+            informer.add_key_mapper(mapper, move |key, origin, event: &InformerEvent<W>| {
                 let priority = match origin {
                     EventOrigin::List => Priority::Low,
                     EventOrigin::Watch => Priority::Normal,
                 };
-                queue.add_with_priority(key, priority);
+                enqueuer.add(key, priority, || {
+                    let event = object_event(&kind, event);
+                    match (origin, via) {
+                        (EventOrigin::List, _) if leadership && replaying.load(Ordering::Relaxed) => {
+                            Cause::LeaderChange(event)
+                        }
+                        (EventOrigin::List, _) => Cause::Listed(event),
+                        (EventOrigin::Watch, Via::Own) => Cause::Watch(event),
+                        (EventOrigin::Watch, Via::Mapper) => Cause::Mapped(event),
+                    }
+                });
             });
         }));
         self
@@ -305,14 +362,25 @@ where
         self
     }
 
-    /// The controller's queue, for the debug endpoint and for tests.
+    /// The controller's queue, for the debug endpoint and for tests. Adds made on it directly
+    /// record no cause: prefer [`Controller::enqueuer`].
     pub fn queue(&self) -> &WorkQueue<ObjectKey> {
         &self.queue
     }
 
-    /// A view of the queue and of each key's last pass, for the debug endpoint.
+    /// The controller's queue with its causes: `add_explicit` queues a key for a stated reason.
+    pub fn enqueuer(&self) -> Enqueuer {
+        Enqueuer::new(self.queue.clone(), Arc::clone(&self.causes))
+    }
+
+    /// A view of the queue and of each key's last passes, for the debug endpoint.
     pub fn probe(&self) -> ControllerProbe {
-        ControllerProbe::new(&self.config.name, self.queue.clone(), Arc::clone(&self.last_passes))
+        ControllerProbe::new(
+            &self.config.name,
+            self.queue.clone(),
+            Arc::clone(&self.passes),
+            Arc::clone(&self.causes),
+        )
     }
 
     /// Runs until `shutdown` resolves: waits for the caches, then reconciles with the configured
@@ -330,7 +398,8 @@ where
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         E: ReconcileError,
     {
-        let Self { config, queue, synced, registrations, exists, last_passes, freshness, .. } = self;
+        let enqueuer = self.enqueuer();
+        let Self { config, queue, synced, registrations, exists, passes, replaying, freshness, .. } = self;
         let stop = CancellationToken::new();
         tokio::pin!(shutdown);
 
@@ -344,9 +413,11 @@ where
                 });
             }
         }
+        replaying.store(true, Ordering::Relaxed);
         for register in registrations {
-            register(queue.clone());
+            register(enqueuer.clone());
         }
+        replaying.store(false, Ordering::Relaxed);
         if let Some(metrics) = &config.metrics {
             metrics.set_max_concurrent(config.workers);
         }
@@ -355,10 +426,11 @@ where
         let worker = Arc::new(Worker {
             config: config.clone(),
             queue: queue.clone(),
+            enqueuer,
             reconcile,
             context,
             exists,
-            last_passes,
+            passes,
             freshness,
             pending_writes: DashMap::new(),
             hot_loops: parking_lot::Mutex::new(HotLoops::new(
@@ -405,14 +477,37 @@ where
         .then(|| ObjectKey::new(child.meta().namespace.as_deref(), &owner.name))
 }
 
+/// Whether a watch's keys are its objects' own (the primary kind) or mapped from other objects.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Own,
+    Mapper,
+}
+
+/// The cause-side description of an informer event on an object of `kind`.
+fn object_event<W: Resource>(kind: &Arc<str>, event: &InformerEvent<W>) -> ObjectEvent {
+    let object = event.object();
+    ObjectEvent {
+        informer: Arc::clone(kind),
+        event: match event {
+            InformerEvent::Added(_) => EventType::Added,
+            InformerEvent::Updated { .. } => EventType::Modified,
+            InformerEvent::Deleted(_) => EventType::Deleted,
+        },
+        object: ObjectKey::of(object.as_ref()),
+        resource_version: object.meta().resource_version.as_deref().map(Into::into),
+    }
+}
+
 /// What every worker task shares.
 struct Worker<Ctx, F> {
     config: ControllerConfig,
     queue: WorkQueue<ObjectKey>,
+    enqueuer: Enqueuer,
     reconcile: F,
     context: Arc<Ctx>,
     exists: Exists,
-    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+    passes: PassHistories,
     /// The informers whose delivery of a pass's writes the next pass waits for.
     freshness: Freshness,
     /// What each key's last pass wrote (until its next pass has waited for it).
@@ -441,24 +536,36 @@ where
                 },
             };
             let key = claim.key().clone();
+            if self.held_back(&key) {
+                continue;
+            }
+            let causes = self.enqueuer.causes().take(&key, Instant::now());
             let id = PASS_IDS.fetch_add(1, Ordering::Relaxed);
-            let span = tracing::info_span!("reconcile", controller = %self.config.name, key = %key, reconcile_id = id);
-            self.pass(key).instrument(span).await;
+            let span = tracing::info_span!("reconcile", controller = %self.config.name, key = %key,
+                reconcile_id = id, trigger = tracing::field::Empty);
+            if self.config.record_causes {
+                span.record("trigger", tracing::field::display(causes.trigger()));
+            }
+            self.pass(key, causes).instrument(span).await;
             drop(claim);
         }
     }
 
-    /// One pass for `key`, and what the queue is told afterwards.
-    async fn pass(&self, key: ObjectKey) {
-        let metrics = self.config.metrics.as_ref();
-        if let Some(not_before) = self.hot_loops.lock().not_before(&key) {
-            let now = Instant::now();
-            if not_before > now {
-                // A hot loop: its passes wait out the per-key backoff.
-                self.queue.add_after(key, not_before - now);
-                return;
-            }
+    /// Whether `key` is in a hot loop whose backoff has not elapsed: it is then put back until
+    /// it has, keeping its causes for the pass that follows.
+    fn held_back(&self, key: &ObjectKey) -> bool {
+        let Some(not_before) = self.hot_loops.lock().not_before(key) else { return false };
+        let now = Instant::now();
+        if not_before <= now {
+            return false;
         }
+        self.queue.add_after(key.clone(), not_before - now);
+        true
+    }
+
+    /// One pass for `key`, run for `causes`, and what the queue is told afterwards.
+    async fn pass(&self, key: ObjectKey, causes: CauseLog) {
+        let metrics = self.config.metrics.as_ref();
         // Dropped when the pass ends, is cancelled at shutdown or its worker is aborted.
         let _busy = metrics.map(ControllerMetrics::active_worker);
         let stale_wait = self.wait_for_own_writes(&key).await;
@@ -484,7 +591,7 @@ where
             }
             Ok(Ok(Ok(Action::RequeueAfter(delay)))) => {
                 self.queue.forget(&key);
-                self.queue.add_after(key.clone(), delay);
+                self.enqueuer.requeue_after(key.clone(), delay);
                 PassResult::RequeueAfter
             }
             Ok(Ok(Err(error))) if error.is_terminal() => {
@@ -497,21 +604,24 @@ where
                 let retries = self.queue.num_requeues(&key);
                 let retry_after = error.retry_after();
                 tracing::warn!(error = %error, retries, ?retry_after, "reconcile failed; retrying with backoff");
-                error_message = Some(error.to_string());
-                self.queue.add_rate_limited_after(key.clone(), retry_after.unwrap_or_default());
+                let message = error.to_string();
+                self.retry(&key, retry_after.unwrap_or_default(), &message);
+                error_message = Some(message);
                 PassResult::Error
             }
             Ok(Err(panic)) => {
                 let message = panic_message(panic.as_ref());
                 tracing::error!(panic = %message, "reconcile panicked; retrying with backoff");
-                error_message = Some(format!("panicked: {message}"));
-                self.queue.add_rate_limited(key.clone());
+                let message = format!("panicked: {message}");
+                self.retry(&key, Duration::ZERO, &message);
+                error_message = Some(message);
                 PassResult::Panic
             }
             Err(limit) => {
                 tracing::warn!(timeout = ?limit, "reconcile timed out; retrying with backoff");
-                error_message = Some(format!("timed out after {limit:?}"));
-                self.queue.add_rate_limited(key.clone());
+                let message = format!("timed out after {limit:?}");
+                self.retry(&key, Duration::ZERO, &message);
+                error_message = Some(message);
                 PassResult::Timeout
             }
         };
@@ -522,7 +632,9 @@ where
         if !writes.is_empty() {
             self.pending_writes.insert(key.clone(), writes.clone());
         }
-        let last = LastPass {
+        let last = PassRecord {
+            causes,
+            started,
             result,
             error: error_message,
             finished: Instant::now(),
@@ -532,6 +644,11 @@ where
             hot_loop: hot,
         };
         self.remember(key, last);
+    }
+
+    /// Retries `key` with its backoff, no earlier than `at_least`, recording `error` as the cause.
+    fn retry(&self, key: &ObjectKey, at_least: Duration, error: &str) {
+        self.enqueuer.retry(key.clone(), at_least, &self.config.queue.backoff, error);
     }
 
     /// Waits (bounded) until the informers have delivered what the key's previous pass wrote.
@@ -582,16 +699,22 @@ where
         matches!(verdict, Verdict::Hot { .. })
     }
 
-    /// Keeps the key's last pass for the debug endpoint; a deleted object that reconciled cleanly
-    /// leaves no record behind, so the records stay as many as the objects.
-    fn remember(&self, key: ObjectKey, last: LastPass) {
+    /// Keeps the pass in the key's history for the debug endpoint (the last `pass_history`); a
+    /// deleted object that reconciled cleanly leaves no record behind, so the records stay as
+    /// many as the objects.
+    fn remember(&self, key: ObjectKey, last: PassRecord) {
         if last.result == PassResult::Success && !(self.exists)(&key) {
-            self.last_passes.remove(&key);
+            self.passes.remove(&key);
             self.pending_writes.remove(&key);
+            self.enqueuer.causes().forget(&key);
             self.hot_loops.lock().remove(&key);
             return;
         }
-        self.last_passes.insert(key, last);
+        let mut history = self.passes.entry(key).or_default();
+        while history.len() >= self.config.pass_history.max(1) {
+            history.pop_front();
+        }
+        history.push_back(last);
     }
 }
 

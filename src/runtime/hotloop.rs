@@ -150,10 +150,11 @@ impl HotLoops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::writes::KindName;
+    use crate::runtime::writes::{KindName, Verb};
 
     fn write() -> Vec<Write> {
         vec![Write {
+            verb: Verb::Apply,
             kind: KindName("ConfigMap".into()),
             key: ObjectKey::namespaced("prod", "cm"),
             resource_version: "1".into(),

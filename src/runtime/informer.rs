@@ -198,11 +198,12 @@ where
     /// Registers a key mapper: for every change, `sink` receives each key `mapper` returns for the
     /// object (for an update, for the old and the new state, without repeats — so a child whose
     /// controller owner changed wakes both owners). The controller's `For`/`Owns`/`Watches`
-    /// wiring is built on this. `sink` is also told where the change came from.
+    /// wiring is built on this. `sink` is also told where the change came from and what it was
+    /// (the causes of the enqueue, see `causes`).
     pub fn add_key_mapper<I>(
         &self,
         mapper: impl Fn(&K) -> I + Send + Sync + 'static,
-        sink: impl Fn(ObjectKey, EventOrigin) + Send + Sync + 'static,
+        sink: impl Fn(ObjectKey, EventOrigin, &InformerEvent<K>) + Send + Sync + 'static,
     ) where
         I: IntoIterator<Item = ObjectKey> + 'static,
     {
@@ -310,7 +311,7 @@ impl<K, M, S, I> EventHandler<K> for KeyMapper<K, M, S>
 where
     K: Resource + 'static,
     M: Fn(&K) -> I + Send + Sync + 'static,
-    S: Fn(ObjectKey, EventOrigin) + Send + Sync + 'static,
+    S: Fn(ObjectKey, EventOrigin, &InformerEvent<K>) + Send + Sync + 'static,
     I: IntoIterator<Item = ObjectKey> + 'static,
 {
     fn on_event(&self, event: &InformerEvent<K>) {
@@ -327,7 +328,7 @@ where
             }
         }
         for key in keys {
-            (self.sink)(key, origin);
+            (self.sink)(key, origin, event);
         }
     }
 }

@@ -1,12 +1,15 @@
 //! What the runtime shows about itself: the informers and controllers a process registers, turned
 //! into readiness, the `/debug/queue` and `/debug/cache` JSON documents ([`QueueReport`],
 //! [`CacheReport`]: plain `Serialize` structs), and informer metrics. The debug-only views of a
-//! controller ([`ControllerProbe`], [`KeyReport`], [`LastPass`]) live here too.
+//! controller ([`ControllerProbe`], [`KeyReport`], [`PassRecord`]) live here too, and the
+//! `/debug/queue/<namespace>/<name>` document ([`KeyHistoryReport`]): a key's last passes with
+//! their causes, results and writes.
 //!
 //! The operator registers each informer and each controller's probe once, at start-up; the HTTP
 //! server only reads. Times are rendered as RFC 3339 wall-clock instants plus seconds relative to
 //! now, so a reader sees both "when" and "how long".
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -23,15 +26,20 @@ use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
 use crate::runtime::ObjectKey;
+use crate::runtime::causes::{CauseLog, Causes};
 use crate::runtime::controller::PassResult;
 use crate::runtime::freshness::Waited;
 use crate::runtime::informer::{Informer, InformerStats};
 use crate::runtime::workqueue::{KeyPhase, KeyState, WorkQueue};
 use crate::runtime::writes::Write;
 
-/// How a key's most recent pass ended, for `/debug/queue`.
+/// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LastPass {
+pub struct PassRecord {
+    /// Why it ran: the causes recorded since the previous pass.
+    pub causes: CauseLog,
+    /// When it started (after any wait for the caches).
+    pub started: Instant,
     /// The outcome.
     pub result: PassResult,
     /// The error's message, for an error, a panic or a timeout.
@@ -56,8 +64,13 @@ pub struct KeyReport {
     /// The queue's state for the key, if it tracks any.
     pub queue: Option<KeyState<ObjectKey>>,
     /// The key's last pass, if it had one and still exists (or is still tracked).
-    pub last: Option<LastPass>,
+    pub last: Option<PassRecord>,
+    /// The causes recorded for its next pass.
+    pub pending: CauseLog,
 }
+
+/// Each key's last passes, newest last, as the controller keeps them.
+pub type PassHistories = Arc<DashMap<ObjectKey, VecDeque<PassRecord>>>;
 
 /// A read-only view of a controller's queue and last passes, taken before `run` consumes the
 /// controller (`Controller::probe`) and valid while it runs.
@@ -65,26 +78,29 @@ pub struct KeyReport {
 pub struct ControllerProbe {
     name: String,
     queue: WorkQueue<ObjectKey>,
-    last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+    passes: PassHistories,
+    causes: Arc<Causes>,
 }
 
 impl std::fmt::Debug for ControllerProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControllerProbe")
             .field("name", &self.name)
-            .field("passes", &self.last_passes.len())
+            .field("keys_with_passes", &self.passes.len())
             .finish()
     }
 }
 
 impl ControllerProbe {
-    /// A probe of the controller `name` (made by the controller, which fills `last_passes`).
+    /// A probe of the controller `name` (made by the controller, which fills `passes` and
+    /// `causes`).
     pub(crate) fn new(
         name: &str,
         queue: WorkQueue<ObjectKey>,
-        last_passes: Arc<DashMap<ObjectKey, LastPass>>,
+        passes: PassHistories,
+        causes: Arc<Causes>,
     ) -> Self {
-        Self { name: name.to_string(), queue, last_passes }
+        Self { name: name.to_string(), queue, passes, causes }
     }
 
     /// The controller's name.
@@ -95,19 +111,39 @@ impl ControllerProbe {
     /// Every key the queue tracks or that had a pass, sorted by key.
     pub fn keys(&self) -> Vec<KeyReport> {
         let mut reports: std::collections::BTreeMap<ObjectKey, KeyReport> = self
-            .last_passes
+            .passes
             .iter()
             .map(|entry| {
                 let key = entry.key().clone();
-                (key.clone(), KeyReport { key, queue: None, last: Some(entry.value().clone()) })
+                let last = entry.value().back().cloned();
+                (key.clone(), KeyReport { key, queue: None, last, pending: CauseLog::default() })
             })
             .collect();
         for state in self.queue.snapshot() {
             let key = state.key.clone();
-            reports.entry(key.clone()).or_insert(KeyReport { key, queue: None, last: None }).queue =
-                Some(state);
+            reports.entry(key.clone()).or_insert_with(|| self.empty_report(key)).queue = Some(state);
+        }
+        for report in reports.values_mut() {
+            report.pending = self.causes.pending(&report.key);
         }
         reports.into_values().collect()
+    }
+
+    /// The key's state and last passes (oldest first), if the controller knows the key.
+    pub fn history(&self, key: &ObjectKey) -> Option<(KeyReport, Vec<PassRecord>)> {
+        let passes: Vec<PassRecord> =
+            self.passes.get(key).map(|passes| passes.iter().cloned().collect()).unwrap_or_default();
+        let queue = self.queue.snapshot().into_iter().find(|state| &state.key == key);
+        let pending = self.causes.pending(key);
+        if passes.is_empty() && queue.is_none() && pending.total() == 0 {
+            return None;
+        }
+        let report = KeyReport { key: key.clone(), queue, last: passes.last().cloned(), pending };
+        Some((report, passes))
+    }
+
+    fn empty_report(&self, key: ObjectKey) -> KeyReport {
+        KeyReport { key, queue: None, last: None, pending: CauseLog::default() }
     }
 }
 
@@ -222,6 +258,27 @@ impl Introspection {
         QueueReport { now: clock.wall.to_string(), leading, controllers }
     }
 
+    /// The `/debug/queue/<namespace>/<name>` document: per controller that knows the key, its
+    /// state and its last passes. `None` when no controller knows it.
+    pub fn key_history(&self, key: &ObjectKey) -> Option<KeyHistoryReport> {
+        let clock = Clock::now();
+        let controllers: Vec<KeyHistoryView> = self
+            .registered
+            .controllers
+            .read()
+            .iter()
+            .filter_map(|probe| {
+                let (report, passes) = probe.history(key)?;
+                Some(KeyHistoryView {
+                    controller: probe.name().to_string(),
+                    key: KeyView::of(&report, &clock),
+                    passes: passes.iter().rev().map(|pass| PassView::of(pass, &clock)).collect(),
+                })
+            })
+            .collect();
+        (!controllers.is_empty()).then(|| KeyHistoryReport { now: clock.wall.to_string(), controllers })
+    }
+
     /// The `/debug/cache` document: per informer, its figures.
     pub fn cache_report(&self) -> CacheReport {
         let informers = self
@@ -260,6 +317,26 @@ pub struct ControllerReport {
     pub keys: Vec<KeyView>,
 }
 
+/// The `/debug/queue/<namespace>/<name>` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyHistoryReport {
+    /// When the report was made (RFC 3339).
+    pub now: String,
+    /// One entry per controller that knows the key.
+    pub controllers: Vec<KeyHistoryView>,
+}
+
+/// One controller's view of a key in `/debug/queue/<namespace>/<name>`.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyHistoryView {
+    /// The controller's name.
+    pub controller: String,
+    /// The key's state, as in `/debug/queue`.
+    pub key: KeyView,
+    /// Its last passes, newest first.
+    pub passes: Vec<PassView>,
+}
+
 /// One key in `/debug/queue`: where it stands in the queue, rendered for a reader. Instants are
 /// shown as wall-clock times plus seconds relative to now; fields that do not apply are left out.
 #[derive(Debug, Clone, Serialize)]
@@ -294,14 +371,28 @@ pub struct KeyView {
     /// Queued (or due back) at low priority: from a list, behind live events.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub low_priority: bool,
+    /// The causes recorded for its next pass (the dedup made visible: a queued key collects
+    /// every reason it was added).
+    #[serde(skip_serializing_if = "is_empty_log")]
+    pub pending_causes: CauseLog,
     /// Its last pass, if it had one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_pass: Option<LastPassView>,
+    pub last_pass: Option<PassView>,
 }
 
-/// A key's last pass in `/debug/queue`.
+fn is_empty_log(log: &CauseLog) -> bool {
+    log.total() == 0
+}
+
+/// One pass of a key in `/debug/queue` (its last) and `/debug/queue/<namespace>/<name>`.
 #[derive(Debug, Clone, Serialize)]
-pub struct LastPassView {
+pub struct PassView {
+    /// Its first cause and the count of the others, as in the pass's log span.
+    pub trigger: String,
+    /// Why it ran.
+    pub causes: CauseLog,
+    /// When it started.
+    pub started: String,
     /// How it ended.
     pub result: PassResult,
     /// The error's message, if it failed.
@@ -355,23 +446,31 @@ impl KeyView {
             waiting_seconds_left: left.map(|offset| offset.max(0.0)),
             requeues: state.map_or(0, |s| s.requeues),
             low_priority: state.is_some_and(|s| s.low_priority),
-            last_pass: report.last.as_ref().map(|last| {
-                let (finished, offset) = clock.render(last.finished);
-                LastPassView {
-                    result: last.result,
-                    error: last.error.clone(),
-                    finished,
-                    finished_seconds_ago: -offset,
-                    took_seconds: round_ms(last.took.as_secs_f64()),
-                    writes: last.writes.clone(),
-                    stale_cache_wait_seconds: last
-                        .stale_cache_wait
-                        .as_ref()
-                        .map(|w| round_ms(w.waited.as_secs_f64())),
-                    stale_cache_wait_timed_out: last.stale_cache_wait.as_ref().is_some_and(|w| w.timed_out),
-                    hot_loop: last.hot_loop,
-                }
-            }),
+            pending_causes: report.pending.clone(),
+            last_pass: report.last.as_ref().map(|last| PassView::of(last, clock)),
+        }
+    }
+}
+
+impl PassView {
+    fn of(pass: &PassRecord, clock: &Clock) -> Self {
+        let (finished, offset) = clock.render(pass.finished);
+        Self {
+            trigger: pass.causes.trigger().to_string(),
+            causes: pass.causes.clone(),
+            started: clock.render(pass.started).0,
+            result: pass.result,
+            error: pass.error.clone(),
+            finished,
+            finished_seconds_ago: -offset,
+            took_seconds: round_ms(pass.took.as_secs_f64()),
+            writes: pass.writes.clone(),
+            stale_cache_wait_seconds: pass
+                .stale_cache_wait
+                .as_ref()
+                .map(|w| round_ms(w.waited.as_secs_f64())),
+            stale_cache_wait_timed_out: pass.stale_cache_wait.as_ref().is_some_and(|w| w.timed_out),
+            hot_loop: pass.hot_loop,
         }
     }
 }

@@ -71,6 +71,9 @@ pub struct WorkloadContext {
     pub metrics: Arc<Metrics>,
     /// Where informers and controller probes are registered for `/readyz` and `/debug/*`.
     pub view: Introspection,
+    /// The workload's second stage runs when this replica becomes leader (leader election is on):
+    /// its controllers record the first passes' causes as a leader change.
+    pub leader_election: bool,
 }
 
 impl std::fmt::Debug for WorkloadContext {
@@ -220,6 +223,7 @@ impl Manager {
             shutdown_timeout: config.shutdown_timeout,
             metrics,
             view: view.clone(),
+            leader_election: config.leader_election.is_some(),
         };
         let lead = tokio::select! {
             prepared = prepare(context) => prepared.map_err(|e| ManagerError::Operator(e.to_string()))?,

@@ -8,6 +8,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod cache;
+pub mod causes;
 pub mod client;
 pub mod controller;
 pub mod freshness;
@@ -16,6 +17,7 @@ pub mod informer;
 pub mod introspection;
 pub mod key;
 pub mod leader;
+pub mod live;
 pub mod manager;
 pub mod metrics;
 pub mod process_metrics;

@@ -1,4 +1,6 @@
-//! The operator's HTTP endpoints, served with hyper: `/metrics` and `/debug/{queue,cache}` for
+//! The operator's HTTP endpoints, served with hyper: `/metrics`, `/debug/{queue,cache}` and
+//! `/debug/queue/<namespace>/<name>` (one key's last passes: why each ran, what it did), and the
+//! live page `/debug/` with its event stream `/debug/live` (see `live`) for
 //! people and Prometheus, `/healthz` and `/readyz` for the kubelet. The three groups (metrics,
 //! debug, health) can listen on separate addresses ([`Endpoints`]), as controller-runtime's
 //! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do.
@@ -8,15 +10,22 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::ObjectKey;
 use crate::runtime::introspection::Introspection;
+use crate::runtime::live::{self, LiveQuery};
 use crate::runtime::metrics::Metrics;
+
+/// Where one key's history is served: `/debug/queue/<namespace>/<name>` (or `/<name>` for a
+/// cluster-scoped key).
+const KEY_HISTORY_PREFIX: &str = "/debug/queue/";
 
 /// The content type of `/metrics`: `Metrics::encode` writes the OpenMetrics text format.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -85,7 +94,12 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let response = respond(request.method(), request.uri().path(), endpoints, &state);
+                let (method, uri) = (request.method(), request.uri());
+                let response = if endpoints.debug && method == Method::GET && uri.path() == LIVE_STREAM {
+                    live_stream(&state.view, uri.query().unwrap_or_default())
+                } else {
+                    respond(method, uri.path(), endpoints, &state).map(BodyExt::boxed)
+                };
                 async move { Ok::<_, Infallible>(response) }
             });
             let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
@@ -99,7 +113,20 @@ pub async fn serve(
     }
 }
 
-/// The response to `method path` on a listener serving `endpoints`.
+/// The live page's event stream (served by [`serve`], not [`respond`]: it does not end).
+const LIVE_STREAM: &str = "/debug/live";
+
+/// `/debug/live?…`: server-sent events, one snapshot each `live::LIVE_PERIOD`.
+fn live_stream(view: &Introspection, query: &str) -> Response<BoxBody<Bytes, Infallible>> {
+    let body = live::live_stream(view.clone(), LiveQuery::parse(query));
+    let mut response = Response::new(BodyExt::boxed(body));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// The response to `method path` on a listener serving `endpoints` (all but the live stream).
 pub fn respond(
     method: &Method,
     path: &str,
@@ -115,6 +142,17 @@ pub fn respond(
         }
         "/debug/queue" if endpoints.debug => json(&state.view.queue_report()),
         "/debug/cache" if endpoints.debug => json(&state.view.cache_report()),
+        "/debug/" if endpoints.debug => {
+            reply(StatusCode::OK, "text/html; charset=utf-8", live::PAGE_HTML.as_bytes().to_vec())
+        }
+        _ if endpoints.debug && path.starts_with(KEY_HISTORY_PREFIX) => {
+            let key: ObjectKey =
+                path[KEY_HISTORY_PREFIX.len()..].parse().unwrap_or_else(|never| match never {});
+            match state.view.key_history(&key) {
+                Some(history) => json(&history),
+                None => text(StatusCode::NOT_FOUND, &format!("no controller knows {key}\n")),
+            }
+        }
         "/healthz" if endpoints.health => match state.view.liveness() {
             Ok(()) => text(StatusCode::OK, "ok\n"),
             Err(stopped) => text(
@@ -166,5 +204,9 @@ mod tests {
         assert_eq!(status("/debug/queue", Endpoints::DEBUG), StatusCode::OK);
         assert_eq!(status("/debug/cache", Endpoints::METRICS.union(Endpoints::DEBUG)), StatusCode::OK);
         assert_eq!(status("/healthz", Endpoints::ALL), StatusCode::OK);
+        assert_eq!(status("/debug/queue/default/unknown", Endpoints::DEBUG), StatusCode::NOT_FOUND);
+        assert_eq!(status("/debug/queue/default/unknown", Endpoints::METRICS), StatusCode::NOT_FOUND);
+        assert_eq!(status("/debug/", Endpoints::DEBUG), StatusCode::OK);
+        assert_eq!(status("/debug/", Endpoints::METRICS), StatusCode::NOT_FOUND);
     }
 }

@@ -44,9 +44,27 @@ impl std::fmt::Display for KindName {
     }
 }
 
-/// One write the server acknowledged: which object, and the resourceVersion it returned.
+/// How a pass wrote an object, for its history in `/debug/queue/<namespace>/<name>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verb {
+    /// A create (POST).
+    Create,
+    /// A server-side apply.
+    Apply,
+    /// A patch of the object.
+    Patch,
+    /// A patch of its `/status` subresource.
+    PatchStatus,
+    /// A write the caller did not name ([`recorded`]).
+    Write,
+}
+
+/// One write the server acknowledged: which object, how, and the resourceVersion it returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Write {
+    /// How it was written.
+    pub verb: Verb,
     /// The object's kind.
     pub kind: KindName,
     /// The object's key.
@@ -72,12 +90,21 @@ pub async fn record_writes<F: Future>(pass: F) -> (F::Output, Vec<Write>) {
 
 /// Records `object`, as the server returned it from a write, in the current pass's record, and
 /// hands it back. Outside a pass (or for an object without a resourceVersion) it only hands it back.
+/// [`recorded_as`] also says how it was written.
 pub fn recorded<K: Resource>(object: K) -> K
 where
     K::DynamicType: Default,
 {
+    recorded_as(Verb::Write, object)
+}
+
+/// [`recorded`], written by `verb`.
+pub fn recorded_as<K: Resource>(verb: Verb, object: K) -> K
+where
+    K::DynamicType: Default,
+{
     if let Some(resource_version) = object.meta().resource_version.clone() {
-        let write = Write { kind: KindName::of::<K>(), key: ObjectKey::of(&object), resource_version };
+        let write = Write { verb, kind: KindName::of::<K>(), key: ObjectKey::of(&object), resource_version };
         // Outside `record_writes` there is no record to add to: nothing to do.
         let _ = PASS_WRITES.try_with(|writes| writes.borrow_mut().push(write));
     }
@@ -141,12 +168,13 @@ mod tests {
             let _ = recorded(config_map("a", Some("7")));
             tokio::task::yield_now().await;
             let _ = recorded(config_map("no-version", None));
-            let _ = recorded(config_map("b", Some("8")));
+            let _ = recorded_as(Verb::Create, config_map("b", Some("8")));
         })
         .await;
         let recorded: Vec<_> =
             writes.iter().map(|w| (w.key.name().to_string(), w.resource_version.as_str())).collect();
         assert_eq!(recorded, [("a".to_string(), "7"), ("b".to_string(), "8")]);
         assert!(writes.iter().all(|w| w.kind.0 == "ConfigMap"));
+        assert_eq!([writes[0].verb, writes[1].verb], [Verb::Write, Verb::Create]);
     }
 }
