@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::{WAIT_LIMIT, eventually};
 use dbcluster_operator::cli::run;
+use dbcluster_operator::databasecluster::backup::jobs::on_demand_job_name;
 use dbcluster_operator::databasecluster::operator;
 use dbcluster_operator::databasecluster::types::{DatabaseCluster, Phase, crd};
 use dbcluster_operator::runtime::leader::LeaseConfig;
@@ -21,7 +22,8 @@ use dbcluster_operator::runtime::manager::ManagerConfig;
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -300,6 +302,28 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     until(&clusters, &mut own, "production-postgres", running(1)).await;
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     until(&pdbs, &mut own, "production-postgres", |p| p.is_none()).await;
+    // Backups: a schedule (CronJob, backup volume), an on-demand Job, drift on both, then the
+    // schedule goes (the CronJob is deleted).
+    let backups = json!({
+        "metadata": {"annotations": {"databases.madmmas.dev/backup-now": "rbac"}},
+        "spec": {"backup": {"schedule": "@daily"}},
+    });
+    clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&backups)).await.unwrap();
+    own.note::<DatabaseCluster>("patch");
+    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), "default");
+    until(&cronjobs, &mut own, "production-postgres-backup", |c| c.is_some()).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let on_demand = on_demand_job_name("production-postgres", "rbac");
+    until(&jobs, &mut own, &on_demand, |j| j.is_some()).await;
+    unlabel::<CronJob>(&client, &mut own, "production-postgres-backup").await;
+    unlabel::<PersistentVolumeClaim>(&client, &mut own, "production-postgres-backups").await;
+    let unscheduled = json!({"spec": {"backup": {"schedule": null}}});
+    clusters
+        .patch("production-postgres", &PatchParams::default(), &Patch::Merge(&unscheduled))
+        .await
+        .unwrap();
+    own.note::<DatabaseCluster>("patch");
+    until(&cronjobs, &mut own, "production-postgres-backup", |c| c.is_none()).await;
     clusters.delete("production-postgres", &Default::default()).await.unwrap();
     own.note::<DatabaseCluster>("delete");
     until(&clusters, &mut own, "production-postgres", |c| c.is_none()).await;

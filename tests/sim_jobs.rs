@@ -130,3 +130,48 @@ async fn a_cron_job_runs_on_schedule_and_keeps_its_history_limit() {
     assert_eq!(completed.len(), 1, "{completed:?}");
     assert!(!completed.contains(&first_name));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_server_refuses_what_batch_validation_refuses() {
+    let sim = start().await;
+    let cron_jobs: Api<CronJob> = Api::default_namespaced(sim.client());
+    let cron_job = |name: &str, schedule: &str, policy: &str| -> CronJob {
+        let mut spec = job_spec();
+        spec["template"]["spec"]["restartPolicy"] = json!(policy);
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"schedule": schedule, "timeZone": "Etc/UTC", "jobTemplate": {"spec": spec}}
+        }))
+        .unwrap()
+    };
+    let refused = |error: kube::Error| match error {
+        kube::Error::Api(status) => (status.code, status.message),
+        other => panic!("{other}"),
+    };
+    for (name, schedule, policy, field) in [
+        ("bad-schedule", "99 99 99 99 99", "Never", "spec.schedule"),
+        (&"a".repeat(53)[..], "@daily", "Never", "metadata.name"),
+        ("restarts", "@daily", "Always", "spec.jobTemplate.spec.template.spec.restartPolicy"),
+    ] {
+        let error =
+            cron_jobs.create(&PostParams::default(), &cron_job(name, schedule, policy)).await.unwrap_err();
+        let (code, message) = refused(error);
+        assert_eq!(code, 422, "{message}");
+        assert!(message.contains(field), "{message}");
+    }
+    cron_jobs.create(&PostParams::default(), &cron_job("fine", "@daily", "OnFailure")).await.unwrap();
+
+    // A Job's pod template is immutable.
+    let jobs: Api<Job> = Api::default_namespaced(sim.client());
+    let job: Job = serde_json::from_value(json!({"metadata": {"name": "once"}, "spec": job_spec()})).unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let change =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "backup", "image": "postgres:16"}]}}}});
+    let error = jobs
+        .patch("once", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&change))
+        .await
+        .unwrap_err();
+    let (code, message) = refused(error);
+    assert_eq!(code, 422);
+    assert!(message.contains("spec.template") && message.contains("field is immutable"), "{message}");
+}

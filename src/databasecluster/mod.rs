@@ -2,6 +2,7 @@
 //! that runs them ([`operator::workload`]).
 
 pub mod app_secret;
+pub mod backup;
 pub mod config;
 pub mod credentials;
 pub mod drift;

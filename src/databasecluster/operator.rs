@@ -1,9 +1,10 @@
 //! The whole operator wired on a `kube::Client`: one informer per kind (DatabaseCluster,
-//! StatefulSet, Service, Secret, ConfigMap, PodDisruptionBudget, Pod), a controller for
-//! DatabaseClusters that owns the child kinds and watches the pods (mapped to their cluster by
-//! the `app.kubernetes.io/instance` label), and [`reconcile`] as its pass. `run` (against a
-//! cluster) and `demo` (against the simulated one) both run it under the runtime's manager as
-//! [`workload`].
+//! StatefulSet, Service, Secret, ConfigMap, PodDisruptionBudget, Pod, CronJob, Job,
+//! PersistentVolumeClaim), a controller for DatabaseClusters that owns the child kinds and watches
+//! the pods (mapped to their cluster by the `app.kubernetes.io/instance` label) and the backup
+//! Jobs and volumes (by the `databases.madmmas.dev/cluster` label), and [`reconcile`] as its pass.
+//! `run` (against a cluster) and `demo` (against the simulated one) both run it under the
+//! runtime's manager as [`workload`].
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
 //! so the operator never caches the cluster's other Secrets; a user's own app Secret
@@ -20,7 +21,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -28,6 +30,8 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use super::app_secret::APP_SECRET_OF;
+use super::backup::jobs::CLUSTER_LABEL;
+use super::backup::reconcile::cluster_of_backup_object;
 use super::events::EventPublisher;
 use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
@@ -112,6 +116,12 @@ pub struct OperatorHandles {
     pub pdbs: Arc<Informer<PodDisruptionBudget>>,
     /// The pod informer (the clusters' pods, mapped to their cluster by label).
     pub pods: Arc<Informer<Pod>>,
+    /// The backup and restore Job informer (mapped to their cluster by the backup label).
+    pub jobs: Arc<Informer<Job>>,
+    /// The backup CronJob informer.
+    pub cronjobs: Arc<Informer<CronJob>>,
+    /// The PersistentVolumeClaim informer (the backup volumes, mapped by the backup label).
+    pub volumes: Arc<Informer<PersistentVolumeClaim>>,
 }
 
 /// The operator, built but not yet running.
@@ -157,6 +167,9 @@ impl Operator {
         let configmaps = managed_informer::<ConfigMap>(&client, namespace);
         let pdbs = managed_informer::<PodDisruptionBudget>(&client, namespace);
         let pods = managed_informer::<Pod>(&client, namespace);
+        let jobs = managed_informer::<Job>(&client, namespace);
+        let cronjobs = managed_informer::<CronJob>(&client, namespace);
+        let volumes = managed_informer::<PersistentVolumeClaim>(&client, namespace);
 
         let metrics = Arc::clone(&options.metrics);
         let config = ControllerConfig {
@@ -175,7 +188,10 @@ impl Operator {
             .owns(&configmaps)
             .owns(&pdbs)
             .watches(&pods, cluster_of_pod)
-            .watches(&app_secrets, cluster_of_app_secret);
+            .watches(&app_secrets, cluster_of_app_secret)
+            .owns(&cronjobs)
+            .watches(&jobs, cluster_of_backup_object::<Job>)
+            .watches(&volumes, cluster_of_backup_object::<PersistentVolumeClaim>);
         let context = Arc::new(Context {
             events: EventPublisher::new(client.clone(), options.instance),
             client,
@@ -186,6 +202,9 @@ impl Operator {
             configmaps: Arc::clone(configmaps.cache()),
             pdbs: Arc::clone(pdbs.cache()),
             pods: Arc::clone(pods.cache()),
+            jobs: Arc::clone(jobs.cache()),
+            cronjobs: Arc::clone(cronjobs.cache()),
+            volumes: Arc::clone(volumes.cache()),
             failures: FailureCounts::default(),
         });
         let handles = OperatorHandles {
@@ -199,6 +218,9 @@ impl Operator {
             configmaps,
             pdbs,
             pods,
+            jobs,
+            cronjobs,
+            volumes,
         };
         Operator { controller, context, handles }
     }
@@ -220,6 +242,9 @@ impl Operator {
         view.add_informer("configmaps", Arc::clone(&handles.configmaps) as Arc<dyn InformerProbe>);
         view.add_informer("poddisruptionbudgets", Arc::clone(&handles.pdbs) as Arc<dyn InformerProbe>);
         view.add_informer("pods", Arc::clone(&handles.pods) as Arc<dyn InformerProbe>);
+        view.add_informer("jobs", Arc::clone(&handles.jobs) as Arc<dyn InformerProbe>);
+        view.add_informer("cronjobs", Arc::clone(&handles.cronjobs) as Arc<dyn InformerProbe>);
+        view.add_informer("persistentvolumeclaims", Arc::clone(&handles.volumes) as Arc<dyn InformerProbe>);
         view.add_controller(self.controller.probe());
     }
 
@@ -235,6 +260,9 @@ impl Operator {
         self.handles.configmaps.start();
         self.handles.pdbs.start();
         self.handles.pods.start();
+        self.handles.jobs.start();
+        self.handles.cronjobs.start();
+        self.handles.volumes.start();
     }
 
     /// Starts the informers (if not yet started) and reconciles until `shutdown` resolves; passes
@@ -271,9 +299,11 @@ pub async fn workload(
 }
 
 /// The DatabaseCluster a pod belongs to: its `app.kubernetes.io/instance` label (the pod's
-/// controller is the StatefulSet, not the cluster).
+/// controller is the StatefulSet, not the cluster), or a backup pod's cluster label (its
+/// termination message is the backup's manifest).
 fn cluster_of_pod(pod: &Pod) -> Option<ObjectKey> {
-    let name = pod.metadata.labels.as_ref()?.get(label::INSTANCE)?;
+    let labels = pod.metadata.labels.as_ref()?;
+    let name = labels.get(label::INSTANCE).or_else(|| labels.get(CLUSTER_LABEL))?;
     Some(ObjectKey::new(pod.metadata.namespace.as_deref(), name))
 }
 

@@ -23,10 +23,13 @@
 //!    is reloaded; a password the primary refuses is set from its Secret (a refused superuser
 //!    password restarts the primary); and the next outdated pod of a roll is deleted. Failures
 //!    here are logged and retried on a later pass.
-//! 5. **Storage** ([`super::storage`]): after `storageSize` grows, each instance's claim is
+//! 5. **Backups** ([`super::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
+//!    Jobs' outcomes go into the status with their Events. With `spec.bootstrap.fromBackup` the
+//!    restore Job runs before the StatefulSet is created ([`super::backup::reconcile::ensure_restore`]).
+//! 6. **Storage** ([`super::storage`]): after `storageSize` grows, each instance's claim is
 //!    patched to the new size (the StatefulSet's template keeps the old one: it is immutable);
 //!    `Resizing` says how far that got, or why the StorageClass refuses it.
-//! 6. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
+//! 7. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
 //!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
 //!    the cached status. Then `Done`, or `RequeueAfter(10 s)` while the cluster converges, a
 //!    volume grows, or an instance operation is under way (neither brings a watch event).
@@ -46,7 +49,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
@@ -56,6 +60,8 @@ use serde_json::json;
 use thiserror::Error;
 
 use super::app_secret;
+use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
+use super::backup::status::apply_backup_status;
 use super::config::{
     build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_primary,
 };
@@ -114,6 +120,12 @@ pub struct Context {
     pub pdbs: Arc<Cache<PodDisruptionBudget>>,
     /// The clusters' pods (labelled managed-by the operator through the pod template).
     pub pods: Arc<Cache<Pod>>,
+    /// The operator's backup and restore Jobs (scheduled and on-demand).
+    pub jobs: Arc<Cache<Job>>,
+    /// The operator's backup CronJobs.
+    pub cronjobs: Arc<Cache<CronJob>>,
+    /// The operator's PersistentVolumeClaims (the backup volumes among them).
+    pub volumes: Arc<Cache<PersistentVolumeClaim>>,
     /// Where Events go.
     pub events: EventPublisher,
     /// Consecutive failed passes per cluster, to make a lasting error visible in its status.
@@ -258,6 +270,17 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
             .await?;
     report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
 
+    let restored =
+        match ensure_restore(ctx, cluster, &owner, &spec, &build_statefulset(&owner, &spec)).await? {
+            RestoreGate::Open(restored) => restored,
+            gate => {
+                tracing::info!(?gate, "restoring from a backup; the StatefulSet waits");
+                let status = compute_status(cluster, Ok(&spec), None, Timestamp::now());
+                write_status(ctx, cluster, status).await?;
+                // The Job's progress brings the next pass (its informer); a failed restore waits for a change.
+                return Ok(Action::Done);
+            }
+        };
     let sts_key = child_key(cluster, statefulset_name);
     let cached = ctx.statefulsets.get(&sts_key);
     let (sts, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
@@ -275,6 +298,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
 
     ensure_pdb(ctx, cluster, &owner, spec.replicas).await?;
+    let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
 
     let pods = pod_views(ctx, &owner);
     let topology =
@@ -294,12 +318,16 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     } else {
         status
     };
-    let status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
+    let mut status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
+    let backup_events = apply_backups(&mut status, cluster, backups, &spec, now);
+    if restored.is_some() {
+        status.restored_from = restored;
+    }
     let ready = status.ready_replicas;
     tracing::info!(ready, desired = cluster.spec.replicas, primary = ?status.current_primary, "observed instances");
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || topology.busy || resizing;
-    write_status(ctx, cluster, status).await?;
+    write_status_with_events(ctx, cluster, status, backup_events).await?;
     if let Some(soon) = topology.retry_after.filter(|soon| *soon < CONVERGING_REQUEUE) {
         tracing::info!(?soon, "failover pending; requeuing");
         Ok(Action::RequeueAfter(soon))
@@ -310,6 +338,29 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         tracing::info!(ready, "DatabaseCluster is in its desired state");
         Ok(Action::Done)
     }
+}
+
+/// Folds the backup Jobs into `status` ([`super::backup::status`]) and records the on-demand
+/// token handled; returns the Events to publish once the status is written.
+fn apply_backups(
+    status: &mut DatabaseClusterStatus,
+    cluster: &DatabaseCluster,
+    observed: BackupsObserved,
+    spec: &ValidSpec,
+    now: Timestamp,
+) -> Vec<EventNote> {
+    let events = apply_backup_status(
+        status,
+        cluster.status.as_ref(),
+        spec.backup.as_ref(),
+        &observed.jobs,
+        cluster.metadata.generation,
+        now,
+    );
+    if let Some(token) = observed.token {
+        status.backups.get_or_insert_default().last_on_demand_token = Some(token);
+    }
+    events
 }
 
 /// The headless Service and the three client Services.
@@ -693,7 +744,7 @@ fn child_key(cluster: &DatabaseCluster, name_of: fn(&str) -> String) -> ObjectKe
 }
 
 /// What a pass did to one child.
-enum Outcome<K> {
+pub(super) enum Outcome<K> {
     /// The child did not exist and was created.
     Created,
     /// The child differed in an owned field and was applied; this is how it was before.
@@ -716,7 +767,7 @@ impl<K> Outcome<K> {
 }
 
 /// Logs one child's outcome and publishes its Event (created, or `extra` such as scaling).
-async fn report<K>(
+pub(super) async fn report<K>(
     ctx: &Context,
     cluster: &DatabaseCluster,
     kind: &'static str,
@@ -738,7 +789,7 @@ async fn report<K>(
 /// differs, and otherwise leaves it alone. `build` makes the desired object from the live one (if
 /// any); `kind` names the child in logs and errors. Returns the child as the server now has it,
 /// and what was done.
-async fn ensure_child<K>(
+pub(super) async fn ensure_child<K>(
     ctx: &Context,
     owner: &Owner,
     kind: &'static str,
@@ -792,7 +843,7 @@ where
     Ok((Arc::new(recorded_as(Verb::Apply, applied)), Outcome::Updated { before: live }))
 }
 
-fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {
+pub(super) fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {
     Error::Child { verb, kind, name: name.to_owned(), source }
 }
 
@@ -803,6 +854,17 @@ async fn write_status(
     ctx: &Context,
     cluster: &DatabaseCluster,
     status: DatabaseClusterStatus,
+) -> Result<(), Error> {
+    write_status_with_events(ctx, cluster, status, Vec::new()).await
+}
+
+/// [`write_status`], also publishing `extra` Events (the backups') once the status that records
+/// them is written, so that a write lost to a conflict repeats them on the next pass, not twice.
+async fn write_status_with_events(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    status: DatabaseClusterStatus,
+    extra: Vec<EventNote>,
 ) -> Result<(), Error> {
     let old = cluster.status.as_ref();
     if old == Some(&status) {
@@ -827,7 +889,7 @@ async fn write_status(
     }
     let phase = status.phase.map(|p| p.as_str());
     tracing::info!(phase, ready = status.ready_replicas, "status updated");
-    for note in status_events(old, &status) {
+    for note in status_events(old, &status).into_iter().chain(extra) {
         ctx.events.publish(cluster, &note).await;
     }
     Ok(())

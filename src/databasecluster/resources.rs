@@ -57,7 +57,7 @@ use thiserror::Error;
 use super::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
 use super::credentials::{APP_DATABASE, Login, mounted_secret_name};
 use super::types::{DatabaseCluster, PvcRetention};
-use super::validation::ValidSpec;
+use super::validation::{StorageSize, ValidSpec};
 use crate::runtime::cache::controller_owner;
 
 /// The field manager of every write the operator makes (server-side apply and status).
@@ -267,17 +267,7 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(POSTGRES_UID),
-                        run_as_group: Some(POSTGRES_UID),
-                        fs_group: Some(POSTGRES_UID),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(restricted_pod_security()),
                     init_containers: Some(vec![bootstrap_container(owner, spec)]),
                     containers: vec![postgres_container(owner, spec)],
                     volumes: Some(pod_volumes(owner, spec)),
@@ -407,7 +397,24 @@ fn instance_command(verb: &str) -> Vec<String> {
     vec!["bash".to_owned(), format!("{CONFIG_MOUNT_PATH}/{SCRIPT_KEY}"), verb.to_owned()]
 }
 
-fn restricted_security_context() -> SecurityContext {
+/// The pod security settings of the restricted Pod Security profile, as the `postgres` image's
+/// user: every pod the operator makes (instances, backups, restores).
+pub fn restricted_pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(POSTGRES_UID),
+        run_as_group: Some(POSTGRES_UID),
+        fs_group: Some(POSTGRES_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// The container security settings of the restricted profile, with a read-only root filesystem.
+pub fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         // Every path the instance program and the server write is a volume: the data, the
@@ -506,19 +513,22 @@ fn data_volume_claim(owner: &Owner, spec: &ValidSpec) -> PersistentVolumeClaim {
             labels: Some(standard_labels(owner)),
             ..ObjectMeta::default()
         },
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-            storage_class_name: spec.storage_class_name.clone(),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".to_owned(),
-                    Quantity(spec.storage.as_str().to_owned()),
-                )])),
-                ..VolumeResourceRequirements::default()
-            }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
+        spec: Some(claim_spec(&spec.storage, spec.storage_class_name.clone())),
         ..PersistentVolumeClaim::default()
+    }
+}
+
+/// A `ReadWriteOnce` claim of `storage` in `class` (the cluster's default when `None`): the data
+/// volumes' template and the backup volume.
+pub fn claim_spec(storage: &StorageSize, class: Option<String>) -> PersistentVolumeClaimSpec {
+    PersistentVolumeClaimSpec {
+        access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+        storage_class_name: class,
+        resources: Some(VolumeResourceRequirements {
+            requests: Some(BTreeMap::from([("storage".to_owned(), Quantity(storage.as_str().to_owned()))])),
+            ..VolumeResourceRequirements::default()
+        }),
+        ..PersistentVolumeClaimSpec::default()
     }
 }
 

@@ -93,6 +93,8 @@ pub fn initial_status(cluster: &DatabaseCluster, now: Timestamp) -> DatabaseClus
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        backups: previous.backups,
+        restored_from: previous.restored_from,
         ..DatabaseClusterStatus::default()
     }
 }
@@ -213,6 +215,8 @@ pub fn compute_status(
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),
         last_backup_time: previous.last_backup_time,
+        backups: previous.backups,
+        restored_from: previous.restored_from,
         current_primary: previous.current_primary,
         target_primary: previous.target_primary,
         current_primary_timestamp: previous.current_primary_timestamp,

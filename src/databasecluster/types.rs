@@ -15,6 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use super::backup::spec::{BOOTSTRAP_IMMUTABLE_MESSAGE, SCHEDULE_PATTERN};
+pub use super::backup::spec::{BackupSpec, BackupsStatus, BootstrapSpec, RestoredFrom};
+
 /// The storage size used when the spec leaves `storageSize` out.
 pub const DEFAULT_STORAGE_SIZE: &str = "10Gi";
 
@@ -126,6 +129,7 @@ pub fn storage_no_shrink_rule() -> String {
     scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap)").message(BOOTSTRAP_IMMUTABLE_MESSAGE))]
 pub struct DatabaseClusterSpec {
     /// Number of PostgreSQL instances (0 to 10): one primary and `replicas - 1` streaming standbys;
     /// `0` hibernates the cluster (no pods, volumes kept).
@@ -149,12 +153,21 @@ pub struct DatabaseClusterSpec {
     #[x_kube(validation = Rule::new(storage_no_shrink_rule()).message(STORAGE_SHRINK_MESSAGE))]
     pub storage_size: String,
 
-    /// Cron schedule for backups (five fields, or a macro such as `@daily`).
+    /// Deprecated alias of `backup.schedule` (the seed's field), still honoured: a cron schedule
+    /// for backups (five fields, or a macro such as `@daily`). It may not differ from
+    /// `backup.schedule` when both are set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(
-        pattern = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|([0-9A-Za-z*?,/-]+\s+){4}[0-9A-Za-z*?,/-]+)$"
-    ))]
+    #[schemars(regex(pattern = SCHEDULE_PATTERN), length(max = 128))]
     pub backup_schedule: Option<String>,
+
+    /// Scheduled and on-demand physical backups into the volume `<name>-backups`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
+
+    /// How the cluster gets its first data (default: an empty database). Set at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(BOOTSTRAP_IMMUTABLE_MESSAGE))]
+    pub bootstrap: Option<BootstrapSpec>,
 
     /// PostgreSQL server parameters, written to the instances' configuration file: a parameter
     /// PostgreSQL reloads is applied without a restart; one that needs a restart rolls the instances.
@@ -284,6 +297,14 @@ pub struct DatabaseClusterStatus {
     /// When the last successful backup finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup_time: Option<Time>,
+
+    /// The last backup, the newest backup Job and the last on-demand token handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backups: Option<BackupsStatus>,
+
+    /// The backup this cluster was restored from (`spec.bootstrap.fromBackup`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFrom>,
 }
 
 /// One instance (pod) of the cluster as the operator last observed it.

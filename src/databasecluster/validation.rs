@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
+use super::backup::spec::{BackupSpecError, ValidBackup, validate_backup, validate_bootstrap};
 use super::config::CONFIG_HASH_PARAMETER;
 use super::types::{DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements};
 
@@ -36,7 +37,7 @@ const RESERVED_PARAMETERS: &[&str] = &[
 ];
 
 /// A spec the operator can act on, with every field parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ValidSpec {
     /// Number of instances, within [`REPLICAS_RANGE`].
     pub replicas: i32,
@@ -54,6 +55,8 @@ pub struct ValidSpec {
     pub pvc_retention: PvcRetention,
     /// The Secret with the application user's credentials (`<name>-app` unless the user names one).
     pub app_secret_name: Option<String>,
+    /// The backup configuration, if backups are asked for.
+    pub backup: Option<ValidBackup>,
 }
 
 /// A PostgreSQL version as `major` or `major.minor`.
@@ -213,6 +216,9 @@ pub enum SpecError {
         /// The version the spec asks for.
         desired: String,
     },
+    /// `spec.backup`, `spec.backupSchedule` or `spec.bootstrap` cannot be acted on.
+    #[error(transparent)]
+    Backup(#[from] BackupSpecError),
 }
 
 /// Checks a spec on its own: every field parses and lies in range.
@@ -250,6 +256,7 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
         storage_class_name: spec.storage_class_name.clone(),
         pvc_retention: spec.pvc_retention.unwrap_or_default(),
         app_secret_name: spec.app_secret_name.clone(),
+        backup: validate_backup(spec)?,
     })
 }
 
@@ -275,6 +282,7 @@ fn is_resource_quantity(text: &str) -> bool {
 /// the instances run (`status.currentVersion`), which the CRD's CEL rule normally prevents.
 pub fn validate(cluster: &DatabaseCluster) -> Result<ValidSpec, SpecError> {
     let valid = validate_spec(&cluster.spec)?;
+    validate_bootstrap(cluster.metadata.name.as_deref().unwrap_or_default(), &cluster.spec)?;
     let running = cluster.status.as_ref().and_then(|status| status.current_version.as_deref());
     if let Some(running) = running
         && major_of(running) != major_of(valid.version.as_str())

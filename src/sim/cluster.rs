@@ -2,6 +2,8 @@
 //! configuration, and the signals that wake the garbage collector and stop everything.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -29,6 +31,10 @@ pub struct Cluster {
     /// The process kubelet's host side (its files, processes and pods' logs).
     pub node: Arc<Node>,
     gc_wake: Notify,
+    /// How far the controller manager's clock has been moved ahead of `tokio::time`, in ms.
+    clock_ahead_ms: AtomicU64,
+    /// Wakes the simulated controllers (after the clock moved).
+    pub(crate) controllers_wake: Notify,
 }
 
 impl Cluster {
@@ -46,7 +52,22 @@ impl Cluster {
             shutdown: CancellationToken::new(),
             node: Arc::new(Node::default()),
             gc_wake: Notify::new(),
+            clock_ahead_ms: AtomicU64::new(0),
+            controllers_wake: Notify::new(),
         }
+    }
+
+    /// Moves the controller manager's clock (what CronJob schedules follow) `by` ahead, as a
+    /// cluster whose time jumps would, and wakes the controllers.
+    pub fn advance_controller_clock(&self, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.clock_ahead_ms.fetch_add(ms, Ordering::SeqCst);
+        self.controllers_wake.notify_one();
+    }
+
+    /// How far [`Cluster::advance_controller_clock`] has moved the controllers' clock in total.
+    pub fn controller_clock_ahead(&self) -> Duration {
+        Duration::from_millis(self.clock_ahead_ms.load(Ordering::SeqCst))
     }
 
     /// Runs `f` with the state locked; wakes the garbage collector if `f` left it work.

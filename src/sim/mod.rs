@@ -17,6 +17,7 @@ mod admission;
 mod api_error;
 mod apply;
 mod authorizer;
+mod batch;
 mod cluster;
 mod controllers;
 mod defaults;
@@ -217,6 +218,12 @@ impl SimServer {
     /// kubelet, or for an unknown name). A client on the host connects there as a pod would.
     pub fn resolve(&self, namespace: &str, name: &str) -> Option<std::net::Ipv4Addr> {
         self.cluster.node.resolve(namespace, name)
+    }
+
+    /// Moves the simulated controller manager's clock `by` ahead (CronJobs fire at their
+    /// scheduled times on it), for tests whose pods are real processes and so cannot pause time.
+    pub fn advance_controller_clock(&self, by: std::time::Duration) {
+        self.cluster.advance_controller_clock(by);
     }
 
     /// Fault injection for tests.

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use crate::sim::admission;
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::authorizer::User;
+use crate::sim::batch;
 use crate::sim::defaults;
 use crate::sim::events;
 use crate::sim::gc::GcWork;
@@ -244,8 +245,9 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
     }
 }
 
-/// Refuses a built-in object with the `metadata_causes` and its kind's own: for Events of
-/// either version (an `events.k8s.io/v1` one is converted to the stored core shape first).
+/// Refuses a built-in object with the `metadata_causes` and its kind's own: for Jobs and
+/// CronJobs ([`batch`]), and for Events of either version (an `events.k8s.io/v1` one is converted
+/// to the stored core shape first).
 fn validate_built_in(
     kind: &Kind,
     obj: &mut Value,
@@ -258,6 +260,7 @@ fn validate_built_in(
     if events::is_events_v1(kind) || (kind.group.is_empty() && kind.plural == "events") {
         causes.extend(events::causes(kind, obj));
     }
+    causes.extend(batch::causes(kind, obj));
     if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
 }
 
@@ -365,6 +368,7 @@ pub fn update(
         defaults::apply(&kind.group, &kind.plural, &mut new);
         validate_built_in(kind, &mut new, name, metadata_causes)?;
         immutable::check_update(kind, &old, &new)?;
+        batch::check_job_update(kind, &old, &new)?;
         if kind.group.is_empty() && kind.plural == "persistentvolumeclaims" {
             crate::sim::controllers::volumes::admit_resize(state, kind, &old, &new)?;
         }

@@ -6,7 +6,8 @@
 //! creates a Job at each scheduled time (the latest missed one when several were missed),
 //! honours `suspend` and `concurrencyPolicy`, keeps `active`, `lastScheduleTime` and
 //! `lastSuccessfulTime`, and prunes finished Jobs beyond the history limits. Schedules follow a
-//! clock that advances with `tokio::time`, so a paused test clock drives them.
+//! clock that advances with `tokio::time`, so a paused test clock drives them, and that a test may
+//! also move ahead ([`crate::sim::SimServer::advance_controller_clock`]) when real processes run.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,22 +23,24 @@ use crate::sim::controllers::{condition, create_with_status, is_deleting, owned_
 use crate::sim::ops::{self, DeleteOptions, Propagation};
 use crate::sim::state::State;
 
-/// Wall-clock time that advances with `tokio::time` from the moment the controllers started.
+/// Wall-clock time that advances with `tokio::time` from the moment the controllers started, plus
+/// however far a test moved it ahead.
 #[derive(Debug, Clone, Copy)]
 struct SimClock {
     wall: Timestamp,
     instant: Instant,
+    ahead: std::time::Duration,
 }
 
 impl SimClock {
     fn now(&self, at: Instant) -> Timestamp {
-        let elapsed =
-            SignedDuration::try_from(at.duration_since(self.instant)).unwrap_or(SignedDuration::ZERO);
+        let elapsed = SignedDuration::try_from(at.duration_since(self.instant) + self.ahead)
+            .unwrap_or(SignedDuration::ZERO);
         self.wall.checked_add(elapsed).unwrap_or(self.wall)
     }
 
     fn instant_of(&self, t: Timestamp) -> Instant {
-        let ahead = t.duration_since(self.wall);
+        let ahead = t.duration_since(self.wall) - SignedDuration::try_from(self.ahead).unwrap_or_default();
         match std::time::Duration::try_from(ahead) {
             Ok(d) => self.instant + d,
             Err(_) => self.instant,
@@ -68,12 +71,14 @@ pub struct Jobs {
 impl Jobs {
     /// Controllers reading faults and `job_duration` from the cluster.
     pub fn new(cluster: Arc<Cluster>) -> Self {
-        let clock = SimClock { wall: Timestamp::now(), instant: Instant::now() };
+        let clock =
+            SimClock { wall: Timestamp::now(), instant: Instant::now(), ahead: std::time::Duration::ZERO };
         Self { cluster, clock, finish_at: HashMap::new() }
     }
 
     /// One pass of both controllers; returns when the next Job finishes or CronJob is due.
     pub fn pass(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
+        self.clock.ahead = self.cluster.controller_clock_ahead();
         // Jobs first: a Job that finishes is pruned by its CronJob in the same pass.
         let job_due = self.jobs(state, now);
         let cron_due = self.cron_jobs(state, now);

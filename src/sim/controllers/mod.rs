@@ -163,6 +163,7 @@ pub async fn run(cluster: Arc<Cluster>) {
                 while !matches!(events.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed)) {}
             }
             _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {}
+            _ = cluster.controllers_wake.notified() => {}
             _ = cluster.shutdown.cancelled() => return,
         }
     }

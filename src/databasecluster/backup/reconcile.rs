@@ -1,0 +1,254 @@
+//! The backup step of a reconcile pass: keeps the backup volume, the CronJob and the on-demand
+//! Jobs as the spec says, and reads the Jobs back for the status.
+//!
+//! - With backups configured: the PVC `<name>-backups` (owned by the cluster only with
+//!   `pvcRetention: Delete`, so by default it survives the cluster) and, with a schedule, the
+//!   CronJob `<name>-backup`; without a schedule any CronJob is deleted. Without backups at all,
+//!   a CronJob is deleted and the volume is left alone (it may hold backups someone needs).
+//! - On demand: when the annotation `databases.madmmas.dev/backup-now` holds a token other than
+//!   `status.backups.lastOnDemandToken`, one Job named after the token is created (a retried pass
+//!   finds it by name: `409` is success) and the token is recorded with the rest of the status.
+//! - The Jobs are read from the Job informer by the `databases.madmmas.dev/cluster` label (CronJob
+//!   Jobs are controlled by the CronJob, on-demand ones by the cluster), and each Job's pod from the
+//!   pod informer by its controller ownerReference, for the termination message.
+//! - Restore ([`ensure_restore`]): the gate before the StatefulSet (see [`super::restore`]).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+
+use super::jobs::{
+    BACKUP_NOW_ANNOTATION, CLUSTER_LABEL, build_backup_pvc, build_cronjob, build_on_demand_job, cronjob_name,
+    keep_immutable_pvc_fields,
+};
+use super::restore::{build_restore_job, first_data_claim, resolve_backup, restore_job_name};
+use super::spec::RestoredFrom;
+use super::status::{JobOutcome, JobView, job_view};
+use crate::databasecluster::events::{EventNote, EventType};
+use crate::databasecluster::reconcile::{Context, Error, child_error, ensure_child, report};
+use crate::databasecluster::resources::{FIELD_MANAGER, Owner, statefulset_name};
+use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
+use crate::databasecluster::validation::ValidSpec;
+use crate::runtime::ObjectKey;
+use crate::runtime::cache::controller_uid;
+use k8s_openapi::api::apps::v1::StatefulSet;
+
+/// What the backup step found, for the status.
+#[derive(Debug)]
+pub struct BackupsObserved {
+    /// Every backup Job of the cluster, with its pod's message.
+    pub jobs: Vec<JobView>,
+    /// The on-demand token handled in this pass (to record), if any.
+    pub token: Option<String>,
+}
+
+/// Brings the backup children to the spec and observes the Jobs (see the module docs).
+pub async fn ensure_backups(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+) -> Result<BackupsObserved, Error> {
+    let cron_key = ObjectKey::new(Some(owner.namespace()), &cronjob_name(owner.name()));
+    let cached_cron = ctx.cronjobs.get(&cron_key);
+    let Some(backup) = spec.backup.as_ref() else {
+        if cached_cron.is_some() {
+            delete_cronjob(ctx, owner, cron_key.name()).await?;
+        }
+        return Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token: None });
+    };
+
+    let owned = spec.pvc_retention == PvcRetention::Delete;
+    let pvc_key = ObjectKey::new(Some(owner.namespace()), &super::jobs::backup_pvc_name(owner.name()));
+    let cached = ctx.volumes.get(&pvc_key);
+    let (_, outcome) = ensure_child(ctx, owner, "PersistentVolumeClaim", cached, |live| {
+        let mut desired = build_backup_pvc(owner, backup, owned);
+        if let Some(live) = live {
+            keep_immutable_pvc_fields(&mut desired, live);
+        }
+        desired
+    })
+    .await?;
+    report(ctx, cluster, "PersistentVolumeClaim", &pvc_key, &outcome, None).await;
+
+    match build_cronjob(owner, spec) {
+        Some(desired) => {
+            let (_, outcome) = ensure_child(ctx, owner, "CronJob", cached_cron, |_| desired.clone()).await?;
+            report(ctx, cluster, "CronJob", &cron_key, &outcome, None).await;
+        }
+        None if cached_cron.is_some() => delete_cronjob(ctx, owner, cron_key.name()).await?,
+        None => {}
+    }
+
+    let handled =
+        cluster.status.as_ref().and_then(|s| s.backups.as_ref()).and_then(|b| b.last_on_demand_token.clone());
+    let requested = cluster.metadata.annotations.as_ref().and_then(|a| a.get(BACKUP_NOW_ANNOTATION)).cloned();
+    let token = match requested {
+        Some(token) if !token.is_empty() && Some(&token) != handled.as_ref() => {
+            start_on_demand(ctx, owner, &build_on_demand_job(owner, spec, backup, &token)).await?;
+            Some(token)
+        }
+        _ => None,
+    };
+    Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token })
+}
+
+async fn start_on_demand(ctx: &Context, owner: &Owner, job: &Job) -> Result<(), Error> {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    match api.create(&params, job).await {
+        Ok(_) => {
+            tracing::info!(job = %name, "on-demand backup started");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            tracing::debug!(job = %name, "the on-demand backup Job exists already");
+            Ok(())
+        }
+        Err(source) => Err(child_error("creating", "Job", &name, source)),
+    }
+}
+
+async fn delete_cronjob(ctx: &Context, owner: &Owner, name: &str) -> Result<(), Error> {
+    let api: Api<CronJob> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            tracing::info!(cronjob = %name, "scheduled backups are no longer asked for: CronJob deleted");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(child_error("deleting", "CronJob", name, source)),
+    }
+}
+
+/// The cluster's backup Jobs from the cache, each with its pod's termination message.
+fn backup_jobs(ctx: &Context, owner: &Owner) -> Vec<JobView> {
+    let restore_job = restore_job_name(owner.name());
+    ctx.jobs
+        .list_namespace(owner.namespace())
+        .iter()
+        .filter(|job| {
+            job.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_LABEL)).map(String::as_str)
+                == Some(owner.name())
+                && job.metadata.name.as_deref() != Some(restore_job.as_str())
+        })
+        .map(|job| {
+            let uid = job.metadata.uid.as_deref().unwrap_or_default();
+            let pods = ctx.pods.children_of(uid);
+            let pod = pods
+                .iter()
+                .filter(|p| controller_uid(p.as_ref()) == Some(uid))
+                .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+            job_view(job, pod.map(Arc::as_ref))
+        })
+        .collect()
+}
+
+/// The cluster a backup Job (or CronJob) belongs to, from its label: the Job informer's mapper.
+pub fn cluster_of_backup_object<K: kube::Resource>(object: &K) -> Option<ObjectKey> {
+    let meta = object.meta();
+    let name = meta.labels.as_ref()?.get(CLUSTER_LABEL)?;
+    Some(ObjectKey::new(meta.namespace.as_deref(), name))
+}
+
+/// Whether the StatefulSet may be created yet.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RestoreGate {
+    /// No restore is pending: create or keep the StatefulSet; with the backup restored, when
+    /// this pass is the first to see the restore complete.
+    Open(Option<RestoredFrom>),
+    /// The restore Job is running: no StatefulSet yet.
+    Closed,
+    /// The restore Job failed (reported once, by a Warning Event): no StatefulSet, and nothing
+    /// to retry until the user changes something.
+    Failed,
+}
+
+/// Runs `spec.bootstrap.fromBackup` before the StatefulSet exists (see [`super::restore`]):
+/// creates instance 0's data volume and the restore Job, and opens the gate, with the backup it
+/// restored, once the Job has succeeded. A failed restore is a Warning Event `RestoreFailed`; the
+/// gate stays shut (the cluster stays Provisioning).
+pub async fn ensure_restore(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    desired_sts: &StatefulSet,
+) -> Result<RestoreGate, Error> {
+    let Some(bootstrap) = cluster.spec.bootstrap.as_ref() else { return Ok(RestoreGate::Open(None)) };
+    if cluster.status.as_ref().is_some_and(|s| s.restored_from.is_some()) {
+        return Ok(RestoreGate::Open(None));
+    }
+    let sts_exists = ctx
+        .statefulsets
+        .get(&ObjectKey::new(Some(owner.namespace()), &statefulset_name(owner.name())))
+        .is_some();
+    let from = &bootstrap.from_backup;
+    let job_key = ObjectKey::new(Some(owner.namespace()), &restore_job_name(owner.name()));
+    let Some(job) = ctx.jobs.get(&job_key) else {
+        if sts_exists {
+            return Ok(RestoreGate::Open(None));
+        }
+        let Some(claim) = first_data_claim(owner, desired_sts) else { return Ok(RestoreGate::Closed) };
+        create_once(ctx, owner, &claim).await?;
+        let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
+        let backup = resolve_backup(from, source.as_deref());
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        create_once(ctx, owner, &build_restore_job(owner, spec, from, &backup, &claim_name)).await?;
+        tracing::info!(source = %from.cluster, %backup, "restore started");
+        return Ok(RestoreGate::Closed);
+    };
+    let view = job_view(&job, None);
+    match view.outcome {
+        JobOutcome::Succeeded => {
+            let backup = restored_backup_name(&job).unwrap_or_else(|| from.backup.clone());
+            tracing::info!(source = %from.cluster, %backup, "restore complete; creating the StatefulSet");
+            Ok(RestoreGate::Open(Some(RestoredFrom { cluster: from.cluster.clone(), backup })))
+        }
+        _ if sts_exists => Ok(RestoreGate::Open(None)),
+        JobOutcome::Failed { reason, message } => {
+            let note = EventNote::new(
+                EventType::Warning,
+                "RestoreFailed",
+                "Restore",
+                format!("Restore Job {} failed ({reason}): {message}", view.name),
+            );
+            ctx.events.publish(cluster, &note).await;
+            Ok(RestoreGate::Failed)
+        }
+        JobOutcome::Running => Ok(RestoreGate::Closed),
+    }
+}
+
+/// The backup the restore Job was told to restore (its resolved `DBC_RESTORE_BACKUP`).
+fn restored_backup_name(job: &Job) -> Option<String> {
+    let containers = &job.spec.as_ref()?.template.spec.as_ref()?.containers;
+    containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == "DBC_RESTORE_BACKUP")?
+        .value
+        .clone()
+}
+
+/// Creates `object` unless it exists (`409` is success).
+async fn create_once<K>(ctx: &Context, owner: &Owner, object: &K) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    match api.create(&params, object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        Err(source) => Err(child_error("creating", "restore object", &name, source)),
+    }
+}
