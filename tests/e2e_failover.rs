@@ -277,8 +277,10 @@ async fn without_failover_the_status_says_the_primary_is_down_and_a_stopped_oper
     let writable = writable_instances(&cluster, 2).await;
     assert!(writable.len() <= 1, "never two primaries: {writable:?}");
 
+    // The next operator finishes from what it observes: it promotes the recorded standby, or,
+    // when the stopped one had already promoted it, only moves the labels. (In that second case
+    // no `FailedOver` Event is published: which of the two happens varies from run to run.)
     let _operator = cluster.start_operator().await;
-    await_event_reasons(&cluster, NAME, &["FailedOver"]).await;
     eventually_some("writes succeed on the promoted standby", || async {
         psql(&rw, "INSERT INTO ticks (id) VALUES (2)").ok()
     })
