@@ -160,16 +160,18 @@ impl Operator {
     pub fn new(client: Client, options: OperatorOptions) -> Operator {
         let namespace = options.namespace.as_deref();
         let clusters = Arc::new(Informer::new(api::<DatabaseCluster>(&client, namespace)));
-        let statefulsets = managed_informer::<StatefulSet>(&client, namespace);
-        let services = managed_informer::<Service>(&client, namespace);
-        let secrets = managed_informer::<Secret>(&client, namespace);
+        // The children: only what carries the operator's `managed-by` label.
+        let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
+        let statefulsets = labelled_informer::<StatefulSet>(&client, namespace, &managed);
+        let services = labelled_informer::<Service>(&client, namespace, &managed);
+        let secrets = labelled_informer::<Secret>(&client, namespace, &managed);
         let app_secrets = labelled_informer::<Secret>(&client, namespace, APP_SECRET_OF);
-        let configmaps = managed_informer::<ConfigMap>(&client, namespace);
-        let pdbs = managed_informer::<PodDisruptionBudget>(&client, namespace);
-        let pods = managed_informer::<Pod>(&client, namespace);
-        let jobs = managed_informer::<Job>(&client, namespace);
-        let cronjobs = managed_informer::<CronJob>(&client, namespace);
-        let volumes = managed_informer::<PersistentVolumeClaim>(&client, namespace);
+        let configmaps = labelled_informer::<ConfigMap>(&client, namespace, &managed);
+        let pdbs = labelled_informer::<PodDisruptionBudget>(&client, namespace, &managed);
+        let pods = labelled_informer::<Pod>(&client, namespace, &managed);
+        let jobs = labelled_informer::<Job>(&client, namespace, &managed);
+        let cronjobs = labelled_informer::<CronJob>(&client, namespace, &managed);
+        let volumes = labelled_informer::<PersistentVolumeClaim>(&client, namespace, &managed);
 
         let metrics = Arc::clone(&options.metrics);
         let config = ControllerConfig {
@@ -322,20 +324,6 @@ where
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     }
-}
-
-/// An informer over the objects of kind `K` that carry the operator's `managed-by` label.
-fn managed_informer<K>(client: &Client, namespace: Option<&str>) -> Arc<Informer<K>>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    labelled_informer(client, namespace, &format!("{}={FIELD_MANAGER}", label::MANAGED_BY))
 }
 
 /// An informer over the objects of kind `K` that match `selector` (a label selector), without
