@@ -5,7 +5,7 @@
 //! [`APP_SECRET_OF`]` = <cluster name>`, with a merge patch of that label alone, so that the
 //! operator's `app-secrets` informer (selected by that label, never by caching every Secret in
 //! the namespace) sees a rotation and the cluster's next pass applies the new password to the
-//! database. A Secret that is missing or lacks `username`/`password` is a retryable error: the
+//! database. Once labelled, the Secret is read from that informer's cache, not from the API. A Secret that is missing or lacks `username`/`password` is a retryable error: the
 //! pass fails with a message naming the Secret (a Warning Event, and after a few passes a
 //! `ReconcileSucceeded=False` condition), and the work queue's backoff retries until it appears.
 

@@ -201,6 +201,7 @@ impl Operator {
             statefulsets: Arc::clone(statefulsets.cache()),
             services: Arc::clone(services.cache()),
             secrets: Arc::clone(secrets.cache()),
+            app_secrets: Arc::clone(app_secrets.cache()),
             configmaps: Arc::clone(configmaps.cache()),
             pdbs: Arc::clone(pdbs.cache()),
             pods: Arc::clone(pods.cache()),

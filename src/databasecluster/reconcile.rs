@@ -114,6 +114,8 @@ pub struct Context {
     pub services: Arc<Cache<Service>>,
     /// The operator's login Secrets.
     pub secrets: Arc<Cache<Secret>>,
+    /// The users' own app Secrets (`spec.appSecretName`) once labelled ([`app_secret`]).
+    pub app_secrets: Arc<Cache<Secret>>,
     /// The operator's ConfigMaps.
     pub configmaps: Arc<Cache<ConfigMap>>,
     /// The operator's PodDisruptionBudgets.
@@ -401,9 +403,15 @@ async fn ensure_secrets(
     for login in Login::ALL {
         if let (Login::App, Some(name)) = (login, spec.app_secret_name.as_deref()) {
             let api: Api<Secret> = Api::namespaced(ctx.client.clone(), owner.namespace());
-            let secret = app_secret::read_and_label(&api, name, owner.name())
-                .await
-                .map_err(|source| child_error("labelling", "Secret", name, source))?;
+            // Labelled already: the informer's copy is current. Otherwise read it and label it.
+            let key = ObjectKey::new(Some(owner.namespace()), name);
+            let cached = ctx.app_secrets.get(&key).filter(|s| app_secret::is_labelled_for(s, owner.name()));
+            let secret = match cached {
+                Some(cached) => Some(Secret::clone(&cached)),
+                None => app_secret::read_and_label(&api, name, owner.name())
+                    .await
+                    .map_err(|source| child_error("labelling", "Secret", name, source))?,
+            };
             if let Some(problem) = app_secret::problem(secret.as_ref()) {
                 return Err(Error::AppSecret { name: name.to_owned(), problem });
             }
