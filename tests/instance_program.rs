@@ -71,7 +71,7 @@ impl Fixture {
         cluster.metadata.uid = Some("uid".into());
         let owner = Owner::of(&cluster).unwrap();
         let spec = validate_spec(&cluster.spec).unwrap();
-        let config_map = build_config_map(&owner, &spec, "db-0");
+        let config_map = build_config_map(&owner, &spec, "db-0", None);
         write_files(&root.join("cfg"), config_map.data.unwrap());
         for login in Login::ALL {
             let password = format!("{}-pw:{}", login.mount_dir(), subnet);

@@ -2,7 +2,9 @@
 //! target once it holds all of the old primary's WAL, then finishing, or aborting. Each call is
 //! one pass's step; a failure is logged and the next pass decides again from what it observes.
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 
 use super::events::{EventNote, EventType};
@@ -11,8 +13,8 @@ use super::promotion::{set_role_label, write_record};
 use super::reconcile::Context;
 use super::resources::Owner;
 use super::services::{ROLE_PRIMARY, ROLE_REPLICA};
-use super::switchover::{Step, phase};
-use super::types::DatabaseCluster;
+use super::switchover::{Step, phase, record};
+use super::types::{DatabaseCluster, SwitchoverStatus};
 use super::validation::ValidSpec;
 
 /// Where a switchover from `old` to `new` stands.
@@ -24,17 +26,23 @@ pub struct Switch<'a> {
     pub new: &'a str,
 }
 
-/// Step 2 of [`super::switchover`]: `CHECKPOINT` on `old` (its superuser `login`), its label, and
-/// the record naming `new` with `old` demoting. Whether the record was written.
-pub async fn fence(
+/// Starts a switchover: step 2 of [`super::switchover`], when the old primary can be reached at
+/// `login` (its superuser): Event `SwitchingOver`, `CHECKPOINT`, its label, and the record naming
+/// `new` with `old` demoting. Once the record is written, the `status.switchover` record, about the
+/// spec value `requested`, its message starting with `why`.
+#[allow(clippy::too_many_arguments)]
+pub async fn begin(
     ctx: &Context,
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
     pods: &Api<Pod>,
     switch: &Switch<'_>,
-    login: &Target,
-) -> bool {
+    login: Option<&Target>,
+    requested: &str,
+    why: &str,
+) -> Option<SwitchoverStatus> {
+    let login = login?;
     let Switch { old, new } = *switch;
     tracing::info!(%old, %new, "switchover: fencing the primary");
     let note = format!(
@@ -48,13 +56,14 @@ pub async fn fence(
         tracing::warn!(%old, %error, "switchover: CHECKPOINT failed; the shutdown checkpoint will take longer");
     }
     set_role_label(pods, old, ROLE_REPLICA).await;
-    match write_record(ctx, owner, spec, new, Some(old)).await {
-        Ok(()) => true,
-        Err(error) => {
-            tracing::warn!(%new, %error, "switchover: could not record the new primary; retrying on the next pass");
-            false
-        }
+    if let Err(error) = write_record(ctx, owner, spec, new, Some(old)).await {
+        tracing::warn!(%new, %error, "switchover: could not record the new primary; retrying on the next pass");
+        return None;
     }
+    let now = Timestamp::now();
+    let started = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let message = format!("{why}switching over from {old} to {new}");
+    Some(record(requested, phase::SWITCHING_OVER, Some((old, new)), Some(started), message))
 }
 
 /// Steps 3 and 4, or the abort, as [`super::switchover::next_step`] said (`step`); `login` is

@@ -67,7 +67,7 @@ use super::config::{
     recorded_primary,
 };
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
-use super::demotion::{Switch, advance, fence};
+use super::demotion::{Switch, advance, begin};
 use super::drift::{keep_immutable_fields, needs_update};
 use super::events::EventType;
 use super::events::{EventNote, EventPublisher, scaling_event, status_events};
@@ -90,8 +90,8 @@ use super::status::{
 };
 use super::storage::{Growth, grow_claims};
 use super::switchover::{
-    INVALID_PRIMARY, check_target, next_step as switchover_step, phase, record as switchover_record,
-    requested, with_switchover,
+    INVALID_PRIMARY, check_target, handled_request, held_replicas, next_step as switchover_step, ordinal_of,
+    phase, record as switchover_record, requested, with_switchover,
 };
 use super::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, container_failure, current_primary, instance_statuses,
@@ -300,8 +300,10 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         };
     let sts_key = child_key(cluster, statefulset_name);
     let cached = ctx.statefulsets.get(&sts_key);
+    let primaries: Vec<&str> = std::iter::once(primary_record.as_str()).chain(demoting.as_deref()).collect();
+    let held = ValidSpec { replicas: held_replicas(spec.replicas, &primaries), ..spec.clone() };
     let (sts, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
-        let mut desired = build_statefulset(&owner, &spec);
+        let mut desired = build_statefulset(&owner, &held);
         if let Some(live) = live {
             keep_immutable_fields(&mut desired, live);
         }
@@ -711,6 +713,28 @@ async fn operate_instances(
         promoted = Some(finish(ctx, cluster, &pods_api, &record).await);
     }
 
+    // A scale down that would remove the primary switches over to a standby that stays first.
+    let removed = spec.replicas > 0 && ordinal_of(primary_record).is_some_and(|o| o >= spec.replicas);
+    if let (true, Decision::Healthy, None) = (removed, &decision, &promoted) {
+        let healthy_primary = current_primary.as_deref().filter(|p| *p == primary_record);
+        let mut staying: Vec<&PodView> = pods.iter().filter(|p| p.ordinal < spec.replicas).collect();
+        staying.sort_by_key(|p| p.ordinal);
+        let target = staying
+            .into_iter()
+            .find(|p| check_target(&p.name, pods, &statuses, spec.replicas, healthy_primary).is_ok());
+        if let Some(new) = target {
+            let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &new.name);
+            let switch = Switch { old: primary_record, new: &new.name };
+            let login = login_to(primary_record);
+            let why = format!("scale down to {} instances: ", spec.replicas);
+            let begun =
+                begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), &requested, &why).await;
+            return switching(statuses, current_primary, decision, primary_record, begun);
+        }
+        tracing::info!(primary = %primary_record, "scale down waits for a standby that stays to stream");
+        busy = true;
+    }
+
     // A switchover asked for by `spec.primary` ([`super::switchover`]), while the primary is healthy.
     let mut switchover = None;
     let wanted = requested(cluster.spec.primary.as_deref(), previous_switchover);
@@ -740,36 +764,11 @@ async fn operate_instances(
                     switchover = Some(switchover_record(new, phase::REFUSED, None, None, message));
                 }
                 Ok(()) => {
-                    let old = primary_record;
-                    let switch = Switch { old, new };
-                    let fenced = match login_to(old) {
-                        Some(login) => fence(ctx, cluster, owner, spec, &pods_api, &switch, &login).await,
-                        None => false,
-                    };
-                    let now = Timestamp::now();
-                    let started = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
-                    return Topology {
-                        statuses,
-                        current_primary,
-                        busy: true,
-                        retry_after: Some(FAILOVER_REQUEUE),
-                        decision: if fenced {
-                            Decision::SwitchingOver { from: old.to_owned() }
-                        } else {
-                            decision
-                        },
-                        promoted: None,
-                        switchover: fenced.then(|| {
-                            let message = format!("switching over from {old} to {new}");
-                            switchover_record(
-                                new,
-                                phase::SWITCHING_OVER,
-                                Some((old, new)),
-                                Some(started),
-                                message,
-                            )
-                        }),
-                    };
+                    let switch = Switch { old: primary_record, new };
+                    let login = login_to(primary_record);
+                    let begun =
+                        begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), new, "").await;
+                    return switching(statuses, current_primary, decision, primary_record, begun);
                 }
             }
         }
@@ -864,27 +863,12 @@ async fn operate_instances(
                 let old = primary_record;
                 tracing::info!(%old, %to, "rolling update: switching over to an updated standby");
                 let switch = Switch { old, new: &to };
-                let fenced = match login_to(old) {
-                    Some(login) => fence(ctx, cluster, owner, spec, &pods_api, &switch, &login).await,
-                    None => false,
-                };
-                if fenced {
-                    let requested = previous_switchover
-                        .map(|s| s.requested.clone())
-                        .or_else(|| cluster.spec.primary.clone())
-                        .unwrap_or_else(|| to.clone());
-                    let now = Timestamp::now();
-                    let started = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
-                    let message = format!("rolling update: switching over from {old} to {to}");
-                    let switched = Some((old, to.as_str()));
-                    switchover = Some(switchover_record(
-                        &requested,
-                        phase::SWITCHING_OVER,
-                        switched,
-                        Some(started),
-                        message,
-                    ));
-                }
+                let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &to);
+                let login = login_to(old);
+                let why = "rolling update: ";
+                switchover =
+                    begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), &requested, why)
+                        .await;
             }
             RollStep::Delete { pod, primary, outdated } => {
                 busy = true;
@@ -896,6 +880,26 @@ async fn operate_instances(
         }
     }
     Topology { statuses, current_primary, busy, retry_after, decision, promoted, switchover }
+}
+
+/// The [`Topology`] of a pass that started a switchover from `old` (`begun`, when the fence
+/// worked): the rest waits for the next pass.
+fn switching(
+    statuses: Vec<InstanceStatus>,
+    current_primary: Option<String>,
+    decision: Decision,
+    old: &str,
+    begun: Option<SwitchoverStatus>,
+) -> Topology {
+    Topology {
+        statuses,
+        current_primary,
+        busy: true,
+        retry_after: Some(FAILOVER_REQUEUE),
+        decision: if begun.is_some() { Decision::SwitchingOver { from: old.to_owned() } } else { decision },
+        promoted: None,
+        switchover: begun,
+    }
 }
 
 /// Creates the missing slots and drops the unused ones on the primary; whether anything changed.

@@ -105,6 +105,32 @@ pub fn record(
     }
 }
 
+/// The ordinal of the pod `name` (`<statefulset>-<ordinal>`).
+pub fn ordinal_of(name: &str) -> Option<i32> {
+    name.rsplit_once('-').and_then(|(_, ordinal)| ordinal.parse().ok())
+}
+
+/// The StatefulSet's replicas for `replicas` instances while `primaries` (the recorded primary
+/// and a switchover's demoting one) must stay: a scale down never removes them before a
+/// switchover has moved the primary below the new count. Hibernation (0) is not held.
+pub fn held_replicas(replicas: i32, primaries: &[&str]) -> i32 {
+    if replicas == 0 {
+        return 0;
+    }
+    primaries.iter().filter_map(|name| ordinal_of(name)).map(|o| o + 1).fold(replicas, i32::max)
+}
+
+/// The value a switchover the operator starts itself (a roll, a scale down) records as handled:
+/// the one handled before, else the spec's, else `target`; so a later `spec.primary` request is
+/// judged against what the user asked, not against this switchover.
+pub fn handled_request(
+    previous: Option<&SwitchoverStatus>,
+    spec_primary: Option<&str>,
+    target: &str,
+) -> String {
+    previous.map(|s| s.requested.as_str()).or(spec_primary).unwrap_or(target).to_owned()
+}
+
 /// Why `spec.primary` cannot be switched to; the message of `Ready=False, InvalidPrimary`.
 pub fn check_target(
     target: &str,
@@ -192,6 +218,17 @@ mod tests {
         assert_eq!(requested(Some("db-2"), Some(&done)), Some("db-2"));
         assert_eq!(requested(Some("db-1"), Some(&handled(phase::REFUSED))), Some("db-1"));
         assert_eq!(requested(None, None), None);
+    }
+
+    #[test]
+    fn a_scale_down_keeps_the_primary_until_it_has_moved() {
+        assert_eq!(held_replicas(1, &["db-2"]), 3);
+        assert_eq!(held_replicas(2, &["db-0", "db-3"]), 4, "the demoting primary stays too");
+        assert_eq!(held_replicas(3, &["db-1"]), 3);
+        assert_eq!(held_replicas(0, &["db-2"]), 0, "hibernation stops every instance");
+        assert_eq!(ordinal_of("my-db-12"), Some(12));
+        assert_eq!(handled_request(None, None, "db-0"), "db-0");
+        assert_eq!(handled_request(None, Some("db-1"), "db-0"), "db-1");
     }
 
     #[test]
