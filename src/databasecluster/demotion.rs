@@ -17,9 +17,19 @@ use super::switchover::{Step, phase, record};
 use super::types::{DatabaseCluster, SwitchoverStatus};
 use super::validation::ValidSpec;
 
-/// Where a switchover from `old` to `new` stands.
+/// A switchover from `old` to `new` of `cluster`, and what its steps write with.
 #[derive(Debug)]
 pub struct Switch<'a> {
+    /// The operator's clients, caches and Event publisher.
+    pub ctx: &'a Context,
+    /// The cluster switching over.
+    pub cluster: &'a DatabaseCluster,
+    /// Its identity, for the record.
+    pub owner: &'a Owner,
+    /// Its spec, for the record.
+    pub spec: &'a ValidSpec,
+    /// Its namespace's pods, for the role labels.
+    pub pods: &'a Api<Pod>,
     /// The primary being demoted.
     pub old: &'a str,
     /// The standby becoming the primary.
@@ -30,20 +40,14 @@ pub struct Switch<'a> {
 /// `login` (its superuser): Event `SwitchingOver`, `CHECKPOINT`, its label, and the record naming
 /// `new` with `old` demoting. Once the record is written, the `status.switchover` record, about the
 /// spec value `requested`, its message starting with `why`.
-#[allow(clippy::too_many_arguments)]
 pub async fn begin(
-    ctx: &Context,
-    cluster: &DatabaseCluster,
-    owner: &Owner,
-    spec: &ValidSpec,
-    pods: &Api<Pod>,
     switch: &Switch<'_>,
     login: Option<&Target>,
     requested: &str,
     why: &str,
 ) -> Option<SwitchoverStatus> {
     let login = login?;
-    let Switch { old, new } = *switch;
+    let Switch { ctx, cluster, owner, spec, pods, old, new } = *switch;
     tracing::info!(%old, %new, "switchover: fencing the primary");
     let note = format!(
         "switching over from {old} to {new}: {old} stops cleanly, {new} is promoted once it has replayed all of {old}'s WAL"
@@ -68,25 +72,15 @@ pub async fn begin(
 
 /// Steps 3 and 4, or the abort, as [`super::switchover::next_step`] said (`step`); `login` is
 /// the superuser's login to `new`. Whether the switchover is over (completed or aborted).
-#[allow(clippy::too_many_arguments)]
-pub async fn advance(
-    ctx: &Context,
-    cluster: &DatabaseCluster,
-    owner: &Owner,
-    spec: &ValidSpec,
-    pods: &Api<Pod>,
-    switch: &Switch<'_>,
-    step: Step,
-    login: Option<&Target>,
-) -> Option<&'static str> {
-    let Switch { old, new } = *switch;
+pub async fn advance(switch: &Switch<'_>, step: Step, login: Option<&Target>) -> Option<&'static str> {
+    let Switch { ctx, cluster, owner, spec, old, new, .. } = *switch;
     match step {
         Step::Wait => None,
         Step::Promote => {
             let login = login?;
             tracing::info!(%old, %new, "switchover: the target has replayed the old primary's WAL; promoting it");
             match async { promote(&connect(login).await?, login).await }.await {
-                Ok(true) => complete(ctx, cluster, owner, spec, pods, switch).await,
+                Ok(true) => complete(switch).await,
                 Ok(false) => None,
                 Err(error) => {
                     tracing::warn!(%new, %error, "switchover: could not promote; retrying on the next pass");
@@ -94,7 +88,7 @@ pub async fn advance(
                 }
             }
         }
-        Step::Finish => complete(ctx, cluster, owner, spec, pods, switch).await,
+        Step::Finish => complete(switch).await,
         Step::Abort => {
             tracing::warn!(%old, %new, "switchover: timed out; naming the old primary again");
             write_record(ctx, owner, spec, old, None).await.ok()?;
@@ -110,15 +104,8 @@ pub async fn advance(
     }
 }
 
-async fn complete(
-    ctx: &Context,
-    cluster: &DatabaseCluster,
-    owner: &Owner,
-    spec: &ValidSpec,
-    pods: &Api<Pod>,
-    switch: &Switch<'_>,
-) -> Option<&'static str> {
-    let Switch { old, new } = *switch;
+async fn complete(switch: &Switch<'_>) -> Option<&'static str> {
+    let Switch { ctx, cluster, owner, spec, pods, old, new } = *switch;
     set_role_label(pods, new, ROLE_PRIMARY).await;
     if let Err(error) = write_record(ctx, owner, spec, new, None).await {
         tracing::warn!(%new, %error, "switchover: could not clear the demoting record; retrying on the next pass");

@@ -630,9 +630,9 @@ async fn operate_instances(
             .unwrap_or_else(|| Time(Timestamp::from_second(now.as_second()).unwrap_or(now)));
         let elapsed = Duration::try_from(now.duration_since(started.0)).unwrap_or_default();
         let step = switchover_step(old, primary_record, &facts, elapsed);
-        let switch = Switch { old, new: primary_record };
+        let switch = Switch { ctx, cluster, owner, spec, pods: &pods_api, old, new: primary_record };
         let login = login_to(primary_record);
-        let over = advance(ctx, cluster, owner, spec, &pods_api, &switch, step, login.as_ref()).await;
+        let over = advance(&switch, step, login.as_ref()).await;
         let requested = previous_switchover.map_or(primary_record, |s| s.requested.as_str());
         let (now_phase, message) = match over {
             Some(done) if done == phase::COMPLETED => {
@@ -724,11 +724,11 @@ async fn operate_instances(
             .find(|p| check_target(&p.name, pods, &statuses, spec.replicas, healthy_primary).is_ok());
         if let Some(new) = target {
             let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &new.name);
-            let switch = Switch { old: primary_record, new: &new.name };
+            let switch =
+                Switch { ctx, cluster, owner, spec, pods: &pods_api, old: primary_record, new: &new.name };
             let login = login_to(primary_record);
             let why = format!("scale down to {} instances: ", spec.replicas);
-            let begun =
-                begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), &requested, &why).await;
+            let begun = begin(&switch, login.as_ref(), &requested, &why).await;
             return switching(statuses, current_primary, decision, primary_record, begun);
         }
         tracing::info!(primary = %primary_record, "scale down waits for a standby that stays to stream");
@@ -764,10 +764,10 @@ async fn operate_instances(
                     switchover = Some(switchover_record(new, phase::REFUSED, None, None, message));
                 }
                 Ok(()) => {
-                    let switch = Switch { old: primary_record, new };
+                    let switch =
+                        Switch { ctx, cluster, owner, spec, pods: &pods_api, old: primary_record, new };
                     let login = login_to(primary_record);
-                    let begun =
-                        begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), new, "").await;
+                    let begun = begin(&switch, login.as_ref(), new, "").await;
                     return switching(statuses, current_primary, decision, primary_record, begun);
                 }
             }
@@ -862,13 +862,11 @@ async fn operate_instances(
                 busy = true;
                 let old = primary_record;
                 tracing::info!(%old, %to, "rolling update: switching over to an updated standby");
-                let switch = Switch { old, new: &to };
+                let switch = Switch { ctx, cluster, owner, spec, pods: &pods_api, old, new: &to };
                 let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &to);
                 let login = login_to(old);
                 let why = "rolling update: ";
-                switchover =
-                    begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), &requested, why)
-                        .await;
+                switchover = begin(&switch, login.as_ref(), &requested, why).await;
             }
             RollStep::Delete { pod, primary, outdated } => {
                 busy = true;
