@@ -27,6 +27,7 @@ async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
         health_addr: local,
         leader_election: None,
         shutdown_timeout: Duration::from_secs(10),
+        metrics_secure: false,
     };
     let started = run::start(cluster.sim.client(), &cluster.sim.base_url(), settings).await.unwrap();
     let addr = started.metrics_addr;

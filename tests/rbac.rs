@@ -263,6 +263,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_election: Some(LeaseConfig::new("dbcluster-system", "dbcluster-operator", "rbac-test")),
         shutdown_timeout: Duration::from_secs(30),
+        metrics_secure: false,
     };
     let started = run::start(sim.client_as(OPERATOR_USER), &sim.base_url(), settings).await.unwrap();
     let (signal, signals) = mpsc::channel(1);

@@ -33,6 +33,7 @@ async fn status_shows_the_cluster_its_children_events_and_the_operators_view() {
         health_addr: local,
         leader_election: None,
         shutdown_timeout: Duration::from_secs(10),
+        metrics_secure: false,
     };
     let manager = run::start(cluster.sim.client(), &cluster.sim.base_url(), config).await.unwrap();
     let operator_url = format!("http://{}", manager.debug_addr);

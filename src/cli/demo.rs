@@ -369,6 +369,8 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         health_addr: args.health_addr,
         leader_election: None,
         shutdown_timeout: DEMO_SHUTDOWN_TIMEOUT,
+        // Loopback only, as the demo is.
+        metrics_secure: false,
     };
     let manager = run::start(demo.server().client(), &demo.server().base_url(), config).await?;
     let mut out = std::io::stdout();

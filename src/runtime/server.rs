@@ -3,7 +3,9 @@
 //! live page `/debug/` with its event stream `/debug/live` (see `live`) for
 //! people and Prometheus, `/healthz` and `/readyz` for the kubelet. The three groups (metrics,
 //! debug, health) can listen on separate addresses ([`Endpoints`]), as controller-runtime's
-//! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do.
+//! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do. With an
+//! [`AccessReview`] (`run --metrics-secure`), every path but the probes is answered only to a
+//! bearer token the API server authenticates and whose user may `get` the path (see `access`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::ObjectKey;
+use crate::runtime::access::AccessReview;
 use crate::runtime::introspection::Introspection;
 use crate::runtime::live::{self, LiveQuery};
 use crate::runtime::metrics::Metrics;
@@ -67,6 +70,8 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     /// The registered informers and controllers.
     pub view: Introspection,
+    /// Who may read `/metrics` and `/debug/*`; `None`: anyone who can connect.
+    pub access: Option<Arc<AccessReview>>,
 }
 
 /// Serves `endpoints` on `listener` until `shutdown` is cancelled (connections in progress are
@@ -94,13 +99,8 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let (method, uri) = (request.method(), request.uri());
-                let response = if endpoints.debug && method == Method::GET && uri.path() == LIVE_STREAM {
-                    live_stream(&state.view, uri.query().unwrap_or_default())
-                } else {
-                    respond(method, uri.path(), endpoints, &state).map(BodyExt::boxed)
-                };
-                async move { Ok::<_, Infallible>(response) }
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(&request, endpoints, &state).await) }
             });
             let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -110,6 +110,27 @@ pub async fn serve(
                 },
             }
         });
+    }
+}
+
+/// The answer to `request`: refused unless the access review (if any) lets it through, then the
+/// live stream or [`respond`]'s answer.
+async fn route<B>(
+    request: &Request<B>,
+    endpoints: Endpoints,
+    state: &ServerState,
+) -> Response<BoxBody<Bytes, Infallible>> {
+    let (method, path) = (request.method(), request.uri().path());
+    let probe = endpoints.health && matches!(path, "/healthz" | "/readyz");
+    if let Some(access) = state.access.as_ref().filter(|_| !probe)
+        && let Err(denied) = access.check(request.headers(), path).await
+    {
+        return text(denied.status(), &format!("{denied}\n")).map(BodyExt::boxed);
+    }
+    if endpoints.debug && method == Method::GET && path == LIVE_STREAM {
+        live_stream(&state.view, request.uri().query().unwrap_or_default())
+    } else {
+        respond(method, path, endpoints, state).map(BodyExt::boxed)
     }
 }
 
@@ -194,7 +215,8 @@ mod tests {
 
     #[test]
     fn each_group_serves_only_its_own_paths() {
-        let state = ServerState { metrics: Arc::new(Metrics::new()), view: Introspection::new() };
+        let state =
+            ServerState { metrics: Arc::new(Metrics::new()), view: Introspection::new(), access: None };
         let status =
             |path: &str, endpoints: Endpoints| respond(&Method::GET, path, endpoints, &state).status();
         assert_eq!(status("/metrics", Endpoints::METRICS), StatusCode::OK);

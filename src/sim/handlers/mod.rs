@@ -183,6 +183,18 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
     if let Some(code) = subresource_failure.or_else(|| cluster.faults.take_failure(&target.kind.plural)) {
         return Err(ApiError::injected(code));
     }
+    if crate::sim::reviews::is_review(&target.kind) {
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
+            .to_bytes();
+        let (code, review) = cluster.read(|s| {
+            crate::sim::reviews::respond(&s.store, &cluster.tokens, &target.kind, verb.as_str(), &body)
+        })?;
+        return Ok(json_response(code, &review));
+    }
     if target.kind.group.is_empty()
         && target.kind.plural == "pods"
         && target.subresource.as_deref() == Some("log")
