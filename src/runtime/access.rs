@@ -3,7 +3,7 @@
 //! the request's bearer token goes to the API server in a TokenReview (`authentication.k8s.io/v1`),
 //! and the user it names in a SubjectAccessReview (`authorization.k8s.io/v1`) for a `get` on the
 //! request's path as a non-resource URL. RBAC grants that with `nonResourceURLs` (see
-//! `manifests/metrics-reader.yaml`). No token, or one the API server does not authenticate: 401.
+//! `manifests/rbac.yaml`'s metrics reader). No token, or one the API server does not authenticate: 401.
 //! Authenticated but not allowed: 403. A review that cannot be made (the API server unreachable):
 //! 500, as controller-runtime answers; never open.
 //!

@@ -55,8 +55,8 @@ pub struct ManagerConfig {
     pub leader_election: Option<LeaseConfig>,
     /// How long reconciles in flight may take after a signal.
     pub shutdown_timeout: Duration,
-    /// Serve `/metrics` and `/debug/*` only to requests the API server authenticates and
-    /// authorizes (TokenReview, SubjectAccessReview: `runtime::access`).
+    /// Serve `/metrics`, and `/debug/*` off loopback, only to requests the API server
+    /// authenticates and authorizes (TokenReview, SubjectAccessReview: `runtime::access`).
     pub metrics_secure: bool,
 }
 
@@ -195,7 +195,7 @@ impl Manager {
         tracing::info!(%health_addr, "serving /healthz and /readyz");
         if config.metrics_secure {
             tracing::info!(
-                "/metrics and /debug/* answer only authenticated, authorized requests (TokenReview, SubjectAccessReview)"
+                "/metrics (and /debug/* off loopback) answer only authenticated, authorized requests (TokenReview, SubjectAccessReview)"
             );
         }
         Ok(Manager { client, config, metrics, view, listeners, metrics_addr, debug_addr, health_addr })
