@@ -10,14 +10,12 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
 use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::operator;
-use dbcluster_operator::runtime::manager::ManagerConfig;
 use fantoccini::{Client, ClientBuilder, Locator};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -133,17 +131,7 @@ fn text_contains(needle: &str) -> impl Fn(&Value) -> bool + '_ {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_page_shows_the_cluster_follows_a_scale_up_and_opens_a_keys_history() {
     let cluster = TestCluster::start().await;
-    let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let config = ManagerConfig {
-        namespace: None,
-        workers: 2,
-        metrics_addr: local,
-        debug_addr: local,
-        health_addr: local,
-        leader_election: None,
-        shutdown_timeout: Duration::from_secs(10),
-        metrics_secure: false,
-    };
+    let config = local_manager_config();
     let manager = run::start(cluster.sim.client(), &cluster.sim.base_url(), config).await.unwrap();
     let page = format!("http://{}/debug/", manager.debug_addr);
     let (signal, signals) = mpsc::channel(1);

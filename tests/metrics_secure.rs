@@ -12,9 +12,8 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use common::{create_all, http_get_as, install_crd, within};
+use common::{create_all, http_get_as, install_crd, local_manager_config, within};
 use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::operator;
 use dbcluster_operator::databasecluster::types::crd;
@@ -57,17 +56,7 @@ async fn metrics_and_debug_answer_only_authenticated_authorized_requests() {
     // As the README says: the scraper's ServiceAccount bound to the metrics reader.
     let prometheus = json!({"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"});
     bind(&client, "dbcluster-operator-metrics-reader", prometheus).await;
-    let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let config = ManagerConfig {
-        namespace: None,
-        workers: 2,
-        metrics_addr: local,
-        debug_addr: local,
-        health_addr: local,
-        leader_election: None,
-        shutdown_timeout: Duration::from_secs(10),
-        metrics_secure: true,
-    };
+    let config = ManagerConfig { metrics_secure: true, ..local_manager_config() };
     let manager = run::start(sim.client_as(OPERATOR_USER), &sim.base_url(), config).await.unwrap();
     let (metrics, debug, health) = (manager.metrics_addr, manager.debug_addr, manager.health_addr);
     let (signal, signals) = mpsc::channel(1);

@@ -107,6 +107,22 @@ pub fn is_write(record: &RequestRecord) -> bool {
     matches!(record.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
 }
 
+/// The manager's configuration for a test: every endpoint on a free loopback port, 2 workers, no
+/// leader election, 10 s to shut down, endpoints open (`metrics_secure` off).
+pub fn local_manager_config() -> dbcluster_operator::runtime::manager::ManagerConfig {
+    let local: std::net::SocketAddr = "127.0.0.1:0".parse().expect("a loopback address");
+    dbcluster_operator::runtime::manager::ManagerConfig {
+        namespace: None,
+        workers: 2,
+        metrics_addr: local,
+        debug_addr: local,
+        health_addr: local,
+        leader_election: None,
+        shutdown_timeout: Duration::from_secs(10),
+        metrics_secure: false,
+    }
+}
+
 /// Creates every object of a multi-document manifest (`manifests/rbac.yaml`).
 pub async fn create_all(client: &Client, yaml: &str) {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
