@@ -37,6 +37,10 @@ pub struct Cluster {
     clock_ahead_ms: AtomicU64,
     /// Wakes the simulated controllers (after the clock moved).
     pub(crate) controllers_wake: Notify,
+    /// Change events sent on watch streams so far (bookmarks and errors not counted).
+    pub watch_events_sent: AtomicU64,
+    /// Watches answered `410 Gone` so far (expired resourceVersions and injected ones).
+    pub watch_gone_sent: AtomicU64,
 }
 
 impl Cluster {
@@ -57,6 +61,8 @@ impl Cluster {
             gc_wake: Notify::new(),
             clock_ahead_ms: AtomicU64::new(0),
             controllers_wake: Notify::new(),
+            watch_events_sent: AtomicU64::new(0),
+            watch_gone_sent: AtomicU64::new(0),
         }
     }
 

@@ -241,6 +241,16 @@ impl SimServer {
         &self.cluster.faults
     }
 
+    /// How many change events all watch streams have sent so far (bookmarks not counted).
+    pub fn watch_events_sent(&self) -> u64 {
+        self.cluster.watch_events_sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many watches were answered `410 Gone` so far.
+    pub fn watch_gone_sent(&self) -> u64 {
+        self.cluster.watch_gone_sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Every resource request so far, oldest first.
     pub fn request_log(&self) -> Vec<RequestRecord> {
         self.cluster.log.snapshot()

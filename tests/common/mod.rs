@@ -11,6 +11,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
+use dbcluster_operator::databasecluster::events::EventFlusher;
 use dbcluster_operator::databasecluster::operator::{
     Operator, OperatorError, OperatorHandles, OperatorOptions,
 };
@@ -37,6 +38,8 @@ pub struct TestCluster {
     pub sim: SimServer,
     /// A client for the test's own requests.
     pub client: Client,
+    /// The Event writers of the operators started on it, flushed before Events are read.
+    events: parking_lot::Mutex<Vec<EventFlusher>>,
 }
 
 impl TestCluster {
@@ -49,7 +52,7 @@ impl TestCluster {
         let sim = SimServer::start_with(config).await.expect("the simulated server starts");
         let client = sim.client();
         install_crd(&client, types::crd()).await;
-        TestCluster { sim, client }
+        TestCluster { sim, client, events: Default::default() }
     }
 
     /// Starts a server with the default configuration.
@@ -72,7 +75,15 @@ impl TestCluster {
 
     /// Starts the operator on this cluster.
     pub async fn start_operator(&self) -> RunningOperator {
-        RunningOperator::start(self.sim.client()).await
+        let operator = RunningOperator::start(self.sim.client()).await;
+        self.track_events(&operator);
+        operator
+    }
+
+    /// Makes [`TestCluster::events_about`] wait for `operator`'s queued Events (for operators
+    /// not started by [`TestCluster::start_operator`]).
+    pub fn track_events(&self, operator: &RunningOperator) {
+        self.events.lock().push(operator.handles.events.clone());
     }
 
     /// The write requests (create, update, patch, delete) logged so far.
@@ -81,7 +92,14 @@ impl TestCluster {
     }
 
     /// The Events about `name` in `default`, oldest first.
+    ///
+    /// Events are written off the operator's passes, so the Events queued so far are awaited
+    /// first.
     pub async fn events_about(&self, name: &str) -> Vec<Event> {
+        let flushers = self.events.lock().clone();
+        for flusher in flushers {
+            within("the operator's queued Events to be written", flusher.flush()).await;
+        }
         let events: Api<Event> = self.api();
         let list = events.list(&ListParams::default()).await.expect("events list");
         list.items
