@@ -164,6 +164,7 @@ async fn with_a_lagging_watch_each_scale_is_one_event_no_conflict_and_no_second_
     cluster.sim.faults().set_watch_event_latency(Duration::from_millis(500));
     let recorder = Recorder { inner: cluster.sim.client(), writes: Arc::default() };
     let operator = RunningOperator::start(kube::Client::new(recorder.clone(), "default")).await;
+    cluster.track_events(&operator);
     let api = cluster.clusters();
     api.create(&PostParams::default(), &sample()).await.unwrap();
     await_object(&api, NAME, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;

@@ -10,7 +10,13 @@
 //! do not report the same change twice because the controller runs a key's next pass only once
 //! the caches hold its previous pass's writes (read-your-writes, `runtime::freshness`). Only
 //! errors are aggregated: a `ReconcileError` Event is published when a cluster's error message
-//! changes, not on every retry of the same error.
+//! changes, not on every retry of the same error (one map lookup per publish).
+//!
+//! Events are written off the reconcile's critical path, as client-go's recorder does:
+//! [`EventPublisher::publish`] only queues the Event on a bounded channel (it waits only when
+//! [`QUEUED_EVENTS`] are already queued, so a burst slows the passes down instead of growing
+//! memory), and one task per publisher creates them, up to [`CONCURRENT_WRITES`] at a time.
+//! [`EventFlusher::flush`] waits until everything queued before it is written.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -24,6 +30,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client, Resource};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 use super::resources::FIELD_MANAGER;
 use super::status::{condition, find_condition, reason};
@@ -200,11 +208,42 @@ pub fn build_event(cluster: &DatabaseCluster, note: &EventNote, instance: &str, 
     }
 }
 
-/// Writes Events about DatabaseClusters through the API server.
+/// How many Events may wait to be written before `publish` waits (client-go queues 1 000).
+pub const QUEUED_EVENTS: usize = 1000;
+
+/// How many Events are being created at once.
+pub const CONCURRENT_WRITES: usize = 4;
+
+/// What the writer task is asked to do.
+enum Job {
+    /// Create this Event (about a cluster in this namespace).
+    Create { event: Box<Event>, namespace: String },
+    /// Answer once every Event queued before is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Writes Events about DatabaseClusters through the API server, from a task of its own.
 pub struct EventPublisher {
-    client: Client,
     instance: String,
+    jobs: mpsc::Sender<Job>,
     last_error: DashMap<ObjectKey, Arc<str>>,
+}
+
+/// Waits for a publisher's queued Events to be written (for tests and shutdown).
+#[derive(Clone, Debug)]
+pub struct EventFlusher {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl EventFlusher {
+    /// Waits until every Event queued before this call has been written (or failed). Returns at
+    /// once when the writer has stopped.
+    pub async fn flush(&self) {
+        let (done, written) = oneshot::channel();
+        if self.jobs.send(Job::Flush(done)).await.is_ok() {
+            let _ = written.await;
+        }
+    }
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -216,29 +255,71 @@ impl std::fmt::Debug for EventPublisher {
     }
 }
 
+/// Creates the queued Events, [`CONCURRENT_WRITES`] at a time, until every sender is dropped and
+/// the queue is drained.
+async fn write_events(client: Client, mut jobs: mpsc::Receiver<Job>) {
+    let mut in_flight = JoinSet::new();
+    while let Some(job) = jobs.recv().await {
+        match job {
+            Job::Create { event, namespace } => {
+                while in_flight.len() >= CONCURRENT_WRITES {
+                    in_flight.join_next().await;
+                }
+                in_flight.spawn(create_event(client.clone(), event, namespace));
+            }
+            Job::Flush(done) => {
+                while in_flight.join_next().await.is_some() {}
+                let _ = done.send(());
+            }
+        }
+    }
+    while in_flight.join_next().await.is_some() {}
+}
+
+/// Creates one Event; a failure is logged once, never retried (Events are history, not state).
+async fn create_event(client: Client, event: Box<Event>, namespace: String) {
+    let api: Api<Event> = Api::namespaced(client, &namespace);
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    let reason = event.reason.clone().unwrap_or_default();
+    match api.create(&params, &event).await {
+        Ok(_) => tracing::debug!(%reason, "event published"),
+        Err(kube::Error::Api(status)) => tracing::warn!(
+            %reason,
+            code = status.code,
+            message = %status.message,
+            "the API server refused an event"
+        ),
+        Err(error) => tracing::warn!(%reason, %error, "could not publish an event"),
+    }
+}
+
 impl EventPublisher {
     /// A publisher writing with `client`, naming `instance` (e.g. the pod name) as the reporter.
+    /// Starts its writer task, so it must be called within a tokio runtime.
     pub fn new(client: Client, instance: impl Into<String>) -> Self {
-        EventPublisher { client, instance: instance.into(), last_error: DashMap::new() }
+        let (jobs, queued) = mpsc::channel(QUEUED_EVENTS);
+        tokio::spawn(write_events(client, queued));
+        EventPublisher { instance: instance.into(), jobs, last_error: DashMap::new() }
     }
 
-    /// Creates the Event for `note` about `cluster`; a failure is logged, never returned.
+    /// A handle that waits for this publisher's queued Events to be written.
+    pub fn flusher(&self) -> EventFlusher {
+        EventFlusher { jobs: self.jobs.clone() }
+    }
+
+    /// Queues the Event for `note` about `cluster`; waits only while the queue is full. A failure
+    /// to write it is logged, never returned.
     pub async fn publish(&self, cluster: &DatabaseCluster, note: &EventNote) {
-        let event = build_event(cluster, note, &self.instance, Timestamp::now());
-        let namespace = cluster.metadata.namespace.as_deref().unwrap_or("default");
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
-        match api.create(&params, &event).await {
-            Ok(_) => tracing::debug!(reason = %note.reason, "event published"),
-            // Logged once: an Event is not retried (Events are history, not state).
-            Err(kube::Error::Api(status)) => tracing::warn!(
-                reason = %note.reason,
-                code = status.code,
-                message = %status.message,
-                "the API server refused an event"
-            ),
-            Err(error) => tracing::warn!(reason = %note.reason, %error, "could not publish an event"),
+        let event = Box::new(build_event(cluster, note, &self.instance, Timestamp::now()));
+        let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        if self.jobs.send(Job::Create { event, namespace }).await.is_err() {
+            tracing::warn!(reason = %note.reason, "could not publish an event: the event writer has stopped");
         }
+    }
+
+    /// Waits until every Event queued before this call has been written (or failed).
+    pub async fn flush(&self) {
+        self.flusher().flush().await;
     }
 
     /// Publishes a `ReconcileError` Warning for `cluster`, unless the previous pass of the same
@@ -329,6 +410,7 @@ mod tests {
         // Not a valid Event name (upper case): the server answers 422.
         refused.metadata.name = Some("PG".into());
         publisher.publish(&refused, &EventNote::created("Service", "pg")).await;
+        publisher.flush().await;
         let log = String::from_utf8(captured.0.lock().clone()).unwrap();
         assert_eq!(log.matches("the API server refused an event").count(), 1, "{log}");
         assert!(log.contains("WARN") && log.contains("code=422"), "{log}");
@@ -341,6 +423,7 @@ mod tests {
         let sim = crate::sim::SimServer::start().await.unwrap();
         let publisher = EventPublisher::new(sim.client(), "test");
         let count = || async {
+            publisher.flush().await;
             let api: Api<Event> = Api::namespaced(sim.client(), "default");
             api.list(&Default::default()).await.unwrap().items.len()
         };
@@ -359,6 +442,38 @@ mod tests {
         publisher.clear_error(&ObjectKey::of(&cluster));
         publisher.publish_error(&cluster, &std::io::Error::other("another")).await;
         assert_eq!(count().await, 5, "after a clean pass the error is reported again");
+    }
+
+    #[cfg(feature = "sim")]
+    #[tokio::test(start_paused = true)]
+    async fn publishing_does_not_wait_for_the_write_until_the_queue_is_full() {
+        use std::time::Duration;
+        use tokio::time::Instant;
+        let sim = crate::sim::SimServer::start().await.unwrap();
+        let publisher = EventPublisher::new(sim.client(), "test");
+        let latency = Duration::from_secs(5);
+        sim.faults().set_latency(latency);
+        let cluster = fixtures::cluster(1, "15", 1);
+        let note = |i: usize| EventNote::created("Service", &format!("pg-{i}"));
+        let started = Instant::now();
+        publisher.publish(&cluster, &note(0)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(started.elapsed(), Duration::ZERO, "queued, not written");
+        // The writer holds CONCURRENT_WRITES in flight and one waiting for a slot; the queue
+        // holds QUEUED_EVENTS more.
+        let capacity = QUEUED_EVENTS + CONCURRENT_WRITES + 1;
+        for i in 1..capacity {
+            publisher.publish(&cluster, &note(i)).await;
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO, "the writes in flight and the queue hold all so far");
+        publisher.publish(&cluster, &note(capacity)).await;
+        assert!(started.elapsed() >= latency, "a full queue makes the publisher wait");
+        publisher.flush().await;
+        sim.faults().set_latency(Duration::ZERO);
+        let api: Api<Event> = Api::namespaced(sim.client(), "default");
+        let written = api.list(&Default::default()).await.unwrap().items.len();
+        assert_eq!(written, capacity + 1, "every queued Event is written");
     }
 
     #[test]

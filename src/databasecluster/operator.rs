@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::app_secret::APP_SECRET_OF;
 use super::backup::jobs::CLUSTER_LABEL;
 use super::backup::reconcile::cluster_of_backup_object;
-use super::events::EventPublisher;
+use super::events::{EventFlusher, EventPublisher};
 use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
 use super::resources::{FIELD_MANAGER, label};
@@ -122,6 +122,8 @@ pub struct OperatorHandles {
     pub cronjobs: Arc<Informer<CronJob>>,
     /// The PersistentVolumeClaim informer (the backup volumes, mapped by the backup label).
     pub volumes: Arc<Informer<PersistentVolumeClaim>>,
+    /// Waits for the Events queued so far to be written (they are written off the passes).
+    pub events: EventFlusher,
 }
 
 /// The operator, built but not yet running.
@@ -224,6 +226,7 @@ impl Operator {
             jobs,
             cronjobs,
             volumes,
+            events: context.events.flusher(),
         };
         Operator { controller, context, handles }
     }
@@ -273,7 +276,10 @@ impl Operator {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), OperatorError> {
         self.start_informers();
         let Operator { controller, context, .. } = self;
-        controller.run(reconcile, context, shutdown).await?;
+        controller.run(reconcile, context.clone(), shutdown).await?;
+        // The passes' last Events are written before the operator exits (bounded by the writes'
+        // own timeouts; an Event is best effort).
+        context.events.flush().await;
         Ok(())
     }
 }

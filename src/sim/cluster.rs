@@ -26,6 +26,8 @@ pub struct Cluster {
     pub log: RequestLog,
     /// The configuration the server was started with.
     pub config: SimConfig,
+    /// The bearer tokens TokenReviews authenticate.
+    pub tokens: crate::sim::reviews::Tokens,
     /// Cancelled when the server shuts down.
     pub shutdown: CancellationToken,
     /// The process kubelet's host side (its files, processes and pods' logs).
@@ -35,6 +37,10 @@ pub struct Cluster {
     clock_ahead_ms: AtomicU64,
     /// Wakes the simulated controllers (after the clock moved).
     pub(crate) controllers_wake: Notify,
+    /// Change events sent on watch streams so far (bookmarks and errors not counted).
+    pub watch_events_sent: AtomicU64,
+    /// Watches answered `410 Gone` so far (expired resourceVersions and injected ones).
+    pub watch_gone_sent: AtomicU64,
 }
 
 impl Cluster {
@@ -49,11 +55,14 @@ impl Cluster {
             state,
             log: RequestLog::default(),
             config,
+            tokens: Default::default(),
             shutdown: CancellationToken::new(),
             node: Arc::new(Node::default()),
             gc_wake: Notify::new(),
             clock_ahead_ms: AtomicU64::new(0),
             controllers_wake: Notify::new(),
+            watch_events_sent: AtomicU64::new(0),
+            watch_gone_sent: AtomicU64::new(0),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -25,11 +26,18 @@ pub struct Faults {
     pending: Mutex<Pending>,
     close_watches: watch::Sender<u64>,
     state: Arc<Mutex<State>>,
+    /// Requests answered with an injected failure so far.
+    injected: AtomicU64,
 }
 
 impl Faults {
     pub(crate) fn new(state: Arc<Mutex<State>>) -> Self {
-        Self { pending: Mutex::default(), close_watches: watch::Sender::new(0), state }
+        Self {
+            pending: Mutex::default(),
+            close_watches: watch::Sender::new(0),
+            state,
+            injected: AtomicU64::new(0),
+        }
     }
 
     /// Ends every open watch now (clients see the stream end and re-watch).
@@ -42,6 +50,16 @@ impl Faults {
     /// subresource (`databaseclusters/status`) to fail only the requests for it.
     pub fn fail_next(&self, resource: &str, n: usize, status: u16) {
         self.pending.lock().failures.insert(resource.to_string(), (n, status));
+    }
+
+    /// Withdraws every pending fault and sets the latencies to zero (what already happened stays).
+    pub fn clear(&self) {
+        *self.pending.lock() = Pending::default();
+    }
+
+    /// How many requests were answered with a failure from [`Faults::fail_next`] so far.
+    pub fn injected_failures(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
     }
 
     /// Answers the next watch of `resource` with a 410 Gone error event.
@@ -89,6 +107,7 @@ impl Faults {
         if entry.0 == 0 {
             pending.failures.remove(resource);
         }
+        self.injected.fetch_add(1, Ordering::Relaxed);
         Some(status)
     }
 

@@ -39,8 +39,7 @@ fn owner_uids(obj: &Value) -> Vec<&str> {
 fn dependents_of(state: &State, uid: &str) -> Vec<Located> {
     state
         .store
-        .all()
-        .filter(|(_, obj)| owner_uids(obj).contains(&uid))
+        .dependents(uid)
         .map(|(key, obj)| {
             let (namespace, name) = object_name(obj);
             Located { key: key.to_string(), namespace, name, obj: obj.clone() }

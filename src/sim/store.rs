@@ -1,7 +1,11 @@
 //! The object store: every object as JSON under its resource's storage key, one global
 //! resourceVersion counter, and an event for every change handed to the watch hub.
+//!
+//! Every lookup the server and its simulated controllers make per change is independent of the
+//! total object count: objects by name, a namespace's objects by range (they are ordered by
+//! namespace then name), and an object's dependents by owner uid (an index kept on each write).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -18,8 +22,8 @@ pub struct Store {
     resource_version: u64,
     /// The uids of stored objects, so the garbage collector can tell a live owner in O(1).
     uids: HashSet<String>,
-    /// How many stored objects name each uid in their ownerReferences.
-    owner_refs: HashMap<String, usize>,
+    /// The stored objects naming each uid in their ownerReferences: (storage key, namespace, name).
+    dependents: HashMap<String, BTreeSet<(String, ObjectName)>>,
     /// Watch history and live subscribers.
     pub hub: WatchHub,
 }
@@ -31,7 +35,7 @@ impl Store {
             objects: HashMap::new(),
             resource_version: 1,
             uids: HashSet::new(),
-            owner_refs: HashMap::new(),
+            dependents: HashMap::new(),
             hub: WatchHub::new(history_limit, 1),
         }
     }
@@ -53,10 +57,19 @@ impl Store {
 
     /// Whether any stored object names this uid as an owner.
     pub fn is_owner(&self, uid: &str) -> bool {
-        self.owner_refs.contains_key(uid)
+        self.dependents.contains_key(uid)
     }
 
-    fn index(&mut self, obj: &Value, add: bool) {
+    /// The stored objects naming `uid` in their ownerReferences, with their storage keys.
+    pub fn dependents(&self, uid: &str) -> impl Iterator<Item = (&str, &Value)> {
+        self.dependents
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, name)| Some((key.as_str(), self.objects.get(key)?.get(name)?)))
+    }
+
+    fn index(&mut self, key: &str, obj: &Value, add: bool) {
         if let Some(uid) = obj["metadata"]["uid"].as_str() {
             if add {
                 self.uids.insert(uid.to_string());
@@ -66,12 +79,13 @@ impl Store {
         }
         for owner in obj["metadata"]["ownerReferences"].as_array().into_iter().flatten() {
             let Some(uid) = owner["uid"].as_str() else { continue };
+            let entry = (key.to_string(), object_name(obj));
             if add {
-                *self.owner_refs.entry(uid.to_string()).or_default() += 1;
-            } else if let Some(n) = self.owner_refs.get_mut(uid) {
-                *n -= 1;
-                if *n == 0 {
-                    self.owner_refs.remove(uid);
+                self.dependents.entry(uid.to_string()).or_default().insert(entry);
+            } else if let Some(set) = self.dependents.get_mut(uid) {
+                set.remove(&entry);
+                if set.is_empty() {
+                    self.dependents.remove(uid);
                 }
             }
         }
@@ -79,12 +93,12 @@ impl Store {
 
     /// The objects of one resource (in one namespace, or all), ordered by namespace then name.
     pub fn list<'a>(&'a self, key: &str, namespace: Option<&'a str>) -> impl Iterator<Item = &'a Value> + 'a {
-        self.objects
-            .get(key)
-            .into_iter()
-            .flat_map(|m| m.iter())
-            .filter(move |((ns, _), _)| namespace.is_none_or(|want| ns == want))
-            .map(|(_, v)| v)
+        let objects = self.objects.get(key);
+        let all = objects.filter(|_| namespace.is_none()).into_iter().flat_map(|m| m.values());
+        let one = namespace.and_then(|ns| Some((ns, objects?))).into_iter().flat_map(|(ns, m)| {
+            m.range((ns.to_string(), String::new())..).take_while(move |((n, _), _)| n == ns).map(|(_, v)| v)
+        });
+        all.chain(one)
     }
 
     /// Every stored object with its storage key (for the garbage collector's scans).
@@ -99,9 +113,9 @@ impl Store {
         obj["metadata"]["resourceVersion"] = Value::String(self.resource_version.to_string());
         let old = self.objects.entry(key.to_string()).or_default().insert(name.clone(), obj.clone());
         if let Some(o) = &old {
-            self.index(o, false);
+            self.index(key, o, false);
         }
-        self.index(&obj, true);
+        self.index(key, &obj, true);
         let event_type = if old.is_some() { EventType::Modified } else { EventType::Added };
         self.record(key, name.0, event_type, obj.clone(), old);
         obj
@@ -111,7 +125,7 @@ impl Store {
     pub fn remove(&mut self, key: &str, namespace: &str, name: &str) -> Option<Value> {
         let mut obj = self.objects.get_mut(key)?.remove(&(namespace.to_string(), name.to_string()))?;
         let old = obj.clone();
-        self.index(&old, false);
+        self.index(key, &old, false);
         self.resource_version += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.resource_version.to_string());
         self.record(key, namespace.to_string(), EventType::Deleted, obj.clone(), Some(old));
@@ -164,6 +178,11 @@ mod tests {
         assert!(s.get("pods", "ns", "a").is_none());
         assert_eq!(s.list("configmaps", Some("ns")).count(), 1);
         assert_eq!(s.list("configmaps", Some("other")).count(), 0);
+        s.put("configmaps", json!({"metadata": {"namespace": "a", "name": "c"}}));
+        s.put("configmaps", json!({"metadata": {"namespace": "nt", "name": "d"}}));
+        let names = |ns| s.list("configmaps", ns).map(|o| object_name(o).1).collect::<Vec<_>>();
+        assert_eq!(names(Some("ns")), ["b"], "a namespace's range holds its objects only");
+        assert_eq!(names(None), ["c", "b", "d"]);
     }
 
     #[test]
@@ -171,8 +190,11 @@ mod tests {
         let mut s = Store::new(10);
         s.put("pods", json!({"metadata": {"namespace": "ns", "name": "p", "uid": "p1", "ownerReferences": [{"uid": "o1"}]}}));
         assert!(s.is_live("p1") && s.is_owner("o1"));
+        let dependents = s.dependents("o1").map(|(k, o)| (k, object_name(o).1)).collect::<Vec<_>>();
+        assert_eq!(dependents, [("pods", "p".to_string())]);
         s.put("pods", json!({"metadata": {"namespace": "ns", "name": "p", "uid": "p1"}}));
         assert!(!s.is_owner("o1"), "the reference was dropped by the update");
+        assert_eq!(s.dependents("o1").count(), 0);
         s.remove("pods", "ns", "p");
         assert!(!s.is_live("p1"));
     }

@@ -1,11 +1,12 @@
 //! The watch hub: a bounded history of change events (so watches can resume from a
-//! resourceVersion, and older versions answer 410) and a broadcast to the open watches.
+//! resourceVersion, and older versions answer 410) and a broadcast to the open watches, plus
+//! taps that never lag for the simulated controllers.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::sim::selectors::{FieldSelector, LabelSelector};
 
@@ -59,13 +60,15 @@ pub struct WatchHub {
     /// Every event with a resourceVersion above this one is still in `history`.
     oldest_kept: u64,
     sender: broadcast::Sender<Arc<Event>>,
+    /// Receivers that must see every event (the simulated controllers), never ended for lag.
+    taps: Vec<mpsc::UnboundedSender<Arc<Event>>>,
 }
 
 impl WatchHub {
     /// A hub keeping up to `limit` events, starting at resourceVersion `start`.
     pub fn new(limit: usize, start: u64) -> Self {
         let (sender, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Self { history: VecDeque::new(), limit, oldest_kept: start, sender }
+        Self { history: VecDeque::new(), limit, oldest_kept: start, sender, taps: Vec::new() }
     }
 
     /// Records an event and hands it to every open watch.
@@ -76,6 +79,7 @@ impl WatchHub {
                 self.oldest_kept = dropped.resource_version;
             }
         }
+        self.taps.retain(|tap| tap.send(event.clone()).is_ok());
         // No receivers is fine: nobody is watching.
         let _ = self.sender.send(event);
     }
@@ -92,6 +96,14 @@ impl WatchHub {
             return None;
         }
         Some(self.history.iter().filter(|e| e.resource_version > resource_version).cloned().collect())
+    }
+
+    /// A receiver of every event published from now on that never lags (its queue grows
+    /// instead), for the simulated controllers, which react to each change.
+    pub fn tap(&mut self) -> mpsc::UnboundedReceiver<Arc<Event>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.taps.push(tx);
+        rx
     }
 
     /// A receiver of every event published from now on.

@@ -1,9 +1,11 @@
 //! Simulated controllers, because the simulated cluster has no kube-controller-manager and no
 //! kubelet: a kubelet that starts pods after `pod_ready_delay`, the StatefulSet controller, a
 //! volume provisioner, binder and expander (with a default StorageClass), and the Job and CronJob
-//! controllers. One task runs them: a pass over the
-//! state after every change and whenever a timer they asked for is due. All timing is
-//! `tokio::time`.
+//! controllers. One task runs them, reacting to each change event: a StatefulSet is reconciled
+//! when it or one of its pods changed, a claim when it changed, a volume when it or its claim
+//! did, the Jobs and CronJobs when one of them (or a Job's pod) did; and whenever a timer they
+//! asked for is due. So the work per change does not grow with the number of objects stored, and
+//! the state lock is held for a bounded batch of work at a time. All timing is `tokio::time`.
 
 pub mod cron;
 pub mod jobs;
@@ -11,10 +13,11 @@ pub mod kubelet;
 pub mod statefulset;
 pub mod volumes;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::TryRecvError;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::time::Instant;
 
 use crate::sim::KubeletKind;
@@ -22,6 +25,8 @@ use crate::sim::cluster::Cluster;
 use crate::sim::kubelet::ProcessKubelet;
 use crate::sim::ops::{self, WriteContext};
 use crate::sim::state::State;
+use crate::sim::store::{ObjectName, object_name};
+use crate::sim::watch::{Event, EventType};
 
 /// The field manager of the simulated controllers' writes.
 pub const MANAGER: &str = "kube-controller-manager";
@@ -29,6 +34,15 @@ pub const MANAGER: &str = "kube-controller-manager";
 /// Whether an object carries a deletionTimestamp.
 pub fn is_deleting(obj: &Value) -> bool {
     obj["metadata"]["deletionTimestamp"].is_string()
+}
+
+/// The name of an object's controller, if that is of kind `kind`.
+pub fn controller_of<'a>(obj: &'a Value, kind: &str) -> Option<&'a str> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true && r["kind"] == kind)?["name"]
+        .as_str()
 }
 
 /// Whether an object has a controller ownerReference to `uid`.
@@ -112,6 +126,36 @@ enum Kubelet {
     Process(ProcessKubelet),
 }
 
+/// How many StatefulSets, claims or volumes one pass reconciles at most, so that the state lock
+/// is held briefly; the rest wait for the next pass, which follows at once.
+const RECONCILES_PER_PASS: usize = 64;
+
+/// What changed since the controllers last looked.
+#[derive(Debug, Default)]
+struct Changes {
+    /// StatefulSets that changed or whose pods did.
+    statefulsets: BTreeSet<ObjectName>,
+    /// Claims that changed.
+    claims: BTreeSet<ObjectName>,
+    /// Volumes that changed or whose claims were deleted.
+    volumes: BTreeSet<String>,
+    /// Whether a StorageClass changed (every unbound claim may now bind).
+    classes: bool,
+    /// Whether a Job, a CronJob or a Job's pod changed, or the clock moved.
+    jobs: bool,
+}
+
+/// Takes the first `n` names out of a set.
+fn take_first<T: Ord>(set: &mut BTreeSet<T>, n: usize) -> Vec<T> {
+    let mut taken = Vec::new();
+    while taken.len() < n
+        && let Some(name) = set.pop_first()
+    {
+        taken.push(name);
+    }
+    taken
+}
+
 /// The controllers' memory between passes.
 #[derive(Debug)]
 struct Controllers {
@@ -120,10 +164,60 @@ struct Controllers {
     jobs: jobs::Jobs,
     /// Where provisioned volumes' directories go (the process kubelet's node).
     volumes_dir: std::path::PathBuf,
+    changes: Changes,
+    /// When the Job and CronJob controllers asked to run next.
+    jobs_due: Option<Instant>,
 }
 
 impl Controllers {
-    /// One pass of every controller; returns when the next timer is due, if any.
+    /// Notes what a change calls for.
+    fn observe(&mut self, event: &Event, now: Instant) {
+        if let Kubelet::Timer(timer) = &mut self.kubelet {
+            timer.observe(event, now);
+        }
+        let gone = event.event_type == EventType::Deleted;
+        let changes = &mut self.changes;
+        match event.key.as_str() {
+            "statefulsets.apps" if !gone => {
+                changes.statefulsets.insert(object_name(&event.object));
+            }
+            "pods" => {
+                if let Some(owner) = controller_of(&event.object, "StatefulSet") {
+                    changes.statefulsets.insert((event.namespace.clone(), owner.to_string()));
+                }
+                changes.jobs |= controller_of(&event.object, "Job").is_some();
+            }
+            "persistentvolumeclaims" if gone => {
+                if let Some(volume) = event.object["spec"]["volumeName"].as_str() {
+                    changes.volumes.insert(volume.to_string());
+                }
+            }
+            "persistentvolumeclaims" => {
+                changes.claims.insert(object_name(&event.object));
+            }
+            "persistentvolumes" if !gone => {
+                changes.volumes.insert(object_name(&event.object).1);
+            }
+            "storageclasses.storage.k8s.io" => changes.classes = true,
+            "jobs.batch" | "cronjobs.batch" => changes.jobs = true,
+            _ => {}
+        }
+    }
+
+    /// Marks everything stored as changed (at start).
+    fn resync(&mut self, state: &State, now: Instant) {
+        if let Kubelet::Timer(timer) = &mut self.kubelet {
+            timer.resync(state, now);
+        }
+        let changes = &mut self.changes;
+        changes.statefulsets.extend(state.store.list("statefulsets.apps", None).map(object_name));
+        changes.claims.extend(state.store.list("persistentvolumeclaims", None).map(object_name));
+        changes.volumes.extend(state.store.list("persistentvolumes", None).map(|v| object_name(v).1));
+        changes.jobs = true;
+    }
+
+    /// One bounded pass of every controller; returns when the next timer is due, if any (now,
+    /// when changes are left for the next pass).
     fn pass(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
         let kubelet_due = match &mut self.kubelet {
             Kubelet::Timer(timer) => timer.pass(state, now),
@@ -132,16 +226,36 @@ impl Controllers {
                 None
             }
         };
-        statefulset::reconcile_all(state, &mut self.revisions);
-        volumes::reconcile_all(state, &self.volumes_dir);
-        let jobs_due = self.jobs.pass(state, now);
-        [kubelet_due, jobs_due].into_iter().flatten().min()
+        if std::mem::take(&mut self.changes.classes) {
+            let unbound = state
+                .store
+                .list("persistentvolumeclaims", None)
+                .filter(|c| c["spec"]["volumeName"].as_str().is_none_or(str::is_empty))
+                .map(object_name);
+            self.changes.claims.extend(unbound);
+        }
+        for name in take_first(&mut self.changes.statefulsets, RECONCILES_PER_PASS) {
+            statefulset::reconcile_named(state, &mut self.revisions, &name);
+        }
+        for name in take_first(&mut self.changes.claims, RECONCILES_PER_PASS) {
+            volumes::reconcile_claim(state, &self.volumes_dir, &name);
+        }
+        for name in take_first(&mut self.changes.volumes, RECONCILES_PER_PASS) {
+            volumes::reconcile_volume(state, &name);
+        }
+        if std::mem::take(&mut self.changes.jobs) || self.jobs_due.is_some_and(|due| due <= now) {
+            self.jobs_due = self.jobs.pass(state, now);
+        }
+        let changes = &self.changes;
+        let left =
+            !changes.statefulsets.is_empty() || !changes.claims.is_empty() || !changes.volumes.is_empty();
+        [kubelet_due, self.jobs_due, left.then_some(now)].into_iter().flatten().min()
     }
 }
 
 /// Runs the simulated controllers until the server shuts down.
 pub async fn run(cluster: Arc<Cluster>) {
-    let mut events = cluster.read(|s| s.store.hub.subscribe());
+    let mut events = cluster.write(|s| s.store.hub.tap());
     let mut controllers = Controllers {
         kubelet: match cluster.config.kubelet {
             KubeletKind::Timer => Kubelet::Timer(kubelet::Kubelet::new(cluster.config.pod_ready_delay)),
@@ -150,20 +264,32 @@ pub async fn run(cluster: Arc<Cluster>) {
         revisions: statefulset::Revisions::default(),
         jobs: jobs::Jobs::new(cluster.clone()),
         volumes_dir: cluster.node.volumes_dir(),
+        changes: Changes::default(),
+        jobs_due: None,
     };
     cluster.write(volumes::install_default_class);
+    cluster.read(|s| controllers.resync(s, Instant::now()));
     loop {
-        let next = cluster.write(|s| controllers.pass(s, Instant::now()));
-        tokio::select! {
-            received = events.recv() => {
-                if matches!(received, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                    return;
-                }
-                // One pass covers every change already published.
-                while !matches!(events.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed)) {}
+        loop {
+            match events.try_recv() {
+                Ok(event) => controllers.observe(&event, Instant::now()),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
             }
+        }
+        let next = cluster.write(|s| controllers.pass(s, Instant::now()));
+        if next.is_some_and(|due| due <= Instant::now()) {
+            // More work now: let the request handlers have the lock first.
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            received = events.recv() => match received {
+                Some(event) => controllers.observe(&event, Instant::now()),
+                None => return,
+            },
             _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {}
-            _ = cluster.controllers_wake.notified() => {}
+            _ = cluster.controllers_wake.notified() => controllers.changes.jobs = true,
             _ = cluster.shutdown.cancelled() => return,
         }
     }

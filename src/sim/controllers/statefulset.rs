@@ -4,6 +4,9 @@
 //! rolling updates from the highest ordinal down to `partition`, the claims' retention policy
 //! (`persistentVolumeClaimRetentionPolicy`, as owner references the garbage collector follows),
 //! and a status that stays true.
+//!
+//! A StatefulSet is reconciled when it or one of its pods changed ([`reconcile_named`]); its pods
+//! are found through the store's owner index, so a pass costs that StatefulSet's pods only.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,6 +15,7 @@ use serde_json::{Value, json};
 use crate::sim::controllers::{MANAGER, create_with_status, is_deleting, owned_by, write_status};
 use crate::sim::ops::{self, DeleteOptions, WriteContext};
 use crate::sim::state::State;
+use crate::sim::store::ObjectName;
 
 /// The label holding a pod's revision, as the real controller sets it.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
@@ -43,18 +47,30 @@ fn ordinal_of(pod_name: &str, sts_name: &str) -> Option<i64> {
     pod_name.strip_prefix(sts_name)?.strip_prefix('-')?.parse().ok()
 }
 
-/// Reconciles every StatefulSet once.
-pub fn reconcile_all(state: &mut State, revisions: &mut Revisions) {
-    let sets: Vec<Value> =
-        state.store.list("statefulsets.apps", None).filter(|s| !is_deleting(s)).cloned().collect();
-    for sts in sets {
-        reconcile(state, revisions, &sts);
-    }
+/// Reconciles the StatefulSet `(namespace, name)`, if it exists and is not being deleted.
+pub fn reconcile_named(state: &mut State, revisions: &mut Revisions, (ns, name): &ObjectName) {
+    let Some(sts) = state.store.get("statefulsets.apps", ns, name).filter(|s| !is_deleting(s)).cloned()
+    else {
+        return;
+    };
+    reconcile(state, revisions, &sts);
+}
+
+/// The pods a StatefulSet controls, by ordinal (pods whose names are not `<name>-<n>` are not).
+fn pods_of<'a>(
+    state: &'a State,
+    sts_name: &'a str,
+    uid: &'a str,
+) -> impl Iterator<Item = (i64, &'a Value)> + 'a {
+    state
+        .store
+        .dependents(uid)
+        .filter(move |(key, p)| *key == "pods" && owned_by(p, uid))
+        .filter_map(move |(_, p)| Some((ordinal_of(p["metadata"]["name"].as_str()?, sts_name)?, p)))
 }
 
 fn reconcile(state: &mut State, revisions: &mut Revisions, sts: &Value) {
     let name = sts["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
     let uid = sts["metadata"]["uid"].as_str().unwrap_or_default().to_string();
     let spec = &sts["spec"];
     let replicas = spec["replicas"].as_i64().unwrap_or(1).max(0);
@@ -68,12 +84,7 @@ fn reconcile(state: &mut State, revisions: &mut Revisions, sts: &Value) {
         .map(String::from)
         .unwrap_or_else(|| update_revision.clone());
 
-    let pods: BTreeMap<i64, Value> = state
-        .store
-        .list("pods", Some(&ns))
-        .filter(|p| owned_by(p, &uid))
-        .filter_map(|p| Some((ordinal_of(p["metadata"]["name"].as_str()?, &name)?, p.clone())))
-        .collect();
+    let pods: BTreeMap<i64, Value> = pods_of(state, &name, &uid).map(|(o, p)| (o, p.clone())).collect();
 
     for (ordinal, pod) in &pods {
         keep_claim_owners(state, sts, pod, *ordinal >= replicas);
@@ -294,17 +305,10 @@ fn delete_pod(state: &mut State, pod: &Value) {
 }
 
 fn update_status(state: &mut State, sts: &Value, update_revision: &str, current_revision: &str) {
-    let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default();
     let uid = sts["metadata"]["uid"].as_str().unwrap_or_default();
     let name = sts["metadata"]["name"].as_str().unwrap_or_default();
     let desired = sts["spec"]["replicas"].as_i64().unwrap_or(1);
-    let pods: Vec<&Value> = state
-        .store
-        .list("pods", Some(ns))
-        .filter(|p| {
-            owned_by(p, uid) && p["metadata"]["name"].as_str().and_then(|n| ordinal_of(n, name)).is_some()
-        })
-        .collect();
+    let pods: Vec<&Value> = pods_of(state, name, uid).map(|(_, p)| p).collect();
     let count = |f: &dyn Fn(&Value) -> bool| pods.iter().filter(|p| f(p)).count() as i64;
     let revision_of =
         |p: &Value| p["metadata"]["labels"][REVISION_LABEL].as_str().unwrap_or_default().to_string();

@@ -20,6 +20,10 @@
 //! 5. Admission (the apiserver's `PersistentVolumeClaimResize` plugin, [`admit_resize`]): an
 //!    update that raises a claim's storage request is refused, 403 Forbidden, unless the claim's
 //!    class (rule 2's) has `allowVolumeExpansion: true`.
+//!
+//! Rules 2 and 4 are applied to each claim that changed, rule 3 to each volume that changed and
+//! to the volume of each claim deleted ([`reconcile_claim`], [`reconcile_volume`]), so the work per
+//! change does not grow with the number of claims stored.
 
 use std::path::Path;
 
@@ -31,6 +35,7 @@ use crate::sim::ops::{self, DeleteOptions};
 use crate::sim::resources::Kind;
 use crate::sim::schema::quantity::Quantity;
 use crate::sim::state::State;
+use crate::sim::store::ObjectName;
 
 /// The default StorageClass's name (rule 1).
 pub const DEFAULT_CLASS: &str = "standard";
@@ -82,11 +87,27 @@ pub fn admit_resize(state: &State, kind: &Kind, old: &Value, new: &Value) -> Res
     Ok(())
 }
 
-/// Binds new claims, reclaims released volumes and expands grown claims (rules 2–4).
-pub fn reconcile_all(state: &mut State, volumes_dir: &Path) {
-    bind_new_claims(state, volumes_dir);
-    reclaim_released(state);
-    expand_grown(state);
+/// Binds the claim `(namespace, name)` if it is new, or expands it if it grew (rules 2 and 4).
+/// The controllers call it for each claim that changed.
+pub fn reconcile_claim(state: &mut State, volumes_dir: &Path, (ns, name): &ObjectName) {
+    let claim = |state: &State| state.store.get("persistentvolumeclaims", ns, name).cloned();
+    let Some(new) = claim(state) else { return };
+    if new["spec"]["volumeName"].as_str().is_none_or(str::is_empty) && !is_deleting(&new) {
+        bind(state, volumes_dir, &new);
+    }
+    if let Some(grown) = claim(state).filter(needs_expansion) {
+        expand(state, &grown);
+    }
+}
+
+/// Reclaims the volume `name` if its claim is gone (rule 3). The controllers call it for each
+/// volume that changed and for the volume of each claim deleted.
+pub fn reconcile_volume(state: &mut State, name: &str) {
+    let Some(volume) = state.store.get("persistentvolumes", "", name).cloned() else { return };
+    let released = volume["spec"]["claimRef"]["uid"].as_str().is_some_and(|uid| !state.store.is_live(uid));
+    if released && volume["status"]["phase"] != "Released" {
+        reclaim(state, &volume);
+    }
 }
 
 /// The claim's class: its `storageClassName`, or the default class when it names none.
@@ -102,117 +123,85 @@ fn class_of(state: &State, claim: &Value) -> Option<Value> {
     }
 }
 
-fn bind_new_claims(state: &mut State, volumes_dir: &Path) {
-    let claims: Vec<Value> = state
-        .store
-        .list("persistentvolumeclaims", None)
-        .filter(|c| c["spec"]["volumeName"].as_str().is_none_or(str::is_empty) && !is_deleting(c))
-        .cloned()
-        .collect();
-    for claim in claims {
-        let Some(class) = class_of(state, &claim) else { continue };
-        let uid = claim["metadata"]["uid"].as_str().unwrap_or_default();
-        let volume_name = format!("pvc-{uid}");
-        let storage = claim["spec"]["resources"]["requests"]["storage"].clone();
-        let volume = json!({
-            "apiVersion": "v1", "kind": "PersistentVolume",
-            "metadata": {"name": volume_name, "annotations": {"pv.kubernetes.io/provisioned-by": class["provisioner"]}},
-            "spec": {
-                "capacity": {"storage": storage},
-                "accessModes": claim["spec"]["accessModes"],
-                "persistentVolumeReclaimPolicy": class["reclaimPolicy"].as_str().unwrap_or("Delete"),
-                "storageClassName": class["metadata"]["name"],
-                "volumeMode": claim["spec"]["volumeMode"].as_str().unwrap_or("Filesystem"),
-                "hostPath": {"path": volumes_dir.join(&volume_name).display().to_string(), "type": "DirectoryOrCreate"},
-                "claimRef": {
-                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                    "namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"], "uid": uid,
-                },
+fn bind(state: &mut State, volumes_dir: &Path, claim: &Value) {
+    let Some(class) = class_of(state, claim) else { return };
+    let uid = claim["metadata"]["uid"].as_str().unwrap_or_default();
+    let volume_name = format!("pvc-{uid}");
+    let storage = claim["spec"]["resources"]["requests"]["storage"].clone();
+    let volume = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": volume_name, "annotations": {"pv.kubernetes.io/provisioned-by": class["provisioner"]}},
+        "spec": {
+            "capacity": {"storage": storage},
+            "accessModes": claim["spec"]["accessModes"],
+            "persistentVolumeReclaimPolicy": class["reclaimPolicy"].as_str().unwrap_or("Delete"),
+            "storageClassName": class["metadata"]["name"],
+            "volumeMode": claim["spec"]["volumeMode"].as_str().unwrap_or("Filesystem"),
+            "hostPath": {"path": volumes_dir.join(&volume_name).display().to_string(), "type": "DirectoryOrCreate"},
+            "claimRef": {
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"], "uid": uid,
             },
-        });
-        if state.store.get("persistentvolumes", "", &volume_name).is_none()
-            && create_with_status(
-                state,
-                "",
-                "persistentvolumes",
-                None,
-                volume,
-                Some(json!({"phase": "Bound"})),
-            )
+        },
+    });
+    if state.store.get("persistentvolumes", "", &volume_name).is_none()
+        && create_with_status(state, "", "persistentvolumes", None, volume, Some(json!({"phase": "Bound"})))
             .is_none()
-        {
-            continue;
-        }
-        let Some(kind) = state.registry.get("", "v1", "persistentvolumeclaims") else { return };
-        let mut bound = claim.clone();
-        bound["spec"]["volumeName"] = json!(volume_name);
-        let Some(bound) = write(state, &kind, bound, None) else { continue };
-        let mut status = bound["status"].clone();
-        status["phase"] = json!("Bound");
-        status["accessModes"] = claim["spec"]["accessModes"].clone();
-        if !status["capacity"]["storage"].is_string() {
-            status["capacity"] = json!({"storage": storage});
-        }
-        write_status(state, "", "persistentvolumeclaims", &bound, status);
+    {
+        return;
+    }
+    let Some(kind) = state.registry.get("", "v1", "persistentvolumeclaims") else { return };
+    let mut bound = claim.clone();
+    bound["spec"]["volumeName"] = json!(volume_name);
+    let Some(bound) = write(state, &kind, bound, None) else { return };
+    let mut status = bound["status"].clone();
+    status["phase"] = json!("Bound");
+    status["accessModes"] = claim["spec"]["accessModes"].clone();
+    if !status["capacity"]["storage"].is_string() {
+        status["capacity"] = json!({"storage": storage});
+    }
+    write_status(state, "", "persistentvolumeclaims", &bound, status);
+}
+
+fn reclaim(state: &mut State, volume: &Value) {
+    let name = volume["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    if volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain" {
+        let mut status = volume["status"].clone();
+        status["phase"] = json!("Released");
+        write_status(state, "", "persistentvolumes", volume, status);
+        return;
+    }
+    let Some(kind) = state.registry.get("", "v1", "persistentvolumes") else { return };
+    if let Err(e) = ops::delete(state, &kind, None, &name, &DeleteOptions::default()) {
+        tracing::debug!(volume = %name, error = %e.message, "simulated provisioner could not delete a volume");
+        return;
+    }
+    if let Some(dir) = volume["spec"]["hostPath"]["path"].as_str() {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
-fn reclaim_released(state: &mut State) {
-    let released: Vec<Value> = state
-        .store
-        .list("persistentvolumes", None)
-        .filter(|v| {
-            v["spec"]["claimRef"]["uid"].as_str().is_some_and(|uid| !state.store.is_live(uid))
-                && v["status"]["phase"] != "Released"
-        })
-        .cloned()
-        .collect();
-    for volume in released {
-        let name = volume["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        if volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain" {
-            let mut status = volume["status"].clone();
-            status["phase"] = json!("Released");
-            write_status(state, "", "persistentvolumes", &volume, status);
-            continue;
-        }
-        let Some(kind) = state.registry.get("", "v1", "persistentvolumes") else { return };
-        if let Err(e) = ops::delete(state, &kind, None, &name, &DeleteOptions::default()) {
-            tracing::debug!(volume = %name, error = %e.message, "simulated provisioner could not delete a volume");
-            continue;
-        }
-        if let Some(dir) = volume["spec"]["hostPath"]["path"].as_str() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
+fn needs_expansion(claim: &Value) -> bool {
+    claim["status"]["phase"] == "Bound"
+        && claim["spec"]["resources"]["requests"]["storage"].is_string()
+        && claim["spec"]["resources"]["requests"]["storage"] != claim["status"]["capacity"]["storage"]
 }
 
-fn expand_grown(state: &mut State) {
-    let claims: Vec<Value> = state
-        .store
-        .list("persistentvolumeclaims", None)
-        .filter(|c| {
-            c["status"]["phase"] == "Bound"
-                && c["spec"]["resources"]["requests"]["storage"].is_string()
-                && c["spec"]["resources"]["requests"]["storage"] != c["status"]["capacity"]["storage"]
-        })
+fn expand(state: &mut State, claim: &Value) {
+    let storage = claim["spec"]["resources"]["requests"]["storage"].clone();
+    if let Some(volume) = claim["spec"]["volumeName"]
+        .as_str()
+        .and_then(|v| state.store.get("persistentvolumes", "", v))
         .cloned()
-        .collect();
-    for claim in claims {
-        let storage = claim["spec"]["resources"]["requests"]["storage"].clone();
-        if let Some(volume) = claim["spec"]["volumeName"]
-            .as_str()
-            .and_then(|v| state.store.get("persistentvolumes", "", v))
-            .cloned()
-            && let Some(kind) = state.registry.get("", "v1", "persistentvolumes")
-        {
-            let mut grown = volume;
-            grown["spec"]["capacity"]["storage"] = storage.clone();
-            write(state, &kind, grown, None);
-        }
-        let mut status = claim["status"].clone();
-        status["capacity"]["storage"] = storage;
-        write_status(state, "", "persistentvolumeclaims", &claim, status);
+        && let Some(kind) = state.registry.get("", "v1", "persistentvolumes")
+    {
+        let mut grown = volume;
+        grown["spec"]["capacity"]["storage"] = storage.clone();
+        write(state, &kind, grown, None);
     }
+    let mut status = claim["status"].clone();
+    status["capacity"]["storage"] = storage;
+    write_status(state, "", "persistentvolumeclaims", claim, status);
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -168,11 +169,14 @@ async fn stream_events(cluster: Arc<Cluster>, open: OpenWatch) {
     let OpenWatch { settings, start, start_rv, mut receiver, mut closer, timeout, tx } = open;
     let lines = match start {
         Start::Gone(message) => {
+            cluster.watch_gone_sent.fetch_add(1, Ordering::Relaxed);
             let _ = tx.send(line(&error_event(&ApiError::gone(message)))).await;
             return;
         }
         Start::Lines(lines) => lines,
     };
+    let counted = lines.iter().filter(|l| l["type"] != "BOOKMARK").count() as u64;
+    cluster.watch_events_sent.fetch_add(counted, Ordering::Relaxed);
     for l in &lines {
         if tx.send(line(l)).await.is_err() {
             return;
@@ -185,7 +189,9 @@ async fn stream_events(cluster: Arc<Cluster>, open: OpenWatch) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let send = |ev: &Event, last_rv: &mut u64| {
         *last_rv = ev.resource_version;
-        settings.filter.translate(ev).map(|(t, o): (EventType, &Value)| line(&settings.event(t.as_str(), o)))
+        let (t, o): (EventType, &Value) = settings.filter.translate(ev)?;
+        cluster.watch_events_sent.fetch_add(1, Ordering::Relaxed);
+        Some(line(&settings.event(t.as_str(), o)))
     };
     loop {
         let out = tokio::select! {
