@@ -32,6 +32,7 @@ fn flags_parse_with_controller_runtime_like_defaults() {
     assert_eq!(args.health_addr.to_string(), "0.0.0.0:8081");
     assert_eq!(args.debug_addr.to_string(), "127.0.0.1:8082", "debug endpoints on loopback by default");
     assert!(!args.leader_elect);
+    assert!(!args.metrics_secure, "open unless asked (the Deployment asks)");
     assert_eq!(args.leader_election_id, "dbcluster-operator");
     assert_eq!(args.log_format, LogFormat::Text);
     assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
@@ -52,8 +53,10 @@ fn flags_parse_with_controller_runtime_like_defaults() {
         "json",
         "--shutdown-timeout",
         "1m 30s",
+        "--metrics-secure",
     ])
     .unwrap();
+    assert!(args.metrics_secure);
     assert_eq!(args.kubeconfig.as_deref(), Some(Path::new("/tmp/kc")));
     assert_eq!(args.context.as_deref(), Some("kind-kind"));
     assert_eq!(args.namespace.as_deref(), Some("prod"));

@@ -191,3 +191,49 @@ async fn a_major_version_change_that_bypassed_cel_fails_and_leaves_the_pods_alon
     assert_eq!(image.as_deref(), Some("postgres:15.4"), "the data directory must not meet a new major");
     operator.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn synchronous_replicas_stay_below_the_instances_in_the_crd_and_in_the_operator() {
+    let cluster = TestCluster::start().await;
+    let api = cluster.clusters();
+    let with = |replicas: i32, synchronous: i32| {
+        let mut db = sample();
+        db.spec.replicas = replicas;
+        db.spec.synchronous_replicas = Some(synchronous);
+        db
+    };
+    let (code, message) = refusal(api.create(&PostParams::default(), &with(3, 3)).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(message.contains(types::SYNCHRONOUS_REPLICAS_MESSAGE), "{message}");
+    let (code, message) = refusal(api.create(&PostParams::default(), &with(3, -1)).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(message.contains("spec.synchronousReplicas"), "{message}");
+    api.create(&PostParams::default(), &with(3, 2)).await.unwrap();
+    let hibernate = Patch::Merge(json!({"spec": {"replicas": 0}}));
+    api.patch("production-postgres", &PatchParams::default(), &hibernate).await.unwrap();
+    let shrink = Patch::Merge(json!({"spec": {"replicas": 2}}));
+    let (code, _) =
+        refusal(api.patch("production-postgres", &PatchParams::default(), &shrink).await.unwrap_err());
+    assert_eq!(code, 422, "2 instances cannot wait for 2 standbys");
+    api.delete("production-postgres", &Default::default()).await.unwrap();
+
+    // Past an older CRD without the rule, the operator refuses it: Ready=False, InvalidSpec.
+    let mut loose = serde_json::to_value(types::crd()).unwrap();
+    loose["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("x-kubernetes-validations");
+    install_crd(&cluster.client, serde_json::from_value(loose).unwrap()).await;
+    let mut bad = with(2, 2);
+    bad.metadata.name = Some("sync-db".into());
+    api.create(&PostParams::default(), &bad).await.unwrap();
+    let operator = cluster.start_operator().await;
+    let failed =
+        await_object(&api, "sync-db", "phase Failed", |c: &DatabaseCluster| phase(c) == Some("Failed")).await;
+    assert_eq!(condition(&failed, "Ready"), Some(("False".into(), "InvalidSpec".into())));
+    let message =
+        &failed.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Ready").unwrap().message;
+    assert!(message.contains("spec.synchronousReplicas 2"), "{message}");
+    assert!(cluster.api::<StatefulSet>().get_opt("sync-db").await.unwrap().is_none());
+    operator.stop().await;
+}

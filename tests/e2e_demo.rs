@@ -3,7 +3,7 @@
 //! process against the simulated cluster under the same manager as `run`, so the live table shows
 //! the sample reach Running 3/3 while `/metrics`, `/healthz`, `/readyz` and `/debug/*` answer and
 //! the log file fills (text, no colours), and the `status` command it prints shows the cluster
-//! with the operator's view; Ctrl-C stops it cleanly. By default on a host with
+//! with the operator's view, as does the key `s` in the demo itself; Ctrl-C stops it cleanly. By default on a host with
 //! root and PostgreSQL 15 it runs the sample as real PostgreSQL (the process kubelet) and prints
 //! how to connect with `psql`, which works as printed.
 #![cfg(feature = "sim")]
@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::http_get;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// The address of the first `http://ADDR/...` on the line starting with `label`.
 fn address_after(lines: &[String], label: &str) -> SocketAddr {
@@ -32,10 +32,12 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
         .args(["demo", "--kubelet", "timer", "--kubeconfig-out", kubeconfig.to_str().unwrap()])
         .args(["--log-file", log_file.to_str().unwrap()])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let mut keys = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let output = async {
         let (mut before_table, mut rows) = (Vec::new(), Vec::new());
@@ -106,6 +108,28 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     assert!(text.contains("StatefulSet  production-postgres") && text.contains("ready 3/3"), "{text}");
     assert!(text.contains("state: idle") || text.contains("state: waiting"), "the operator's view: {text}");
 
+    // A key press: `s` prints the sample's status between the rows, the operator's view included.
+    keys.write_all(b"s").await.unwrap();
+    let block = common::within_limit("the status view after `s`", Duration::from_secs(30), async {
+        let mut block = Vec::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("── status of default/production-postgres") || !block.is_empty() {
+                let end = !block.is_empty() && !line.is_empty() && line.chars().all(|c| c == '─');
+                block.push(line);
+                if end {
+                    return block;
+                }
+            }
+        }
+        panic!("the demo ended before the status view: {block:?}");
+    })
+    .await;
+    let block = block.join("\n");
+    assert!(block.contains("Phase:     Running") && block.contains("Ready:     3/3"), "{block}");
+    assert!(block.contains("Operator:") && block.contains("last pass triggered by: "), "{block}");
+    let header = next_line(&mut lines).await;
+    assert!(header.starts_with("NAMESPACE"), "the table's header again after the view: {header}");
+
     let pid = child.id().unwrap().to_string();
     let signalled = tokio::process::Command::new("kill").args(["-INT", &pid]).status().await.unwrap();
     assert!(signalled.success());
@@ -115,6 +139,12 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     }
     assert!(child.wait().await.unwrap().success());
     assert_eq!(rest.last().map(String::as_str), Some("stopped"), "{rest:?}");
+}
+
+/// The next line of the demo's output, within 30 s.
+async fn next_line(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> String {
+    let next = common::within_limit("the next line", Duration::from_secs(30), lines.next_line()).await;
+    next.unwrap().expect("a line")
 }
 
 /// The resident set size of process `pid`, in kB.
@@ -150,6 +180,7 @@ async fn by_default_the_demo_runs_real_postgres_and_prints_how_to_connect_with_p
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
         .args(["demo", "--kubeconfig-out", kubeconfig.to_str().unwrap()])
         .args(["--log-file", log_file.to_str().unwrap()])
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()

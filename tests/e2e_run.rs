@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use common::*;
 use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::operator;
@@ -18,16 +15,8 @@ use tokio::sync::mpsc;
 #[tokio::test(start_paused = true)]
 async fn run_reconciles_the_sample_to_running_and_shows_it_on_the_endpoints() {
     let cluster = TestCluster::start().await;
-    let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let settings = ManagerConfig {
-        namespace: None,
-        workers: 2,
-        metrics_addr: local,
-        debug_addr: "127.0.0.2:0".parse().unwrap(),
-        health_addr: local,
-        leader_election: None,
-        shutdown_timeout: Duration::from_secs(10),
-    };
+    // /debug/* on its own listener.
+    let settings = ManagerConfig { debug_addr: "127.0.0.2:0".parse().unwrap(), ..local_manager_config() };
     let started = run::start(cluster.sim.client(), &cluster.sim.base_url(), settings).await.unwrap();
     let addr = started.metrics_addr;
     let started_debug_addr = started.debug_addr;

@@ -395,7 +395,13 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
             "pods {verb}"
         );
     }
-    assert!(rolls[2].contains("primary production-postgres-0"), "the primary goes last: {rolls:?}");
+    // With 3 instances the primary's turn is a switchover to an updated standby
+    // (primaryUpdateMethod: Switchover, the default); the old primary is then updated as a standby.
+    assert!(rolls[2].contains("standby production-postgres-0"), "the old primary goes last: {rolls:?}");
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("SwitchedOver")),
+        "the primary was switched over, not restarted"
+    );
 
     // A restart parameter: rolls again (every pod restarted).
     let before: BTreeMap<String, String> = pods(&cluster)

@@ -71,7 +71,7 @@ impl Fixture {
         cluster.metadata.uid = Some("uid".into());
         let owner = Owner::of(&cluster).unwrap();
         let spec = validate_spec(&cluster.spec).unwrap();
-        let config_map = build_config_map(&owner, &spec, "db-0");
+        let config_map = build_config_map(&owner, &spec, "db-0", None);
         write_files(&root.join("cfg"), config_map.data.unwrap());
         for login in Login::ALL {
             let password = format!("{}-pw:{}", login.mount_dir(), subnet);
@@ -419,7 +419,7 @@ async fn a_reloadable_change_applies_without_restart_and_the_hash_shows_it() {
     let before = observe(&su).await.unwrap();
     assert_eq!(before.config_hash_applied, before.config_hash_on_disk);
 
-    let conf = postgresql_conf(&BTreeMap::from([("work_mem".to_owned(), "64MB".to_owned())]));
+    let conf = postgresql_conf(&BTreeMap::from([("work_mem".to_owned(), "64MB".to_owned())]), None);
     std::fs::write(fixture.root.join("cfg").join(POSTGRESQL_CONF_KEY), &conf).unwrap();
     let pending = observe(&su).await.unwrap();
     assert_ne!(

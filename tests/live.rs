@@ -1,6 +1,7 @@
 //! The live page over real sockets (`runtime::live`): `/debug/` is one self-contained HTML page
 //! (nothing fetched from elsewhere), and `/debug/live` streams snapshots as server-sent events
-//! that show a new key within a second of its object's creation, with its pass's trigger.
+//! that show a new key within a second of its object's creation, with its pass's trigger, and a
+//! timeline of the latest passes of any key.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -77,7 +78,7 @@ async fn the_page_is_self_contained_and_the_stream_shows_a_new_key_within_a_seco
     ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let state = ServerState { metrics: Arc::new(Metrics::new()), view };
+    let state = ServerState { metrics: Arc::new(Metrics::new()), view, access: None };
     tokio::spawn(server::serve(listener, Endpoints::DEBUG, state, stop.clone()));
 
     let (status, content_type, page) = http_get(addr, "/debug/").await;
@@ -118,6 +119,27 @@ async fn the_page_is_self_contained_and_the_stream_shows_a_new_key_within_a_seco
     })
     .await;
     assert!(shown["trigger"].as_str().unwrap().starts_with("\"ConfigMap default/analytics added"), "{shown}");
+
+    // The timeline holds the latest passes of any key, not only each key's last one.
+    let changed: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "production-postgres"}, "data": {"a": "b"}}))
+            .unwrap();
+    let changed = config_maps.replace("production-postgres", &PostParams::default(), &changed).await.unwrap();
+    let rv = changed.metadata.resource_version.unwrap();
+    let timeline = within_limit("the change's pass on the stream", Duration::from_secs(1), async {
+        loop {
+            let snapshot = events.next().await;
+            let timeline = snapshot["controllers"][0]["timeline"].as_array().cloned().unwrap_or_default();
+            if timeline.iter().any(|p| p["trigger"].as_str().unwrap().contains(&format!("modified rv={rv}")))
+            {
+                return timeline;
+            }
+        }
+    })
+    .await;
+    let keys: Vec<&str> = timeline.iter().map(|p| p["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["default/production-postgres", "default/analytics", "default/production-postgres"]);
+    assert!(timeline[2]["trigger"].as_str().unwrap().contains("listed ConfigMap"), "{timeline:?}");
 
     // Paging and filtering by the query string.
     let mut filtered = Events::open(addr, "?filter=analytics").await;

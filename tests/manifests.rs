@@ -113,6 +113,10 @@ fn the_deployment_runs_two_restricted_replicas_with_leader_election_and_probes()
     let [container] = &pod.containers[..] else { panic!("one container") };
     let args = container.args.clone().unwrap();
     assert!(args.contains(&"--leader-elect".to_string()));
+    assert!(
+        args.contains(&"--metrics-secure".to_string()),
+        "/metrics behind TokenReview + SubjectAccessReview"
+    );
     assert!(!args.contains(&"run".to_string()), "the image's entrypoint already says `run`");
     let port = |name: &str| {
         container

@@ -4,7 +4,9 @@
 //! The operator runs as its ServiceAccount, bound by rbac.yaml's own objects, on a server with
 //! the `OwnerReferencesPermissionEnforcement` admission plugin: the authorizations the plugin
 //! asks for on the operator's behalf (`update databaseclusters/finalizers`, for its children's
-//! `blockOwnerDeletion`) count as used, and must be granted, like its requests.
+//! `blockOwnerDeletion`) count as used, and must be granted, like its requests. It runs with
+//! `--metrics-secure`, as the Deployment does, and is scraped once by a metrics reader: the token
+//! and access reviews that costs are requests like the others.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -12,7 +14,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, eventually};
+use common::{WAIT_LIMIT, create_all, eventually, http_get_as};
 use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::backup::jobs::on_demand_job_name;
 use dbcluster_operator::databasecluster::operator;
@@ -25,9 +27,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -222,22 +224,6 @@ const RBAC_YAML: &str = include_str!("../manifests/rbac.yaml");
 /// The identity rbac.yaml binds its roles to.
 const OPERATOR_USER: &str = "system:serviceaccount:dbcluster-system:dbcluster-operator";
 
-/// Creates every object of a multi-document manifest.
-async fn create_all(client: &Client, yaml: &str) {
-    for document in serde_saphyr::from_multiple::<Value>(yaml).unwrap() {
-        let api_version = document["apiVersion"].as_str().unwrap();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, document["kind"].as_str().unwrap());
-        let resource = ApiResource::from_gvk(&gvk);
-        let object: DynamicObject = serde_json::from_value(document).unwrap();
-        let api: Api<DynamicObject> = match &object.metadata.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        };
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
-}
-
 /// The operator's requests in the scenario, and the authorizations admission asked for on its
 /// behalf, on a server with or without streaming lists (older servers, and the reflector's
 /// fallback, use paginated LISTs).
@@ -263,8 +249,10 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_election: Some(LeaseConfig::new("dbcluster-system", "dbcluster-operator", "rbac-test")),
         shutdown_timeout: Duration::from_secs(30),
+        metrics_secure: true,
     };
     let started = run::start(sim.client_as(OPERATOR_USER), &sim.base_url(), settings).await.unwrap();
+    let metrics = started.metrics_addr;
     let (signal, signals) = mpsc::channel(1);
     let operator = tokio::spawn(started.run(operator::workload, signals));
 
@@ -276,6 +264,20 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     clusters.create(&PostParams::default(), &sample).await.unwrap();
     own.note::<DatabaseCluster>("create");
     until(&clusters, &mut own, "production-postgres", running(3)).await;
+    // As deployed, with --metrics-secure: a scrape by rbac.yaml's metrics reader makes the operator
+    // review the scraper's token and access (TokenReview, SubjectAccessReview).
+    let reader: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "prometheus-dbcluster-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": "dbcluster-operator-metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &reader).await.unwrap();
+    own.note::<ClusterRoleBinding>("create");
+    let token = sim.issue_token("system:serviceaccount:monitoring:prometheus", &[]);
+    assert_eq!(http_get_as(metrics, "/metrics", Some(&token)).await.0, 200);
+    assert_eq!(http_get_as(metrics, "/metrics", None).await.0, 401);
     let scale = json!({"spec": {"replicas": 5}});
     clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
     own.note::<DatabaseCluster>("patch");

@@ -54,6 +54,7 @@ fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> ManagerConfig
         health_addr: local,
         leader_election: identity.map(|id| LeaseConfig::new("default", "dbcluster-operator", id)),
         shutdown_timeout,
+        metrics_secure: false,
     }
 }
 

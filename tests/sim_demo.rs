@@ -30,6 +30,14 @@ async fn the_demo_installs_the_crd_and_sample_and_kubectl_sees_them() {
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("production-postgres"), "{stdout}");
 
+    // The view the key `s` prints: the status command's, framed; no operator runs here.
+    let view = demo.status_view("default", "production-postgres", "http://127.0.0.1:9").await;
+    assert!(view.starts_with("── status of default/production-postgres"), "{view}");
+    assert!(view.contains("Cluster:   default/production-postgres"), "{view}");
+    assert!(view.contains("operator unreachable ("), "{view}");
+    let missing = demo.status_view("default", "nope", "http://127.0.0.1:9").await;
+    assert!(missing.contains("DatabaseCluster default/nope not found"), "{missing}");
+
     let mut table = Vec::new();
     demo.watch_until(async {}, &mut table).await.unwrap();
     let table = String::from_utf8(table).unwrap();

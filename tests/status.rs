@@ -6,15 +6,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use common::*;
 use dbcluster_operator::cli::run;
 use dbcluster_operator::cli::snapshot::{StatusError, fetch};
 use dbcluster_operator::cli::status::render;
 use dbcluster_operator::databasecluster::operator;
-use dbcluster_operator::runtime::manager::ManagerConfig;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::PostParams;
 use tokio::sync::mpsc;
@@ -24,16 +20,7 @@ const NAME: &str = "production-postgres";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_cluster_its_children_events_and_the_operators_view() {
     let cluster = TestCluster::start().await;
-    let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let config = ManagerConfig {
-        namespace: None,
-        workers: 2,
-        metrics_addr: local,
-        debug_addr: local,
-        health_addr: local,
-        leader_election: None,
-        shutdown_timeout: Duration::from_secs(10),
-    };
+    let config = local_manager_config();
     let manager = run::start(cluster.sim.client(), &cluster.sim.base_url(), config).await.unwrap();
     let operator_url = format!("http://{}", manager.debug_addr);
     let (signal, signals) = mpsc::channel(1);

@@ -50,6 +50,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8082")]
     pub debug_addr: SocketAddr,
 
+    /// Serve /metrics (and /debug/* unless on loopback) only to requests with a bearer token that
+    /// the API server authenticates (TokenReview) and whose user may `get` the path
+    /// (SubjectAccessReview; RBAC `nonResourceURLs`, see rbac.yaml's metrics reader), as
+    /// controller-runtime's secure metrics serving does. Plain HTTP: see the README. The probes
+    /// stay open.
+    #[arg(long)]
+    pub metrics_secure: bool,
+
     /// Where the /healthz and /readyz probes are served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,

@@ -5,7 +5,9 @@
 //! `kubectl get databasecluster -w -A` ([`crate::cli::table`]), until a signal stops it.
 //!
 //! The table owns the terminal, so the operator's log goes to a file (text, no colours) whose
-//! path is printed at start with the endpoints' addresses. The endpoints default to free loopback
+//! path is printed at start with the endpoints' addresses. Keys ([`crate::cli::demo_keys`]): `s`
+//! prints the selected cluster's status between the rows (the view `dbcluster-operator status`
+//! prints, the operator's view of the key included), `n` selects the next cluster. The endpoints default to free loopback
 //! ports, so two demos never collide.
 //!
 //! The pods run on the process kubelet (real PostgreSQL) when this host can run it, else on the
@@ -27,8 +29,10 @@ use kube::api::WatchParams;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent};
 use serde_json::Value;
 
+use crate::cli::demo_keys::{self, Action, Selection};
 use crate::cli::table::Table;
-use crate::cli::{logging, run};
+use crate::cli::terminal::KeyReader;
+use crate::cli::{logging, run, snapshot, status};
 use crate::databasecluster::credentials::{Login, mounted_secret_name};
 use crate::databasecluster::operator;
 use crate::databasecluster::types::{self, DatabaseCluster};
@@ -208,7 +212,32 @@ impl Demo {
         stop: impl Future<Output = ()>,
         out: &mut impl Write,
     ) -> Result<(), DemoError> {
+        let (_, no_keys) = tokio::sync::mpsc::channel(1);
+        self.watch_with_keys(stop, no_keys, "", out).await
+    }
+
+    /// The status view of `namespace/name`, framed for the table ([`demo_keys::status_block`]):
+    /// what `dbcluster-operator status` prints, read from this server, with the operator's view
+    /// from `operator_url`.
+    pub async fn status_view(&self, namespace: &str, name: &str, operator_url: &str) -> String {
+        let text = match snapshot::fetch(&self.server.client(), namespace, name, operator_url).await {
+            Ok(snapshot) => status::render(&snapshot),
+            Err(error) => format!("{error}\n"),
+        };
+        demo_keys::status_block(namespace, name, &text)
+    }
+
+    /// [`Demo::watch_until`], and each key from `keys` handled as [`Selection::press`] says (the
+    /// status view from the operator at `operator_url`), the table's header printed again after it.
+    pub async fn watch_with_keys(
+        self,
+        stop: impl Future<Output = ()>,
+        mut keys: tokio::sync::mpsc::Receiver<u8>,
+        operator_url: &str,
+        out: &mut impl Write,
+    ) -> Result<(), DemoError> {
         tokio::pin!(stop);
+        let mut selection = Selection::default();
         let mut table = Table::default();
         let mut connectable = std::collections::HashSet::new();
         writeln!(out, "{}", Table::header())?;
@@ -229,6 +258,10 @@ impl Demo {
             loop {
                 let event = tokio::select! {
                     _ = &mut stop => break 'rewatch,
+                    Some(key) = keys.recv() => {
+                        self.press(key, &mut selection, &table, operator_url, out).await?;
+                        continue;
+                    }
                     event = stream.try_next() => event,
                 };
                 match event {
@@ -249,6 +282,31 @@ impl Demo {
             }
         }
         self.server.shutdown().await;
+        Ok(())
+    }
+
+    /// Does what `key` asks for (see [`Selection::press`]) among the clusters `table` shows.
+    async fn press(
+        &self,
+        key: u8,
+        selection: &mut Selection,
+        table: &Table,
+        operator_url: &str,
+        out: &mut impl Write,
+    ) -> Result<(), DemoError> {
+        match selection.press(key, &table.clusters()) {
+            Action::Status { namespace, name } => {
+                write!(out, "{}", self.status_view(&namespace, &name, operator_url).await)?;
+                writeln!(out, "{}", Table::header())?;
+            }
+            Action::Selected { namespace, name } => {
+                writeln!(out, "selected {namespace}/{name}: press s for its status")?;
+            }
+            Action::NoCluster => writeln!(out, "no cluster to show yet")?,
+            Action::Help => writeln!(out, "{}", demo_keys::HELP)?,
+            Action::Nothing => {}
+        }
+        out.flush()?;
         Ok(())
     }
 
@@ -339,7 +397,8 @@ fn operator_lines(
          Operator probes:  http://{health}/healthz  http://{health}/readyz\n\
          Operator log:     {log}\n\
          Status:           dbcluster-operator status {name} -n {namespace} --kubeconfig {kubeconfig} --operator-url http://{debug}\n\n\
-         Press Ctrl-C to stop.\n",
+         {keys} Press Ctrl-C to stop.\n",
+        keys = demo_keys::HELP,
         log = log_file.display(),
         kubeconfig = kubeconfig.display(),
     )
@@ -369,6 +428,8 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         health_addr: args.health_addr,
         leader_election: None,
         shutdown_timeout: DEMO_SHUTDOWN_TIMEOUT,
+        // Loopback only, as the demo is.
+        metrics_secure: false,
     };
     let manager = run::start(demo.server().client(), &demo.server().base_url(), config).await?;
     let mut out = std::io::stdout();
@@ -379,9 +440,12 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         demo.instructions(&options.kubeconfig_out),
         operator_lines(&manager, &args.log_file, &options.kubeconfig_out, &demo.sample)
     )?;
+    let operator_url = format!("http://{}", manager.debug_addr);
     let running = tokio::spawn(manager.run(operator::workload, signals));
     let mut ended = None;
-    demo.watch_until(async { ended = Some(running.await) }, &mut out).await?;
+    // Restores the terminal when the demo ends.
+    let (_reader, keys) = KeyReader::start();
+    demo.watch_with_keys(async { ended = Some(running.await) }, keys, &operator_url, &mut out).await?;
     match ended {
         Some(Ok(Ok(()))) | None => {}
         Some(Ok(Err(error))) => return Err(error.into()),

@@ -47,6 +47,7 @@ pub fn manager_config(args: &RunArgs, default_namespace: &str) -> ManagerConfig 
         health_addr: args.health_addr,
         leader_election,
         shutdown_timeout: args.shutdown_timeout,
+        metrics_secure: args.metrics_secure,
     }
 }
 

@@ -110,7 +110,7 @@ pub async fn fetch(
 
     let view = operator_view(operator_url, &format!("{namespace}/{name}")).await;
     let cluster = serde_json::to_value(&cluster).unwrap_or(Value::Null);
-    Ok(Snapshot { cluster, children, events, view })
+    Ok(Snapshot { cluster, children, events, view, now: jiff::Timestamp::now() })
 }
 
 /// The objects of kind `K` in `namespace` matching `selector` whose controller is one of `owners`

@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use serde_json::Value;
 
+use crate::databasecluster::backup::spec::Schedule;
+
 /// How many Events the status shows (the newest).
 pub const RECENT_EVENTS: usize = 10;
 
@@ -45,6 +47,8 @@ pub struct Snapshot {
     pub events: Vec<Event>,
     /// The operator's view of it.
     pub view: RuntimeView,
+    /// When it was fetched (the next backup is the schedule's first time after it).
+    pub now: jiff::Timestamp,
 }
 
 /// The key's entry in a `/debug/queue` report (`key` is `namespace/name`), if any controller has it.
@@ -118,12 +122,11 @@ pub fn render(snapshot: &Snapshot) -> String {
             );
         }
     }
-    for (label, pointer) in
-        [("Last backup", "/status/lastBackupTime"), ("Next backup", "/status/nextBackupTime")]
-    {
-        if let Some(value) = cluster.pointer(pointer) {
-            let _ = writeln!(out, "{label}: {}", display(value));
-        }
+    if let Some(value) = cluster.pointer("/status/lastBackupTime") {
+        let _ = writeln!(out, "Last backup: {}", display(value));
+    }
+    if let Some(next) = next_backup(cluster, snapshot.now) {
+        let _ = writeln!(out, "Next backup: {next}");
     }
     let _ = writeln!(out, "\nChildren:");
     for child in &snapshot.children {
@@ -173,6 +176,19 @@ fn render_view(out: &mut String, view: &RuntimeView) {
             }
         }
     }
+}
+
+/// When the cluster's backup schedule (`spec.backup.schedule`, or the deprecated
+/// `spec.backupSchedule`) runs next after `now`, with the schedule; `suspended` if it is.
+fn next_backup(cluster: &Value, now: jiff::Timestamp) -> Option<String> {
+    let schedule = ["/spec/backup/schedule", "/spec/backupSchedule"]
+        .iter()
+        .find_map(|pointer| cluster.pointer(pointer).and_then(Value::as_str))?;
+    if cluster.pointer("/spec/backup/suspend") == Some(&Value::Bool(true)) {
+        return Some(format!("suspended (schedule {schedule})"));
+    }
+    let next = Schedule::parse(schedule).ok()?.next_after(now)?;
+    Some(format!("{next} (schedule {schedule})"))
 }
 
 /// The newest [`RECENT_EVENTS`] of `events`, oldest first (by `eventTime`, else creation time).
@@ -235,7 +251,7 @@ mod tests {
     }
 
     fn snapshot(cluster: Value, events: Vec<Event>, view: RuntimeView) -> Snapshot {
-        Snapshot { cluster, children: Vec::new(), events, view }
+        Snapshot { cluster, children: Vec::new(), events, view, now: "2026-01-01T10:30:00Z".parse().unwrap() }
     }
 
     #[test]
@@ -277,6 +293,24 @@ mod tests {
         let (first, last) = (text.find("Reason05").unwrap(), text.find("Reason14").unwrap());
         assert!(first < last, "{text}");
         assert!(text.contains("the operator has no entry"), "{text}");
+    }
+
+    #[test]
+    fn the_next_backup_follows_the_schedule() {
+        let mut with_backups = cluster(false);
+        with_backups["spec"]["backup"] = json!({"schedule": "@daily"});
+        with_backups["status"]["lastBackupTime"] = json!("2026-01-01T00:00:05Z");
+        let text = render(&snapshot(with_backups.clone(), vec![], RuntimeView::Key(None)));
+        assert!(text.contains("Last backup: 2026-01-01T00:00:05Z"), "{text}");
+        assert!(text.contains("Next backup: 2026-01-02T00:00:00Z (schedule @daily)"), "{text}");
+        with_backups["spec"]["backup"]["suspend"] = json!(true);
+        let text = render(&snapshot(with_backups, vec![], RuntimeView::Key(None)));
+        assert!(text.contains("Next backup: suspended (schedule @daily)"), "{text}");
+        let mut old_field = cluster(false);
+        old_field["spec"]["backupSchedule"] = json!("0 3 * * *");
+        let text = render(&snapshot(old_field, vec![], RuntimeView::Key(None)));
+        assert!(text.contains("Next backup: 2026-01-02T03:00:00Z (schedule 0 3 * * *)"), "{text}");
+        assert!(!render(&snapshot(cluster(false), vec![], RuntimeView::Key(None))).contains("backup"));
     }
 
     #[test]

@@ -24,6 +24,18 @@ impl Table {
         format_row(COLUMNS.iter().map(|(name, _)| (*name).to_owned()).collect())
     }
 
+    /// The clusters shown and not deleted, as (namespace, name), sorted.
+    pub fn clusters(&self) -> Vec<(String, String)> {
+        let mut shown: Vec<(String, String)> = self
+            .last
+            .iter()
+            .filter(|(_, cells)| cells.get(2).map(String::as_str) != Some("deleted"))
+            .map(|(key, _)| key.clone())
+            .collect();
+        shown.sort();
+        shown
+    }
+
     /// The row for `cluster` (as the API returns it) at `now`, or `None` if it would repeat the
     /// last row printed for that cluster; `deleted` for a cluster's Deleted watch event.
     pub fn row(&mut self, cluster: &Value, deleted: bool, now: jiff::Timestamp) -> Option<String> {
@@ -122,7 +134,13 @@ mod tests {
             table.row(&other, false, now()).is_some(),
             "the same name in another namespace is another row"
         );
+        assert_eq!(table.clusters().len(), 2);
         let gone = table.row(&cluster("pg", "Running", 3), true, later).unwrap();
         assert_eq!(gone.split_whitespace().nth(2), Some("deleted"), "{gone}");
+        assert_eq!(
+            table.clusters(),
+            [("prod".to_owned(), "pg".to_owned())],
+            "a deleted cluster is not offered"
+        );
     }
 }

@@ -9,9 +9,11 @@
 //!   demoted one), `ready` and `alive` (probes). Its header is its contract.
 //! - `primary`: the pod name of the instance that must be primary. The operator's record, not an
 //!   ordinal rule: instance 0 when the cluster is created, and kept as the live ConfigMap says ever
-//!   after; a failover changes it ([`super::promotion`]).
+//!   after; a failover or a switchover changes it ([`super::promotion`]).
+//! - `demoting`: during a switchover only, the old primary being demoted ([`super::switchover`]).
 //! - `postgresql.conf`: the server's whole configuration file (`config_file`): the operator's
-//!   replication settings, then `spec.postgresConfig`, then [`CONFIG_HASH_PARAMETER`], a hash of
+//!   replication settings (with `synchronous_standby_names` for `spec.synchronousReplicas`,
+//!   [`synchronous_standby_names`]), then `spec.postgresConfig`, then [`CONFIG_HASH_PARAMETER`], a hash of
 //!   the rest. PostgreSQL reports the hash of the file on disk in `pg_file_settings` and the hash in
 //!   force with `current_setting`, so the operator can see when a changed ConfigMap has reached an
 //!   instance and whether a reload applied it (see [`super::instances`]).
@@ -42,6 +44,8 @@ pub const CONFIG_MOUNT_PATH: &str = "/etc/dbcluster";
 pub const SCRIPT_KEY: &str = "instance.sh";
 /// ConfigMap key naming the primary's pod.
 pub const PRIMARY_KEY: &str = "primary";
+/// ConfigMap key naming the primary a switchover is demoting (absent otherwise).
+pub const DEMOTING_KEY: &str = "demoting";
 /// ConfigMap key of the server configuration file.
 pub const POSTGRESQL_CONF_KEY: &str = "postgresql.conf";
 /// The custom parameter holding the hash of the rest of `postgresql.conf`.
@@ -131,15 +135,25 @@ pub fn recorded_primary(live: &ConfigMap) -> Option<String> {
     (!name.is_empty()).then(|| name.to_owned())
 }
 
-/// The ConfigMap for `spec`, with `primary` naming the primary's pod.
-pub fn build_config_map(owner: &Owner, spec: &ValidSpec, primary: &str) -> ConfigMap {
-    let data = BTreeMap::from([
+/// The primary a switchover is demoting, as the live ConfigMap records it.
+pub fn recorded_demoting(live: &ConfigMap) -> Option<String> {
+    let name = live.data.as_ref()?.get(DEMOTING_KEY)?.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// The ConfigMap for `spec`, with `primary` naming the primary's pod and `demoting` the old
+/// primary of a switchover under way.
+pub fn build_config_map(owner: &Owner, spec: &ValidSpec, primary: &str, demoting: Option<&str>) -> ConfigMap {
+    let mut data = BTreeMap::from([
         (SCRIPT_KEY.to_owned(), INSTANCE_SCRIPT.to_owned()),
         (PRIMARY_KEY.to_owned(), primary.to_owned()),
-        (POSTGRESQL_CONF_KEY.to_owned(), postgresql_conf(&spec.postgres_config)),
+        (POSTGRESQL_CONF_KEY.to_owned(), server_conf(owner.name(), spec)),
         ("pg_hba.conf".to_owned(), PG_HBA_CONF.to_owned()),
         ("pg_ident.conf".to_owned(), String::new()),
     ]);
+    if let Some(demoting) = demoting {
+        data.insert(DEMOTING_KEY.to_owned(), demoting.to_owned());
+    }
     ConfigMap {
         metadata: child_metadata(owner, config_map_name(owner.name())),
         data: Some(data),
@@ -156,12 +170,32 @@ host    replication  replicator  all      scram-sha-256
 host    all          all         all      scram-sha-256
 ";
 
-/// The server configuration file: the operator's settings, the user's, and the hash of both.
-pub fn postgresql_conf(user: &BTreeMap<String, String>) -> String {
+/// `synchronous_standby_names` for `spec.synchronousReplicas` N > 0: `ANY N (...)` over every
+/// instance's pod name (each standby's `application_name`). The primary's own name is in the list
+/// but never matches a standby, so one file serves every instance whichever is primary, and a
+/// failover or switchover needs no change. `None` (asynchronous) when N is 0.
+pub fn synchronous_standby_names(cluster_name: &str, spec: &ValidSpec) -> Option<String> {
+    if spec.synchronous_replicas <= 0 {
+        return None;
+    }
+    let sts = statefulset_name(cluster_name);
+    let names: Vec<String> = (0..spec.replicas).map(|ordinal| format!("\"{sts}-{ordinal}\"")).collect();
+    Some(format!("ANY {} ({})", spec.synchronous_replicas, names.join(", ")))
+}
+
+/// The server configuration file of `cluster_name`'s instances for `spec`.
+pub fn server_conf(cluster_name: &str, spec: &ValidSpec) -> String {
+    postgresql_conf(&spec.postgres_config, synchronous_standby_names(cluster_name, spec).as_deref())
+}
+
+/// The server configuration file: the operator's settings (with `synchronous_standby_names` when
+/// given), the user's, and the hash of all of them.
+pub fn postgresql_conf(user: &BTreeMap<String, String>, synchronous: Option<&str>) -> String {
     let mut body = String::from("# Written by dbcluster-operator from spec.postgresConfig.\n");
     for (name, value) in OPERATOR_SETTINGS
         .iter()
         .map(|(n, v)| (*n, *v))
+        .chain(synchronous.map(|names| ("synchronous_standby_names", names)))
         .chain(user.iter().map(|(n, v)| (n.as_str(), v.as_str())))
     {
         body.push_str(&format!("{name} = {}\n", quote(value)));
@@ -171,9 +205,9 @@ pub fn postgresql_conf(user: &BTreeMap<String, String>) -> String {
     body
 }
 
-/// The hash [`postgresql_conf`] writes for `spec`'s configuration.
-pub fn desired_config_hash(spec: &ValidSpec) -> String {
-    let conf = postgresql_conf(&spec.postgres_config);
+/// The hash [`server_conf`] writes for `cluster_name`'s `spec`.
+pub fn desired_config_hash(cluster_name: &str, spec: &ValidSpec) -> String {
+    let conf = server_conf(cluster_name, spec);
     conf.lines()
         .find_map(|line| line.strip_prefix(&format!("{CONFIG_HASH_PARAMETER} = '")))
         .map(|rest| rest.trim_end_matches('\'').to_owned())
@@ -216,7 +250,7 @@ mod tests {
 
     #[test]
     fn the_file_holds_the_operator_settings_then_the_users_then_the_hash() {
-        let conf = postgresql_conf(&config(&[("work_mem", "8MB"), ("search_path", "a, 'b'")]));
+        let conf = postgresql_conf(&config(&[("work_mem", "8MB"), ("search_path", "a, 'b'")]), None);
         let lines: Vec<&str> = conf.lines().collect();
         assert_eq!(lines[1], "hot_standby = 'on'");
         assert!(lines.contains(&"work_mem = '8MB'"));
@@ -226,10 +260,33 @@ mod tests {
 
     #[test]
     fn the_hash_changes_with_any_parameter() {
-        let a = postgresql_conf(&config(&[("work_mem", "8MB")]));
-        let b = postgresql_conf(&config(&[("work_mem", "16MB")]));
+        let a = postgresql_conf(&config(&[("work_mem", "8MB")]), None);
+        let b = postgresql_conf(&config(&[("work_mem", "16MB")]), None);
         assert_ne!(a.lines().last(), b.lines().last());
-        assert_eq!(a, postgresql_conf(&config(&[("work_mem", "8MB")])));
+        assert_eq!(a, postgresql_conf(&config(&[("work_mem", "8MB")]), None));
+        let synchronous = postgresql_conf(&config(&[("work_mem", "8MB")]), Some("ANY 1 (\"a\")"));
+        assert_ne!(a.lines().last(), synchronous.lines().last());
+    }
+
+    #[test]
+    fn synchronous_replicas_name_every_instance_in_a_quorum() {
+        let mut spec = crate::databasecluster::validation::validate_spec(
+            &crate::databasecluster::fixtures::spec(3, "15.4", "1Gi"),
+        )
+        .unwrap();
+        assert_eq!(synchronous_standby_names("db", &spec), None);
+        assert!(!server_conf("db", &spec).contains("synchronous_standby_names"));
+        spec.synchronous_replicas = 1;
+        assert_eq!(
+            synchronous_standby_names("db", &spec).as_deref(),
+            Some(r#"ANY 1 ("db-0", "db-1", "db-2")"#)
+        );
+        assert!(
+            server_conf("db", &spec)
+                .contains(r#"synchronous_standby_names = 'ANY 1 ("db-0", "db-1", "db-2")'"#),
+            "{}",
+            server_conf("db", &spec)
+        );
     }
 
     #[test]

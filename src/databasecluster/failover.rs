@@ -15,8 +15,20 @@
 //!    less than the delay → wait; then the ready standby that has streamed since it started
 //!    (`pg_last_wal_receive_lsn()` not null) with the most WAL received is promoted (ties: the
 //!    lowest ordinal), or nothing when there is none.
+//! 5. With `spec.synchronousReplicas` N > 0 ([`Synchronous`]) every acknowledged commit was
+//!    flushed by at least N of the standbys recorded `sync`/`quorum` when the primary was last
+//!    observed (the members, M of them). Rule 4's choice is promoted only if it is a member, and
+//!    only while at least M − N + 1 members are observed with their WAL position: then one of
+//!    them holds every acknowledged commit, and the one with the most WAL holds them all.
+//!    Otherwise nothing is promoted (`NoSynchronousCandidate`): waiting loses no write.
 //!
-//! Condition `PrimaryAvailable` says which of these holds (not set while hibernated).
+//! A promotion that a stopped operator carried out but never reported (the record names an
+//! instance that accepts writes, while the last status names another primary and no failover to
+//! it) is reported by the next one: [`unreported_promotion`].
+//!
+//! Condition `PrimaryAvailable` says which of these holds (not set while hibernated); after a
+//! failover `status.lastFailover` and the `FailedOver` Event say what was guaranteed
+//! ([`outcome`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,7 +40,9 @@ use super::events::{EventNote, EventType};
 use super::instances::InstanceFacts;
 use super::status::ConditionSetter;
 use super::topology::PodView;
-use super::types::{DEFAULT_FAILOVER_DELAY_SECONDS, DatabaseCluster, DatabaseClusterStatus};
+use super::types::{
+    DEFAULT_FAILOVER_DELAY_SECONDS, DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus,
+};
 
 /// Condition type: whether the recorded primary accepts writes.
 pub const PRIMARY_AVAILABLE: &str = "PrimaryAvailable";
@@ -43,8 +57,32 @@ pub mod reason {
     pub const FAILOVER_DISABLED: &str = "FailoverDisabled";
     /// False: not ready, and no standby can take over.
     pub const NO_FAILOVER_CANDIDATE: &str = "NoFailoverCandidate";
+    /// False: not ready, and no standby is known to hold every acknowledged write.
+    pub const NO_SYNCHRONOUS_CANDIDATE: &str = "NoSynchronousCandidate";
     /// False: a standby is being promoted.
     pub const FAILING_OVER: &str = "FailingOver";
+    /// False: a switchover is under way.
+    pub const SWITCHING_OVER: &str = "SwitchingOver";
+}
+
+/// What synchronous replication asks of a failover candidate (rule 5 of the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Synchronous {
+    /// `spec.synchronousReplicas`: how many standbys confirm each commit.
+    pub required: usize,
+    /// The standbys recorded `sync` or `quorum` when the primary was last observed.
+    pub members: Vec<String>,
+}
+
+/// The requirement for `synchronous_replicas` (none when 0) over the recorded `statuses`.
+pub fn synchronous(synchronous_replicas: i32, statuses: &[InstanceStatus]) -> Option<Synchronous> {
+    let required = usize::try_from(synchronous_replicas).ok().filter(|n| *n > 0)?;
+    let members = statuses
+        .iter()
+        .filter(|s| matches!(s.sync_state.as_deref(), Some("sync" | "quorum")))
+        .map(|s| s.name.clone())
+        .collect();
+    Some(Synchronous { required, members })
 }
 
 /// What to do about the recorded primary.
@@ -69,6 +107,16 @@ pub enum Decision {
         /// How long the primary has been not ready.
         down_for: Duration,
     },
+    /// Down past the delay, and no standby is known to hold every acknowledged write.
+    NoSynchronousCandidate {
+        /// How long the primary has been not ready.
+        down_for: Duration,
+    },
+    /// A switchover from `from` to the recorded instance is under way ([`super::switchover`]).
+    SwitchingOver {
+        /// The primary being demoted.
+        from: String,
+    },
     /// Promote `pod`.
     Promote {
         /// The standby to promote.
@@ -89,12 +137,13 @@ pub fn failover_delay(cluster: &DatabaseCluster) -> Option<Duration> {
 }
 
 /// The decision for the instances `pods` (with what each said, `facts`) whose record names
-/// `record` primary; see the module docs.
+/// `record` primary, under `synchronous` replication if any; see the module docs.
 pub fn decide(
     record: &str,
     pods: &[PodView],
     facts: &BTreeMap<String, InstanceFacts>,
     delay: Option<Duration>,
+    synchronous: Option<&Synchronous>,
     now: Timestamp,
 ) -> Decision {
     let live = |pod: &&PodView| !pod.deleting;
@@ -120,7 +169,8 @@ pub fn decide(
     if down_for < delay {
         return Decision::Waiting { down_for, remaining: delay - down_for };
     }
-    let candidate = pods
+    let is_member = |name: &str| synchronous.is_none_or(|s| s.members.iter().any(|m| m == name));
+    let candidates: Vec<(i64, &PodView)> = pods
         .iter()
         .filter(live)
         .filter(|pod| pod.ready && pod.name != record)
@@ -128,29 +178,86 @@ pub fn decide(
             let found = facts.get(&pod.name).filter(|f| f.in_recovery)?;
             Some((found.received_lsn?, pod))
         })
-        .max_by_key(|(lsn, pod)| (*lsn, std::cmp::Reverse(pod.ordinal)));
-    match candidate {
-        Some((lsn, pod)) => {
-            Decision::Promote { pod: pod.name.clone(), received_lsn: Some(lsn), resume: false, down_for }
+        .collect();
+    let best = candidates
+        .iter()
+        .max_by_key(|(lsn, pod)| (*lsn, is_member(&pod.name), std::cmp::Reverse(pod.ordinal)));
+    let Some((lsn, pod)) = best else { return Decision::NoCandidate { down_for } };
+    if let Some(synchronous) = synchronous {
+        let observed = candidates.iter().filter(|(_, pod)| is_member(&pod.name)).count();
+        let needed = (synchronous.members.len() + 1).saturating_sub(synchronous.required);
+        if !is_member(&pod.name) || observed < needed.max(1) {
+            return Decision::NoSynchronousCandidate { down_for };
         }
-        None => Decision::NoCandidate { down_for },
+    }
+    Decision::Promote { pod: pod.name.clone(), received_lsn: Some(*lsn), resume: false, down_for }
+}
+
+/// A promotion an earlier operator finished but did not report: the old primary, when `record`
+/// is the `observed` primary while the `previous` status names another current primary and no
+/// failover or switchover to `record`.
+pub fn unreported_promotion(
+    record: &str,
+    observed: Option<&str>,
+    previous: Option<&DatabaseClusterStatus>,
+) -> Option<String> {
+    let previous = previous?;
+    let old = previous.current_primary.as_deref().filter(|old| *old != record)?;
+    let reported = previous.last_failover.as_ref().is_some_and(|f| f.to == record)
+        || previous.switchover.as_ref().is_some_and(|s| s.to.as_deref() == Some(record));
+    (observed == Some(record) && !reported).then(|| old.to_owned())
+}
+
+/// The PostgreSQL text form of the WAL position `lsn` (bytes), e.g. `0/3000148`.
+pub fn lsn_text(lsn: i64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+/// The record of a failover from `old` to `new`, which had received WAL up to `received_lsn`,
+/// under `synchronous_replicas`, finished at `now`: what it guarantees.
+pub fn outcome(
+    old: &str,
+    new: &str,
+    received_lsn: Option<i64>,
+    synchronous_replicas: i32,
+    now: Timestamp,
+) -> FailoverRecord {
+    let (possible_loss, guarantee) = if synchronous_replicas > 0 {
+        (
+            false,
+            format!(
+                "synchronous (ANY {synchronous_replicas}): {new} was a synchronous standby with the most WAL, so every acknowledged write is on it"
+            ),
+        )
+    } else {
+        let after = received_lsn
+            .map_or_else(|| format!("the last WAL {new} received"), |lsn| format!("LSN {}", lsn_text(lsn)));
+        (true, format!("asynchronous: writes {old} acknowledged after {after} may be lost"))
+    };
+    FailoverRecord {
+        from: old.to_owned(),
+        to: new.to_owned(),
+        time: Time(Timestamp::from_second(now.as_second()).unwrap_or(now)),
+        possible_loss,
+        message: format!("{new} is the primary in place of {old}; {guarantee}"),
     }
 }
 
 /// `status` after this pass's `decision` about `record`: `targetPrimary`, `PrimaryAvailable`,
-/// and (when `promoted`) `currentPrimary` and `currentPrimaryTimestamp`.
+/// and (after a `failover`) `currentPrimary`, `currentPrimaryTimestamp` and `lastFailover`.
 pub fn with_failover(
     mut status: DatabaseClusterStatus,
     record: &str,
     decision: &Decision,
-    promoted: Option<&str>,
+    failover: Option<&FailoverRecord>,
     now: Timestamp,
 ) -> DatabaseClusterStatus {
-    let target = promoted.unwrap_or(record);
+    let target = failover.map_or(record, |f| f.to.as_str());
     status.target_primary = Some(target.to_owned());
-    if let Some(pod) = promoted {
-        status.current_primary = Some(pod.to_owned());
-        status.current_primary_timestamp = Some(Time(Timestamp::from_second(now.as_second()).unwrap_or(now)));
+    if let Some(failover) = failover {
+        status.current_primary = Some(failover.to.clone());
+        status.current_primary_timestamp = Some(failover.time.clone());
+        status.last_failover = Some(failover.clone());
     }
     // No durations in the messages: a message that changed every pass would be a status write
     // every pass.
@@ -174,9 +281,21 @@ pub fn with_failover(
             reason::NO_FAILOVER_CANDIDATE,
             format!("{record} is down (not ready) and no ready standby has streamed since it started"),
         ),
+        Decision::NoSynchronousCandidate { .. } => (
+            "False",
+            reason::NO_SYNCHRONOUS_CANDIDATE,
+            format!(
+                "{record} is down (not ready) and no observed standby is known to hold every acknowledged write (spec.synchronousReplicas): nothing is promoted until {record} or enough synchronous standbys are back"
+            ),
+        ),
         Decision::Promote { pod, .. } => {
             ("False", reason::FAILING_OVER, format!("promoting {pod} in place of {record}"))
         }
+        Decision::SwitchingOver { from } => (
+            "False",
+            reason::SWITCHING_OVER,
+            format!("switching over from {from} to {record}: writes wait until {record} is promoted"),
+        ),
     };
     let mut conditions = ConditionSetter::new(status.conditions, status.observed_generation, now);
     conditions.set(PRIMARY_AVAILABLE, state, reason, message);
@@ -199,17 +318,9 @@ pub fn failing_over(old: &str, new: &str, down_for: Duration, lag_bytes: Option<
     )
 }
 
-/// The Warning Event of a finished failover. Replication is asynchronous, so transactions `old`
-/// acknowledged but `new` had not received are lost.
-pub fn failed_over(old: &str, new: &str) -> EventNote {
-    EventNote::new(
-        EventType::Warning,
-        "FailedOver",
-        "Failover",
-        format!(
-            "{new} is the primary in place of {old}; replication is asynchronous, so transactions {old} acknowledged after the last WAL {new} received are lost"
-        ),
-    )
+/// The Warning Event of a finished failover: its record's message (what was guaranteed).
+pub fn failed_over(failover: &FailoverRecord) -> EventNote {
+    EventNote::new(EventType::Warning, "FailedOver", "Failover", failover.message.clone())
 }
 
 #[cfg(test)]
@@ -238,7 +349,7 @@ mod tests {
     fn a_ready_primary_is_left_alone() {
         let pods = [pod(0, true), pod(1, true)];
         let facts = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
-        assert_eq!(decide("db-0", &pods, &facts, DELAY, at(100)), Decision::Healthy);
+        assert_eq!(decide("db-0", &pods, &facts, DELAY, None, at(100)), Decision::Healthy);
     }
 
     #[test]
@@ -250,11 +361,11 @@ mod tests {
             ("db-3".to_owned(), standby(Some(900))),
         ]);
         assert_eq!(
-            decide("db-0", &pods, &facts, DELAY, at(10)),
+            decide("db-0", &pods, &facts, DELAY, None, at(10)),
             Decision::Waiting { down_for: Duration::from_secs(10), remaining: Duration::from_secs(20) }
         );
         assert_eq!(
-            decide("db-0", &pods, &facts, DELAY, at(30)),
+            decide("db-0", &pods, &facts, DELAY, None, at(30)),
             Decision::Promote {
                 pod: "db-2".into(),
                 received_lsn: Some(200),
@@ -266,7 +377,7 @@ mod tests {
         let tie =
             BTreeMap::from([("db-1".to_owned(), standby(Some(5))), ("db-2".to_owned(), standby(Some(5)))]);
         assert!(
-            matches!(decide("db-0", &pods, &tie, DELAY, at(30)), Decision::Promote { pod, .. } if pod == "db-1")
+            matches!(decide("db-0", &pods, &tie, DELAY, None, at(30)), Decision::Promote { pod, .. } if pod == "db-1")
         );
     }
 
@@ -275,12 +386,12 @@ mod tests {
         let pods = [down_primary(0), pod(1, true)];
         let streamed = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
         assert_eq!(
-            decide("db-0", &pods, &streamed, None, at(600)),
+            decide("db-0", &pods, &streamed, None, None, at(600)),
             Decision::Disabled { down_for: Duration::from_secs(600) }
         );
         let never = BTreeMap::from([("db-1".to_owned(), standby(None))]);
         assert_eq!(
-            decide("db-0", &pods, &never, DELAY, at(60)),
+            decide("db-0", &pods, &never, DELAY, None, at(60)),
             Decision::NoCandidate { down_for: Duration::from_secs(60) }
         );
     }
@@ -291,14 +402,14 @@ mod tests {
         let pods = [down_primary(0), pod(1, false)];
         let facts = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
         assert!(matches!(
-            decide("db-1", &pods, &facts, None, at(1)),
+            decide("db-1", &pods, &facts, None, None, at(1)),
             Decision::Promote { pod, resume: true, .. } if pod == "db-1"
         ));
         // Some instance already accepts writes (a cache behind the record): nothing is promoted.
         let primary = InstanceFacts { in_recovery: false, ..InstanceFacts::default() };
         let facts = BTreeMap::from([("db-1".to_owned(), primary), ("db-2".to_owned(), standby(Some(1)))]);
         let pods = [down_primary(0), pod(1, true), pod(2, true)];
-        assert_eq!(decide("db-0", &pods, &facts, DELAY, at(600)), Decision::Healthy);
+        assert_eq!(decide("db-0", &pods, &facts, DELAY, None, at(600)), Decision::Healthy);
     }
 
     #[test]
@@ -323,9 +434,93 @@ mod tests {
             resume: false,
             down_for: Duration::ZERO,
         };
-        let status = with_failover(status, "db-0", &promote, Some("db-1"), at(5));
+        let record = outcome("db-0", "db-1", Some(0x3000148), 0, at(5));
+        let status = with_failover(status, "db-0", &promote, Some(&record), at(5));
         assert_eq!(status.target_primary.as_deref(), Some("db-1"));
         assert_eq!(status.current_primary.as_deref(), Some("db-1"));
         assert_eq!(status.current_primary_timestamp, Some(Time(at(5))));
+        let last = status.last_failover.as_ref().unwrap();
+        assert!(last.possible_loss);
+        assert!(
+            last.message.contains("asynchronous: writes db-0 acknowledged after LSN 0/3000148 may be lost"),
+            "{}",
+            last.message
+        );
+        assert_eq!(failed_over(last).note, last.message);
+        let synchronous = outcome("db-0", "db-1", Some(1), 1, at(5));
+        assert!(!synchronous.possible_loss && synchronous.message.contains("every acknowledged write"));
+    }
+
+    fn members(required: usize, names: &[&str]) -> Synchronous {
+        Synchronous { required, members: names.iter().map(|n| (*n).to_owned()).collect() }
+    }
+
+    #[test]
+    fn with_synchronous_replicas_only_a_recorded_synchronous_standby_is_promoted() {
+        let pods = [down_primary(0), pod(1, true), pod(2, true)];
+        let facts = BTreeMap::from([
+            ("db-1".to_owned(), standby(Some(100))),
+            ("db-2".to_owned(), standby(Some(200))),
+        ]);
+        let promoted = |sync: &Synchronous| match decide("db-0", &pods, &facts, DELAY, Some(sync), at(30)) {
+            Decision::Promote { pod, .. } => Some(pod),
+            Decision::NoSynchronousCandidate { .. } => None,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(promoted(&members(1, &["db-1", "db-2"])).as_deref(), Some("db-2"));
+        assert_eq!(
+            promoted(&members(1, &["db-1"])),
+            None,
+            "db-2 has more WAL than the only synchronous standby: promoting db-1 could lose what db-2 has"
+        );
+        assert_eq!(promoted(&members(1, &["db-2"])).as_deref(), Some("db-2"));
+        assert_eq!(promoted(&members(1, &[])), None, "no standby was synchronous");
+        // Two members with ANY 1: a commit may be on either, so both must be observed.
+        let one_down = [down_primary(0), pod(1, true), pod(2, false)];
+        assert_eq!(
+            decide("db-0", &one_down, &facts, DELAY, Some(&members(1, &["db-1", "db-2"])), at(30)),
+            Decision::NoSynchronousCandidate { down_for: Duration::from_secs(30) }
+        );
+        // With ANY 2 of the two, each commit is on both: one of them is enough.
+        assert!(matches!(
+            decide("db-0", &one_down, &facts, DELAY, Some(&members(2, &["db-1", "db-2"])), at(30)),
+            Decision::Promote { pod, .. } if pod == "db-1"
+        ));
+        let status = with_failover(
+            DatabaseClusterStatus::default(),
+            "db-0",
+            &Decision::NoSynchronousCandidate { down_for: Duration::ZERO },
+            None,
+            at(30),
+        );
+        let condition = status.conditions.iter().find(|c| c.type_ == PRIMARY_AVAILABLE).unwrap();
+        assert_eq!(condition.reason, reason::NO_SYNCHRONOUS_CANDIDATE);
+    }
+
+    #[test]
+    fn the_members_are_the_standbys_recorded_sync_or_quorum() {
+        let status = |name: &str, sync: Option<&str>| InstanceStatus {
+            name: name.into(),
+            sync_state: sync.map(str::to_owned),
+            ..InstanceStatus::default()
+        };
+        let statuses =
+            [status("db-0", None), status("db-1", Some("quorum")), status("db-2", Some("potential"))];
+        assert_eq!(synchronous(0, &statuses), None);
+        assert_eq!(synchronous(1, &statuses), Some(members(1, &["db-1"])));
+    }
+
+    #[test]
+    fn a_promotion_a_stopped_operator_did_not_report_is_found() {
+        let previous = DatabaseClusterStatus { current_primary: Some("db-0".into()), ..Default::default() };
+        assert_eq!(unreported_promotion("db-1", Some("db-1"), Some(&previous)).as_deref(), Some("db-0"));
+        assert_eq!(unreported_promotion("db-1", None, Some(&previous)), None, "not promoted yet");
+        assert_eq!(unreported_promotion("db-0", Some("db-0"), Some(&previous)), None, "no failover");
+        assert_eq!(unreported_promotion("db-0", Some("db-0"), None), None);
+        let reported = DatabaseClusterStatus {
+            last_failover: Some(outcome("db-0", "db-1", None, 0, at(0))),
+            ..previous
+        };
+        assert_eq!(unreported_promotion("db-1", Some("db-1"), Some(&reported)), None);
     }
 }

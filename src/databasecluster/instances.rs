@@ -8,6 +8,10 @@
 //! as with the simulator's timer kubelet) costs one short wait, and the pass goes on with the
 //! instance reported as `unknown`. Connections are plain TCP: the instances serve no TLS yet.
 //!
+//! The operator's sessions commit with `synchronous_commit = local`: what it writes (passwords,
+//! roles) is re-applied on any later pass, and must not wait for a synchronous standby that may be
+//! the very thing it is repairing.
+//!
 //! Passwords never travel in SQL text: [`set_password`] sends the SCRAM-SHA-256 verifier computed
 //! here.
 
@@ -62,6 +66,11 @@ pub struct InstanceFacts {
     /// On a standby: how far WAL was received (`pg_last_wal_receive_lsn()`, in bytes); `None` when
     /// it has not streamed since it started, and on a primary.
     pub received_lsn: Option<i64>,
+    /// On a standby: how far WAL was replayed (`pg_last_wal_replay_lsn()`, in bytes).
+    pub replay_lsn: Option<i64>,
+    /// Where its control file's last checkpoint (or restartpoint) starts, in bytes: for a primary
+    /// shut down cleanly and started as a standby, its shutdown checkpoint, its last WAL record.
+    pub checkpoint_lsn: Option<i64>,
     /// On a primary: its standbys as `pg_stat_replication` lists them.
     pub standbys: Vec<StandbyFact>,
     /// On a primary: its physical replication slots.
@@ -77,6 +86,8 @@ pub struct StandbyFact {
     pub state: String,
     /// Bytes of WAL between the primary's current position and the standby's replay position.
     pub lag_bytes: i64,
+    /// `sync_state`: `sync` or `quorum` when commits wait for it, `potential` or `async` when not.
+    pub sync_state: String,
 }
 
 /// One physical replication slot.
@@ -142,6 +153,7 @@ pub async fn connect(target: &Target) -> Result<Client, InstanceError> {
         .password(&target.password)
         .dbname(&target.database)
         .application_name("dbcluster-operator")
+        .options("-c synchronous_commit=local")
         .connect_timeout(CONNECT_TIMEOUT);
     let attempt = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls));
     let (client, connection) = attempt
@@ -171,7 +183,9 @@ pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
                 "SELECT pg_is_in_recovery(), current_setting('server_version'), \
                  current_setting($1, true), \
                  (SELECT setting FROM pg_file_settings WHERE name = $1 ORDER BY seqno DESC LIMIT 1), \
-                 pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint",
+                 pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint, \
+                 pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::bigint, \
+                 pg_wal_lsn_diff((pg_control_checkpoint()).checkpoint_lsn, '0/0')::bigint",
                 &[&CONFIG_HASH_PARAMETER],
             )
             .await
@@ -182,21 +196,28 @@ pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
             config_hash_applied: row.get::<_, Option<String>>(2).filter(|s| !s.is_empty()),
             config_hash_on_disk: row.get(3),
             received_lsn: row.get(4),
+            replay_lsn: row.get(5),
+            checkpoint_lsn: row.get(6),
             ..InstanceFacts::default()
         };
         if !facts.in_recovery {
             let standbys = client
                 .query(
                     "SELECT application_name, coalesce(state, ''), \
-                     coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint \
-                     FROM pg_stat_replication",
+                     coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint, \
+                     coalesce(sync_state, '') FROM pg_stat_replication",
                     &[],
                 )
                 .await
                 .map_err(err)?;
             facts.standbys = standbys
                 .iter()
-                .map(|r| StandbyFact { name: r.get(0), state: r.get(1), lag_bytes: r.get(2) })
+                .map(|r| StandbyFact {
+                    name: r.get(0),
+                    state: r.get(1),
+                    lag_bytes: r.get(2),
+                    sync_state: r.get(3),
+                })
                 .collect();
             let slots = client
                 .query(
@@ -243,6 +264,11 @@ pub async fn promote(client: &Client, target: &Target) -> Result<bool, InstanceE
 
 /// How long [`promote`] waits for the promotion to finish.
 pub const PROMOTE_WAIT_SECONDS: i32 = 30;
+
+/// Writes a checkpoint now (so that a shutdown right after has little left to write).
+pub async fn checkpoint(client: &Client, target: &Target) -> Result<(), InstanceError> {
+    client.batch_execute("CHECKPOINT").await.map_err(|source| postgres_error(target, source))
+}
 
 /// Makes the server re-read its configuration files.
 pub async fn reload(client: &Client, target: &Target) -> Result<(), InstanceError> {

@@ -8,7 +8,8 @@
 //!    (the instance program); a restarted operator sees the recorded instance in recovery with no
 //!    primary and resumes at step 3 ([`super::failover`] rule 2).
 //! 3. `pg_promote()` on the new primary, waiting until it accepts writes.
-//! 4. Its role label becomes `primary` (`<name>-rw` follows); Event `FailedOver`.
+//! 4. Its role label becomes `primary` (`<name>-rw` follows); Event `FailedOver`, saying what was
+//!    guaranteed ([`super::failover::outcome`]).
 //!
 //! A failing step is logged and the pass goes on; the next pass decides again.
 
@@ -20,12 +21,14 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::config::{build_config_map, config_map_name};
-use super::failover::{failed_over, failing_over};
+use jiff::Timestamp;
+
+use super::failover::{failed_over, failing_over, outcome};
 use super::instances::{Target, connect, promote};
 use super::reconcile::Context;
 use super::resources::{FIELD_MANAGER, Owner};
 use super::services::{ROLE_PRIMARY, ROLE_REPLICA, role_labels};
-use super::types::DatabaseCluster;
+use super::types::{DatabaseCluster, FailoverRecord};
 use super::validation::ValidSpec;
 
 /// One failover to carry out.
@@ -41,32 +44,29 @@ pub struct Promotion<'a> {
     pub down_for: Duration,
     /// How far `new` was behind `old` when last observed.
     pub lag_bytes: Option<i64>,
+    /// How far `new` had received WAL when observed this pass.
+    pub received_lsn: Option<i64>,
     /// The superuser's login to `new`.
     pub login: Target,
 }
 
-/// Carries out `promotion` (see the module docs); whether `new` now accepts writes.
+/// Carries out `promotion` (see the module docs); once `new` accepts writes, the failover's record.
 pub async fn fail_over(
     ctx: &Context,
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
     promotion: &Promotion<'_>,
-) -> bool {
+) -> Option<FailoverRecord> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let Promotion { old, new, .. } = *promotion;
     if !promotion.resume {
         tracing::warn!(%old, %new, down_for = ?promotion.down_for, "failover: promoting a standby");
         ctx.events.publish(cluster, &failing_over(old, new, promotion.down_for, promotion.lag_bytes)).await;
         set_role_label(&pods, old, ROLE_REPLICA).await;
-        let record = build_config_map(owner, spec, new);
-        let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), owner.namespace());
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        if let Err(error) =
-            configmaps.patch(&config_map_name(owner.name()), &params, &Patch::Apply(&record)).await
-        {
+        if let Err(error) = write_record(ctx, owner, spec, new, None).await {
             tracing::warn!(%new, %error, "failover: could not record the new primary; retrying on the next pass");
-            return false;
+            return None;
         }
         tracing::info!(%new, "failover: the record names the new primary");
     }
@@ -75,17 +75,44 @@ pub async fn fail_over(
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!(%new, "failover: the promotion did not finish in time; retrying on the next pass");
-            return false;
+            return None;
         }
         Err(error) => {
             tracing::warn!(%new, %error, "failover: could not promote; retrying on the next pass");
-            return false;
+            return None;
         }
     }
-    set_role_label(&pods, new, ROLE_PRIMARY).await;
-    tracing::info!(%old, %new, "failover: done");
-    ctx.events.publish(cluster, &failed_over(old, new)).await;
-    true
+    let record = outcome(old, new, promotion.received_lsn, spec.synchronous_replicas, Timestamp::now());
+    Some(finish(ctx, cluster, &pods, &record).await)
+}
+
+/// The last step of a failover (`record`), also what finishes one a stopped operator left
+/// unreported: `new`'s role label becomes `primary` and Event `FailedOver` is published.
+pub async fn finish(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    pods: &Api<Pod>,
+    record: &FailoverRecord,
+) -> FailoverRecord {
+    set_role_label(pods, &record.to, ROLE_PRIMARY).await;
+    tracing::info!(old = %record.from, new = %record.to, possible_loss = record.possible_loss, "failover: done");
+    ctx.events.publish(cluster, &failed_over(record)).await;
+    record.clone()
+}
+
+/// Writes the record: `primary` names the instance that must accept writes, `demoting` the old
+/// primary of a switchover under way (the ConfigMap, applied as a whole).
+pub async fn write_record(
+    ctx: &Context,
+    owner: &Owner,
+    spec: &ValidSpec,
+    primary: &str,
+    demoting: Option<&str>,
+) -> Result<(), kube::Error> {
+    let record = build_config_map(owner, spec, primary, demoting);
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    configmaps.patch(&config_map_name(owner.name()), &params, &Patch::Apply(&record)).await.map(drop)
 }
 
 /// Sets `pod`'s role label (a merge patch of that one label); failures are logged.

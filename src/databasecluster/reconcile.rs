@@ -63,17 +63,22 @@ use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
 use super::config::{
-    build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_primary,
+    build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_demoting,
+    recorded_primary,
 };
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
+use super::demotion::{Switch, advance, begin};
 use super::drift::{keep_immutable_fields, needs_update};
+use super::events::EventType;
 use super::events::{EventNote, EventPublisher, scaling_event, status_events};
-use super::failover::{Decision, decide, failover_delay, with_failover};
+use super::failover::{
+    Decision, decide, failover_delay, outcome, synchronous, unreported_promotion, with_failover,
+};
 use super::failures::{FAILURE_THRESHOLD, FailureCounts, with_reconcile_error, with_reconcile_success};
 use super::instances::{
     InstanceFacts, Target, check_login, connect, create_slot, drop_slot, observe, reload, set_password,
 };
-use super::promotion::{Promotion, fail_over, set_role_label};
+use super::promotion::{Promotion, fail_over, finish, set_role_label};
 use super::resources::{
     FIELD_MANAGER, Owner, OwnerError, POSTGRES_PORT, build_headless_service, build_statefulset,
     foreign_controller, headless_service_name, label, statefulset_name,
@@ -84,17 +89,25 @@ use super::status::{
     compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_resizing,
 };
 use super::storage::{Growth, grow_claims};
+use super::switchover::{
+    INVALID_PRIMARY, check_target, handled_request, held_replicas, next_step as switchover_step, ordinal_of,
+    phase, record as switchover_record, requested, with_switchover,
+};
 use super::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, container_failure, current_primary, instance_statuses,
-    label_changes, slot_changes,
+    label_changes, slot_changes, with_recorded_sync_states,
 };
-use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus};
+use super::types::{
+    DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus, PrimaryUpdateMethod,
+    SwitchoverStatus,
+};
 use super::validation::{SpecError, ValidSpec, validate};
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::Cache;
 use crate::runtime::client;
 use crate::runtime::controller::{Action, ReconcileError};
 use crate::runtime::writes::{Verb, recorded_as};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How long to wait before looking again while replicas are not ready, even without an event.
 pub const CONVERGING_REQUEUE: Duration = Duration::from_secs(10);
@@ -267,9 +280,11 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let cached = ctx.configmaps.get(&config_key);
     let primary_record =
         cached.as_deref().and_then(recorded_primary).unwrap_or_else(|| initial_primary(owner.name()));
-    let (_, outcome) =
-        ensure_child(ctx, &owner, "ConfigMap", cached, |_| build_config_map(&owner, &spec, &primary_record))
-            .await?;
+    let demoting = cached.as_deref().and_then(recorded_demoting);
+    let (_, outcome) = ensure_child(ctx, &owner, "ConfigMap", cached, |_| {
+        build_config_map(&owner, &spec, &primary_record, demoting.as_deref())
+    })
+    .await?;
     report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
 
     let restored =
@@ -285,8 +300,10 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         };
     let sts_key = child_key(cluster, statefulset_name);
     let cached = ctx.statefulsets.get(&sts_key);
+    let primaries: Vec<&str> = std::iter::once(primary_record.as_str()).chain(demoting.as_deref()).collect();
+    let held = ValidSpec { replicas: held_replicas(spec.replicas, &primaries), ..spec.clone() };
     let (sts, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
-        let mut desired = build_statefulset(&owner, &spec);
+        let mut desired = build_statefulset(&owner, &held);
         if let Some(live) = live {
             keep_immutable_fields(&mut desired, live);
         }
@@ -303,8 +320,8 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
 
     let pods = pod_views(ctx, &owner);
-    let topology =
-        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &primary_record).await;
+    let record = Record { primary: &primary_record, demoting: demoting.as_deref() };
+    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &record).await;
 
     let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
 
@@ -316,10 +333,11 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     );
     let status = with_instances(status, topology.statuses, topology.current_primary);
     let status = if spec.replicas > 0 {
-        with_failover(status, &primary_record, &topology.decision, topology.promoted.as_deref(), now)
+        with_failover(status, &primary_record, &topology.decision, topology.promoted.as_ref(), now)
     } else {
         status
     };
+    let status = with_switchover(status, topology.switchover, cluster.spec.primary.as_deref(), now);
     let mut status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
     let backup_events = apply_backups(&mut status, cluster, backups, &spec, now);
     if restored.is_some() {
@@ -521,8 +539,18 @@ struct Topology {
     retry_after: Option<Duration>,
     /// What [`decide`] said about the recorded primary.
     decision: Decision,
-    /// The standby this pass promoted.
-    promoted: Option<String>,
+    /// The failover this pass finished.
+    promoted: Option<FailoverRecord>,
+    /// The switchover record this pass made, if any.
+    switchover: Option<SwitchoverStatus>,
+}
+
+/// What the `<name>-scripts` ConfigMap records ([`super::config`]).
+struct Record<'a> {
+    /// The instance that must accept writes.
+    primary: &'a str,
+    /// The old primary of a switchover under way.
+    demoting: Option<&'a str>,
 }
 
 /// Observes every instance, then keeps the topology true: role labels, slots, reloads, passwords,
@@ -537,8 +565,9 @@ async fn operate_instances(
     sts: &StatefulSet,
     pods: &[PodView],
     credentials: &Credentials,
-    primary_record: &str,
+    record: &Record<'_>,
 ) -> Topology {
+    let primary_record = record.primary;
     let Some((su_user, su_password)) = credentials.get(Login::Superuser) else {
         return Topology {
             statuses: instance_statuses(pods, &BTreeMap::new()),
@@ -547,6 +576,7 @@ async fn operate_instances(
             retry_after: None,
             decision: Decision::Healthy,
             promoted: None,
+            switchover: None,
         };
     };
     let target = |ip: &str, user: &str, password: &str, database: &str| Target {
@@ -575,20 +605,75 @@ async fn operate_instances(
             }
         }
     }
-    let statuses = instance_statuses(pods, &facts);
+    let previous = cluster.status.as_ref();
+    let statuses = with_recorded_sync_states(
+        instance_statuses(pods, &facts),
+        previous.map(|s| s.instances.as_slice()).unwrap_or_default(),
+    );
     let current_primary = current_primary(pods, &facts, primary_record);
     // While some instance can be observed, look again until every standby streams (replication
     // changes bring no watch event); with none observable there is nothing to wait for.
     let mut busy = !facts.is_empty()
         && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
 
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    let login_to = |name: &str| {
+        let ip = pods.iter().find(|p| p.name == name && !p.deleting)?.ip.as_deref()?;
+        Some(target(ip, su_user, su_password, "postgres"))
+    };
+    let previous_switchover = previous.and_then(|s| s.switchover.as_ref());
+    if let Some(old) = record.demoting {
+        let now = Timestamp::now();
+        let started = previous_switchover
+            .filter(|s| s.phase == phase::SWITCHING_OVER)
+            .and_then(|s| s.started.clone())
+            .unwrap_or_else(|| Time(Timestamp::from_second(now.as_second()).unwrap_or(now)));
+        let elapsed = Duration::try_from(now.duration_since(started.0)).unwrap_or_default();
+        let step = switchover_step(old, primary_record, &facts, elapsed);
+        let switch = Switch { old, new: primary_record };
+        let login = login_to(primary_record);
+        let over = advance(ctx, cluster, owner, spec, &pods_api, &switch, step, login.as_ref()).await;
+        let requested = previous_switchover.map_or(primary_record, |s| s.requested.as_str());
+        let (now_phase, message) = match over {
+            Some(done) if done == phase::COMPLETED => {
+                (done, format!("{primary_record} is the primary in place of {old}; no transaction was lost"))
+            }
+            Some(aborted) => (
+                aborted,
+                format!("{primary_record} did not catch up with {old} in time: {old} is the primary again"),
+            ),
+            None => (phase::SWITCHING_OVER, format!("switching over from {old} to {primary_record}")),
+        };
+        let finished = over == Some(phase::COMPLETED);
+        return Topology {
+            statuses,
+            current_primary: if finished { Some(primary_record.to_owned()) } else { current_primary },
+            busy: true,
+            retry_after: Some(FAILOVER_REQUEUE),
+            decision: if finished {
+                Decision::Healthy
+            } else {
+                Decision::SwitchingOver { from: old.to_owned() }
+            },
+            promoted: None,
+            switchover: Some(switchover_record(
+                requested,
+                now_phase,
+                Some((old, primary_record)),
+                Some(started),
+                message,
+            )),
+        };
+    }
+
     let decision = if spec.replicas > 0 {
-        decide(primary_record, pods, &facts, failover_delay(cluster), Timestamp::now())
+        let synchronous = synchronous(spec.synchronous_replicas, &statuses);
+        decide(primary_record, pods, &facts, failover_delay(cluster), synchronous.as_ref(), Timestamp::now())
     } else {
         Decision::Healthy
     };
-    if let Decision::Promote { pod: new, resume, down_for, .. } = &decision {
-        let previous = cluster.status.as_ref();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    if let Decision::Promote { pod: new, resume, down_for, received_lsn } = &decision {
         let old = match (resume, previous.and_then(|s| s.current_primary.as_deref())) {
             (true, Some(last)) => last,
             _ => primary_record,
@@ -598,32 +683,106 @@ async fn operate_instances(
         let mut promoted = None;
         if let Some(ip) = pods.iter().find(|p| &p.name == new).and_then(|p| p.ip.as_deref()) {
             let login = target(ip, su_user, su_password, "postgres");
-            let promotion = Promotion { old, new, resume: *resume, down_for: *down_for, lag_bytes, login };
-            if fail_over(ctx, cluster, owner, spec, &promotion).await {
-                promoted = Some(new.clone());
-            }
+            let promotion = Promotion {
+                old,
+                new,
+                resume: *resume,
+                down_for: *down_for,
+                lag_bytes,
+                received_lsn: *received_lsn,
+                login,
+            };
+            promoted = fail_over(ctx, cluster, owner, spec, &promotion).await;
         }
         // The rest waits for the next pass, which observes the new topology.
         return Topology {
             statuses,
-            current_primary: promoted.clone().or(current_primary),
+            current_primary: promoted.as_ref().map(|r| r.to.clone()).or(current_primary),
             busy: true,
             retry_after: Some(FAILOVER_REQUEUE),
             decision,
             promoted,
+            switchover: None,
         };
+    }
+    let mut promoted = None;
+    if let Some(old) = unreported_promotion(primary_record, current_primary.as_deref(), previous) {
+        tracing::info!(%old, new = %primary_record, "failover: finishing one a stopped operator carried out");
+        // Promoted already, it no longer says how much WAL it had received.
+        let record = outcome(&old, primary_record, None, spec.synchronous_replicas, Timestamp::now());
+        promoted = Some(finish(ctx, cluster, &pods_api, &record).await);
+    }
+
+    // A scale down that would remove the primary switches over to a standby that stays first.
+    let removed = spec.replicas > 0 && ordinal_of(primary_record).is_some_and(|o| o >= spec.replicas);
+    if let (true, Decision::Healthy, None) = (removed, &decision, &promoted) {
+        let healthy_primary = current_primary.as_deref().filter(|p| *p == primary_record);
+        let mut staying: Vec<&PodView> = pods.iter().filter(|p| p.ordinal < spec.replicas).collect();
+        staying.sort_by_key(|p| p.ordinal);
+        let target = staying
+            .into_iter()
+            .find(|p| check_target(&p.name, pods, &statuses, spec.replicas, healthy_primary).is_ok());
+        if let Some(new) = target {
+            let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &new.name);
+            let switch = Switch { old: primary_record, new: &new.name };
+            let login = login_to(primary_record);
+            let why = format!("scale down to {} instances: ", spec.replicas);
+            let begun =
+                begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), &requested, &why).await;
+            return switching(statuses, current_primary, decision, primary_record, begun);
+        }
+        tracing::info!(primary = %primary_record, "scale down waits for a standby that stays to stream");
+        busy = true;
+    }
+
+    // A switchover asked for by `spec.primary` ([`super::switchover`]), while the primary is healthy.
+    let mut switchover = None;
+    let wanted = requested(cluster.spec.primary.as_deref(), previous_switchover);
+    if let (Some(new), Decision::Healthy, None) = (wanted, &decision, &promoted) {
+        let healthy_primary = current_primary
+            .as_deref()
+            .filter(|p| *p == primary_record && pods.iter().any(|pod| pod.name == *p && pod.ready));
+        if new == primary_record {
+            let message = format!("{new} is the primary already");
+            switchover = Some(switchover_record(new, phase::COMPLETED, None, None, message));
+        } else {
+            match check_target(new, pods, &statuses, spec.replicas, healthy_primary) {
+                Err(message) => {
+                    let repeated = previous_switchover.is_some_and(|s| {
+                        s.phase == phase::REFUSED && s.requested == new && s.message == message
+                    });
+                    if !repeated {
+                        tracing::warn!(%new, %message, "switchover refused");
+                        let note = EventNote::new(
+                            EventType::Warning,
+                            INVALID_PRIMARY,
+                            "Switchover",
+                            message.clone(),
+                        );
+                        ctx.events.publish(cluster, &note).await;
+                    }
+                    switchover = Some(switchover_record(new, phase::REFUSED, None, None, message));
+                }
+                Ok(()) => {
+                    let switch = Switch { old: primary_record, new };
+                    let login = login_to(primary_record);
+                    let begun =
+                        begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), new, "").await;
+                    return switching(statuses, current_primary, decision, primary_record, begun);
+                }
+            }
+        }
     }
     let retry_after = match &decision {
         Decision::Waiting { remaining, .. } => Some(*remaining + FAILOVER_REQUEUE),
         _ => None,
     };
 
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
     for (pod, role) in label_changes(pods, &facts) {
         set_role_label(&pods_api, &pod, role).await;
     }
 
-    let desired_hash = desired_config_hash(spec);
+    let desired_hash = desired_config_hash(owner.name(), spec);
     let primary_pod = current_primary.as_ref().and_then(|name| pods.iter().find(|p| &p.name == name));
     for pod in pods.iter().filter(|p| !p.deleting) {
         let (Some(found), Some(ip)) = (facts.get(&pod.name), pod.ip.as_deref()) else { continue };
@@ -693,10 +852,24 @@ async fn operate_instances(
     if let (true, Some(revision), false) =
         (generation_observed, update_revision, primary_down_for_credentials)
     {
-        match next_step(pods, &revision, spec.replicas, current_primary.as_deref(), primary_record, &statuses)
-        {
+        let switch_over = spec.replicas >= 2
+            && cluster.spec.primary_update_method.unwrap_or_default() == PrimaryUpdateMethod::Switchover;
+        let primary = current_primary.as_deref();
+        match next_step(pods, &revision, spec.replicas, primary, primary_record, &statuses, switch_over) {
             RollStep::Done => {}
             RollStep::Wait => busy = true,
+            RollStep::SwitchOver { to } => {
+                busy = true;
+                let old = primary_record;
+                tracing::info!(%old, %to, "rolling update: switching over to an updated standby");
+                let switch = Switch { old, new: &to };
+                let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &to);
+                let login = login_to(old);
+                let why = "rolling update: ";
+                switchover =
+                    begin(ctx, cluster, owner, spec, &pods_api, &switch, login.as_ref(), &requested, why)
+                        .await;
+            }
             RollStep::Delete { pod, primary, outdated } => {
                 busy = true;
                 let note = EventNote::rolling_instance(&pod, primary, outdated, pods.len());
@@ -706,7 +879,27 @@ async fn operate_instances(
             }
         }
     }
-    Topology { statuses, current_primary, busy, retry_after, decision, promoted: None }
+    Topology { statuses, current_primary, busy, retry_after, decision, promoted, switchover }
+}
+
+/// The [`Topology`] of a pass that started a switchover from `old` (`begun`, when the fence
+/// worked): the rest waits for the next pass.
+fn switching(
+    statuses: Vec<InstanceStatus>,
+    current_primary: Option<String>,
+    decision: Decision,
+    old: &str,
+    begun: Option<SwitchoverStatus>,
+) -> Topology {
+    Topology {
+        statuses,
+        current_primary,
+        busy: true,
+        retry_after: Some(FAILOVER_REQUEUE),
+        decision: if begun.is_some() { Decision::SwitchingOver { from: old.to_owned() } } else { decision },
+        promoted: None,
+        switchover: begun,
+    }
 }
 
 /// Creates the missing slots and drops the unused ones on the primary; whether anything changed.

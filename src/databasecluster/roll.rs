@@ -4,7 +4,10 @@
 //! operator deletes it (the StatefulSet controller then recreates it from the new one). One pod
 //! at a time, and only when every pod exists, is ready, is not being deleted, and every standby
 //! streams from the primary: the standbys first (highest ordinal first), the primary last. With a
-//! single instance the update is a restart of the database.
+//! single instance the update is a restart of the database. With 2+ instances observed and
+//! `spec.primaryUpdateMethod: switchover` (the default), the primary's turn is a switchover to
+//! the lowest-ordinal (updated) standby instead ([`super::switchover`]); the old primary, a
+//! standby then, is deleted on a later pass like any other.
 //!
 //! When the operator can observe no instance at all (no SQL access to the pods, as with the
 //! simulator's timer kubelet), the readiness probes are the only signal: the roll still goes one
@@ -20,6 +23,11 @@ pub enum RollStep {
     Done,
     /// Outdated pods remain, but the cluster is not settled enough to take one down.
     Wait,
+    /// Only the primary is outdated: switch over to this updated standby first.
+    SwitchOver {
+        /// The standby to promote.
+        to: String,
+    },
     /// Delete this pod now.
     Delete {
         /// The pod's name.
@@ -32,7 +40,8 @@ pub enum RollStep {
 }
 
 /// The next step for `pods` whose StatefulSet's `updateRevision` is `update_revision`; `replicas`
-/// is the desired number of instances.
+/// is the desired number of instances; `switch_over` whether the primary is updated by a
+/// switchover.
 pub fn next_step(
     pods: &[PodView],
     update_revision: &str,
@@ -40,6 +49,7 @@ pub fn next_step(
     primary: Option<&str>,
     recorded_primary: &str,
     statuses: &[InstanceStatus],
+    switch_over: bool,
 ) -> RollStep {
     let mut outdated: Vec<&PodView> =
         pods.iter().filter(|pod| pod.revision.as_deref() != Some(update_revision)).collect();
@@ -58,6 +68,15 @@ pub fn next_step(
     // Standbys before the primary; among standbys, the highest ordinal first.
     outdated.sort_by_key(|pod| (is_primary(pod), std::cmp::Reverse(pod.ordinal)));
     let next = outdated[0];
+    if is_primary(next) && switch_over && observed {
+        let updated = pods
+            .iter()
+            .filter(|pod| !is_primary(pod) && pod.revision.as_deref() == Some(update_revision))
+            .min_by_key(|pod| pod.ordinal);
+        if let Some(standby) = updated {
+            return RollStep::SwitchOver { to: standby.name.clone() };
+        }
+    }
     RollStep::Delete { pod: next.name.clone(), primary: is_primary(next), outdated: outdated.len() }
 }
 
@@ -88,7 +107,7 @@ mod tests {
     }
 
     fn step(pods: &[PodView], streaming: bool) -> RollStep {
-        next_step(pods, "new", 3, Some("db-0"), "db-0", &statuses(pods, streaming))
+        next_step(pods, "new", 3, Some("db-0"), "db-0", &statuses(pods, streaming), false)
     }
 
     #[test]
@@ -132,17 +151,31 @@ mod tests {
                 ..InstanceStatus::default()
             })
             .collect();
-        let step = next_step(&pods, "new", 2, None, "db-0", &unknown);
+        let step = next_step(&pods, "new", 2, None, "db-0", &unknown, true);
         assert_eq!(step, RollStep::Delete { pod: "db-1".into(), primary: false, outdated: 2 });
         let mut down = pods.clone();
         down[1].ready = false;
-        assert_eq!(next_step(&down, "new", 2, None, "db-0", &unknown), RollStep::Wait);
+        assert_eq!(next_step(&down, "new", 2, None, "db-0", &unknown, true), RollStep::Wait);
     }
 
     #[test]
     fn a_single_instance_is_restarted() {
         let pods = vec![pod(0, "old")];
-        let step = next_step(&pods, "new", 1, Some("db-0"), "db-0", &statuses(&pods, true));
+        let step = next_step(&pods, "new", 1, Some("db-0"), "db-0", &statuses(&pods, true), true);
         assert_eq!(step, RollStep::Delete { pod: "db-0".into(), primary: true, outdated: 1 });
+    }
+
+    #[test]
+    fn the_primarys_turn_is_a_switchover_to_the_first_updated_standby() {
+        let pods = vec![pod(0, "old"), pod(1, "new"), pod(2, "new")];
+        let observed = statuses(&pods, true);
+        let step = next_step(&pods, "new", 3, Some("db-0"), "db-0", &observed, true);
+        assert_eq!(step, RollStep::SwitchOver { to: "db-1".into() });
+        let restart = next_step(&pods, "new", 3, Some("db-0"), "db-0", &observed, false);
+        assert_eq!(restart, RollStep::Delete { pod: "db-0".into(), primary: true, outdated: 1 });
+        let unobserved: Vec<InstanceStatus> =
+            observed.iter().map(|s| InstanceStatus { role: ROLE_UNKNOWN.into(), ..s.clone() }).collect();
+        let blind = next_step(&pods, "new", 3, None, "db-0", &unobserved, true);
+        assert!(matches!(blind, RollStep::Delete { primary: true, .. }), "no switchover without observing");
     }
 }

@@ -220,6 +220,8 @@ pub fn compute_status(
         current_primary: previous.current_primary,
         target_primary: previous.target_primary,
         current_primary_timestamp: previous.current_primary_timestamp,
+        last_failover: previous.last_failover,
+        switchover: previous.switchover,
         instances: previous.instances,
     }
 }

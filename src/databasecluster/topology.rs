@@ -8,6 +8,9 @@
 //!   ready pods, so a stale label on a pod that is down reaches nothing).
 //! - `currentPrimary` is the instance observed out of recovery; if several are (which the operator
 //!   never causes), the recorded primary among them, else none.
+//! - A standby's `syncState` is its primary's `pg_stat_replication.sync_state`; in a pass that
+//!   observes no primary, each standby keeps the one last recorded (what a failover with
+//!   `synchronousReplicas` decides by, [`super::failover`]).
 //! - Slots: `instance_<ordinal>` for every instance but the primary below `spec.replicas`. Slots
 //!   the primary has that no instance should, and that no standby uses, are dropped; with
 //!   `replicas: 0` (hibernation) nothing is dropped, so the standbys find their slots on waking.
@@ -16,7 +19,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 
-use super::instances::InstanceFacts;
+use super::instances::{InstanceFacts, StandbyFact};
 use super::services::{ROLE_PRIMARY, ROLE_REPLICA};
 use super::types::InstanceStatus;
 
@@ -128,11 +131,11 @@ pub fn current_primary(
 
 /// `status.instances[]`, by ordinal.
 pub fn instance_statuses(pods: &[PodView], facts: &BTreeMap<String, InstanceFacts>) -> Vec<InstanceStatus> {
-    let standbys: BTreeMap<&str, (&str, i64)> = facts
+    let standbys: BTreeMap<&str, &StandbyFact> = facts
         .values()
         .filter(|f| !f.in_recovery)
         .flat_map(|f| f.standbys.iter())
-        .map(|s| (s.name.as_str(), (s.state.as_str(), s.lag_bytes)))
+        .map(|s| (s.name.as_str(), s))
         .collect();
     let mut pods: Vec<&PodView> = pods.iter().collect();
     pods.sort_by_key(|pod| pod.ordinal);
@@ -146,12 +149,29 @@ pub fn instance_statuses(pods: &[PodView], facts: &BTreeMap<String, InstanceFact
                 role: role.to_owned(),
                 ready: pod.ready && !pod.deleting,
                 version: observed.map(|f| f.version.clone()),
-                replication_state: replication.map(|(state, _)| (*state).to_owned()),
-                lag_bytes: replication.map(|(_, lag)| *lag),
+                replication_state: replication.map(|s| s.state.clone()),
+                lag_bytes: replication.map(|s| s.lag_bytes),
+                sync_state: replication.map(|s| s.sync_state.clone()).filter(|s| !s.is_empty()),
                 message: pod.failure.clone(),
             }
         })
         .collect()
+}
+
+/// `statuses` of a pass that observed no primary, with each standby's `syncState` as `previous`
+/// recorded it (see the module docs); a pass that observed one is returned as it is.
+pub fn with_recorded_sync_states(
+    mut statuses: Vec<InstanceStatus>,
+    previous: &[InstanceStatus],
+) -> Vec<InstanceStatus> {
+    if statuses.iter().any(|s| s.role == ROLE_PRIMARY) {
+        return statuses;
+    }
+    for status in &mut statuses {
+        status.sync_state =
+            previous.iter().find(|p| p.name == status.name).and_then(|p| p.sync_state.clone());
+    }
+    statuses
 }
 
 /// The pods whose role label differs from their observed role, with the label they should carry.
@@ -206,7 +226,7 @@ pub fn all_standbys_streaming(statuses: &[InstanceStatus], primary: Option<&str>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::databasecluster::instances::{SlotFact, StandbyFact};
+    use crate::databasecluster::instances::SlotFact;
 
     fn pod(ordinal: i32, role_label: Option<&str>) -> PodView {
         PodView {
@@ -225,7 +245,12 @@ mod tests {
             version: "15.4".into(),
             standbys: standbys
                 .iter()
-                .map(|(n, s, l)| StandbyFact { name: (*n).into(), state: (*s).into(), lag_bytes: *l })
+                .map(|(n, s, l)| StandbyFact {
+                    name: (*n).into(),
+                    state: (*s).into(),
+                    lag_bytes: *l,
+                    sync_state: if *s == "streaming" { "quorum".into() } else { "potential".into() },
+                })
                 .collect(),
             slots: slots.iter().map(|(n, a)| SlotFact { name: (*n).into(), active: *a }).collect(),
             ..InstanceFacts::default()
@@ -291,6 +316,25 @@ mod tests {
         );
         assert_eq!(current_primary(&pods, &facts, "db-0").as_deref(), Some("db-0"));
         assert!(!all_standbys_streaming(&statuses, Some("db-0")));
+        assert_eq!(statuses[1].sync_state.as_deref(), Some("quorum"));
+    }
+
+    #[test]
+    fn sync_states_are_kept_while_no_primary_is_observed() {
+        let pods = [pod(0, None), pod(1, None), pod(2, None)];
+        let up = BTreeMap::from([
+            ("db-0".to_owned(), primary_facts(&[("db-1", "streaming", 0), ("db-2", "catchup", 9)], &[])),
+            ("db-1".to_owned(), standby_facts()),
+            ("db-2".to_owned(), standby_facts()),
+        ]);
+        let before = instance_statuses(&pods, &up);
+        let down =
+            BTreeMap::from([("db-1".to_owned(), standby_facts()), ("db-2".to_owned(), standby_facts())]);
+        let kept = with_recorded_sync_states(instance_statuses(&pods, &down), &before);
+        let states: Vec<_> = kept.iter().map(|s| s.sync_state.as_deref()).collect();
+        assert_eq!(states, [None, Some("quorum"), Some("potential")]);
+        let fresh = with_recorded_sync_states(instance_statuses(&pods, &up), &[]);
+        assert_eq!(fresh, before, "a pass that observes the primary records what it says");
     }
 
     #[test]

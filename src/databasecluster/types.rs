@@ -130,6 +130,7 @@ pub fn storage_no_shrink_rule() -> String {
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap)").message(BOOTSTRAP_IMMUTABLE_MESSAGE))]
+#[x_kube(validation = Rule::new(SYNCHRONOUS_REPLICAS_RULE).message(SYNCHRONOUS_REPLICAS_MESSAGE))]
 pub struct DatabaseClusterSpec {
     /// Number of PostgreSQL instances (0 to 10): one primary and `replicas - 1` streaming standbys;
     /// `0` hibernates the cluster (no pods, volumes kept).
@@ -201,7 +202,48 @@ pub struct DatabaseClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub failover_delay: Option<i32>,
+
+    /// How many standbys must have flushed a transaction's WAL before its commit is acknowledged
+    /// (`synchronous_standby_names = 'ANY N (...)'` over the instances; default 0: asynchronous).
+    /// With N > 0 a failover promotes only a standby recorded as synchronous, so no acknowledged
+    /// write is lost; writes wait while fewer than N standbys stream. At most `replicas - 1`
+    /// (any value while hibernated, `replicas: 0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 9))]
+    pub synchronous_replicas: Option<i32>,
+
+    /// A planned switchover: the pod name of the instance that should become the primary, e.g.
+    /// `<name>-1`. Acted on when it changes (`status.switchover` records the value handled), so a
+    /// later failover is not undone by the value left here. The old primary is stopped cleanly and
+    /// the target promoted once it has replayed all of the old primary's WAL: nothing is lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub primary: Option<String>,
+
+    /// How a rolling update (a restart parameter, resources, a version) reaches the primary:
+    /// `Switchover` (the default with 2+ instances) promotes an updated standby first, so the old
+    /// primary is updated as a standby; `Restart` restarts the primary in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_update_method: Option<PrimaryUpdateMethod>,
 }
+
+/// How a rolling update reaches the primary (`spec.primaryUpdateMethod`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrimaryUpdateMethod {
+    /// Switch over to an updated standby, then update the old primary as a standby.
+    #[default]
+    Switchover,
+    /// Restart the primary in place (writes stop while it restarts).
+    Restart,
+}
+
+/// The CEL rule keeping `synchronousReplicas` below the number of instances (see
+/// [`SYNCHRONOUS_REPLICAS_MESSAGE`]); a hibernated cluster (`replicas: 0`) keeps its value.
+pub const SYNCHRONOUS_REPLICAS_RULE: &str =
+    "!has(self.synchronousReplicas) || self.replicas == 0 || self.synchronousReplicas < self.replicas";
+
+/// Message of [`SYNCHRONOUS_REPLICAS_RULE`].
+pub const SYNCHRONOUS_REPLICAS_MESSAGE: &str = "synchronousReplicas must be less than replicas: one instance is the primary, and a commit waits for that many of the others";
 
 /// The failover delay when `spec.failoverDelay` is unset, in seconds.
 pub const DEFAULT_FAILOVER_DELAY_SECONDS: i32 = 30;
@@ -277,6 +319,14 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_primary_timestamp: Option<Time>,
 
+    /// The last failover: which instance replaced which, when, and whether writes may be lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<FailoverRecord>,
+
+    /// The last `spec.primary` request handled, and how its switchover went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<SwitchoverStatus>,
+
     /// Each instance as observed, by ordinal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceStatus>,
@@ -327,10 +377,54 @@ pub struct InstanceStatus {
     /// For a standby: how many bytes of WAL it has yet to replay, as the primary sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<i64>,
+    /// For a standby: its `sync_state` in the primary's `pg_stat_replication` (`sync`, `quorum`,
+    /// `potential` or `async`) when the primary was last observed; kept while it cannot be. With
+    /// `synchronousReplicas` only a `sync` or `quorum` standby may be promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_state: Option<String>,
     /// Why the instance is not running, from its containers' state (e.g. `container postgres:
     /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); absent while it runs or starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// A failover as the status records it.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverRecord {
+    /// The primary that was replaced.
+    pub from: String,
+    /// The standby promoted in its place.
+    pub to: String,
+    /// When the promotion finished.
+    pub time: Time,
+    /// Whether transactions `from` acknowledged may be missing on `to` (asynchronous replication).
+    pub possible_loss: bool,
+    /// What was guaranteed, e.g. `asynchronous: writes acknowledged after LSN 0/3000148 may be lost`.
+    pub message: String,
+}
+
+/// A switchover (`spec.primary`) as the status records it.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchoverStatus {
+    /// The `spec.primary` value this is about.
+    pub requested: String,
+    /// `Refused` (the target cannot take over yet; retried when it changes), `SwitchingOver`,
+    /// `Completed` or `Aborted` (the old primary is primary again).
+    pub phase: String,
+    /// The primary switched away from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The instance switched to (also for a rolling update's switchover, whose `requested` keeps
+    /// the value handled before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// When the old primary was fenced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// What happened, or why the target was refused.
+    pub message: String,
 }
 
 /// The schema of `metav1.Condition` lists with the apiserver's own validation (k8s-openapi's schema

@@ -33,6 +33,7 @@ const RESERVED_PARAMETERS: &[&str] = &[
     "hot_standby",
     "wal_level",
     "password_encryption",
+    "synchronous_standby_names",
     CONFIG_HASH_PARAMETER,
 ];
 
@@ -57,6 +58,9 @@ pub struct ValidSpec {
     pub app_secret_name: Option<String>,
     /// The backup configuration, if backups are asked for.
     pub backup: Option<ValidBackup>,
+    /// How many standbys confirm each commit (`spec.synchronousReplicas`), below `replicas`
+    /// (or anything while hibernated).
+    pub synchronous_replicas: i32,
 }
 
 /// A PostgreSQL version as `major` or `major.minor`.
@@ -216,6 +220,16 @@ pub enum SpecError {
         /// The version the spec asks for.
         desired: String,
     },
+    /// `synchronousReplicas` is negative, or not below `replicas`.
+    #[error(
+        "spec.synchronousReplicas {requested} is out of range: it must be at least 0 and less than spec.replicas ({replicas})"
+    )]
+    SynchronousReplicasOutOfRange {
+        /// `spec.synchronousReplicas`.
+        requested: i32,
+        /// `spec.replicas`.
+        replicas: i32,
+    },
     /// `spec.backup`, `spec.backupSchedule` or `spec.bootstrap` cannot be acted on.
     #[error(transparent)]
     Backup(#[from] BackupSpecError),
@@ -239,6 +253,13 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
             return Err(SpecError::ReservedParameter(name.clone()));
         }
     }
+    let synchronous_replicas = spec.synchronous_replicas.unwrap_or(0);
+    if synchronous_replicas < 0 || (spec.replicas > 0 && synchronous_replicas >= spec.replicas) {
+        return Err(SpecError::SynchronousReplicasOutOfRange {
+            requested: synchronous_replicas,
+            replicas: spec.replicas,
+        });
+    }
     let resources = spec.resources.clone().unwrap_or_else(default_resources);
     for (kind, quantities) in [("requests", &resources.requests), ("limits", &resources.limits)] {
         for (name, value) in quantities.iter().flatten() {
@@ -257,6 +278,7 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
         pvc_retention: spec.pvc_retention.unwrap_or_default(),
         app_secret_name: spec.app_secret_name.clone(),
         backup: validate_backup(spec)?,
+        synchronous_replicas,
     })
 }
 
@@ -318,6 +340,20 @@ mod tests {
         assert_eq!(valid.version.as_str(), "15.4");
         assert_eq!(valid.storage.bytes(), 1 << 30);
         assert_eq!(valid.storage.as_str(), "1Gi");
+    }
+
+    #[test]
+    fn synchronous_replicas_stay_below_the_instances_except_while_hibernated() {
+        let with = |replicas: i32, synchronous: i32| {
+            let mut spec = spec(replicas, "15.4", "1Gi");
+            spec.synchronous_replicas = Some(synchronous);
+            validate_spec(&spec).map(|v| v.synchronous_replicas)
+        };
+        assert_eq!(with(3, 2), Ok(2));
+        assert_eq!(with(0, 2), Ok(2), "hibernating keeps the setting");
+        assert_eq!(with(3, 3), Err(SpecError::SynchronousReplicasOutOfRange { requested: 3, replicas: 3 }));
+        assert!(with(1, -1).unwrap_err().to_string().contains("spec.synchronousReplicas -1"));
+        assert_eq!(validate_spec(&spec(3, "15.4", "1Gi")).map(|v| v.synchronous_replicas), Ok(0));
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!    the ones dropped before them are counted ([`CauseLog::more`]); nothing is lost silently.
 //! 3. A pass takes the causes recorded up to its start; a cause recorded during the pass belongs
 //!    to the next one. A timer's cause (a `RequeueAfter`, a retry) stays pending until its timer
-//!    can have fired: a watch event's pass before that does not take it.
+//!    can have fired: a watch event's pass before that does not take it. The queue keeps only a
+//!    key's earliest timer, so a timer cause recorded while an earlier one is pending is due with
+//!    it: the pass that timer starts takes them all.
 //! 4. The trigger of a pass is its oldest kept cause and the count of the others
 //!    ([`CauseLog::trigger`]): `"StatefulSet default/pg modified rv=4312" (+2)`.
 //! 5. Switched off ([`Causes::disabled`]), recording costs a branch: no cause is built, nothing is
@@ -265,8 +267,11 @@ impl Causes {
         if !self.enabled {
             return;
         }
-        let cause = PendingCause { cause: cause(), due };
         let mut pending = self.pending.entry(key.clone()).or_default();
+        // The queue fires a key's earliest timer only (rule 3): a later one is due with it.
+        let earliest = pending.causes.iter().filter_map(|c| c.due).min();
+        let due = due.map(|due| earliest.map_or(due, |earliest| earliest.min(due)));
+        let cause = PendingCause { cause: cause(), due };
         if pending.causes.len() == KEPT_CAUSES {
             pending.causes.pop_front();
             pending.more += 1;
@@ -437,6 +442,31 @@ mod tests {
         tokio::time::advance(Duration::from_secs(30)).await;
         let later = causes.take(&key(), Instant::now());
         assert_eq!(later.kept, [Cause::RequeueAfter(Duration::from_secs(30))]);
+        assert!(causes.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule3_timer_causes_are_due_with_the_earliest_pending_timer() {
+        // Passes started by watch events, each asking to run again in 10 s: the queue keeps the
+        // first timer only, so the pass it starts is the answer to all of them.
+        let causes = Causes::enabled();
+        let requeue = || Cause::RequeueAfter(Duration::from_secs(10));
+        for rv in 0..KEPT_CAUSES + 2 {
+            causes.record(&key(), Some(Instant::now() + Duration::from_secs(10)), requeue);
+            causes.record(&key(), None, || Cause::Watch(event("pg", &rv.to_string())));
+            let watch = causes.take(&key(), Instant::now());
+            assert_eq!(watch.kept.last(), Some(&Cause::Watch(event("pg", &rv.to_string()))));
+            assert!(!watch.kept.contains(&requeue()), "no timer is due yet");
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        // The first timer fires: its pass says why, though the first request was dropped from
+        // the bounded log long ago.
+        tokio::time::advance(Duration::from_secs(10) - Duration::from_millis(100) * (KEPT_CAUSES as u32 + 2))
+            .await;
+        let timer = causes.take(&key(), Instant::now());
+        // The last requests, as many as fit beside each watch event's cause.
+        assert_eq!(timer.kept, vec![requeue(); KEPT_CAUSES - 1]);
+        assert_eq!(timer.trigger().to_string(), format!("\"requeue after 10s\" (+{})", KEPT_CAUSES - 2));
         assert!(causes.is_empty());
     }
 

@@ -9,7 +9,8 @@
 //! server only reads. Times are rendered as RFC 3339 wall-clock instants plus seconds relative to
 //! now, so a reader sees both "when" and "how long".
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -142,8 +143,56 @@ impl ControllerProbe {
         Some((report, passes))
     }
 
+    /// The `limit` passes that ended last, across every key, newest first (a bounded heap: with
+    /// many keys this reads each key's history only while it still has newer passes than the
+    /// oldest kept).
+    pub fn latest_passes(&self, limit: usize) -> Vec<(ObjectKey, PassRecord)> {
+        let mut latest: BinaryHeap<Reverse<Latest>> = BinaryHeap::with_capacity(limit + 1);
+        for entry in self.passes.iter() {
+            for pass in entry.value().iter().rev() {
+                let older = latest.peek().is_some_and(|Reverse(oldest)| oldest.finished >= pass.finished);
+                if limit == 0 || (latest.len() == limit && older) {
+                    break;
+                }
+                let (key, pass) = (entry.key().clone(), pass.clone());
+                latest.push(Reverse(Latest { finished: pass.finished, key, pass }));
+                if latest.len() > limit {
+                    latest.pop();
+                }
+            }
+        }
+        latest.into_sorted_vec().into_iter().map(|Reverse(l)| (l.key, l.pass)).collect()
+    }
+
     fn empty_report(&self, key: ObjectKey) -> KeyReport {
         KeyReport { key, queue: None, last: None, pending: CauseLog::default() }
+    }
+}
+
+/// A pass ordered by when it ended, for [`ControllerProbe::latest_passes`].
+struct Latest {
+    finished: Instant,
+    key: ObjectKey,
+    pass: PassRecord,
+}
+
+impl PartialEq for Latest {
+    fn eq(&self, other: &Self) -> bool {
+        self.finished == other.finished
+    }
+}
+
+impl Eq for Latest {}
+
+impl PartialOrd for Latest {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Latest {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.finished.cmp(&other.finished)
     }
 }
 
@@ -279,6 +328,25 @@ impl Introspection {
         (!controllers.is_empty()).then(|| KeyHistoryReport { now: clock.wall.to_string(), controllers })
     }
 
+    /// Per controller, the `limit` passes that ended last across its keys, newest first (the
+    /// live page's timeline).
+    pub fn latest_passes(&self, limit: usize) -> Vec<LatestPasses> {
+        let clock = Clock::now();
+        self.registered
+            .controllers
+            .read()
+            .iter()
+            .map(|probe| LatestPasses {
+                controller: probe.name().to_string(),
+                passes: probe
+                    .latest_passes(limit)
+                    .iter()
+                    .map(|(key, pass)| (key.to_string(), PassView::of(pass, &clock)))
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// The `/debug/cache` document: per informer, its figures.
     pub fn cache_report(&self) -> CacheReport {
         let informers = self
@@ -315,6 +383,15 @@ pub struct ControllerReport {
     pub controller: String,
     /// Every key its queue tracks or that had a pass, sorted.
     pub keys: Vec<KeyView>,
+}
+
+/// One controller's latest passes across its keys, newest first, each with its key.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatestPasses {
+    /// The controller's name.
+    pub controller: String,
+    /// (key, pass), newest first.
+    pub passes: Vec<(String, PassView)>,
 }
 
 /// The `/debug/queue/<namespace>/<name>` document.

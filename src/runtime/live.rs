@@ -8,8 +8,9 @@
 //!
 //! It stays usable with many keys: the counts are aggregated, the keys come one page
 //! ([`PAGE_SIZE`]) at a time, filtered by a substring and a state (`?filter=…&state=…&page=…`), and
-//! the timeline holds the [`TIMELINE`] latest passes only. The snapshot is a pure function of the
-//! `/debug/queue` and `/debug/cache` reports ([`live_snapshot`]).
+//! the timeline holds the [`TIMELINE`] latest passes (of any keys) only. The snapshot is a pure
+//! function of the `/debug/queue` and `/debug/cache` reports and the latest passes
+//! ([`live_snapshot`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -22,7 +23,7 @@ use hyper::body::Frame;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::runtime::introspection::{CacheReport, Introspection, KeyView, QueueReport};
+use crate::runtime::introspection::{CacheReport, Introspection, KeyView, LatestPasses, QueueReport};
 
 /// The page, as served.
 ///
@@ -135,6 +136,8 @@ pub struct LiveController {
     pub matching: usize,
     /// The page shown.
     pub page: usize,
+    /// How many pages the matching keys fill (at least 1).
+    pub pages: usize,
     /// The keys of that page, processing first, then queued, waiting, idle.
     pub keys: Vec<KeyView>,
     /// The latest passes, newest first.
@@ -146,6 +149,8 @@ pub struct LiveController {
 pub struct LiveWorker {
     /// The key it processes.
     pub key: String,
+    /// Since when (RFC 3339): the page counts up from it between snapshots.
+    pub since: Option<String>,
     /// For how long, in seconds.
     pub seconds: f64,
 }
@@ -161,6 +166,8 @@ pub struct LivePass {
     pub trigger: String,
     /// The error, if it failed.
     pub error: Option<String>,
+    /// When it ended (RFC 3339).
+    pub finished: String,
     /// Seconds since it ended.
     pub finished_seconds_ago: f64,
     /// How long it took.
@@ -186,11 +193,13 @@ fn state_rank(state: &str) -> u8 {
     }
 }
 
-/// The snapshot of `queue` and `cache` for `query`; `previous` (the last snapshot's cache report
-/// and how long ago it was taken) gives the events per second.
+/// The snapshot of `queue`, `cache` and each controller's `latest` passes for `query`;
+/// `previous` (the last snapshot's cache report and how long ago it was taken) gives the events
+/// per second.
 pub fn live_snapshot(
     queue: &QueueReport,
     cache: &CacheReport,
+    latest: &[LatestPasses],
     previous: Option<(&CacheReport, Duration)>,
     query: &LiveQuery,
 ) -> LiveSnapshot {
@@ -227,6 +236,7 @@ pub fn live_snapshot(
                 .filter(|k| k.state == "processing")
                 .map(|k| LiveWorker {
                     key: k.key.clone(),
+                    since: k.processing_since.clone(),
                     seconds: k.processing_since_seconds_ago.unwrap_or(0.0),
                 })
                 .collect();
@@ -240,19 +250,17 @@ pub fn live_snapshot(
             matching.sort_by_key(|k| state_rank(k.state));
             let keys =
                 matching.iter().skip(query.page * PAGE_SIZE).take(PAGE_SIZE).map(|k| (*k).clone()).collect();
-            let mut timeline: Vec<LivePass> = controller
-                .keys
-                .iter()
-                .filter_map(|k| {
-                    let pass = k.last_pass.as_ref()?;
-                    Some(LivePass {
-                        key: k.key.clone(),
-                        result: pass.result.as_str().to_owned(),
-                        trigger: pass.trigger.clone(),
-                        error: pass.error.clone(),
-                        finished_seconds_ago: pass.finished_seconds_ago,
-                        took_seconds: pass.took_seconds,
-                    })
+            let passes = latest.iter().filter(|l| l.controller == controller.controller);
+            let mut timeline: Vec<LivePass> = passes
+                .flat_map(|l| &l.passes)
+                .map(|(key, pass)| LivePass {
+                    key: key.clone(),
+                    result: pass.result.as_str().to_owned(),
+                    trigger: pass.trigger.clone(),
+                    error: pass.error.clone(),
+                    finished: pass.finished.clone(),
+                    finished_seconds_ago: pass.finished_seconds_ago,
+                    took_seconds: pass.took_seconds,
                 })
                 .collect();
             timeline.sort_by(|a, b| a.finished_seconds_ago.total_cmp(&b.finished_seconds_ago));
@@ -263,6 +271,7 @@ pub fn live_snapshot(
                 workers,
                 matching: matching.len(),
                 page: query.page,
+                pages: matching.len().div_ceil(PAGE_SIZE).max(1),
                 keys,
                 timeline,
             }
@@ -287,6 +296,7 @@ pub fn live_stream(
         let snapshot = live_snapshot(
             &view.queue_report(),
             &cache,
+            &view.latest_passes(TIMELINE),
             previous.as_ref().map(|(before, at)| (before, now - *at)),
             &query,
         );
@@ -345,15 +355,23 @@ mod tests {
         }
     }
 
+    /// Each key's last pass, as the controller's latest passes.
+    fn latest(queue: &QueueReport) -> Vec<LatestPasses> {
+        let keys = &queue.controllers[0].keys;
+        let passes = keys.iter().filter_map(|k| Some((k.key.clone(), k.last_pass.clone()?))).collect();
+        vec![LatestPasses { controller: "databasecluster".into(), passes }]
+    }
+
     #[test]
     fn ten_thousand_keys_are_counted_paged_and_the_timeline_bounded() {
         let queue = report(10_000);
         let cache = CacheReport { informers: Vec::new() };
-        let snapshot = live_snapshot(&queue, &cache, None, &LiveQuery::default());
+        let snapshot = live_snapshot(&queue, &cache, &latest(&queue), None, &LiveQuery::default());
         let controller = &snapshot.controllers[0];
         assert_eq!(controller.by_state.values().sum::<usize>(), 10_000);
         assert_eq!(controller.by_state["processing"], 2_500);
         assert_eq!((controller.matching, controller.keys.len()), (10_000, PAGE_SIZE));
+        assert_eq!(controller.pages, 100);
         assert!(controller.keys.iter().all(|k| k.state == "processing"), "processing keys come first");
         assert_eq!(controller.timeline.len(), TIMELINE);
         assert_eq!(controller.timeline[0].key, "team-0/pg-0", "newest first");
@@ -367,13 +385,25 @@ mod tests {
         let cache = CacheReport { informers: Vec::new() };
         let query = LiveQuery::parse("filter=team-3%2Fpg-&state=waiting&page=0");
         assert_eq!((query.filter.as_str(), query.state.as_str()), ("team-3/pg-", "waiting"));
-        let snapshot = live_snapshot(&queue, &cache, None, &query);
+        let snapshot = live_snapshot(&queue, &cache, &latest(&queue), None, &query);
         let controller = &snapshot.controllers[0];
         assert!(controller.keys.iter().all(|k| k.key.starts_with("team-3/") && k.state == "waiting"));
-        assert_eq!(controller.matching, 50);
-        let second = live_snapshot(&queue, &cache, None, &LiveQuery { page: 9, ..LiveQuery::default() });
+        assert_eq!((controller.matching, controller.pages), (50, 1));
+        let second = live_snapshot(
+            &queue,
+            &cache,
+            &latest(&queue),
+            None,
+            &LiveQuery { page: 9, ..LiveQuery::default() },
+        );
         assert_eq!(second.controllers[0].keys.len(), PAGE_SIZE);
-        let past = live_snapshot(&queue, &cache, None, &LiveQuery { page: 10, ..LiveQuery::default() });
+        let past = live_snapshot(
+            &queue,
+            &cache,
+            &latest(&queue),
+            None,
+            &LiveQuery { page: 10, ..LiveQuery::default() },
+        );
         assert!(past.controllers[0].keys.is_empty());
         assert_eq!(LiveQuery::parse("page=x&filter=a+b%zz&other").filter, "a b%zz");
     }

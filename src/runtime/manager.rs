@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::access::AccessReview;
 use crate::runtime::introspection::Introspection;
 use crate::runtime::leader::{LeaderElector, LeaderError, LeaseConfig};
 use crate::runtime::metrics::Metrics;
@@ -54,6 +55,9 @@ pub struct ManagerConfig {
     pub leader_election: Option<LeaseConfig>,
     /// How long reconciles in flight may take after a signal.
     pub shutdown_timeout: Duration,
+    /// Serve `/metrics`, and `/debug/*` off loopback, only to requests the API server
+    /// authenticates and authorizes (TokenReview, SubjectAccessReview: `runtime::access`).
+    pub metrics_secure: bool,
 }
 
 /// What the workload receives: the client, what to watch, and where to report its informers,
@@ -189,6 +193,11 @@ impl Manager {
         tracing::info!(%metrics_addr, "serving /metrics");
         tracing::info!(%debug_addr, "serving /debug/queue and /debug/cache");
         tracing::info!(%health_addr, "serving /healthz and /readyz");
+        if config.metrics_secure {
+            tracing::info!(
+                "/metrics (and /debug/* off loopback) answer only authenticated, authorized requests (TokenReview, SubjectAccessReview)"
+            );
+        }
         Ok(Manager { client, config, metrics, view, listeners, metrics_addr, debug_addr, health_addr })
     }
 
@@ -210,7 +219,8 @@ impl Manager {
     {
         let Self { client, config, metrics, view, listeners, .. } = self;
         let servers = CancellationToken::new();
-        let state = ServerState { metrics: Arc::clone(&metrics), view: view.clone() };
+        let access = config.metrics_secure.then(|| Arc::new(AccessReview::new(client.clone())));
+        let state = ServerState { metrics: Arc::clone(&metrics), view: view.clone(), access };
         for (listener, endpoints) in listeners {
             tokio::spawn(server::serve(listener, endpoints, state.clone(), servers.clone()));
         }

@@ -7,6 +7,7 @@
 
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod access;
 pub mod cache;
 pub mod causes;
 pub mod client;

@@ -3,7 +3,10 @@
 //! live page `/debug/` with its event stream `/debug/live` (see `live`) for
 //! people and Prometheus, `/healthz` and `/readyz` for the kubelet. The three groups (metrics,
 //! debug, health) can listen on separate addresses ([`Endpoints`]), as controller-runtime's
-//! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do.
+//! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do. With an
+//! [`AccessReview`] (`run --metrics-secure`), a path is answered only to a bearer token the API
+//! server authenticates and whose user may `get` the path (see `access`), except the probes and,
+//! on a loopback listener, `/debug/*`: loopback is their protection ([`reviewed`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::ObjectKey;
+use crate::runtime::access::AccessReview;
 use crate::runtime::introspection::Introspection;
 use crate::runtime::live::{self, LiveQuery};
 use crate::runtime::metrics::Metrics;
@@ -67,6 +71,8 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     /// The registered informers and controllers.
     pub view: Introspection,
+    /// Who may read `/metrics` and `/debug/*`; `None`: anyone who can connect.
+    pub access: Option<Arc<AccessReview>>,
 }
 
 /// Serves `endpoints` on `listener` until `shutdown` is cancelled (connections in progress are
@@ -77,6 +83,7 @@ pub async fn serve(
     state: ServerState,
     shutdown: CancellationToken,
 ) {
+    let loopback = listener.local_addr().is_ok_and(|addr| addr.ip().is_loopback());
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -94,13 +101,8 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let (method, uri) = (request.method(), request.uri());
-                let response = if endpoints.debug && method == Method::GET && uri.path() == LIVE_STREAM {
-                    live_stream(&state.view, uri.query().unwrap_or_default())
-                } else {
-                    respond(method, uri.path(), endpoints, &state).map(BodyExt::boxed)
-                };
-                async move { Ok::<_, Infallible>(response) }
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(&request, endpoints, loopback, &state).await) }
             });
             let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -111,6 +113,36 @@ pub async fn serve(
             }
         });
     }
+}
+
+/// The answer to `request`: refused unless the access review (if any) lets it through, then the
+/// live stream or [`respond`]'s answer.
+async fn route<B>(
+    request: &Request<B>,
+    endpoints: Endpoints,
+    loopback: bool,
+    state: &ServerState,
+) -> Response<BoxBody<Bytes, Infallible>> {
+    let (method, path) = (request.method(), request.uri().path());
+    if let Some(access) = state.access.as_ref().filter(|_| reviewed(path, endpoints, loopback))
+        && let Err(denied) = access.check(request.headers(), path).await
+    {
+        return text(denied.status(), &format!("{denied}\n")).map(BodyExt::boxed);
+    }
+    if endpoints.debug && method == Method::GET && path == LIVE_STREAM {
+        live_stream(&state.view, request.uri().query().unwrap_or_default())
+    } else {
+        respond(method, path, endpoints, state).map(BodyExt::boxed)
+    }
+}
+
+/// Whether, with an access review, a request for `path` on a listener serving `endpoints` (on a
+/// loopback address or not) is reviewed: all but the kubelet's probes and, on loopback, `/debug/*`
+/// (`run` serves it there unless asked otherwise; reaching it takes `kubectl port-forward`).
+pub fn reviewed(path: &str, endpoints: Endpoints, loopback: bool) -> bool {
+    let probe = endpoints.health && matches!(path, "/healthz" | "/readyz");
+    let local_debug = loopback && path.starts_with("/debug/");
+    !probe && !local_debug
 }
 
 /// The live page's event stream (served by [`serve`], not [`respond`]: it does not end).
@@ -194,7 +226,8 @@ mod tests {
 
     #[test]
     fn each_group_serves_only_its_own_paths() {
-        let state = ServerState { metrics: Arc::new(Metrics::new()), view: Introspection::new() };
+        let state =
+            ServerState { metrics: Arc::new(Metrics::new()), view: Introspection::new(), access: None };
         let status =
             |path: &str, endpoints: Endpoints| respond(&Method::GET, path, endpoints, &state).status();
         assert_eq!(status("/metrics", Endpoints::METRICS), StatusCode::OK);
@@ -208,5 +241,19 @@ mod tests {
         assert_eq!(status("/debug/queue/default/unknown", Endpoints::METRICS), StatusCode::NOT_FOUND);
         assert_eq!(status("/debug/", Endpoints::DEBUG), StatusCode::OK);
         assert_eq!(status("/debug/", Endpoints::METRICS), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn the_access_review_covers_all_but_the_probes_and_debug_on_loopback() {
+        let shared = Endpoints::ALL;
+        assert!(reviewed("/metrics", shared, true), "/metrics, even on loopback");
+        assert!(reviewed("/metrics", Endpoints::METRICS, false));
+        assert!(!reviewed("/healthz", shared, false) && !reviewed("/readyz", Endpoints::HEALTH, false));
+        assert!(reviewed("/healthz", Endpoints::METRICS, false), "not a probe where none is served");
+        for path in ["/debug/", "/debug/queue", "/debug/live", "/debug/queue/default/pg"] {
+            assert!(!reviewed(path, Endpoints::DEBUG, true), "{path} on loopback");
+            assert!(reviewed(path, Endpoints::DEBUG, false), "{path} exposed");
+        }
+        assert!(reviewed("/debugger", Endpoints::DEBUG, true) && reviewed("/nope", shared, true));
     }
 }

@@ -68,6 +68,36 @@ pub fn allows(store: &Store, user: &User, attributes: &Attributes) -> bool {
         })
 }
 
+/// Which ClusterRoleBinding lets `user` do `verb` on the non-resource URL `path` (`/metrics`), as
+/// RBAC's reason says it; `None` if none does. Only ClusterRoles bound cluster-wide grant
+/// non-resource URLs; a rule's URL matches exactly, or by prefix if it ends in `*`.
+pub fn allows_non_resource(store: &Store, user: &User, verb: &str, path: &str) -> Option<String> {
+    let url_matches = |url: &str| match url.strip_suffix('*') {
+        Some(prefix) => path.starts_with(prefix),
+        None => url == path,
+    };
+    let rule_allows = |rule: &Value| {
+        let listed = |field: &str, wanted: &dyn Fn(&str) -> bool| {
+            rule[field].as_array().into_iter().flatten().filter_map(Value::as_str).any(wanted)
+        };
+        listed("verbs", &|v| v == "*" || v == verb) && listed("nonResourceURLs", &url_matches)
+    };
+    store.list(&format!("clusterrolebindings.{RBAC}"), None).filter(|b| binds(b, user, None)).find_map(
+        |binding| {
+            let role_name = binding["roleRef"]["name"].as_str().unwrap_or_default();
+            let role = (binding["roleRef"]["kind"] == "ClusterRole")
+                .then(|| store.get(&format!("clusterroles.{RBAC}"), "", role_name))
+                .flatten()?;
+            role["rules"].as_array().into_iter().flatten().any(rule_allows).then(|| {
+                let binding_name = binding["metadata"]["name"].as_str().unwrap_or_default();
+                format!(
+                    "RBAC: allowed by ClusterRoleBinding \"{binding_name}\" of ClusterRole \"{role_name}\""
+                )
+            })
+        },
+    )
+}
+
 /// Whether a binding (a RoleBinding in `namespace`, or a ClusterRoleBinding) names the user.
 fn binds(binding: &Value, user: &User, namespace: Option<&str>) -> bool {
     binding["subjects"].as_array().into_iter().flatten().any(|subject| {

@@ -26,6 +26,8 @@ pub struct Cluster {
     pub log: RequestLog,
     /// The configuration the server was started with.
     pub config: SimConfig,
+    /// The bearer tokens TokenReviews authenticate.
+    pub tokens: crate::sim::reviews::Tokens,
     /// Cancelled when the server shuts down.
     pub shutdown: CancellationToken,
     /// The process kubelet's host side (its files, processes and pods' logs).
@@ -55,6 +57,7 @@ impl Cluster {
             state,
             log: RequestLog::default(),
             config,
+            tokens: Default::default(),
             shutdown: CancellationToken::new(),
             node: Arc::new(Node::default()),
             gc_wake: Notify::new(),

@@ -65,7 +65,7 @@ fn resource_entries(kind: &Kind) -> Vec<Value> {
         "singularName": kind.singular,
         "namespaced": kind.namespaced,
         "kind": kind.kind,
-        "verbs": VERBS,
+        "verbs": if crate::sim::reviews::is_review(kind) { &["create"][..] } else { VERBS },
     });
     if !kind.short_names.is_empty() {
         main["shortNames"] = json!(kind.short_names);

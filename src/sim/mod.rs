@@ -8,7 +8,8 @@
 //! built-in defaults (`defaults`), custom-resource schemas ([`schema`], via `admission`), the
 //! optional `OwnerReferencesPermissionEnforcement` plugin (`owner_references`, asking an RBAC
 //! `authorizer` over the stored roles about impersonated users) and the patch formats (`patch`,
-//! `apply`) on the way. OpenAPI v3 (`openapi`) publishes the CRDs' schemas. Background tasks: garbage collection (`gc`) and
+//! `apply`) on the way; TokenReviews and SubjectAccessReviews (`reviews`) over that authorizer and
+//! the tokens [`SimServer::issue_token`] issues. OpenAPI v3 (`openapi`) publishes the CRDs' schemas. Background tasks: garbage collection (`gc`) and
 //! the simulated kubelet, StatefulSet, Job and CronJob controllers (`controllers`). Tests steer
 //! faults through [`Faults`] and read the [`RequestRecord`] log. The `demo` command (`cli::demo`)
 //! prints its live table with kubectl's [`json_path`] and [`age`].
@@ -37,6 +38,7 @@ mod owner_references;
 mod patch;
 mod request_log;
 mod resources;
+mod reviews;
 mod route;
 pub mod schema;
 mod selectors;
@@ -197,6 +199,14 @@ impl SimServer {
         let value = http::HeaderValue::from_str(user).expect("a user name is a valid header value");
         config.headers.push((http::HeaderName::from_static("impersonate-user"), value));
         kube::Client::try_from(config).expect("a plain-HTTP kube config builds a client")
+    }
+
+    /// A bearer token that this server's TokenReviews authenticate as `user` (with `groups`, and
+    /// those the apiserver adds: `system:authenticated`, a ServiceAccount's own), as a
+    /// ServiceAccount token is on a real cluster (see `reviews`).
+    pub fn issue_token(&self, user: &str, groups: &[&str]) -> String {
+        let groups = groups.iter().map(|g| (*g).to_owned()).collect();
+        self.cluster.tokens.issue(authorizer::User::new(user, groups))
     }
 
     /// Every authorization the admission plugins asked for (see

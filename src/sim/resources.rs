@@ -115,6 +115,9 @@ const BUILT_INS: &[BuiltIn] = &[
     ("batch", "v1", "CronJob", "cronjobs", true, &["cj"], true),
     ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], true),
     ("coordination.k8s.io", "v1", "Lease", "leases", true, &[], false),
+    // Create-only reviews (`reviews`): nothing stored, the answer in the response.
+    ("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", false, &[], false),
+    ("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", false, &[], false),
     ("events.k8s.io", "v1", "Event", "events", true, &["ev"], false),
     (
         "apiextensions.k8s.io",

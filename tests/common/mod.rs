@@ -125,6 +125,39 @@ pub fn is_write(record: &RequestRecord) -> bool {
     matches!(record.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
 }
 
+/// The manager's configuration for a test: every endpoint on a free loopback port, 2 workers, no
+/// leader election, 10 s to shut down, endpoints open (`metrics_secure` off).
+pub fn local_manager_config() -> dbcluster_operator::runtime::manager::ManagerConfig {
+    let local: std::net::SocketAddr = "127.0.0.1:0".parse().expect("a loopback address");
+    dbcluster_operator::runtime::manager::ManagerConfig {
+        namespace: None,
+        workers: 2,
+        metrics_addr: local,
+        debug_addr: local,
+        health_addr: local,
+        leader_election: None,
+        shutdown_timeout: Duration::from_secs(10),
+        metrics_secure: false,
+    }
+}
+
+/// Creates every object of a multi-document manifest (`manifests/rbac.yaml`).
+pub async fn create_all(client: &Client, yaml: &str) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for document in serde_saphyr::from_multiple::<serde_json::Value>(yaml).unwrap() {
+        let api_version = document["apiVersion"].as_str().unwrap();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, document["kind"].as_str().unwrap());
+        let resource = ApiResource::from_gvk(&gvk);
+        let object: DynamicObject = serde_json::from_value(document).unwrap();
+        let api: Api<DynamicObject> = match &object.metadata.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+}
+
 /// Creates (or replaces) the CRD.
 pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -407,9 +440,29 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String, S
 /// [`http_get`] that answers `None` instead of failing the test when the connection is refused
 /// or closed without an answer (a Service forwarder with no ready endpoint yet).
 pub async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String, String)> {
+    try_http_get_with(addr, path, None).await
+}
+
+/// [`http_get`] with `Authorization: Bearer <token>` when a token is given.
+pub async fn http_get_as(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String, String) {
+    try_http_get_with(addr, path, token)
+        .await
+        .unwrap_or_else(|| panic!("GET {path} on {addr} got no HTTP answer"))
+}
+
+async fn try_http_get_with(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Option<(u16, String, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    let authorization = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{authorization}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut raw = String::new();
     stream.read_to_string(&mut raw).await.ok()?;

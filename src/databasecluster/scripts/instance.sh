@@ -11,7 +11,9 @@
 #                       that last ran as a primary (no standby.signal) while the record names
 #                       another instance is rewound (pg_rewind) against the recorded primary once
 #                       that one accepts writes (or re-cloned when the rewind fails): it never
-#                       starts as a second primary. Idempotent: data already in its role is kept.
+#                       starts as a second primary. Data shut down cleanly as primary while the
+#                       recorded primary is not promoted yet (a switchover) starts as its standby
+#                       at once, without a rewind. Idempotent: data already in its role is kept.
 #   instance.sh run     (main container) the same preparation as init (a container restart does
 #                       not rerun init containers), then start postgres, apply the passwords of the
 #                       mounted Secrets on the primary, and turn SIGTERM into a fast shutdown.
@@ -82,6 +84,9 @@ replication_conninfo() {
 
 local_sysid() { pg_controldata "$PGDATA" | sed -n 's/^Database system identifier: *//p'; }
 
+# "shut down" after a clean shutdown out of recovery ("in production" after a crash).
+cluster_state() { pg_controldata "$PGDATA" | sed -n 's/^Database cluster state: *//p'; }
+
 # The recorded primary as the superuser (pg_rewind's source).
 superuser_conninfo() {
     echo "host=$(primary_host) port=$DBC_PORT user=$(secret superuser username) dbname=postgres passfile=$PGPASSFILE connect_timeout=5"
@@ -138,7 +143,15 @@ init_standby() {
             log "primary unreachable: keeping the data (system identifier $mine)"
         fi
     fi
-    if has_data && [ ! -f "$PGDATA/standby.signal" ]; then rejoin; fi
+    if has_data && [ ! -f "$PGDATA/standby.signal" ]; then
+        if [ "$(cluster_state)" = "shut down" ] && ! primary_writable; then
+            # A switchover: the operator promotes the recorded instance only once it has replayed
+            # this data's shutdown checkpoint, so this data is an ancestor of its new timeline.
+            log "shut down cleanly as primary while $(primary_host) is not promoted yet (a switchover): starting as its standby without a rewind"
+        else
+            rejoin
+        fi
+    fi
     until has_data; do
         log "cloning $(primary_host) over slot $(slot_name)"
         rm -rf "$PGDATA.new"
@@ -182,9 +195,11 @@ init() { prepare; }
 psql_local() { psql -X -v ON_ERROR_STOP=1 -h "$DBC_RUN" -p "$DBC_PORT" -U "$(secret superuser username)" -d postgres "$@"; }
 
 # Makes the database accept exactly the passwords of the mounted Secrets (the passwords go through
-# psql's stdin and \set, never a command line, and are kept out of the server log).
+# psql's stdin and \set, never a command line, and are kept out of the server log). Commits are
+# local: with synchronous replication no standby can stream before the replication role exists.
 apply_credentials() {
     psql_local -q <<SQL
+SET synchronous_commit = 'local';
 SET log_statement = 'none';
 SET log_min_error_statement = 'panic';
 SET log_min_duration_statement = -1;

@@ -183,6 +183,13 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
     if let Some(code) = subresource_failure.or_else(|| cluster.faults.take_failure(&target.kind.plural)) {
         return Err(ApiError::injected(code));
     }
+    if crate::sim::reviews::is_review(&target.kind) {
+        let body = read_body(req).await?;
+        let (code, review) = cluster.read(|s| {
+            crate::sim::reviews::respond(&s.store, &cluster.tokens, &target.kind, verb.as_str(), &body)
+        })?;
+        return Ok(json_response(code, &review));
+    }
     if target.kind.group.is_empty()
         && target.kind.plural == "pods"
         && target.subresource.as_deref() == Some("log")
@@ -209,12 +216,7 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
     let (accept, content_type, user_agent) =
         (header(header::ACCEPT), header(header::CONTENT_TYPE), header(header::USER_AGENT));
     let user = impersonated(req.headers());
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
-        .to_bytes();
+    let body = read_body(req).await?;
     let call = Call { target, query, accept, content_type, user_agent, user, body };
     if call.target.subresource.as_deref() == Some("scale") {
         let how = match verb {
@@ -242,6 +244,12 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
         Verb::Delete => write::delete(&cluster, &call),
         Verb::DeleteCollection => write::delete_collection(&cluster, &call),
     }
+}
+
+/// The request's whole body.
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let collected = req.into_body().collect().await;
+    Ok(collected.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?.to_bytes())
 }
 
 /// The user a request is made as: `Impersonate-User` with its `Impersonate-Group`s (the

@@ -1,0 +1,131 @@
+//! Switching over (the I/O of [`super::switchover`]): fencing the old primary, promoting the
+//! target once it holds all of the old primary's WAL, then finishing, or aborting. Each call is
+//! one pass's step; a failure is logged and the next pass decides again from what it observes.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+
+use super::events::{EventNote, EventType};
+use super::instances::{Target, checkpoint, connect, promote};
+use super::promotion::{set_role_label, write_record};
+use super::reconcile::Context;
+use super::resources::Owner;
+use super::services::{ROLE_PRIMARY, ROLE_REPLICA};
+use super::switchover::{Step, phase, record};
+use super::types::{DatabaseCluster, SwitchoverStatus};
+use super::validation::ValidSpec;
+
+/// Where a switchover from `old` to `new` stands.
+#[derive(Debug)]
+pub struct Switch<'a> {
+    /// The primary being demoted.
+    pub old: &'a str,
+    /// The standby becoming the primary.
+    pub new: &'a str,
+}
+
+/// Starts a switchover: step 2 of [`super::switchover`], when the old primary can be reached at
+/// `login` (its superuser): Event `SwitchingOver`, `CHECKPOINT`, its label, and the record naming
+/// `new` with `old` demoting. Once the record is written, the `status.switchover` record, about the
+/// spec value `requested`, its message starting with `why`.
+#[allow(clippy::too_many_arguments)]
+pub async fn begin(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    pods: &Api<Pod>,
+    switch: &Switch<'_>,
+    login: Option<&Target>,
+    requested: &str,
+    why: &str,
+) -> Option<SwitchoverStatus> {
+    let login = login?;
+    let Switch { old, new } = *switch;
+    tracing::info!(%old, %new, "switchover: fencing the primary");
+    let note = format!(
+        "switching over from {old} to {new}: {old} stops cleanly, {new} is promoted once it has replayed all of {old}'s WAL"
+    );
+    ctx.events
+        .publish(cluster, &EventNote::new(EventType::Normal, phase::SWITCHING_OVER, "Switchover", note))
+        .await;
+    let result = async { checkpoint(&connect(login).await?, login).await }.await;
+    if let Err(error) = result {
+        tracing::warn!(%old, %error, "switchover: CHECKPOINT failed; the shutdown checkpoint will take longer");
+    }
+    set_role_label(pods, old, ROLE_REPLICA).await;
+    if let Err(error) = write_record(ctx, owner, spec, new, Some(old)).await {
+        tracing::warn!(%new, %error, "switchover: could not record the new primary; retrying on the next pass");
+        return None;
+    }
+    let now = Timestamp::now();
+    let started = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let message = format!("{why}switching over from {old} to {new}");
+    Some(record(requested, phase::SWITCHING_OVER, Some((old, new)), Some(started), message))
+}
+
+/// Steps 3 and 4, or the abort, as [`super::switchover::next_step`] said (`step`); `login` is
+/// the superuser's login to `new`. Whether the switchover is over (completed or aborted).
+#[allow(clippy::too_many_arguments)]
+pub async fn advance(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    pods: &Api<Pod>,
+    switch: &Switch<'_>,
+    step: Step,
+    login: Option<&Target>,
+) -> Option<&'static str> {
+    let Switch { old, new } = *switch;
+    match step {
+        Step::Wait => None,
+        Step::Promote => {
+            let login = login?;
+            tracing::info!(%old, %new, "switchover: the target has replayed the old primary's WAL; promoting it");
+            match async { promote(&connect(login).await?, login).await }.await {
+                Ok(true) => complete(ctx, cluster, owner, spec, pods, switch).await,
+                Ok(false) => None,
+                Err(error) => {
+                    tracing::warn!(%new, %error, "switchover: could not promote; retrying on the next pass");
+                    None
+                }
+            }
+        }
+        Step::Finish => complete(ctx, cluster, owner, spec, pods, switch).await,
+        Step::Abort => {
+            tracing::warn!(%old, %new, "switchover: timed out; naming the old primary again");
+            write_record(ctx, owner, spec, old, None).await.ok()?;
+            let note = format!("{new} did not catch up with {old} in time: {old} is the primary again");
+            ctx.events
+                .publish(
+                    cluster,
+                    &EventNote::new(EventType::Warning, "SwitchoverAborted", "Switchover", note),
+                )
+                .await;
+            Some(phase::ABORTED)
+        }
+    }
+}
+
+async fn complete(
+    ctx: &Context,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    pods: &Api<Pod>,
+    switch: &Switch<'_>,
+) -> Option<&'static str> {
+    let Switch { old, new } = *switch;
+    set_role_label(pods, new, ROLE_PRIMARY).await;
+    if let Err(error) = write_record(ctx, owner, spec, new, None).await {
+        tracing::warn!(%new, %error, "switchover: could not clear the demoting record; retrying on the next pass");
+        return None;
+    }
+    tracing::info!(%old, %new, "switchover: done");
+    let note = format!("{new} is the primary in place of {old}; no transaction was lost");
+    ctx.events.publish(cluster, &EventNote::new(EventType::Normal, "SwitchedOver", "Switchover", note)).await;
+    Some(phase::COMPLETED)
+}
