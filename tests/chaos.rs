@@ -25,6 +25,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -60,6 +61,21 @@ const INFORMERS: u64 = 11;
 const WORKERS: u64 = 4;
 /// How long (simulated) the operators are watched at rest.
 const REST: Duration = Duration::from_secs(60);
+
+/// LIST requests the test itself made (the operators' are compared with the log's).
+static OWN_LISTS: AtomicU64 = AtomicU64::new(0);
+
+/// Lists every `K` in `default`, counted in [`OWN_LISTS`].
+async fn list<K>(cluster: &TestCluster) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    OWN_LISTS.fetch_add(1, Ordering::Relaxed);
+    cluster.api::<K>().list(&ListParams::default()).await.expect("list").items
+}
 
 fn name(i: usize) -> String {
     format!("chaos-{i}")
@@ -244,7 +260,7 @@ where
 {
     let by_uid: HashMap<&str, &str> = uids.iter().map(|(n, u)| (u.as_str(), n.as_str())).collect();
     let mut found: HashMap<String, Vec<String>> = HashMap::new();
-    for object in cluster.api::<K>().list(&ListParams::default()).await.expect("list children").items {
+    for object in list::<K>(cluster).await {
         let meta = object.meta();
         for owner in meta.owner_references.iter().flatten().filter(|o| o.kind == "DatabaseCluster") {
             let name = meta.name.clone().unwrap_or_default();
@@ -274,7 +290,7 @@ async fn all_children(
 
 /// The data of every Secret the clusters own, by name.
 async fn secret_data(cluster: &TestCluster) -> BTreeMap<String, BTreeMap<String, Vec<u8>>> {
-    let secrets = cluster.api::<Secret>().list(&ListParams::default()).await.expect("list secrets").items;
+    let secrets = list::<Secret>(cluster).await;
     secrets
         .into_iter()
         .filter(|s| s.metadata.owner_references.iter().flatten().any(|o| o.kind == "DatabaseCluster"))
@@ -285,21 +301,16 @@ async fn secret_data(cluster: &TestCluster) -> BTreeMap<String, BTreeMap<String,
         .collect()
 }
 
-/// Lists the clusters, counting the request (the operators' LISTs are compared with the log).
-async fn list_clusters(api: &Api<DatabaseCluster>, own_lists: &mut u64) -> Vec<DatabaseCluster> {
-    *own_lists += 1;
+/// Lists the clusters, counted in [`OWN_LISTS`].
+async fn list_clusters(api: &Api<DatabaseCluster>) -> Vec<DatabaseCluster> {
+    OWN_LISTS.fetch_add(1, Ordering::Relaxed);
     api.list(&ListParams::default()).await.expect("list clusters").items
 }
 
-async fn await_converged(
-    api: &Api<DatabaseCluster>,
-    wanted: &HashMap<String, Wanted>,
-    own_lists: &mut u64,
-    what: &str,
-) {
+async fn await_converged(api: &Api<DatabaseCluster>, wanted: &HashMap<String, Wanted>, what: &str) {
     let polling = async {
         loop {
-            let list = list_clusters(api, own_lists).await;
+            let list = list_clusters(api).await;
             let behind: Vec<&str> = list
                 .iter()
                 .filter(|c| {
@@ -326,7 +337,6 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     let mut rng = StdRng::seed_from_u64(seed);
     let cluster = TestCluster::start().await;
     let api = cluster.clusters();
-    let mut own_lists = 0u64;
     let mut ended = Figures::default();
     let mut leader = Replica::start(&cluster, "replica-0");
     leader.leads().await;
@@ -342,9 +352,9 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
         api.create(&PostParams::default(), &c).await.expect("create a cluster");
         wanted.insert(name(i), w);
     }
-    await_converged(&api, &wanted, &mut own_lists, &format!("seed {seed}: every cluster Running")).await;
+    await_converged(&api, &wanted, &format!("seed {seed}: every cluster Running")).await;
     println!("seed {seed}: {CLUSTERS} clusters Running after {:.1?} of real time", started.elapsed());
-    let uids: HashMap<String, String> = list_clusters(&api, &mut own_lists)
+    let uids: HashMap<String, String> = list_clusters(&api)
         .await
         .into_iter()
         .map(|c| (c.metadata.name.unwrap_or_default(), c.metadata.uid.unwrap_or_default()))
@@ -402,13 +412,7 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     cluster.sim.faults().clear();
     leader.leads().await;
 
-    await_converged(
-        &api,
-        &wanted,
-        &mut own_lists,
-        &format!("seed {seed}: every cluster converged to its last spec"),
-    )
-    .await;
+    await_converged(&api, &wanted, &format!("seed {seed}: every cluster converged to its last spec")).await;
     println!("seed {seed}: converged after {:.1?} of real time", started.elapsed());
     let deleted_uids: BTreeSet<&str> = deleted.iter().map(|n| uids[n].as_str()).collect();
     let children_gone = async {
@@ -428,8 +432,8 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     .await;
     let writes_during = operator_writes(&cluster) - writes_before;
 
-    let statefulsets = cluster.api::<StatefulSet>().list(&ListParams::default()).await.expect("list").items;
-    let config_maps = cluster.api::<ConfigMap>().list(&ListParams::default()).await.expect("list").items;
+    let statefulsets = list::<StatefulSet>(&cluster).await;
+    let config_maps = list::<ConfigMap>(&cluster).await;
     for (name, w) in &wanted {
         let sts = statefulsets.iter().find(|s| s.metadata.name.as_deref() == Some(name));
         let sts_spec = sts
@@ -490,7 +494,7 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     // never read), and, per worker, a failed pass not yet counted.
     let figures = ended.add(Figures::of(&leader));
     let log = cluster.sim.request_log();
-    let lists = log.iter().filter(|r| r.verb == "list").count() as u64 - own_lists;
+    let lists = log.iter().filter(|r| r.verb == "list").count() as u64 - OWN_LISTS.load(Ordering::Relaxed);
     let served = lists + cluster.sim.streaming_lists_sent();
     let gone_sent = cluster.sim.watch_gone_sent();
     let status_failures = cluster.sim.faults().injected_failures("databaseclusters/status");
