@@ -367,3 +367,20 @@ async fn claims_follow_the_retention_policy() {
     let left = common::names(&pvcs).await;
     assert_eq!(left, ["data-kept-0", "data-kept-1"], "Retain keeps every claim");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_settled_statefulset_is_not_written_again_and_a_deleted_pod_comes_back() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    sts.create(&PostParams::default(), &stateful_set(3)).await.unwrap();
+    await_sts(&sts, |s| status(s).ready_replicas == Some(3)).await;
+    tokio::time::sleep(DELAY).await;
+    let settled = list_rv(&pods).await;
+    tokio::time::sleep(DELAY * 10).await;
+    assert_eq!(list_rv(&pods).await, settled, "no object changed once the StatefulSet was settled");
+    // The controllers react to the pod's deletion alone: the StatefulSet is reconciled again.
+    pods.delete("db-1", &DeleteParams::default()).await.unwrap();
+    await_sts(&sts, |s| status(s).ready_replicas == Some(2)).await;
+    await_sts(&sts, |s| status(s).ready_replicas == Some(3)).await;
+}

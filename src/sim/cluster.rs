@@ -41,6 +41,8 @@ pub struct Cluster {
     pub watch_events_sent: AtomicU64,
     /// Watches answered `410 Gone` so far (expired resourceVersions and injected ones).
     pub watch_gone_sent: AtomicU64,
+    /// Streaming lists (watches with `sendInitialEvents=true`) served so far.
+    pub streaming_lists_sent: AtomicU64,
 }
 
 impl Cluster {
@@ -63,6 +65,7 @@ impl Cluster {
             controllers_wake: Notify::new(),
             watch_events_sent: AtomicU64::new(0),
             watch_gone_sent: AtomicU64::new(0),
+            streaming_lists_sent: AtomicU64::new(0),
         }
     }
 

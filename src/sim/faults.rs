@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -26,8 +25,8 @@ pub struct Faults {
     pending: Mutex<Pending>,
     close_watches: watch::Sender<u64>,
     state: Arc<Mutex<State>>,
-    /// Requests answered with an injected failure so far.
-    injected: AtomicU64,
+    /// Requests answered with an injected failure so far, by the resource the fault named.
+    injected: Mutex<HashMap<String, u64>>,
 }
 
 impl Faults {
@@ -36,7 +35,7 @@ impl Faults {
             pending: Mutex::default(),
             close_watches: watch::Sender::new(0),
             state,
-            injected: AtomicU64::new(0),
+            injected: Mutex::default(),
         }
     }
 
@@ -57,9 +56,10 @@ impl Faults {
         *self.pending.lock() = Pending::default();
     }
 
-    /// How many requests were answered with a failure from [`Faults::fail_next`] so far.
-    pub fn injected_failures(&self) -> u64 {
-        self.injected.load(Ordering::Relaxed)
+    /// How many requests were answered with a failure from [`Faults::fail_next`] for `resource`
+    /// (as named there) so far.
+    pub fn injected_failures(&self, resource: &str) -> u64 {
+        self.injected.lock().get(resource).copied().unwrap_or(0)
     }
 
     /// Answers the next watch of `resource` with a 410 Gone error event.
@@ -107,7 +107,8 @@ impl Faults {
         if entry.0 == 0 {
             pending.failures.remove(resource);
         }
-        self.injected.fetch_add(1, Ordering::Relaxed);
+        drop(pending);
+        *self.injected.lock().entry(resource.to_string()).or_default() += 1;
         Some(status)
     }
 

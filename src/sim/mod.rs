@@ -251,6 +251,11 @@ impl SimServer {
         self.cluster.watch_gone_sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many streaming lists (watches with `sendInitialEvents=true`) were served so far.
+    pub fn streaming_lists_sent(&self) -> u64 {
+        self.cluster.streaming_lists_sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Every resource request so far, oldest first.
     pub fn request_log(&self) -> Vec<RequestRecord> {
         self.cluster.log.snapshot()

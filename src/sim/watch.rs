@@ -95,7 +95,9 @@ impl WatchHub {
         if resource_version < self.oldest_kept {
             return None;
         }
-        Some(self.history.iter().filter(|e| e.resource_version > resource_version).cloned().collect())
+        // The history is in resourceVersion order: the events after it start at one point.
+        let first = self.history.partition_point(|e| e.resource_version <= resource_version);
+        Some(self.history.range(first..).cloned().collect())
     }
 
     /// A receiver of every event published from now on that never lags (its queue grows

@@ -116,6 +116,7 @@ pub fn watch(cluster: Arc<Cluster>, call: &Call) -> Result<Response<Body>, ApiEr
         } else if send_initial || requested_rv.is_none() {
             let mut lines = snapshot(&settings);
             if send_initial {
+                cluster.streaming_lists_sent.fetch_add(1, Ordering::Relaxed);
                 lines.push(settings.bookmark(current, true));
             }
             Start::Lines(lines)

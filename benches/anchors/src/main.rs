@@ -1,0 +1,230 @@
+//! The kube-runtime anchor of `cargo bench --bench e2e`: the operator's own `reconcile` pass,
+//! driven by kube-runtime's `Controller` (what a Rust user would pick instead of this project's
+//! runtime), with the same 4 concurrent passes, the same label-selected child watches, the same
+//! mapping of pods, Jobs, claims and users' Secrets to their cluster, and managedFields stripped
+//! as the operator strips them.
+//!
+//! `reconcile` reads the operator's `Cache`s, so each watch stream also mirrors its events into
+//! one through a `CacheWriter` (kube-runtime's own store of DatabaseClusters is kept as well, since
+//! its `Controller` needs it: this anchor holds each cluster twice, which the figures include).
+//! kube-runtime has no read-your-writes wait; the passes read whatever the caches hold.
+//!
+//! Usage, as the bench starts it: `kube-runtime-anchor run --kubeconfig PATH --metrics-addr ADDR`
+//! (other flags are ignored). `/metrics` on ADDR answers `controller_runtime_reconcile_total` and
+//! `controller_runtime_reconcile_errors_total`; SIGTERM exits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
+use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
+use dbcluster_operator::databasecluster::events::EventPublisher;
+use dbcluster_operator::databasecluster::failures::FailureCounts;
+use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
+use dbcluster_operator::databasecluster::resources::{FIELD_MANAGER, label};
+use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::runtime::ObjectKey;
+use dbcluster_operator::runtime::cache::CacheWriter;
+use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileError};
+use dbcluster_operator::runtime::reflector::ReflectorEvent;
+use futures::{Stream, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::controller::{self, Action};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The reconcile context plus the pass counters `/metrics` reports.
+struct Anchor {
+    context: Arc<Context>,
+    passes: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// A watch of `api` (label-selected if asked), managedFields stripped, mirrored into the cache
+/// `writer` keeps.
+fn mirrored<K>(
+    api: Api<K>,
+    labels: Option<&str>,
+    mut writer: CacheWriter<K>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let config = match labels {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    watcher(api, config).default_backoff().modify(|obj| obj.managed_fields_mut().clear()).inspect(
+        move |event| {
+            let mirrored = match event {
+                Ok(watcher::Event::Init) => ReflectorEvent::RelistStarted,
+                Ok(watcher::Event::InitApply(obj)) => ReflectorEvent::Listed(obj.clone()),
+                Ok(watcher::Event::InitDone) => {
+                    ReflectorEvent::RelistDone { resource_version: String::new() }
+                }
+                Ok(watcher::Event::Apply(obj)) => ReflectorEvent::Applied(obj.clone()),
+                Ok(watcher::Event::Delete(obj)) => ReflectorEvent::Deleted(obj.clone()),
+                Err(_) => return,
+            };
+            writer.apply(mirrored);
+        },
+    )
+}
+
+/// A mirrored, label-selected watch of every namespace's `K`, as a stream of touched objects.
+fn children<K>(
+    client: &Client,
+    labels: &str,
+    writer: CacheWriter<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    mirrored(Api::<K>::all(client.clone()), Some(labels), writer).touched_objects()
+}
+
+/// The cluster an object names in label `key`, as the operator maps pods, Jobs and claims.
+fn cluster_by_label<K: Resource>(obj: &K, keys: &[&str]) -> Option<ObjectRef<DatabaseCluster>> {
+    let labels = obj.meta().labels.as_ref()?;
+    let name = keys.iter().find_map(|key| labels.get(*key))?;
+    let namespace = obj.meta().namespace.as_deref().unwrap_or("default");
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+async fn pass(cluster: Arc<DatabaseCluster>, anchor: Arc<Anchor>) -> Result<Action, Error> {
+    let result = reconcile(ObjectKey::of(&*cluster), Arc::clone(&anchor.context)).await;
+    anchor.passes.fetch_add(1, Ordering::Relaxed);
+    match result {
+        Ok(PassResult::Done) => Ok(Action::await_change()),
+        Ok(PassResult::RequeueAfter(after)) => Ok(Action::requeue(after)),
+        Err(error) => {
+            anchor.errors.fetch_add(1, Ordering::Relaxed);
+            Err(error)
+        }
+    }
+}
+
+fn error_policy(_: Arc<DatabaseCluster>, error: &Error, _: Arc<Anchor>) -> Action {
+    if error.is_terminal() { Action::await_change() } else { Action::requeue(Duration::from_secs(1)) }
+}
+
+async fn serve_metrics(addr: String, anchor: Arc<Anchor>) {
+    let listener = tokio::net::TcpListener::bind(&addr).await.expect("bind the metrics address");
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let anchor = Arc::clone(&anchor);
+        tokio::spawn(async move {
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let body = format!(
+                "controller_runtime_reconcile_total{{controller=\"databasecluster\"}} {}\ncontroller_runtime_reconcile_errors_total{{controller=\"databasecluster\"}} {}\n",
+                anchor.passes.load(Ordering::Relaxed),
+                anchor.errors.load(Ordering::Relaxed),
+            );
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let kubeconfig = flag(&args, "--kubeconfig").expect("--kubeconfig PATH");
+    let metrics_addr = flag(&args, "--metrics-addr").unwrap_or_else(|| "127.0.0.1:8080".into());
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("a readable kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    let client = Client::try_from(config).expect("a client");
+
+    let clusters_writer = CacheWriter::<DatabaseCluster>::default();
+    let statefulsets = CacheWriter::<StatefulSet>::default();
+    let services = CacheWriter::<Service>::default();
+    let secrets = CacheWriter::<Secret>::default();
+    let app_secrets = CacheWriter::<Secret>::default();
+    let configmaps = CacheWriter::<ConfigMap>::default();
+    let pdbs = CacheWriter::<PodDisruptionBudget>::default();
+    let pods = CacheWriter::<Pod>::default();
+    let jobs = CacheWriter::<Job>::default();
+    let cronjobs = CacheWriter::<CronJob>::default();
+    let volumes = CacheWriter::<PersistentVolumeClaim>::default();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        clusters: Arc::clone(clusters_writer.cache()),
+        statefulsets: Arc::clone(statefulsets.cache()),
+        services: Arc::clone(services.cache()),
+        secrets: Arc::clone(secrets.cache()),
+        app_secrets: Arc::clone(app_secrets.cache()),
+        configmaps: Arc::clone(configmaps.cache()),
+        pdbs: Arc::clone(pdbs.cache()),
+        pods: Arc::clone(pods.cache()),
+        jobs: Arc::clone(jobs.cache()),
+        cronjobs: Arc::clone(cronjobs.cache()),
+        volumes: Arc::clone(volumes.cache()),
+        events: EventPublisher::new(client.clone(), "kube-runtime-anchor"),
+        failures: FailureCounts::default(),
+    });
+    let anchor = Arc::new(Anchor {
+        context: Arc::clone(&context),
+        passes: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+    });
+    tokio::spawn(serve_metrics(metrics_addr, Arc::clone(&anchor)));
+
+    let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
+    let (reader, writer) = reflector::store();
+    let clusters =
+        reflector(writer, mirrored(Api::<DatabaseCluster>::all(client.clone()), None, clusters_writer))
+            .touched_objects();
+    let controller = Controller::for_stream(clusters, reader)
+        .with_config(controller::Config::default().concurrency(4))
+        .owns_stream(children(&client, &managed, statefulsets))
+        .owns_stream(children(&client, &managed, services))
+        .owns_stream(children(&client, &managed, secrets))
+        .owns_stream(children(&client, &managed, configmaps))
+        .owns_stream(children(&client, &managed, pdbs))
+        .owns_stream(children(&client, &managed, cronjobs))
+        .watches_stream(children(&client, &managed, pods), |pod: Pod| {
+            cluster_by_label(&pod, &[label::INSTANCE, CLUSTER_LABEL])
+        })
+        .watches_stream(children(&client, APP_SECRET_OF, app_secrets), |secret: Secret| {
+            cluster_by_label(&secret, &[APP_SECRET_OF])
+        })
+        .watches_stream(children(&client, &managed, jobs), |job: Job| {
+            cluster_by_label(&job, &[CLUSTER_LABEL])
+        })
+        .watches_stream(children(&client, &managed, volumes), |claim: PersistentVolumeClaim| {
+            cluster_by_label(&claim, &[CLUSTER_LABEL])
+        })
+        .run(pass, error_policy, anchor)
+        .for_each(|_| futures::future::ready(()));
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        () = controller => {}
+        _ = terminate.recv() => {}
+    }
+}
