@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::causes::{Cause, Causes, Enqueuer, EventType, ObjectEvent};
+use dbcluster_operator::runtime::causes::{Cause, CauseNotes, Enqueuer, EventType, ObjectEvent};
 use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
 
@@ -150,11 +150,10 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     const NAME: &'static str = if ON { "workqueue_causes_on" } else { "workqueue_causes_off" };
     type Producer = Enqueuer;
     type Consumer = Enqueuer;
-    type Item = Claim<ObjectKey>;
+    type Item = Claim<ObjectKey, CauseNotes>;
 
     fn new() -> (Self::Producer, Self::Consumer) {
-        let causes = if ON { Causes::enabled() } else { Causes::disabled() };
-        let enqueuer = Enqueuer::new(WorkQueue::new(QueueConfig::default()), Arc::new(causes));
+        let enqueuer = Enqueuer::new(WorkQueue::with_notes(QueueConfig::default()), ON);
         (enqueuer.clone(), enqueuer)
     }
 
@@ -172,8 +171,8 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     }
 
     async fn get(consumer: &Self::Consumer) -> Option<Self::Item> {
-        let claim = consumer.queue().get().await?;
-        black_box(consumer.causes().take(claim.key(), tokio::time::Instant::now()));
+        let mut claim = consumer.queue().get().await?;
+        black_box(claim.take_notes());
         Some(claim)
     }
 
