@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::causes::{Cause, CauseNotes, Enqueuer, EventType, ObjectEvent};
+use dbcluster_operator::runtime::causes::{
+    Cause, CauseNotes, Enqueuer, EventType, ObjectEvent, ResourceVersion, kind_name,
+};
 use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
 
@@ -158,14 +160,14 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     }
 
     fn add(producer: &Self::Producer, key: ObjectKey) {
-        static INFORMER: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
-        let informer = INFORMER.get_or_init(|| "apps/StatefulSet".into());
+        static INFORMER: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+        let informer = *INFORMER.get_or_init(|| kind_name("apps/StatefulSet"));
         producer.add(key.clone(), Priority::Normal, || {
             Cause::Mapped(ObjectEvent {
-                informer: Arc::clone(informer),
+                informer,
                 event: EventType::Modified,
                 object: key,
-                resource_version: Some("4312".into()),
+                resource_version: Some(ResourceVersion::from("4312")),
             })
         });
     }

@@ -62,23 +62,71 @@ impl EventType {
     }
 }
 
-/// One informer event, as a cause names it.
+/// One informer event, as a cause names it. Cheap to build and drop, since every add of the
+/// controller builds one: the kind name is interned, a numeric resourceVersion is held inline,
+/// and the object key shares its text with the caller's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectEvent {
-    /// The informer's kind, `group/Kind` (`Kind` for the core group).
-    pub informer: Arc<str>,
+    /// The informer's kind, `group/Kind` (`Kind` for the core group), from [`kind_name`].
+    pub informer: &'static str,
     /// Added, modified or deleted.
     pub event: EventType,
     /// The object the event is about.
     pub object: ObjectKey,
     /// Its resourceVersion in the event, if it had one.
-    pub resource_version: Option<Arc<str>>,
+    pub resource_version: Option<ResourceVersion>,
+}
+
+/// The one copy of the kind name `name` for the life of the process (informers register a
+/// handful of kinds; each distinct name is stored once, so causes refer to it for free).
+pub fn kind_name(name: &str) -> &'static str {
+    static NAMES: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock();
+    if let Some(known) = names.get(name) {
+        return known;
+    }
+    // Bounded: one entry per distinct kind name the process's informers use.
+    let interned: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(interned);
+    interned
+}
+
+/// A resourceVersion as an event carried it: opaque text, held inline when it is the decimal
+/// number the API server usually sends (no allocation per cause), shown exactly as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceVersion {
+    /// A canonical decimal (no sign, no leading zero) that fits 64 bits.
+    Number(u64),
+    /// Anything else, as received.
+    Text(Arc<str>),
+}
+
+impl From<&str> for ResourceVersion {
+    fn from(text: &str) -> Self {
+        let canonical = !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && (text.len() == 1 || !text.starts_with('0'));
+        match text.parse() {
+            Ok(number) if canonical => Self::Number(number),
+            _ => Self::Text(text.into()),
+        }
+    }
+}
+
+impl fmt::Display for ResourceVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(number) => write!(f, "{number}"),
+            Self::Text(text) => f.write_str(text),
+        }
+    }
 }
 
 impl ObjectEvent {
     /// The kind without its group: `StatefulSet`.
     pub fn kind(&self) -> &str {
-        self.informer.rsplit_once('/').map_or(&self.informer, |(_, kind)| kind)
+        self.informer.rsplit_once('/').map_or(self.informer, |(_, kind)| kind)
     }
 }
 
@@ -155,12 +203,12 @@ impl Serialize for Cause {
         s.serialize_field("type", self.type_name())?;
         s.serialize_field("text", &self.to_string())?;
         if let Some(event) = self.event() {
-            s.serialize_field("informer", &*event.informer)?;
+            s.serialize_field("informer", event.informer)?;
             s.serialize_field("event", &event.event)?;
             s.serialize_field("kind", event.kind())?;
             s.serialize_field("namespace", &event.object.namespace())?;
             s.serialize_field("name", event.object.name())?;
-            s.serialize_field("resource_version", &event.resource_version.as_deref())?;
+            s.serialize_field("resource_version", &event.resource_version.as_ref().map(ToString::to_string))?;
         }
         if let Self::Retry(error) = self {
             s.serialize_field("error", &**error)?;
@@ -419,7 +467,7 @@ mod tests {
 
     fn event(name: &str, rv: &str) -> ObjectEvent {
         ObjectEvent {
-            informer: "apps/StatefulSet".into(),
+            informer: kind_name("apps/StatefulSet"),
             event: EventType::Modified,
             object: ObjectKey::namespaced("default", name),
             resource_version: Some(rv.into()),
@@ -469,7 +517,7 @@ mod tests {
         assert_eq!(log.kept.len(), KEPT_CAUSES);
         assert_eq!(log.more, 20 - KEPT_CAUSES as u64);
         let first = log.kept[0].event().and_then(|e| e.resource_version.clone());
-        assert_eq!(first.as_deref(), Some("12"), "the oldest kept is the 13th");
+        assert_eq!(first, Some(ResourceVersion::Number(12)), "the oldest kept is the 13th");
         assert_eq!(enqueuer.pending(&key()).total(), 0, "the claim took them all");
         assert_eq!(queue.tracked_keys(), 0, "a finished key leaves nothing behind, causes included");
     }
@@ -546,6 +594,16 @@ mod tests {
         enqueuer.retry(key(), Duration::ZERO, "boom");
         assert_eq!(enqueuer.pending(&key()).total(), 0);
         assert_eq!(next_causes(&queue).await.total(), 0);
+    }
+
+    #[test]
+    fn resource_versions_are_shown_exactly_as_received() {
+        for text in ["0", "4312", "18446744073709551615", "007", "+5", "", "abc", "18446744073709551616"] {
+            assert_eq!(ResourceVersion::from(text).to_string(), text);
+        }
+        assert_eq!(ResourceVersion::from("4312"), ResourceVersion::Number(4312));
+        assert!(matches!(ResourceVersion::from("007"), ResourceVersion::Text(_)));
+        assert!(std::ptr::eq(kind_name("apps/StatefulSet"), kind_name(&String::from("apps/StatefulSet"))));
     }
 
     #[test]

@@ -55,7 +55,9 @@ use tracing::Instrument;
 
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::{InformerEvent, controller_owner};
-use crate::runtime::causes::{Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent};
+use crate::runtime::causes::{
+    Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent, ResourceVersion, kind_name,
+};
 use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
 use crate::runtime::informer::{EventOrigin, Informer};
@@ -331,7 +333,7 @@ where
         let for_sync = Arc::clone(informer);
         self.synced.push(async move { for_sync.synced().await }.boxed());
         let informer = Arc::clone(informer);
-        let kind: Arc<str> = KindName::of::<W>().0.into();
+        let kind = kind_name(&KindName::of::<W>().0);
         let replaying = Arc::clone(&self.replaying);
         let leadership = self.config.starts_on_leadership;
         self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
@@ -340,8 +342,10 @@ where
                     EventOrigin::List => Priority::Low,
                     EventOrigin::Watch => Priority::Normal,
                 };
+                // The key's own object is the key: its text is shared, not copied.
+                let own = matches!(via, Via::Own).then(|| key.clone());
                 enqueuer.add(key, priority, || {
-                    let event = object_event(&kind, event);
+                    let event = object_event(kind, own, event);
                     match (origin, via) {
                         (EventOrigin::List, _) if leadership && replaying.load(Ordering::Relaxed) => {
                             Cause::LeaderChange(event)
@@ -479,18 +483,23 @@ enum Via {
     Mapper,
 }
 
-/// The cause-side description of an informer event on an object of `kind`.
-fn object_event<W: Resource>(kind: &Arc<str>, event: &InformerEvent<W>) -> ObjectEvent {
+/// The cause-side description of an informer event on an object of `kind` (whose key is `own`
+/// when it is the reconciled object itself).
+fn object_event<W: Resource>(
+    kind: &'static str,
+    own: Option<ObjectKey>,
+    event: &InformerEvent<W>,
+) -> ObjectEvent {
     let object = event.object();
     ObjectEvent {
-        informer: Arc::clone(kind),
+        informer: kind,
         event: match event {
             InformerEvent::Added(_) => EventType::Added,
             InformerEvent::Updated { .. } => EventType::Modified,
             InformerEvent::Deleted(_) => EventType::Deleted,
         },
-        object: ObjectKey::of(object.as_ref()),
-        resource_version: object.meta().resource_version.as_deref().map(Into::into),
+        object: own.unwrap_or_else(|| ObjectKey::of(object.as_ref())),
+        resource_version: object.meta().resource_version.as_deref().map(ResourceVersion::from),
     }
 }
 
