@@ -7,8 +7,11 @@
 //! and taking the causes at each claim, as the workers do: the cost of `runtime::causes`, on
 //! beside off, in the same run.
 //!
-//! `big_queue` and `memory` print their figures (p99 add latency, bytes per queued key) on stdout
-//! next to criterion's output; a counting global allocator measures memory.
+//! `big_queue`, `big_queue_waiting` and `memory` print their figures (add latency percentiles,
+//! bytes per queued key) on stdout next to criterion's output; a counting global allocator
+//! measures memory. The latencies are timed twice: from a task on the workers' runtime (as
+//! client-go's come from a goroutine beside its workers) and from the bench's own thread outside
+//! it (on 2 cores, a third runnable thread: see `time_adds`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashSet, VecDeque};
@@ -436,7 +439,7 @@ fn big_queue<H: Harness>(c: &mut Criterion) {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200)); // let every worker take its first key
-    time_adds::<H>(c, "big_queue", &producer, &pool, TIMED, &format!("add latency over {TIMED} adds"));
+    time_adds::<H>(c, &rt, "big_queue", &producer, &pool, TIMED, &format!("add latency over {TIMED} adds"));
     H::close(producer);
     drop(consumer);
     rt.block_on(async {
@@ -476,7 +479,7 @@ fn big_queue_waiting<H: Harness>(c: &mut Criterion) {
         .collect();
     std::thread::sleep(Duration::from_millis(200)); // let every worker park
     let what = format!("{backlog} keys on timers, {WORKERS} parked workers: add latency over {TIMED} adds");
-    time_adds::<H>(c, "big_queue_waiting", &producer, &fresh, TIMED, &what);
+    time_adds::<H>(c, &rt, "big_queue_waiting", &producer, &fresh, TIMED, &what);
     H::close(producer);
     drop(consumer);
     for worker in workers {
@@ -485,9 +488,17 @@ fn big_queue_waiting<H: Harness>(c: &mut Criterion) {
 }
 
 /// Criterion's figure for `add` in group `group`, cycling through `keys`, then the latency
-/// percentiles of `timed` single adds, printed with `what`.
+/// percentiles of `timed` single adds, printed with `what`, measured twice:
+///
+/// - `from a task`: the adds run in a task on `rt`, the runtime of the workers, as client-go's
+///   figures come from a goroutine scheduled beside its workers. On 2 cores the runtime's two
+///   threads are the only runnable ones.
+/// - `from a thread`: the adds run on the bench's own thread, outside the runtime: a third
+///   runnable thread on 2 cores, so the tail also holds the OS scheduler's (a lock holder
+///   preempted by the adder, a wake-up's system call on the adder's clock).
 fn time_adds<H: Harness>(
     c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
     group: &str,
     producer: &H::Producer,
     keys: &[ObjectKey],
@@ -509,25 +520,42 @@ fn time_adds<H: Harness>(
         });
     });
     bench.finish();
+    let shared: Arc<Vec<ObjectKey>> = Arc::new(keys.to_vec());
+    let in_task = {
+        let (producer, keys) = (producer.clone(), Arc::clone(&shared));
+        rt.block_on(rt.spawn(async move { single_adds::<H>(&producer, &keys, next, timed) })).unwrap()
+    };
+    let in_thread = single_adds::<H>(producer, &shared, next + timed, timed);
+    for (from, latencies) in [("from a task", in_task), ("from a thread", in_thread)] {
+        let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+        println!(
+            "{group}/{}: {what}, {from}: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+            H::NAME,
+            at(0.50),
+            at(0.99),
+            at(0.999),
+            latencies[latencies.len() - 1]
+        );
+    }
+}
+
+/// The sorted latencies of `timed` single adds, cycling through `keys` from `start`.
+fn single_adds<H: Harness>(
+    producer: &H::Producer,
+    keys: &[ObjectKey],
+    start: usize,
+    timed: usize,
+) -> Vec<Duration> {
     let mut latencies: Vec<Duration> = (0..timed)
-        .map(|_| {
-            next = (next + 1) % keys.len();
-            let key = keys[next].clone();
-            let start = Instant::now();
+        .map(|i| {
+            let key = keys[(start + i + 1) % keys.len()].clone();
+            let started = Instant::now();
             H::add(producer, key);
-            start.elapsed()
+            started.elapsed()
         })
         .collect();
     latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    println!(
-        "{group}/{}: {what}: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
-        H::NAME,
-        at(0.50),
-        at(0.99),
-        at(0.999),
-        latencies[latencies.len() - 1]
-    );
+    latencies
 }
 
 /// Heap bytes the queue itself holds per queued key (the key text is shared with the caller).
