@@ -133,7 +133,7 @@ async fn metrics_and_debug_answer_only_authenticated_authorized_requests() {
     // The API server failing a review: 500, not an open door.
     let newcomer = sim.issue_token(PROMETHEUS, &[]);
     sim.faults().fail_next("tokenreviews", 1, 500);
-    let (code, _, body) = http_get_as(metrics, "/metrics", Some(&newcomer)).await;
+    let (code, _, body) = get("/metrics", Some(newcomer.clone())).await;
     assert_eq!(code, 500, "{body}");
     assert!(body.starts_with("TokenReview failed"), "{body}");
     assert_eq!(status(metrics, "/metrics", Some(newcomer)).await, 200, "the next one is reviewed again");
