@@ -114,7 +114,9 @@ async fn metrics_and_debug_answer_only_authenticated_authorized_requests() {
     let (code, _, body) = http_get_as(metrics, "/metrics", Some(&scraper)).await;
     assert_eq!((code, body.as_str()), (400, "Client sent an HTTP request to an HTTPS server.\n"));
     let stranger = TestCa::new("another CA");
-    let refused = https_get_as(metrics, "127.0.0.1", &[stranger.certificate.clone()], "/metrics", None).await;
+    let refused =
+        https_get_as(metrics, "127.0.0.1", std::slice::from_ref(&stranger.certificate), "/metrics", None)
+            .await;
     assert!(refused.as_ref().is_err_and(|e| e.contains("UnknownIssuer")), "{refused:?}");
 
     // /debug/* on loopback: open, as without --metrics-secure (the status command reads it there).
@@ -179,7 +181,8 @@ async fn without_a_directory_a_self_signed_certificate_is_served_and_a_bad_direc
         );
     }
     let other = TestCa::new("not the operator");
-    let refused = https_get_as(metrics, "localhost", &[other.certificate.clone()], "/metrics", None).await;
+    let refused =
+        https_get_as(metrics, "localhost", std::slice::from_ref(&other.certificate), "/metrics", None).await;
     assert!(refused.is_err(), "{refused:?}");
     signal.send(()).await.unwrap();
     within("the manager to stop", running).await.unwrap().unwrap();

@@ -161,6 +161,7 @@ impl ServedCertificate {
     /// The pair in `directory` (an error names the file that is missing or bad), or without one a
     /// self-signed certificate for [`self_signed_names`] of this host; logged by fingerprint.
     pub fn load(directory: Option<&Path>) -> Result<Self, TlsError> {
+        let names = self_signed_names(hostname().as_deref());
         let (key, seen) = match directory {
             Some(directory) => {
                 let files = read_pair(directory)?;
@@ -168,7 +169,7 @@ impl ServedCertificate {
                     certified_key(&files.0, &directory.join(CERT_FILE), &files.1, &directory.join(KEY_FILE))?;
                 (key, Seen { served: files, ..Seen::default() })
             }
-            None => (self_signed(self_signed_names(hostname().as_deref()))?, Seen::default()),
+            None => (self_signed(names.clone())?, Seen::default()),
         };
         let current = Arc::new(Current(RwLock::new(Arc::new(key))));
         let resolver: Arc<dyn ResolvesServerCert> = current.clone();
@@ -187,7 +188,7 @@ impl ServedCertificate {
         match &served.directory {
             Some(directory) => tracing::info!(directory = %directory.display(), %sha256,
                 "serving TLS with the certificate in the directory (read again when it changes)"),
-            None => tracing::info!(%sha256, names = ?self_signed_names(hostname().as_deref()),
+            None => tracing::info!(%sha256, ?names,
                 "serving TLS with a self-signed certificate generated at start (scrapers must trust it; \
                  --metrics-cert-dir gives one from a Secret)"),
         }
