@@ -105,28 +105,33 @@ impl ServerCertVerifier for Recorder {
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         *self.0.lock() = Some(end_entity.clone().into_owned());
-        Err(rustls::Error::General("recorded, not trusted".into()))
+        Err(refusal())
     }
 
     fn verify_tls12_signature(
         &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General("recorded, not trusted".into()))
+        self.verify_tls13_signature(message, cert, dss)
     }
 
+    /// Never reached: the certificate was refused first.
     fn verify_tls13_signature(
         &self,
         _message: &[u8],
         _cert: &CertificateDer<'_>,
         _dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General("recorded, not trusted".into()))
+        Err(refusal())
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
     }
+}
+
+fn refusal() -> rustls::Error {
+    rustls::Error::General("recorded, not trusted".into())
 }
