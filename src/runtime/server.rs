@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
@@ -119,11 +119,10 @@ pub async fn serve(
             let Some(acceptor) = tls else {
                 return connection(stream, endpoints, loopback, state, shutdown).await;
             };
-            if !starts_tls(&stream).await {
-                let mut stream = stream;
-                let _ = stream.write_all(PLAIN_ON_TLS).await;
-                let _ = stream.shutdown().await;
-                return;
+            match first_byte(&stream).await {
+                Some(TLS_HANDSHAKE) => {}
+                Some(_) => return refuse_plain(stream).await,
+                None => return,
             }
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => connection(stream, endpoints, loopback, state, shutdown).await,
@@ -141,10 +140,25 @@ pub fn encrypted(endpoints: Endpoints, loopback: bool) -> bool {
     endpoints.metrics || (endpoints.debug && !loopback)
 }
 
-/// Whether the client's first byte opens a TLS record (a handshake, 0x16) rather than plain text.
-async fn starts_tls(stream: &TcpStream) -> bool {
+/// The first byte of a TLS record that opens a handshake; plain HTTP starts with a method's letter.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The client's first byte, left unread; `None` if it sent none within [`HANDSHAKE_TIMEOUT`].
+async fn first_byte(stream: &TcpStream) -> Option<u8> {
     let mut first = [0u8; 1];
-    matches!(tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await, Ok(Ok(1)) if first[0] == 0x16)
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => Some(first[0]),
+        _ => None,
+    }
+}
+
+/// Answers a plain HTTP request on a TLS listener with [`PLAIN_ON_TLS`] and closes.
+async fn refuse_plain(mut stream: TcpStream) {
+    // Read what was sent first: closing with unread bytes resets the connection, which can
+    // discard the answer before the client reads it.
+    let _ = stream.read(&mut [0u8; 8192]).await;
+    let _ = stream.write_all(PLAIN_ON_TLS).await;
+    let _ = stream.shutdown().await;
 }
 
 /// Serves HTTP/1.1 on one connection until it ends or `shutdown` is cancelled.
