@@ -328,6 +328,36 @@ mod tests {
         );
     }
 
+    /// Log lines written on this thread while `body` runs.
+    fn logged(body: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber =
+            tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        tracing::subscriber::with_default(subscriber, body);
+        String::from_utf8_lossy(&lines.0.lock()).into_owned()
+    }
+
+    #[test]
+    fn the_self_signed_certificate_is_logged_by_fingerprint_never_its_key() {
+        let mut served = None;
+        let log = logged(|| served = Some(ServedCertificate::load(None).unwrap()));
+        let sha256 = fingerprint(&served.unwrap().certificate());
+        assert!(log.contains(&format!("sha256={sha256}")) && log.contains("self-signed"), "{log}");
+        assert!(!log.contains("PRIVATE KEY") && !log.contains("BEGIN"), "{log}");
+    }
+
     #[test]
     fn a_changed_pair_is_served_and_a_bad_one_keeps_the_old() {
         let dir = tempfile::tempdir().unwrap();
@@ -342,8 +372,13 @@ mod tests {
         served.reload(dir.path(), read_pair(dir.path()));
         assert_eq!(served.certificate(), before, "unchanged");
         std::fs::write(dir.path().join(KEY_FILE), "junk").unwrap();
-        served.reload(dir.path(), read_pair(dir.path()));
+        let log = logged(|| {
+            served.reload(dir.path(), read_pair(dir.path()));
+            served.reload(dir.path(), read_pair(dir.path()));
+        });
         assert_eq!(served.certificate(), before, "a bad key keeps the old pair");
+        assert_eq!(log.matches(" WARN ").count(), 1, "warned once for the same bad contents: {log}");
+        assert!(log.contains("keeping the certificate served: the changed one is not usable"), "{log}");
         served.reload(dir.path(), Err(TlsError::Read { path: dir.path().into(), reason: "gone".into() }));
         assert_eq!(served.certificate(), before, "an unreadable directory keeps the old pair");
         let second = pair(&["localhost"]);
