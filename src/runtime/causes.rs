@@ -280,21 +280,17 @@ impl Bounded {
         dropped
     }
 
-    fn is_empty(&self) -> bool {
-        self.kept.is_empty() && self.more == 0
+    /// Appends `later`'s causes after these (and its count of dropped ones), still bounded.
+    fn append(&mut self, later: Bounded) {
+        self.more += later.more;
+        for cause in later.kept {
+            self.push(cause);
+        }
     }
 
     fn log(&self) -> impl Iterator<Item = &Cause> {
         self.kept.iter()
     }
-}
-
-#[derive(Debug, Default)]
-struct Pending {
-    /// Due at the key's next pass.
-    due: Bounded,
-    /// Due when the key's timer fires (a `RequeueAfter`, a retry).
-    on_timer: Bounded,
 }
 
 /// Where a recorded cause waits.
@@ -309,19 +305,24 @@ pub enum Due {
 
 /// A key's pending causes, kept by the controller's queue in the key's own slot
 /// ([`KeyNotes`]): recorded by the add under the lock it takes anyway, handed to the claim
-/// when a worker takes the key, dropped with the slot. Nothing is allocated for a key until its
-/// first cause; with recording off, nothing ever is.
+/// when a worker takes the key, dropped with the slot. The due line lives in the slot (its
+/// buffer is allocated by the first cause and handed to the claim); only causes that wait for a
+/// timer take a box of their own. With recording off, nothing is ever allocated.
 #[derive(Debug, Default)]
-pub struct CauseNotes(Option<Box<Pending>>);
+pub struct CauseNotes {
+    /// Due at the key's next pass.
+    due: Bounded,
+    /// Due when the key's timer fires (a `RequeueAfter`, a retry).
+    on_timer: Option<Box<Bounded>>,
+}
 
 impl CauseNotes {
     /// Records `cause`, due at the next pass or with the key's timer. Returns the cause it
     /// pushed out of the bounded log, if any, for the caller to drop after unlocking.
     pub fn record(&mut self, cause: Cause, due: Due) -> Option<Cause> {
-        let pending = self.0.get_or_insert_with(Box::default);
         match due {
-            Due::Now => pending.due.push(cause),
-            Due::OnTimer => pending.on_timer.push(cause),
+            Due::Now => self.due.push(cause),
+            Due::OnTimer => self.on_timer.get_or_insert_with(Box::default).push(cause),
         }
     }
 
@@ -331,22 +332,19 @@ impl CauseNotes {
         if log.total() == 0 {
             return;
         }
-        let pending = self.0.get_or_insert_with(Box::default);
-        let waiting = std::mem::take(&mut pending.on_timer);
         let mut restored = Bounded { kept: log.kept.into(), more: log.more };
-        restored.more += waiting.more;
-        for cause in waiting.kept {
-            restored.push(cause);
+        if let Some(waiting) = self.on_timer.take() {
+            restored.append(*waiting);
         }
-        pending.on_timer = restored;
+        self.on_timer = Some(Box::new(restored));
     }
 
     /// Every pending cause, due or waiting for the timer, for `/debug/queue`.
     pub fn pending(&self) -> CauseLog {
-        let Some(pending) = &self.0 else { return CauseLog::default() };
+        let waiting = self.on_timer.as_deref();
         CauseLog {
-            kept: pending.due.log().chain(pending.on_timer.log()).cloned().collect(),
-            more: pending.due.more + pending.on_timer.more,
+            kept: self.due.log().chain(waiting.into_iter().flat_map(Bounded::log)).cloned().collect(),
+            more: self.due.more + waiting.map_or(0, |w| w.more),
         }
     }
 }
@@ -357,24 +355,15 @@ impl KeyNotes for CauseNotes {
     /// The causes that waited for the timer join the due ones (after them: in the order they
     /// became due).
     fn timer_fired(&mut self) {
-        let Some(pending) = &mut self.0 else { return };
-        if pending.on_timer.is_empty() {
-            return;
-        }
-        let fired = std::mem::take(&mut pending.on_timer);
-        pending.due.more += fired.more;
-        for cause in fired.kept {
-            pending.due.push(cause);
+        if let Some(fired) = self.on_timer.take() {
+            self.due.append(*fired);
         }
     }
 
-    /// Rule 3: a pass takes what is due at its start; what waits for the timer stays.
+    /// Rule 3: a pass takes what is due when its worker claims the key; what waits for the
+    /// timer stays.
     fn take(&mut self) -> CauseLog {
-        let Some(pending) = &mut self.0 else { return CauseLog::default() };
-        CauseLog {
-            kept: std::mem::take(&mut pending.due.kept).into(),
-            more: std::mem::take(&mut pending.due.more),
-        }
+        CauseLog { kept: std::mem::take(&mut self.due.kept).into(), more: std::mem::take(&mut self.due.more) }
     }
 }
 

@@ -3,12 +3,11 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -252,7 +251,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     ) -> Option<(T, R)> {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(&key);
-        let mut state = shared.state.lock();
+        let mut state = shared.lock_state();
         if state.shut_down {
             return None;
         }
@@ -323,7 +322,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     pub fn notes_of<R>(&self, key: &K, read: impl FnOnce(&N) -> R) -> Option<R> {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(key);
-        let state = shared.state.lock();
+        let state = shared.lock_state();
         state.find(hash, key).map(|id| read(state.notes(id)))
     }
 
@@ -355,7 +354,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         let mut now = shared.lazy_now();
         let mut wakes = 0;
         let (id, key, queued_at, notes) = {
-            let mut state = shared.state.lock();
+            let mut state = shared.lock_state();
             if woken {
                 state.wake_arrived();
             }
@@ -392,7 +391,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     pub fn forget(&self, key: &K) {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(key);
-        let mut state = shared.state.lock();
+        let mut state = shared.lock_state();
         if let Some(id) = state.find(hash, key) {
             state.forget(id);
         }
@@ -402,13 +401,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     pub fn num_requeues(&self, key: &K) -> u32 {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(key);
-        let state = shared.state.lock();
+        let state = shared.lock_state();
         state.find(hash, key).map_or(0, |id| state.slot(id).failures())
     }
 
     /// Ready keys: neither being processed nor waiting for a timer.
     pub fn len(&self) -> usize {
-        self.shared.state.lock().ready_len()
+        self.shared.lock_state().ready_len()
     }
 
     /// No key is ready.
@@ -419,7 +418,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// Stops intake: later adds are ignored and timers no longer fire. Getters still receive
     /// what is ready, then `None`.
     pub fn shutdown(&self) {
-        self.shared.state.lock().shut_down = true;
+        self.shared.lock_state().shut_down = true;
         self.shared.getters.notify_waiters();
         self.shared.timer_wake.notify_one();
     }
@@ -432,7 +431,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             let drained = self.shared.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if self.shared.state.lock().processing_len() == 0 {
+            if self.shared.lock_state().processing_len() == 0 {
                 return;
             }
             drained.await;
@@ -441,7 +440,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Whether `shutdown` was called.
     pub fn is_shut_down(&self) -> bool {
-        self.shared.state.lock().shut_down
+        self.shared.lock_state().shut_down
     }
 
     /// Every tracked key with its phase, pending timer and failure count (for `/debug/queue`).
@@ -451,7 +450,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         let timed = shared.metrics.is_some();
         let at = |nanos: u64| shared.epoch.instant(nanos);
         let since = |nanos: u64| timed.then(|| at(nanos));
-        let state = shared.state.lock();
+        let state = shared.lock_state();
         state
             .tracked()
             .filter_map(|(slot, times)| {
@@ -480,21 +479,30 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Keys the queue holds any state for (queued, processing, waiting or with failures).
     pub fn tracked_keys(&self) -> usize {
-        self.shared.state.lock().tracked_len()
+        self.shared.lock_state().tracked_len()
     }
 
     /// Keys with a failure count (the state `forget` drops).
     pub fn failure_entries(&self) -> usize {
-        self.shared.state.lock().tracked().filter(|(slot, _)| slot.failures() > 0).count()
+        self.shared.lock_state().tracked().filter(|(slot, _)| slot.failures() > 0).count()
     }
 
     /// Entries in the timer heap, including superseded ones not yet expired.
     pub fn timer_entries(&self) -> usize {
-        self.shared.state.lock().timer_entries()
+        self.shared.lock_state().timer_entries()
     }
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
+    /// The state, locked. A `std` mutex, not `parking_lot`'s: with more runnable threads than
+    /// cores (a caller outside the runtime on 2 cores), `parking_lot` yields the CPU while it
+    /// waits, and an add then waits for the scheduler; `std`'s spins briefly, then sleeps until
+    /// woken. A panic under the lock (none of the queue's code panics there) leaves the state
+    /// as it was at the panic, as `parking_lot` would: poisoning is ignored.
+    fn lock_state(&self) -> MutexGuard<'_, State<K, N>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The clock for one operation, read on first use (timed queues and the low line read it).
     fn lazy_now(&self) -> LazyNow<impl FnMut() -> u64 + '_> {
         LazyNow::new(|| self.epoch.nanos_now())
@@ -536,7 +544,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
     fn finish(&self, id: u32) {
         let mut now = self.lazy_now();
         let (finished, shut_down) = {
-            let mut state = self.state.lock();
+            let mut state = self.lock_state();
             (state.finish(id, &mut now), state.shut_down)
         };
         if finished.wake {
@@ -566,7 +574,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> TimerTarget for 
         }
         let mut unfinished = None;
         let (released, retry_at, next_due) = {
-            let mut state = self.state.lock();
+            let mut state = self.lock_state();
             if state.shut_down {
                 return Next::Stop;
             }
