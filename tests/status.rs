@@ -88,12 +88,10 @@ async fn status_reads_a_secured_listener_with_a_token_and_a_ca() {
     let ca = TestCa::new("operator CA");
     let files = tempfile::tempdir().unwrap();
     ca.issue_into(files.path(), &["localhost", "127.0.0.1"]);
-    // /debug/* is reviewed (and so TLS) only off loopback: bound on every address, on a port of
-    // its own, read through loopback.
+    // /debug/* shares the metrics listener (on loopback), so it is reviewed and served over TLS.
     let config = ManagerConfig {
         metrics_secure: true,
         metrics_cert_dir: Some(files.path().to_owned()),
-        debug_addr: "0.0.0.0:0".parse().unwrap(),
         ..local_manager_config()
     };
     let manager = run::start(cluster.sim.client(), &cluster.sim.base_url(), config).await.unwrap();

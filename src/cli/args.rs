@@ -50,7 +50,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8082")]
     pub debug_addr: SocketAddr,
 
-    /// Serve /metrics (and /debug/* unless on loopback) only to requests with a bearer token that
+    /// Serve /metrics (and /debug/* unless on a loopback listener of its own) only to requests with a bearer token that
     /// the API server authenticates (TokenReview) and whose user may `get` the path
     /// (SubjectAccessReview; RBAC `nonResourceURLs`, see rbac.yaml's metrics reader), as
     /// controller-runtime's secure metrics serving does, and over HTTPS only (a self-signed

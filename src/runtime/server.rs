@@ -206,11 +206,13 @@ async fn route<B>(
 }
 
 /// Whether, with an access review, a request for `path` on a listener serving `endpoints` (on a
-/// loopback address or not) is reviewed: all but the kubelet's probes and, on loopback, `/debug/*`
-/// (`run` serves it there unless asked otherwise; reaching it takes `kubectl port-forward`).
+/// loopback address or not) is reviewed: all but the kubelet's probes and `/debug/*` on a
+/// loopback listener of its own (`run` serves it there unless asked otherwise; reaching it takes
+/// `kubectl port-forward`). A listener that also serves `/metrics` is a secured one: its
+/// `/debug/*` is reviewed too, wherever it listens.
 pub fn reviewed(path: &str, endpoints: Endpoints, loopback: bool) -> bool {
     let probe = endpoints.health && matches!(path, "/healthz" | "/readyz");
-    let local_debug = loopback && path.starts_with("/debug/");
+    let local_debug = loopback && !endpoints.metrics && path.starts_with("/debug/");
     !probe && !local_debug
 }
 
@@ -317,7 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn the_access_review_covers_all_but_the_probes_and_debug_on_loopback() {
+    fn the_access_review_covers_all_but_the_probes_and_debug_on_a_loopback_listener_of_its_own() {
         let shared = Endpoints::ALL;
         assert!(reviewed("/metrics", shared, true), "/metrics, even on loopback");
         assert!(reviewed("/metrics", Endpoints::METRICS, false));
@@ -326,6 +328,7 @@ mod tests {
         for path in ["/debug/", "/debug/queue", "/debug/live", "/debug/queue/default/pg"] {
             assert!(!reviewed(path, Endpoints::DEBUG, true), "{path} on loopback");
             assert!(reviewed(path, Endpoints::DEBUG, false), "{path} exposed");
+            assert!(reviewed(path, shared, true), "{path} on the metrics listener, even on loopback");
         }
         assert!(reviewed("/debugger", Endpoints::DEBUG, true) && reviewed("/nope", shared, true));
     }
