@@ -1,7 +1,7 @@
 //! Why each pass ran (`runtime::causes`), against the simulated API server over real HTTP: every
 //! enqueue records its cause (a list, a watch event of the object, a child mapped to its owner, a
 //! `RequeueAfter`, a retry with its error, a leader change, an explicit call); a queued key
-//! accumulates its causes (the last 8 and a count); the reconcile span carries the trigger
+//! accumulates its causes (the first 8 and a count); the reconcile span carries the trigger
 //! (`tests/causes_log.rs`, alone in its binary so that no other test's thread caches the span's
 //! callsite as disabled); each
 //! key keeps its last passes for `/debug/queue/<namespace>/<name>`; all of it can be switched off.
@@ -196,7 +196,7 @@ async fn rule1_a_requeue_and_a_retry_are_causes_and_wait_for_their_timers() {
 }
 
 #[tokio::test]
-async fn rule2_a_queued_key_accumulates_its_causes_the_last_eight_and_a_count() {
+async fn rule2_a_queued_key_accumulates_its_causes_the_first_eight_and_a_count() {
     let setup = Setup::start(&["pg"]).await;
     let gate = Arc::new(Semaphore::new(0));
     let (view, _controls) = setup.run(|_| {}, Script { gate: Some(Arc::clone(&gate)), ..Script::default() });
@@ -206,9 +206,9 @@ async fn rule2_a_queued_key_accumulates_its_causes_the_last_eight_and_a_count() 
         if state == "processing" { Ok(()) } else { Err(state) }
     })
     .await;
-    let mut last_rv = String::new();
+    let mut rvs = Vec::new();
     for n in 0..11 {
-        last_rv = setup.patch("pg", n).await;
+        rvs.push(setup.patch("pg", n).await);
     }
     common::eventually("11 pending causes", Duration::from_secs(60), || async {
         let pending = history(&view, "pg")["controllers"][0]["key"]["pending_causes"].clone();
@@ -221,7 +221,8 @@ async fn rule2_a_queued_key_accumulates_its_causes_the_last_eight_and_a_count() 
     let passes = passes(&view, "pg", 2).await;
     let causes = &passes[0]["causes"];
     assert_eq!((causes["kept"].as_array().unwrap().len(), causes["more"].as_u64()), (8, Some(3)));
-    assert_eq!(causes["kept"][7]["resource_version"].as_str(), Some(last_rv.as_str()), "the newest is kept");
+    assert_eq!(causes["kept"][0]["resource_version"].as_str(), Some(rvs[0].as_str()), "the first is kept");
+    assert_eq!(causes["kept"][7]["resource_version"].as_str(), Some(rvs[7].as_str()), "then the next seven");
     assert!(passes[0]["trigger"].as_str().unwrap().ends_with("(+10)"), "{}", passes[0]["trigger"]);
 }
 

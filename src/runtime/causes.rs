@@ -8,8 +8,11 @@
 //!    a watch event of another object mapped to the key (a child to its owner), a list (the
 //!    initial list, a relist), the replay of the caches when a replica became leader, a
 //!    `RequeueAfter`, a retry (with the error), or an explicit call ([`Enqueuer::add_explicit`]).
-//! 2. A key that is already queued accumulates its causes: the last [`KEPT_CAUSES`] are kept, and
-//!    the ones dropped before them are counted ([`CauseLog::more`]); nothing is lost silently.
+//! 2. A key that is already queued accumulates its causes: the first [`KEPT_CAUSES`] are kept,
+//!    and the ones after them are counted ([`CauseLog::more`]); nothing is lost silently. The
+//!    first ones are the ones kept because the first is what queued the key (the pass's
+//!    trigger); the rest were folded into it by the dedup, and a burst of them costs a count
+//!    each (their causes are never built).
 //! 3. A pass takes the causes recorded up to the moment its worker claimed the key; a cause
 //!    recorded later belongs to the next pass. A timer's cause (a `RequeueAfter`, a retry) waits
 //!    for the key's timer to fire: a watch event's pass before that does not take it. The queue
@@ -36,7 +39,7 @@ use crate::runtime::workqueue::{KeyNotes, Priority, WorkQueue};
 use serde::Serialize;
 use serde::ser::SerializeStruct;
 
-/// How many causes a key keeps per pass; older ones are only counted.
+/// How many causes a key keeps per pass; later ones are only counted.
 pub const KEPT_CAUSES: usize = 8;
 
 /// What happened to an object, as an informer delivered it.
@@ -220,8 +223,8 @@ impl Serialize for Cause {
     }
 }
 
-/// The causes of one pass (or the ones pending for the next): the last [`KEPT_CAUSES`], oldest
-/// first, and how many came before them.
+/// The causes of one pass (or the ones pending for the next): the first [`KEPT_CAUSES`], oldest
+/// first, and how many came after them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CauseLog {
     /// The kept causes, oldest first.
@@ -259,8 +262,8 @@ impl fmt::Display for Trigger<'_> {
     }
 }
 
-/// The causes of one line (due now, or waiting for the key's timer): the last [`KEPT_CAUSES`]
-/// and a count of the ones dropped before them.
+/// The causes of one line (due now, or waiting for the key's timer): the first [`KEPT_CAUSES`]
+/// and a count of the ones after them.
 #[derive(Debug, Default)]
 struct Bounded {
     kept: VecDeque<Cause>,
@@ -269,22 +272,20 @@ struct Bounded {
 
 impl Bounded {
     /// Appends `cause`; returns the oldest one if it had to make room (to drop after unlocking).
-    fn push(&mut self, cause: Cause) -> Option<Cause> {
-        let dropped = if self.kept.len() == KEPT_CAUSES {
+    /// Keeps `cause()` if there is room, else only counts it (the cause is then never built).
+    fn push(&mut self, cause: impl FnOnce() -> Cause) {
+        if self.kept.len() == KEPT_CAUSES {
             self.more += 1;
-            self.kept.pop_front()
         } else {
-            None
-        };
-        self.kept.push_back(cause);
-        dropped
+            self.kept.push_back(cause());
+        }
     }
 
-    /// Appends `later`'s causes after these (and its count of dropped ones), still bounded.
+    /// Appends `later`'s causes after these (and its count of the ones not kept), still bounded.
     fn append(&mut self, later: Bounded) {
         self.more += later.more;
         for cause in later.kept {
-            self.push(cause);
+            self.push(|| cause);
         }
     }
 
@@ -317,9 +318,9 @@ pub struct CauseNotes {
 }
 
 impl CauseNotes {
-    /// Records `cause`, due at the next pass or with the key's timer. Returns the cause it
-    /// pushed out of the bounded log, if any, for the caller to drop after unlocking.
-    pub fn record(&mut self, cause: Cause, due: Due) -> Option<Cause> {
+    /// Records `cause()`, due at the next pass or with the key's timer; once the line holds
+    /// [`KEPT_CAUSES`], a cause is only counted and never built.
+    pub fn record(&mut self, cause: impl FnOnce() -> Cause, due: Due) {
         match due {
             Due::Now => self.due.push(cause),
             Due::OnTimer => self.on_timer.get_or_insert_with(Box::default).push(cause),
@@ -401,8 +402,7 @@ impl Enqueuer {
         if !self.record {
             return self.queue.add_with_priority(key, priority);
         }
-        let cause = cause();
-        drop(self.queue.add_with_note(key, priority, |notes| notes.record(cause, Due::Now)));
+        self.queue.add_with_note(key, priority, |notes| notes.record(cause, Due::Now));
     }
 
     /// Queues `key` at once, for `reason`: an explicit call (rule 1).
@@ -416,8 +416,7 @@ impl Enqueuer {
             return self.queue.add_after(key, delay);
         }
         let due = if delay.is_zero() { Due::Now } else { Due::OnTimer };
-        let cause = Cause::RequeueAfter(delay);
-        drop(self.queue.add_after_with_note(key, delay, |notes| notes.record(cause, due)));
+        self.queue.add_after_with_note(key, delay, |notes| notes.record(|| Cause::RequeueAfter(delay), due));
     }
 
     /// Puts a claimed key back for `delay` without running it, its causes still pending (they
@@ -432,11 +431,8 @@ impl Enqueuer {
         if !self.record {
             return self.queue.add_rate_limited_after(key, at_least);
         }
-        let cause = Cause::Retry(error.into());
-        drop(
-            self.queue
-                .add_rate_limited_after_with_note(key, at_least, |notes| notes.record(cause, Due::OnTimer)),
-        );
+        let cause = || Cause::Retry(error.into());
+        self.queue.add_rate_limited_after_with_note(key, at_least, |notes| notes.record(cause, Due::OnTimer));
     }
 
     /// The causes pending for `key`, due or not, for `/debug/queue`.
@@ -484,9 +480,9 @@ mod tests {
     fn rule4_the_trigger_is_the_first_cause_and_the_count_of_the_others() {
         let mut notes = CauseNotes::default();
         assert_eq!(notes.take().trigger().to_string(), "none recorded");
-        notes.record(Cause::Mapped(event("pg", "4312")), Due::Now);
-        notes.record(Cause::Watch(event("pg", "4313")), Due::Now);
-        notes.record(Cause::Explicit("test".into()), Due::Now);
+        notes.record(|| Cause::Mapped(event("pg", "4312")), Due::Now);
+        notes.record(|| Cause::Watch(event("pg", "4313")), Due::Now);
+        notes.record(|| Cause::Explicit("test".into()), Due::Now);
         let log = notes.take();
         assert_eq!(log.trigger().to_string(), "\"StatefulSet default/pg modified rv=4312 (owned)\" (+2)");
         let single = CauseLog { kept: vec![Cause::Watch(event("pg", "7"))], more: 0 };
@@ -494,7 +490,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn rule2_an_already_queued_key_keeps_its_last_causes_and_counts_the_rest() {
+    async fn rule2_an_already_queued_key_keeps_its_first_causes_and_counts_the_rest() {
         let queue = queue();
         let enqueuer = Enqueuer::new(queue.clone(), true);
         for rv in 0..20 {
@@ -506,7 +502,9 @@ mod tests {
         assert_eq!(log.kept.len(), KEPT_CAUSES);
         assert_eq!(log.more, 20 - KEPT_CAUSES as u64);
         let first = log.kept[0].event().and_then(|e| e.resource_version.clone());
-        assert_eq!(first, Some(ResourceVersion::Number(12)), "the oldest kept is the 13th");
+        assert_eq!(first, Some(ResourceVersion::Number(0)), "the first cause is kept: it queued the key");
+        let last = log.kept[KEPT_CAUSES - 1].event().and_then(|e| e.resource_version.clone());
+        assert_eq!(last, Some(ResourceVersion::Number(KEPT_CAUSES as u64 - 1)));
         assert_eq!(enqueuer.pending(&key()).total(), 0, "the claim took them all");
         assert_eq!(queue.tracked_keys(), 0, "a finished key leaves nothing behind, causes included");
     }

@@ -226,29 +226,29 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
     /// to the back of the normal line; a low add of a key already queued changes nothing.
     pub fn add_with_priority(&self, key: K, priority: Priority) {
-        self.add_with_note(key, priority, |_| ());
+        self.add_with_note(key, priority, |_| {});
     }
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
-    /// takes anyway; `note`'s result comes back to be dropped after unlocking (`None` after
-    /// shutdown, when the add is ignored and `note` is not called).
-    pub fn add_with_note<R>(&self, key: K, priority: Priority, note: impl FnOnce(&mut N) -> R) -> Option<R> {
+    /// takes anyway (after shutdown the add is ignored and `note` is not called).
+    pub fn add_with_note(&self, key: K, priority: Priority, note: impl FnOnce(&mut N)) {
         let shared = &*self.shared;
-        let (added, noted) = self.on_slot(key, note, |state, id| {
+        let added = self.on_slot(key, note, |state, id| {
             state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now()))
-        })?;
-        shared.report_added(added);
-        Some(noted)
+        });
+        if let Some(added) = added {
+            shared.report_added(added);
+        }
     }
 
     /// Under the lock: finds or makes the slot of `key`, writes its notes with `note`, then runs
     /// `op` on it. `None` after shutdown (the key is ignored, `note` not called).
-    fn on_slot<R, T>(
+    fn on_slot<T>(
         &self,
         key: K,
-        note: impl FnOnce(&mut N) -> R,
+        note: impl FnOnce(&mut N),
         op: impl FnOnce(&mut State<K, N>, u32) -> T,
-    ) -> Option<(T, R)> {
+    ) -> Option<T> {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(&key);
         let mut state = shared.lock_state();
@@ -256,32 +256,27 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             return None;
         }
         let id = state.find_or_insert(hash, key);
-        let noted = note(state.notes_mut(id));
-        Some((op(&mut state, id), noted))
+        note(state.notes_mut(id));
+        Some(op(&mut state, id))
     }
 
     /// Adds `key` after `delay`. If a timer is already pending for the key, the earlier due
     /// time wins. The key may also be added directly meanwhile; the timer then adds it once more.
     pub fn add_after(&self, key: K, delay: Duration) {
-        self.add_after_with_note(key, delay, |_| ());
+        self.add_after_with_note(key, delay, |_| {});
     }
 
     /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]). With a
     /// zero delay it is an add at once; otherwise the notes meant for the timer can wait for it
     /// ([`KeyNotes::timer_fired`]).
-    pub fn add_after_with_note<R>(
-        &self,
-        key: K,
-        delay: Duration,
-        note: impl FnOnce(&mut N) -> R,
-    ) -> Option<R> {
+    pub fn add_after_with_note(&self, key: K, delay: Duration, note: impl FnOnce(&mut N)) {
         if delay.is_zero() {
             return self.add_with_note(key, Priority::Normal, note);
         }
         let due = self.shared.epoch.nanos_now().saturating_add(nanos(delay)).min(NEVER - 1);
-        let (poke, noted) = self.on_slot(key, note, |state, id| state.schedule(id, due))?;
-        self.shared.after_scheduling(poke);
-        Some(noted)
+        if let Some(poke) = self.on_slot(key, note, |state, id| state.schedule(id, due)) {
+            self.shared.after_scheduling(poke);
+        }
     }
 
     /// Reports a failure of `key`: it is retried after its exponential backoff, and then only as
@@ -294,28 +289,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `add_rate_limited`, retrying no earlier than `at_least` from now whatever the backoff
     /// says: the floor a server's `Retry-After` asks for (the backoff still grows as usual).
     pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
-        self.add_rate_limited_after_with_note(key, at_least, |_| ());
+        self.add_rate_limited_after_with_note(key, at_least, |_| {});
     }
 
     /// `add_rate_limited_after` that also writes the key's notes (see
     /// [`WorkQueue::add_with_note`]); the retry's timer is the one they can wait for.
-    pub fn add_rate_limited_after_with_note<R>(
-        &self,
-        key: K,
-        at_least: Duration,
-        note: impl FnOnce(&mut N) -> R,
-    ) -> Option<R> {
+    pub fn add_rate_limited_after_with_note(&self, key: K, at_least: Duration, note: impl FnOnce(&mut N)) {
         let shared = &*self.shared;
         let now = shared.epoch.nanos_now();
         let floor = now.saturating_add(nanos(at_least));
-        let (poke, noted) = self.on_slot(key, note, |state, id| {
+        let Some(poke) = self.on_slot(key, note, |state, id| {
             state.fail(id, now, floor, |failures| nanos(shared.backoff.delay(failures)))
-        })?;
+        }) else {
+            return;
+        };
         if let Some(metrics) = &shared.metrics {
             metrics.retried();
         }
         self.shared.after_scheduling(poke.unwrap_or(false));
-        Some(noted)
     }
 
     /// Reads the notes of `key`, if the queue tracks it (for `/debug/queue`).
