@@ -19,8 +19,7 @@ use std::time::Duration;
 
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
-use dbcluster_operator::databasecluster::events::EventPublisher;
-use dbcluster_operator::databasecluster::failures::FailureCounts;
+use dbcluster_operator::databasecluster::operator::CacheWriters;
 use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
 use dbcluster_operator::databasecluster::resources::{FIELD_MANAGER, label};
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
@@ -160,33 +159,21 @@ async fn main() {
         .expect("a usable kubeconfig");
     let client = Client::try_from(config).expect("a client");
 
-    let clusters_writer = CacheWriter::<DatabaseCluster>::default();
-    let statefulsets = CacheWriter::<StatefulSet>::default();
-    let services = CacheWriter::<Service>::default();
-    let secrets = CacheWriter::<Secret>::default();
-    let app_secrets = CacheWriter::<Secret>::default();
-    let configmaps = CacheWriter::<ConfigMap>::default();
-    let pdbs = CacheWriter::<PodDisruptionBudget>::default();
-    let pods = CacheWriter::<Pod>::default();
-    let jobs = CacheWriter::<Job>::default();
-    let cronjobs = CacheWriter::<CronJob>::default();
-    let volumes = CacheWriter::<PersistentVolumeClaim>::default();
-    let context = Arc::new(Context {
-        client: client.clone(),
-        clusters: Arc::clone(clusters_writer.cache()),
-        statefulsets: Arc::clone(statefulsets.cache()),
-        services: Arc::clone(services.cache()),
-        secrets: Arc::clone(secrets.cache()),
-        app_secrets: Arc::clone(app_secrets.cache()),
-        configmaps: Arc::clone(configmaps.cache()),
-        pdbs: Arc::clone(pdbs.cache()),
-        pods: Arc::clone(pods.cache()),
-        jobs: Arc::clone(jobs.cache()),
-        cronjobs: Arc::clone(cronjobs.cache()),
-        volumes: Arc::clone(volumes.cache()),
-        events: EventPublisher::new(client.clone(), "kube-runtime-anchor"),
-        failures: FailureCounts::default(),
-    });
+    let writers = CacheWriters::default();
+    let context = Arc::new(writers.context(client.clone(), "kube-runtime-anchor"));
+    let CacheWriters {
+        clusters: clusters_writer,
+        statefulsets,
+        services,
+        secrets,
+        app_secrets,
+        configmaps,
+        pdbs,
+        pods,
+        jobs,
+        cronjobs,
+        volumes,
+    } = writers;
     let anchor = Arc::new(Anchor {
         context: Arc::clone(&context),
         passes: AtomicU64::new(0),
