@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::app_secret::APP_SECRET_OF;
 use super::backup::jobs::CLUSTER_LABEL;
 use super::backup::reconcile::cluster_of_backup_object;
+use super::cached::CacheShape;
 use super::events::{EventFlusher, EventPublisher};
 use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
@@ -126,11 +127,11 @@ pub struct OperatorHandles {
     pub events: EventFlusher,
 }
 
-/// The writers of the caches a pass reads, one per watched kind, each storing objects without
-/// their `managedFields` (`CacheWriter::default`). [`Operator::new`] hands each to its informer;
+/// The writers of the caches a pass reads, one per watched kind, each keeping what the passes
+/// read ([`CacheShape`]). [`Operator::new`] hands each to its informer;
 /// the kube-runtime anchor (`benches/anchors`) to its own watches. [`CacheWriters::context`] is
 /// the one place a reconcile [`Context`] is made.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CacheWriters {
     /// The DatabaseClusters.
     pub clusters: CacheWriter<DatabaseCluster>,
@@ -154,6 +155,24 @@ pub struct CacheWriters {
     pub cronjobs: CacheWriter<CronJob>,
     /// The operator's PersistentVolumeClaims.
     pub volumes: CacheWriter<PersistentVolumeClaim>,
+}
+
+impl Default for CacheWriters {
+    fn default() -> Self {
+        CacheWriters {
+            clusters: DatabaseCluster::cache_writer(),
+            statefulsets: StatefulSet::cache_writer(),
+            services: Service::cache_writer(),
+            secrets: Secret::cache_writer(),
+            app_secrets: Secret::cache_writer(),
+            configmaps: ConfigMap::cache_writer(),
+            pdbs: PodDisruptionBudget::cache_writer(),
+            pods: Pod::cache_writer(),
+            jobs: Job::cache_writer(),
+            cronjobs: CronJob::cache_writer(),
+            volumes: PersistentVolumeClaim::cache_writer(),
+        }
+    }
 }
 
 impl CacheWriters {
