@@ -235,36 +235,23 @@ impl Operator {
         let namespace = options.namespace.as_deref();
         let writers = CacheWriters::default();
         let context = Arc::new(writers.context(client.clone(), options.instance));
-        let CacheWriters {
-            clusters,
-            statefulsets,
-            services,
-            secrets,
-            app_secrets,
-            configmaps,
-            pdbs,
-            pods,
-            jobs,
-            cronjobs,
-            volumes,
-        } = writers;
         let clusters = Arc::new(Informer::with_writer(
             api::<DatabaseCluster>(&client, namespace),
             ReflectorConfig::default(),
-            clusters,
+            writers.clusters,
         ));
         // The children: only what carries the operator's `managed-by` label.
         let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
-        let statefulsets = labelled_informer(&client, namespace, &managed, statefulsets);
-        let services = labelled_informer(&client, namespace, &managed, services);
-        let secrets = labelled_informer(&client, namespace, &managed, secrets);
-        let app_secrets = labelled_informer(&client, namespace, APP_SECRET_OF, app_secrets);
-        let configmaps = labelled_informer(&client, namespace, &managed, configmaps);
-        let pdbs = labelled_informer(&client, namespace, &managed, pdbs);
-        let pods = labelled_informer(&client, namespace, &managed, pods);
-        let jobs = labelled_informer(&client, namespace, &managed, jobs);
-        let cronjobs = labelled_informer(&client, namespace, &managed, cronjobs);
-        let volumes = labelled_informer(&client, namespace, &managed, volumes);
+        let statefulsets = labelled_informer(&client, namespace, &managed, writers.statefulsets);
+        let services = labelled_informer(&client, namespace, &managed, writers.services);
+        let secrets = labelled_informer(&client, namespace, &managed, writers.secrets);
+        let app_secrets = labelled_informer(&client, namespace, APP_SECRET_OF, writers.app_secrets);
+        let configmaps = labelled_informer(&client, namespace, &managed, writers.configmaps);
+        let pdbs = labelled_informer(&client, namespace, &managed, writers.pdbs);
+        let pods = labelled_informer(&client, namespace, &managed, writers.pods);
+        let jobs = labelled_informer(&client, namespace, &managed, writers.jobs);
+        let cronjobs = labelled_informer(&client, namespace, &managed, writers.cronjobs);
+        let volumes = labelled_informer(&client, namespace, &managed, writers.volumes);
 
         let metrics = Arc::clone(&options.metrics);
         let config = ControllerConfig {

@@ -161,19 +161,6 @@ async fn main() {
 
     let writers = CacheWriters::default();
     let context = Arc::new(writers.context(client.clone(), "kube-runtime-anchor"));
-    let CacheWriters {
-        clusters: clusters_writer,
-        statefulsets,
-        services,
-        secrets,
-        app_secrets,
-        configmaps,
-        pdbs,
-        pods,
-        jobs,
-        cronjobs,
-        volumes,
-    } = writers;
     let anchor = Arc::new(Anchor {
         context: Arc::clone(&context),
         passes: AtomicU64::new(0),
@@ -184,26 +171,26 @@ async fn main() {
     let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
     let (reader, writer) = reflector::store();
     let clusters =
-        reflector(writer, mirrored(Api::<DatabaseCluster>::all(client.clone()), None, clusters_writer))
+        reflector(writer, mirrored(Api::<DatabaseCluster>::all(client.clone()), None, writers.clusters))
             .touched_objects();
     let controller = Controller::for_stream(clusters, reader)
         .with_config(controller::Config::default().concurrency(4))
-        .owns_stream(children(&client, &managed, statefulsets))
-        .owns_stream(children(&client, &managed, services))
-        .owns_stream(children(&client, &managed, secrets))
-        .owns_stream(children(&client, &managed, configmaps))
-        .owns_stream(children(&client, &managed, pdbs))
-        .owns_stream(children(&client, &managed, cronjobs))
-        .watches_stream(children(&client, &managed, pods), |pod: Pod| {
+        .owns_stream(children(&client, &managed, writers.statefulsets))
+        .owns_stream(children(&client, &managed, writers.services))
+        .owns_stream(children(&client, &managed, writers.secrets))
+        .owns_stream(children(&client, &managed, writers.configmaps))
+        .owns_stream(children(&client, &managed, writers.pdbs))
+        .owns_stream(children(&client, &managed, writers.cronjobs))
+        .watches_stream(children(&client, &managed, writers.pods), |pod: Pod| {
             cluster_by_label(&pod, &[label::INSTANCE, CLUSTER_LABEL])
         })
-        .watches_stream(children(&client, APP_SECRET_OF, app_secrets), |secret: Secret| {
+        .watches_stream(children(&client, APP_SECRET_OF, writers.app_secrets), |secret: Secret| {
             cluster_by_label(&secret, &[APP_SECRET_OF])
         })
-        .watches_stream(children(&client, &managed, jobs), |job: Job| {
+        .watches_stream(children(&client, &managed, writers.jobs), |job: Job| {
             cluster_by_label(&job, &[CLUSTER_LABEL])
         })
-        .watches_stream(children(&client, &managed, volumes), |claim: PersistentVolumeClaim| {
+        .watches_stream(children(&client, &managed, writers.volumes), |claim: PersistentVolumeClaim| {
             cluster_by_label(&claim, &[CLUSTER_LABEL])
         })
         .run(pass, error_policy, anchor)
