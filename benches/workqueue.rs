@@ -7,8 +7,11 @@
 //! and taking the causes at each claim, as the workers do: the cost of `runtime::causes`, on
 //! beside off, in the same run.
 //!
-//! `big_queue` and `memory` print their figures (p99 add latency, bytes per queued key) on stdout
-//! next to criterion's output; a counting global allocator measures memory.
+//! `big_queue`, `big_queue_waiting` and `memory` print their figures (add latency percentiles,
+//! bytes per queued key) on stdout next to criterion's output; a counting global allocator
+//! measures memory. The latencies are timed twice: from a task on the workers' runtime (as
+//! client-go's come from a goroutine beside its workers) and from the bench's own thread outside
+//! it (on 2 cores, a third runnable thread: see `time_adds`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashSet, VecDeque};
@@ -20,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::causes::{Cause, Causes, Enqueuer, EventType, ObjectEvent};
+use dbcluster_operator::runtime::causes::{
+    Cause, CauseNotes, Enqueuer, EventType, ObjectEvent, ResourceVersion, kind_name,
+};
 use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
 
@@ -150,30 +155,29 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     const NAME: &'static str = if ON { "workqueue_causes_on" } else { "workqueue_causes_off" };
     type Producer = Enqueuer;
     type Consumer = Enqueuer;
-    type Item = Claim<ObjectKey>;
+    type Item = Claim<ObjectKey, CauseNotes>;
 
     fn new() -> (Self::Producer, Self::Consumer) {
-        let causes = if ON { Causes::enabled() } else { Causes::disabled() };
-        let enqueuer = Enqueuer::new(WorkQueue::new(QueueConfig::default()), Arc::new(causes));
+        let enqueuer = Enqueuer::new(WorkQueue::with_notes(QueueConfig::default()), ON);
         (enqueuer.clone(), enqueuer)
     }
 
     fn add(producer: &Self::Producer, key: ObjectKey) {
-        static INFORMER: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
-        let informer = INFORMER.get_or_init(|| "apps/StatefulSet".into());
+        static INFORMER: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+        let informer = *INFORMER.get_or_init(|| kind_name("apps/StatefulSet"));
         producer.add(key.clone(), Priority::Normal, || {
             Cause::Mapped(ObjectEvent {
-                informer: Arc::clone(informer),
+                informer,
                 event: EventType::Modified,
                 object: key,
-                resource_version: Some("4312".into()),
+                resource_version: Some(ResourceVersion::from("4312")),
             })
         });
     }
 
     async fn get(consumer: &Self::Consumer) -> Option<Self::Item> {
-        let claim = consumer.queue().get().await?;
-        black_box(consumer.causes().take(claim.key(), tokio::time::Instant::now()));
+        let mut claim = consumer.queue().get().await?;
+        black_box(claim.take_notes());
         Some(claim)
     }
 
@@ -435,7 +439,7 @@ fn big_queue<H: Harness>(c: &mut Criterion) {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200)); // let every worker take its first key
-    time_adds::<H>(c, "big_queue", &producer, &pool, TIMED, &format!("add latency over {TIMED} adds"));
+    time_adds::<H>(c, &rt, "big_queue", &producer, &pool, TIMED, &format!("add latency over {TIMED} adds"));
     H::close(producer);
     drop(consumer);
     rt.block_on(async {
@@ -475,7 +479,7 @@ fn big_queue_waiting<H: Harness>(c: &mut Criterion) {
         .collect();
     std::thread::sleep(Duration::from_millis(200)); // let every worker park
     let what = format!("{backlog} keys on timers, {WORKERS} parked workers: add latency over {TIMED} adds");
-    time_adds::<H>(c, "big_queue_waiting", &producer, &fresh, TIMED, &what);
+    time_adds::<H>(c, &rt, "big_queue_waiting", &producer, &fresh, TIMED, &what);
     H::close(producer);
     drop(consumer);
     for worker in workers {
@@ -484,9 +488,17 @@ fn big_queue_waiting<H: Harness>(c: &mut Criterion) {
 }
 
 /// Criterion's figure for `add` in group `group`, cycling through `keys`, then the latency
-/// percentiles of `timed` single adds, printed with `what`.
+/// percentiles of `timed` single adds, printed with `what`, measured twice:
+///
+/// - `from a task`: the adds run in a task on `rt`, the runtime of the workers, as client-go's
+///   figures come from a goroutine scheduled beside its workers. On 2 cores the runtime's two
+///   threads are the only runnable ones.
+/// - `from a thread`: the adds run on the bench's own thread, outside the runtime: a third
+///   runnable thread on 2 cores, so the tail also holds the OS scheduler's (a lock holder
+///   preempted by the adder, a wake-up's system call on the adder's clock).
 fn time_adds<H: Harness>(
     c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
     group: &str,
     producer: &H::Producer,
     keys: &[ObjectKey],
@@ -508,25 +520,42 @@ fn time_adds<H: Harness>(
         });
     });
     bench.finish();
+    let shared: Arc<Vec<ObjectKey>> = Arc::new(keys.to_vec());
+    let in_task = {
+        let (producer, keys) = (producer.clone(), Arc::clone(&shared));
+        rt.block_on(rt.spawn(async move { single_adds::<H>(&producer, &keys, next, timed) })).unwrap()
+    };
+    let in_thread = single_adds::<H>(producer, &shared, next + timed, timed);
+    for (from, latencies) in [("from a task", in_task), ("from a thread", in_thread)] {
+        let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+        println!(
+            "{group}/{}: {what}, {from}: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+            H::NAME,
+            at(0.50),
+            at(0.99),
+            at(0.999),
+            latencies[latencies.len() - 1]
+        );
+    }
+}
+
+/// The sorted latencies of `timed` single adds, cycling through `keys` from `start`.
+fn single_adds<H: Harness>(
+    producer: &H::Producer,
+    keys: &[ObjectKey],
+    start: usize,
+    timed: usize,
+) -> Vec<Duration> {
     let mut latencies: Vec<Duration> = (0..timed)
-        .map(|_| {
-            next = (next + 1) % keys.len();
-            let key = keys[next].clone();
-            let start = Instant::now();
+        .map(|i| {
+            let key = keys[(start + i + 1) % keys.len()].clone();
+            let started = Instant::now();
             H::add(producer, key);
-            start.elapsed()
+            started.elapsed()
         })
         .collect();
     latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    println!(
-        "{group}/{}: {what}: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
-        H::NAME,
-        at(0.50),
-        at(0.99),
-        at(0.999),
-        latencies[latencies.len() - 1]
-    );
+    latencies
 }
 
 /// Heap bytes the queue itself holds per queued key (the key text is shared with the caller).

@@ -40,6 +40,7 @@ use super::resources::{FIELD_MANAGER, label};
 use super::types::DatabaseCluster;
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::CacheWriter;
+use crate::runtime::causes::ControllerQueue;
 use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};
 use crate::runtime::informer::Informer;
 use crate::runtime::introspection::{InformerProbe, Introspection};
@@ -47,7 +48,7 @@ use crate::runtime::leader;
 use crate::runtime::manager::WorkloadContext;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::reflector::ReflectorConfig;
-use crate::runtime::workqueue::{QueueConfig, WorkQueue};
+use crate::runtime::workqueue::QueueConfig;
 
 /// The controller's name: its queue's and metrics' label.
 pub const CONTROLLER_NAME: &str = "databasecluster";
@@ -98,7 +99,7 @@ pub enum OperatorError {
 #[derive(Clone)]
 pub struct OperatorHandles {
     /// The controller's work queue (for `/debug/queue`).
-    pub queue: WorkQueue<ObjectKey>,
+    pub queue: ControllerQueue,
     /// The metrics registry (for `/metrics`).
     pub metrics: Arc<Metrics>,
     /// The DatabaseCluster informer.

@@ -1,7 +1,8 @@
-//! Why a pass ran: every enqueue records its [`Cause`] beside the work queue, keyed by
-//! [`ObjectKey`], and each pass takes the causes gathered since the previous one.
+//! Why a pass ran: every enqueue records its [`Cause`] in the key's own slot of the work queue
+//! ([`CauseNotes`], the queue's per-key notes), and the worker that claims the key takes the
+//! causes gathered since the previous pass.
 //!
-//! The rules (one test each, in this module and in `tests/controller.rs`):
+//! The rules (one test each, in this module and in `tests/causes.rs`):
 //!
 //! 1. Every enqueue the controller makes records a cause: a watch event of the key's own object,
 //!    a watch event of another object mapped to the key (a child to its owner), a list (the
@@ -9,31 +10,31 @@
 //!    `RequeueAfter`, a retry (with the error), or an explicit call ([`Enqueuer::add_explicit`]).
 //! 2. A key that is already queued accumulates its causes: the last [`KEPT_CAUSES`] are kept, and
 //!    the ones dropped before them are counted ([`CauseLog::more`]); nothing is lost silently.
-//! 3. A pass takes the causes recorded up to its start; a cause recorded during the pass belongs
-//!    to the next one. A timer's cause (a `RequeueAfter`, a retry) stays pending until its timer
-//!    can have fired: a watch event's pass before that does not take it. The queue keeps only a
-//!    key's earliest timer, so a timer cause recorded while an earlier one is pending is due with
-//!    it: the pass that timer starts takes them all.
+//! 3. A pass takes the causes recorded up to the moment its worker claimed the key; a cause
+//!    recorded later belongs to the next pass. A timer's cause (a `RequeueAfter`, a retry) waits
+//!    for the key's timer to fire: a watch event's pass before that does not take it. The queue
+//!    keeps only a key's earliest timer, so a timer cause recorded while an earlier one is
+//!    pending is due with it: the pass that timer starts takes them all.
 //! 4. The trigger of a pass is its oldest kept cause and the count of the others
 //!    ([`CauseLog::trigger`]): `"StatefulSet default/pg modified rv=4312" (+2)`.
-//! 5. Switched off ([`Causes::disabled`]), recording costs a branch: no cause is built, nothing is
-//!    stored, and passes have no trigger.
+//! 5. Switched off ([`Enqueuer::new`] with `record` false), recording costs a branch: no cause
+//!    is built, nothing is stored, and passes have no trigger.
 //!
-//! The causes live beside the queue, not in it, so the queue's hot path is unchanged; the
-//! `work-queue` benchmarks measure the enqueue with causes on beside off.
+//! The causes live in the queue's slots, so recording one costs no second hash, map or lock:
+//! it is written under the lock the add takes anyway, and the queue drops it with the slot.
+//! The cause is built before that lock is taken, and a cause pushed out of the bounded log is
+//! dropped after it is released. The `work-queue` benchmarks measure the enqueue with causes on
+//! beside off.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
+use crate::runtime::ObjectKey;
+use crate::runtime::workqueue::{KeyNotes, Priority, WorkQueue};
 use serde::Serialize;
 use serde::ser::SerializeStruct;
-use tokio::time::Instant;
-
-use crate::runtime::ObjectKey;
-use crate::runtime::workqueue::{Priority, WorkQueue};
 
 /// How many causes a key keeps per pass; older ones are only counted.
 pub const KEPT_CAUSES: usize = 8;
@@ -61,23 +62,71 @@ impl EventType {
     }
 }
 
-/// One informer event, as a cause names it.
+/// One informer event, as a cause names it. Cheap to build and drop, since every add of the
+/// controller builds one: the kind name is interned, a numeric resourceVersion is held inline,
+/// and the object key shares its text with the caller's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectEvent {
-    /// The informer's kind, `group/Kind` (`Kind` for the core group).
-    pub informer: Arc<str>,
+    /// The informer's kind, `group/Kind` (`Kind` for the core group), from [`kind_name`].
+    pub informer: &'static str,
     /// Added, modified or deleted.
     pub event: EventType,
     /// The object the event is about.
     pub object: ObjectKey,
     /// Its resourceVersion in the event, if it had one.
-    pub resource_version: Option<Arc<str>>,
+    pub resource_version: Option<ResourceVersion>,
+}
+
+/// The one copy of the kind name `name` for the life of the process (informers register a
+/// handful of kinds; each distinct name is stored once, so causes refer to it for free).
+pub fn kind_name(name: &str) -> &'static str {
+    static NAMES: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock();
+    if let Some(known) = names.get(name) {
+        return known;
+    }
+    // Bounded: one entry per distinct kind name the process's informers use.
+    let interned: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(interned);
+    interned
+}
+
+/// A resourceVersion as an event carried it: opaque text, held inline when it is the decimal
+/// number the API server usually sends (no allocation per cause), shown exactly as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceVersion {
+    /// A canonical decimal (no sign, no leading zero) that fits 64 bits.
+    Number(u64),
+    /// Anything else, as received.
+    Text(Arc<str>),
+}
+
+impl From<&str> for ResourceVersion {
+    fn from(text: &str) -> Self {
+        let canonical = !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && (text.len() == 1 || !text.starts_with('0'));
+        match text.parse() {
+            Ok(number) if canonical => Self::Number(number),
+            _ => Self::Text(text.into()),
+        }
+    }
+}
+
+impl fmt::Display for ResourceVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(number) => write!(f, "{number}"),
+            Self::Text(text) => f.write_str(text),
+        }
+    }
 }
 
 impl ObjectEvent {
     /// The kind without its group: `StatefulSet`.
     pub fn kind(&self) -> &str {
-        self.informer.rsplit_once('/').map_or(&self.informer, |(_, kind)| kind)
+        self.informer.rsplit_once('/').map_or(self.informer, |(_, kind)| kind)
     }
 }
 
@@ -154,12 +203,12 @@ impl Serialize for Cause {
         s.serialize_field("type", self.type_name())?;
         s.serialize_field("text", &self.to_string())?;
         if let Some(event) = self.event() {
-            s.serialize_field("informer", &*event.informer)?;
+            s.serialize_field("informer", event.informer)?;
             s.serialize_field("event", &event.event)?;
             s.serialize_field("kind", event.kind())?;
             s.serialize_field("namespace", &event.object.namespace())?;
             s.serialize_field("name", event.object.name())?;
-            s.serialize_field("resource_version", &event.resource_version.as_deref())?;
+            s.serialize_field("resource_version", &event.resource_version.as_ref().map(ToString::to_string))?;
         }
         if let Self::Retry(error) = self {
             s.serialize_field("error", &**error)?;
@@ -191,14 +240,6 @@ impl CauseLog {
     pub fn trigger(&self) -> Trigger<'_> {
         Trigger(self)
     }
-
-    fn push(&mut self, cause: Cause) {
-        if self.kept.len() == KEPT_CAUSES {
-            self.kept.remove(0);
-            self.more += 1;
-        }
-        self.kept.push(cause);
-    }
 }
 
 /// `"<first cause>" (+N)`, or `none recorded`: see [`CauseLog::trigger`].
@@ -218,142 +259,150 @@ impl fmt::Display for Trigger<'_> {
     }
 }
 
-/// A cause waiting for its pass, with the earliest time its timer can fire (`None`: at once).
-#[derive(Debug, Clone)]
-struct PendingCause {
-    cause: Cause,
-    due: Option<Instant>,
-}
-
+/// The causes of one line (due now, or waiting for the key's timer): the last [`KEPT_CAUSES`]
+/// and a count of the ones dropped before them.
 #[derive(Debug, Default)]
-struct Pending {
-    causes: VecDeque<PendingCause>,
+struct Bounded {
+    kept: VecDeque<Cause>,
     more: u64,
 }
 
-/// The causes recorded for each key and not yet taken by a pass. Shared by the controller's
-/// event handlers (which record) and its workers (which take); see the module docs.
-#[derive(Debug)]
-pub struct Causes {
-    enabled: bool,
-    pending: DashMap<ObjectKey, Pending>,
-}
+impl Bounded {
+    /// Appends `cause`; returns the oldest one if it had to make room (to drop after unlocking).
+    fn push(&mut self, cause: Cause) -> Option<Cause> {
+        let dropped = if self.kept.len() == KEPT_CAUSES {
+            self.more += 1;
+            self.kept.pop_front()
+        } else {
+            None
+        };
+        self.kept.push_back(cause);
+        dropped
+    }
 
-impl Default for Causes {
-    fn default() -> Self {
-        Self::enabled()
+    /// Appends `later`'s causes after these (and its count of dropped ones), still bounded.
+    fn append(&mut self, later: Bounded) {
+        self.more += later.more;
+        for cause in later.kept {
+            self.push(cause);
+        }
+    }
+
+    fn log(&self) -> impl Iterator<Item = &Cause> {
+        self.kept.iter()
     }
 }
 
-impl Causes {
-    /// A store that records.
-    pub fn enabled() -> Self {
-        Self { enabled: true, pending: DashMap::new() }
+/// Where a recorded cause waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// For the key's next pass.
+    Now,
+    /// For the pass the key's timer starts (the queue keeps a key's earliest timer only, so a
+    /// cause recorded while an earlier timer is pending is due with that one).
+    OnTimer,
+}
+
+/// A key's pending causes, kept by the controller's queue in the key's own slot
+/// ([`KeyNotes`]): recorded by the add under the lock it takes anyway, handed to the claim
+/// when a worker takes the key, dropped with the slot. The due line lives in the slot (its
+/// buffer is allocated by the first cause and handed to the claim); only causes that wait for a
+/// timer take a box of their own. With recording off, nothing is ever allocated.
+#[derive(Debug, Default)]
+pub struct CauseNotes {
+    /// Due at the key's next pass.
+    due: Bounded,
+    /// Due when the key's timer fires (a `RequeueAfter`, a retry).
+    on_timer: Option<Box<Bounded>>,
+}
+
+impl CauseNotes {
+    /// Records `cause`, due at the next pass or with the key's timer. Returns the cause it
+    /// pushed out of the bounded log, if any, for the caller to drop after unlocking.
+    pub fn record(&mut self, cause: Cause, due: Due) -> Option<Cause> {
+        match due {
+            Due::Now => self.due.push(cause),
+            Due::OnTimer => self.on_timer.get_or_insert_with(Box::default).push(cause),
+        }
     }
 
-    /// A store that records nothing (rule 5).
-    pub fn disabled() -> Self {
-        Self { enabled: false, pending: DashMap::new() }
-    }
-
-    /// Whether causes are recorded.
-    pub fn is_enabled(&self) -> bool {
-        self.enabled
-    }
-
-    /// Records `cause()` for `key`, due at once or, for a timer, no earlier than `due`. The cause
-    /// is built only when recording is on.
-    pub fn record(&self, key: &ObjectKey, due: Option<Instant>, cause: impl FnOnce() -> Cause) {
-        if !self.enabled {
+    /// Puts a pass's causes back to wait for the key's timer, before any cause already waiting
+    /// there (a held-back pass that is queued again: its causes are still unanswered).
+    pub fn restore(&mut self, log: CauseLog) {
+        if log.total() == 0 {
             return;
         }
-        let mut pending = self.pending.entry(key.clone()).or_default();
-        // The queue fires a key's earliest timer only (rule 3): a later one is due with it.
-        let earliest = pending.causes.iter().filter_map(|c| c.due).min();
-        let due = due.map(|due| earliest.map_or(due, |earliest| earliest.min(due)));
-        let cause = PendingCause { cause: cause(), due };
-        if pending.causes.len() == KEPT_CAUSES {
-            pending.causes.pop_front();
-            pending.more += 1;
+        let mut restored = Bounded { kept: log.kept.into(), more: log.more };
+        if let Some(waiting) = self.on_timer.take() {
+            restored.append(*waiting);
         }
-        pending.causes.push_back(cause);
+        self.on_timer = Some(Box::new(restored));
     }
 
-    /// Takes the causes of `key` that are due at `now` (rule 3); the rest stay pending.
-    pub fn take(&self, key: &ObjectKey, now: Instant) -> CauseLog {
-        if !self.enabled {
-            return CauseLog::default();
+    /// Every pending cause, due or waiting for the timer, for `/debug/queue`.
+    pub fn pending(&self) -> CauseLog {
+        let waiting = self.on_timer.as_deref();
+        CauseLog {
+            kept: self.due.log().chain(waiting.into_iter().flat_map(Bounded::log)).cloned().collect(),
+            more: self.due.more + waiting.map_or(0, |w| w.more),
         }
-        let Some(mut pending) = self.pending.get_mut(key) else {
-            return CauseLog::default();
-        };
-        let mut log = CauseLog { kept: Vec::new(), more: std::mem::take(&mut pending.more) };
-        let mut later = VecDeque::new();
-        for cause in pending.causes.drain(..) {
-            match cause.due {
-                Some(due) if due > now => later.push_back(cause),
-                _ => log.push(cause.cause),
-            }
-        }
-        let empty = later.is_empty();
-        pending.causes = later;
-        drop(pending);
-        if empty {
-            self.pending.remove_if(key, |_, pending| pending.causes.is_empty() && pending.more == 0);
-        }
-        log
-    }
-
-    /// The causes pending for `key`, due or not, for `/debug/queue`.
-    pub fn pending(&self, key: &ObjectKey) -> CauseLog {
-        let Some(pending) = self.pending.get(key) else { return CauseLog::default() };
-        CauseLog { kept: pending.causes.iter().map(|c| c.cause.clone()).collect(), more: pending.more }
-    }
-
-    /// Forgets `key` (its object is gone and its last pass succeeded).
-    pub fn forget(&self, key: &ObjectKey) {
-        self.pending.remove(key);
-    }
-
-    /// How many keys have causes pending.
-    pub fn len(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Whether no key has a cause pending.
-    pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
     }
 }
 
-/// The controller's way into its queue: each add records its cause first (so a worker that
-/// claims the key at once takes it). Cloning gives another handle to the same queue and causes.
+impl KeyNotes for CauseNotes {
+    type Taken = CauseLog;
+
+    /// The causes that waited for the timer join the due ones (after them: in the order they
+    /// became due).
+    fn timer_fired(&mut self) {
+        if let Some(fired) = self.on_timer.take() {
+            self.due.append(*fired);
+        }
+    }
+
+    /// Rule 3: a pass takes what is due when its worker claims the key; what waits for the
+    /// timer stays.
+    fn take(&mut self) -> CauseLog {
+        CauseLog { kept: std::mem::take(&mut self.due.kept).into(), more: std::mem::take(&mut self.due.more) }
+    }
+}
+
+/// The controller's work queue: keys with their pending causes.
+pub type ControllerQueue = WorkQueue<ObjectKey, CauseNotes>;
+
+/// The controller's way into its queue: each add records its cause in the key's slot (built
+/// before the lock is taken, and only when recording is on). Cloning gives another handle to
+/// the same queue.
 #[derive(Debug, Clone)]
 pub struct Enqueuer {
-    queue: WorkQueue<ObjectKey>,
-    causes: Arc<Causes>,
+    queue: ControllerQueue,
+    record: bool,
 }
 
 impl Enqueuer {
-    /// Adds to `queue`, recording into `causes`.
-    pub fn new(queue: WorkQueue<ObjectKey>, causes: Arc<Causes>) -> Self {
-        Self { queue, causes }
+    /// Adds to `queue`, recording causes when `record` is true (rule 5: off, no cause is built
+    /// and nothing is stored).
+    pub fn new(queue: ControllerQueue, record: bool) -> Self {
+        Self { queue, record }
     }
 
     /// The queue.
-    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+    pub fn queue(&self) -> &ControllerQueue {
         &self.queue
     }
 
-    /// The causes.
-    pub fn causes(&self) -> &Arc<Causes> {
-        &self.causes
+    /// Whether causes are recorded.
+    pub fn records(&self) -> bool {
+        self.record
     }
 
     /// Queues `key` at `priority` because of `cause()`.
     pub fn add(&self, key: ObjectKey, priority: Priority, cause: impl FnOnce() -> Cause) {
-        self.causes.record(&key, None, cause);
-        self.queue.add_with_priority(key, priority);
+        if !self.record {
+            return self.queue.add_with_priority(key, priority);
+        }
+        let cause = cause();
+        drop(self.queue.add_with_note(key, priority, |notes| notes.record(cause, Due::Now)));
     }
 
     /// Queues `key` at once, for `reason`: an explicit call (rule 1).
@@ -361,27 +410,44 @@ impl Enqueuer {
         self.add(key, Priority::Normal, || Cause::Explicit(reason.into()));
     }
 
-    /// Queues `key` after `delay`: a `RequeueAfter`.
+    /// Queues `key` after `delay`: a `RequeueAfter`, due with the key's timer.
     pub fn requeue_after(&self, key: ObjectKey, delay: Duration) {
-        self.causes.record(&key, Some(Instant::now() + delay), || Cause::RequeueAfter(delay));
-        self.queue.add_after(key, delay);
+        if !self.record {
+            return self.queue.add_after(key, delay);
+        }
+        let due = if delay.is_zero() { Due::Now } else { Due::OnTimer };
+        let cause = Cause::RequeueAfter(delay);
+        drop(self.queue.add_after_with_note(key, delay, |notes| notes.record(cause, due)));
     }
 
-    /// Retries `key` with its backoff, no earlier than `at_least`, after `error`. The cause is due
-    /// when the (jittered) backoff can first have elapsed.
-    pub fn retry(
-        &self,
-        key: ObjectKey,
-        at_least: Duration,
-        backoff: &crate::runtime::workqueue::BackoffConfig,
-        error: &str,
-    ) {
-        let nominal = backoff.nominal_delay(self.queue.num_requeues(&key).saturating_add(1));
-        let earliest = if backoff.jitter { nominal / 2 } else { nominal };
-        let due = Instant::now() + earliest.max(at_least);
-        self.causes.record(&key, Some(due), || Cause::Retry(error.into()));
-        self.queue.add_rate_limited_after(key, at_least);
+    /// Puts a claimed key back for `delay` without running it, its causes still pending (they
+    /// are due with the timer).
+    pub fn hold_back(&self, key: ObjectKey, delay: Duration, causes: CauseLog) {
+        self.queue.add_after_with_note(key, delay, |notes| notes.restore(causes));
     }
+
+    /// Retries `key` with its backoff, no earlier than `at_least`, after `error`: the cause is
+    /// due with the retry's timer.
+    pub fn retry(&self, key: ObjectKey, at_least: Duration, error: &str) {
+        if !self.record {
+            return self.queue.add_rate_limited_after(key, at_least);
+        }
+        let cause = Cause::Retry(error.into());
+        drop(
+            self.queue
+                .add_rate_limited_after_with_note(key, at_least, |notes| notes.record(cause, Due::OnTimer)),
+        );
+    }
+
+    /// The causes pending for `key`, due or not, for `/debug/queue`.
+    pub fn pending(&self, key: &ObjectKey) -> CauseLog {
+        pending(&self.queue, key)
+    }
+}
+
+/// The causes pending for `key` in `queue`, due or not, for `/debug/queue`.
+pub fn pending(queue: &ControllerQueue, key: &ObjectKey) -> CauseLog {
+    queue.notes_of(key, CauseNotes::pending).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -390,7 +456,7 @@ mod tests {
 
     fn event(name: &str, rv: &str) -> ObjectEvent {
         ObjectEvent {
-            informer: "apps/StatefulSet".into(),
+            informer: kind_name("apps/StatefulSet"),
             event: EventType::Modified,
             object: ObjectKey::namespaced("default", name),
             resource_version: Some(rv.into()),
@@ -401,81 +467,132 @@ mod tests {
         ObjectKey::namespaced("default", "pg")
     }
 
+    fn queue() -> ControllerQueue {
+        ControllerQueue::with_notes(crate::runtime::workqueue::QueueConfig::default())
+    }
+
+    /// The next claim's causes (the key is done at once).
+    async fn next_causes(queue: &ControllerQueue) -> CauseLog {
+        let mut claim = tokio::time::timeout(Duration::from_secs(60), queue.get())
+            .await
+            .expect("a key is ready in time")
+            .expect("the queue runs");
+        claim.take_notes()
+    }
+
     #[test]
     fn rule4_the_trigger_is_the_first_cause_and_the_count_of_the_others() {
-        let causes = Causes::enabled();
-        assert_eq!(causes.take(&key(), Instant::now()).trigger().to_string(), "none recorded");
-        causes.record(&key(), None, || Cause::Mapped(event("pg", "4312")));
-        causes.record(&key(), None, || Cause::Watch(event("pg", "4313")));
-        causes.record(&key(), None, || Cause::Explicit("test".into()));
-        let log = causes.take(&key(), Instant::now());
+        let mut notes = CauseNotes::default();
+        assert_eq!(notes.take().trigger().to_string(), "none recorded");
+        notes.record(Cause::Mapped(event("pg", "4312")), Due::Now);
+        notes.record(Cause::Watch(event("pg", "4313")), Due::Now);
+        notes.record(Cause::Explicit("test".into()), Due::Now);
+        let log = notes.take();
         assert_eq!(log.trigger().to_string(), "\"StatefulSet default/pg modified rv=4312 (owned)\" (+2)");
         let single = CauseLog { kept: vec![Cause::Watch(event("pg", "7"))], more: 0 };
         assert_eq!(single.trigger().to_string(), "\"StatefulSet default/pg modified rv=7\"");
     }
 
-    #[test]
-    fn rule2_an_already_queued_key_keeps_its_last_causes_and_counts_the_rest() {
-        let causes = Causes::enabled();
+    #[tokio::test(start_paused = true)]
+    async fn rule2_an_already_queued_key_keeps_its_last_causes_and_counts_the_rest() {
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), true);
         for rv in 0..20 {
-            causes.record(&key(), None, || Cause::Watch(event("pg", &rv.to_string())));
+            enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", &rv.to_string())));
         }
-        assert_eq!(causes.pending(&key()).total(), 20);
-        let log = causes.take(&key(), Instant::now());
+        assert_eq!(queue.len(), 1, "one queued key");
+        assert_eq!(enqueuer.pending(&key()).total(), 20);
+        let log = next_causes(&queue).await;
         assert_eq!(log.kept.len(), KEPT_CAUSES);
         assert_eq!(log.more, 20 - KEPT_CAUSES as u64);
         let first = log.kept[0].event().and_then(|e| e.resource_version.clone());
-        assert_eq!(first.as_deref(), Some("12"), "the oldest kept is the 13th");
-        assert!(causes.is_empty(), "a take leaves nothing behind");
+        assert_eq!(first, Some(ResourceVersion::Number(12)), "the oldest kept is the 13th");
+        assert_eq!(enqueuer.pending(&key()).total(), 0, "the claim took them all");
+        assert_eq!(queue.tracked_keys(), 0, "a finished key leaves nothing behind, causes included");
     }
 
     #[tokio::test(start_paused = true)]
     async fn rule3_a_timer_cause_waits_for_its_timer() {
-        let causes = Causes::enabled();
-        causes.record(&key(), Some(Instant::now() + Duration::from_secs(30)), || {
-            Cause::RequeueAfter(Duration::from_secs(30))
-        });
-        causes.record(&key(), None, || Cause::Watch(event("pg", "1")));
-        let now = causes.take(&key(), Instant::now());
-        assert_eq!(now.kept, [Cause::Watch(event("pg", "1"))]);
-        assert_eq!(causes.pending(&key()).total(), 1, "the timer's cause is still pending");
-        tokio::time::advance(Duration::from_secs(30)).await;
-        let later = causes.take(&key(), Instant::now());
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        enqueuer.requeue_after(key(), Duration::from_secs(30));
+        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
+        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "1"))]);
+        assert_eq!(enqueuer.pending(&key()).total(), 1, "the timer's cause is still pending");
+        let started = tokio::time::Instant::now();
+        let later = next_causes(&queue).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(30), "handed out when the timer fired");
         assert_eq!(later.kept, [Cause::RequeueAfter(Duration::from_secs(30))]);
-        assert!(causes.is_empty());
+        assert_eq!(queue.tracked_keys(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule3_a_retry_cause_waits_for_the_retry() {
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        enqueuer.retry(key(), Duration::from_secs(2), "boom");
+        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
+        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "1"))]);
+        let started = tokio::time::Instant::now();
+        let retry = next_causes(&queue).await;
+        assert!(started.elapsed() >= Duration::from_secs(2), "no earlier than the floor");
+        assert_eq!(retry.kept, [Cause::Retry("boom".into())]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn rule3_timer_causes_are_due_with_the_earliest_pending_timer() {
         // Passes started by watch events, each asking to run again in 10 s: the queue keeps the
         // first timer only, so the pass it starts is the answer to all of them.
-        let causes = Causes::enabled();
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), true);
         let requeue = || Cause::RequeueAfter(Duration::from_secs(10));
-        for rv in 0..KEPT_CAUSES + 2 {
-            causes.record(&key(), Some(Instant::now() + Duration::from_secs(10)), requeue);
-            causes.record(&key(), None, || Cause::Watch(event("pg", &rv.to_string())));
-            let watch = causes.take(&key(), Instant::now());
-            assert_eq!(watch.kept.last(), Some(&Cause::Watch(event("pg", &rv.to_string()))));
-            assert!(!watch.kept.contains(&requeue()), "no timer is due yet");
+        let rounds = KEPT_CAUSES + 2;
+        for rv in 0..rounds {
+            enqueuer.requeue_after(key(), Duration::from_secs(10));
+            enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", &rv.to_string())));
+            let watch = next_causes(&queue).await;
+            assert_eq!(watch.kept, [Cause::Watch(event("pg", &rv.to_string()))]);
             tokio::time::advance(Duration::from_millis(100)).await;
         }
-        // The first timer fires: its pass says why, though the first request was dropped from
-        // the bounded log long ago.
-        tokio::time::advance(Duration::from_secs(10) - Duration::from_millis(100) * (KEPT_CAUSES as u32 + 2))
-            .await;
-        let timer = causes.take(&key(), Instant::now());
-        // The last requests, as many as fit beside each watch event's cause.
-        assert_eq!(timer.kept, vec![requeue(); KEPT_CAUSES - 1]);
-        assert_eq!(timer.trigger().to_string(), format!("\"requeue after 10s\" (+{})", KEPT_CAUSES - 2));
-        assert!(causes.is_empty());
+        // The first timer fires: its pass says why, though the first requests were dropped from
+        // the bounded log.
+        let timer = next_causes(&queue).await;
+        assert_eq!(timer.kept, vec![requeue(); KEPT_CAUSES]);
+        assert_eq!(timer.more, (rounds - KEPT_CAUSES) as u64);
+        assert_eq!(timer.trigger().to_string(), format!("\"requeue after 10s\" (+{})", rounds - 1));
+        assert_eq!(queue.tracked_keys(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_back_pass_keeps_its_causes_for_the_pass_its_timer_starts() {
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
+        let held = next_causes(&queue).await;
+        enqueuer.hold_back(key(), Duration::from_secs(5), held);
+        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "2")));
+        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "2"))]);
+        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "1"))], "after the hold");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule5_switched_off_nothing_is_built_or_kept() {
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), false);
+        enqueuer.add(key(), Priority::Normal, || unreachable!("no cause is built while recording is off"));
+        enqueuer.retry(key(), Duration::ZERO, "boom");
+        assert_eq!(enqueuer.pending(&key()).total(), 0);
+        assert_eq!(next_causes(&queue).await.total(), 0);
     }
 
     #[test]
-    fn rule5_switched_off_nothing_is_built_or_kept() {
-        let causes = Causes::disabled();
-        causes.record(&key(), None, || unreachable!("no cause is built while recording is off"));
-        assert!(causes.is_empty());
-        assert_eq!(causes.take(&key(), Instant::now()).total(), 0);
+    fn resource_versions_are_shown_exactly_as_received() {
+        for text in ["0", "4312", "18446744073709551615", "007", "+5", "", "abc", "18446744073709551616"] {
+            assert_eq!(ResourceVersion::from(text).to_string(), text);
+        }
+        assert_eq!(ResourceVersion::from("4312"), ResourceVersion::Number(4312));
+        assert!(matches!(ResourceVersion::from("007"), ResourceVersion::Text(_)));
+        assert!(std::ptr::eq(kind_name("apps/StatefulSet"), kind_name(&String::from("apps/StatefulSet"))));
     }
 
     #[test]

@@ -23,14 +23,17 @@
 //! `hotloop`): reported once per window, and its passes held back by the per-key backoff until
 //! a pass writes nothing.
 //!
-//! Every enqueue goes through an [`Enqueuer`], which records its cause beside the queue (see
-//! `causes`): each pass takes the causes gathered since the previous one, its span carries
+//! Every enqueue goes through an [`Enqueuer`], which records its cause in the key's slot of the
+//! queue (see `causes`): each pass takes, with its claim, the causes gathered since the previous
+//! one, its span carries
 //! `trigger="<first cause>" (+N)`, and each key keeps its last
 //! [`ControllerConfig::pass_history`] passes (causes, start, duration, result, writes) for
 //! `/debug/queue/<namespace>/<name>`. [`ControllerConfig::record_causes`] turns the causes off.
 //!
 //! [`record_writes`]: crate::runtime::writes::record_writes
 //! [`recorded`]: crate::runtime::writes::recorded
+//! [`WorkQueue`]: crate::runtime::workqueue::WorkQueue
+//!
 //! Reconcile receives only the key and the shared context; it reads objects from the caches.
 
 use std::future::Future;
@@ -52,13 +55,15 @@ use tracing::Instrument;
 
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::{InformerEvent, controller_owner};
-use crate::runtime::causes::{Cause, CauseLog, Causes, Enqueuer, EventType, ObjectEvent};
+use crate::runtime::causes::{
+    Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent, ResourceVersion, kind_name,
+};
 use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
 use crate::runtime::informer::{EventOrigin, Informer};
 use crate::runtime::introspection::{ControllerProbe, PassHistories, PassRecord};
 use crate::runtime::metrics::ControllerMetrics;
-use crate::runtime::workqueue::{Priority, QueueConfig, WorkQueue};
+use crate::runtime::workqueue::{Priority, QueueConfig};
 use crate::runtime::writes::{KindName, Write, record_writes};
 
 /// What a successful reconcile pass asks for next.
@@ -245,12 +250,11 @@ impl PassResult {
 /// ```
 pub struct Controller<K> {
     config: ControllerConfig,
-    queue: WorkQueue<ObjectKey>,
+    queue: ControllerQueue,
     synced: Vec<BoxFuture<'static, ()>>,
     registrations: Vec<Registration>,
     exists: Exists,
     passes: PassHistories,
-    causes: Arc<Causes>,
     /// True while the caches are replayed to the handlers `run` registers.
     replaying: Arc<AtomicBool>,
     freshness: Freshness,
@@ -269,9 +273,8 @@ where
 {
     /// A controller reconciling the objects of `primary`: each event enqueues the object's own key.
     pub fn new(primary: &Arc<Informer<K>>, config: ControllerConfig) -> Self {
-        let queue = WorkQueue::new(config.queue.clone());
+        let queue = ControllerQueue::with_notes(config.queue.clone());
         let cache = Arc::clone(primary.cache());
-        let causes = if config.record_causes { Causes::enabled() } else { Causes::disabled() };
         let controller = Self {
             config,
             queue,
@@ -279,7 +282,6 @@ where
             registrations: Vec::new(),
             exists: Arc::new(move |key| cache.get(key).is_some()),
             passes: Arc::default(),
-            causes: Arc::new(causes),
             replaying: Arc::default(),
             freshness: Freshness::default(),
             _primary: std::marker::PhantomData,
@@ -331,7 +333,7 @@ where
         let for_sync = Arc::clone(informer);
         self.synced.push(async move { for_sync.synced().await }.boxed());
         let informer = Arc::clone(informer);
-        let kind: Arc<str> = KindName::of::<W>().0.into();
+        let kind = kind_name(&KindName::of::<W>().0);
         let replaying = Arc::clone(&self.replaying);
         let leadership = self.config.starts_on_leadership;
         self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
@@ -340,8 +342,10 @@ where
                     EventOrigin::List => Priority::Low,
                     EventOrigin::Watch => Priority::Normal,
                 };
+                // The key's own object is the key: its text is shared, not copied.
+                let own = matches!(via, Via::Own).then(|| key.clone());
                 enqueuer.add(key, priority, || {
-                    let event = object_event(&kind, event);
+                    let event = object_event(kind, own, event);
                     match (origin, via) {
                         (EventOrigin::List, _) if leadership && replaying.load(Ordering::Relaxed) => {
                             Cause::LeaderChange(event)
@@ -364,23 +368,18 @@ where
 
     /// The controller's queue, for the debug endpoint and for tests. Adds made on it directly
     /// record no cause: prefer [`Controller::enqueuer`].
-    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+    pub fn queue(&self) -> &ControllerQueue {
         &self.queue
     }
 
     /// The controller's queue with its causes: `add_explicit` queues a key for a stated reason.
     pub fn enqueuer(&self) -> Enqueuer {
-        Enqueuer::new(self.queue.clone(), Arc::clone(&self.causes))
+        Enqueuer::new(self.queue.clone(), self.config.record_causes)
     }
 
     /// A view of the queue and of each key's last passes, for the debug endpoint.
     pub fn probe(&self) -> ControllerProbe {
-        ControllerProbe::new(
-            &self.config.name,
-            self.queue.clone(),
-            Arc::clone(&self.passes),
-            Arc::clone(&self.causes),
-        )
+        ControllerProbe::new(&self.config.name, self.queue.clone(), Arc::clone(&self.passes))
     }
 
     /// Runs until `shutdown` resolves: waits for the caches, then reconciles with the configured
@@ -484,25 +483,30 @@ enum Via {
     Mapper,
 }
 
-/// The cause-side description of an informer event on an object of `kind`.
-fn object_event<W: Resource>(kind: &Arc<str>, event: &InformerEvent<W>) -> ObjectEvent {
+/// The cause-side description of an informer event on an object of `kind` (whose key is `own`
+/// when it is the reconciled object itself).
+fn object_event<W: Resource>(
+    kind: &'static str,
+    own: Option<ObjectKey>,
+    event: &InformerEvent<W>,
+) -> ObjectEvent {
     let object = event.object();
     ObjectEvent {
-        informer: Arc::clone(kind),
+        informer: kind,
         event: match event {
             InformerEvent::Added(_) => EventType::Added,
             InformerEvent::Updated { .. } => EventType::Modified,
             InformerEvent::Deleted(_) => EventType::Deleted,
         },
-        object: ObjectKey::of(object.as_ref()),
-        resource_version: object.meta().resource_version.as_deref().map(Into::into),
+        object: own.unwrap_or_else(|| ObjectKey::of(object.as_ref())),
+        resource_version: object.meta().resource_version.as_deref().map(ResourceVersion::from),
     }
 }
 
 /// What every worker task shares.
 struct Worker<Ctx, F> {
     config: ControllerConfig,
-    queue: WorkQueue<ObjectKey>,
+    queue: ControllerQueue,
     enqueuer: Enqueuer,
     reconcile: F,
     context: Arc<Ctx>,
@@ -527,7 +531,7 @@ where
 {
     async fn run(self: Arc<Self>, stop: CancellationToken) {
         loop {
-            let claim = tokio::select! {
+            let mut claim = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
                 claim = self.queue.get() => match claim {
@@ -536,10 +540,10 @@ where
                 },
             };
             let key = claim.key().clone();
-            if self.held_back(&key) {
+            let causes = claim.take_notes();
+            let Some(causes) = self.held_back(&key, causes) else {
                 continue;
-            }
-            let causes = self.enqueuer.causes().take(&key, Instant::now());
+            };
             let id = PASS_IDS.fetch_add(1, Ordering::Relaxed);
             let span = tracing::info_span!("reconcile", controller = %self.config.name, key = %key,
                 reconcile_id = id, trigger = tracing::field::Empty);
@@ -551,16 +555,16 @@ where
         }
     }
 
-    /// Whether `key` is in a hot loop whose backoff has not elapsed: it is then put back until
-    /// it has, keeping its causes for the pass that follows.
-    fn held_back(&self, key: &ObjectKey) -> bool {
-        let Some(not_before) = self.hot_loops.lock().not_before(key) else { return false };
+    /// The causes back if the pass may run; `None` if `key` is in a hot loop whose backoff has
+    /// not elapsed: it is then put back until it has, its causes kept for the pass that follows.
+    fn held_back(&self, key: &ObjectKey, causes: CauseLog) -> Option<CauseLog> {
+        let Some(not_before) = self.hot_loops.lock().not_before(key) else { return Some(causes) };
         let now = Instant::now();
         if not_before <= now {
-            return false;
+            return Some(causes);
         }
-        self.queue.add_after(key.clone(), not_before - now);
-        true
+        self.enqueuer.hold_back(key.clone(), not_before - now, causes);
+        None
     }
 
     /// One pass for `key`, run for `causes`, and what the queue is told afterwards.
@@ -648,7 +652,7 @@ where
 
     /// Retries `key` with its backoff, no earlier than `at_least`, recording `error` as the cause.
     fn retry(&self, key: &ObjectKey, at_least: Duration, error: &str) {
-        self.enqueuer.retry(key.clone(), at_least, &self.config.queue.backoff, error);
+        self.enqueuer.retry(key.clone(), at_least, error);
     }
 
     /// Waits (bounded) until the informers have delivered what the key's previous pass wrote.
@@ -706,7 +710,6 @@ where
         if last.result == PassResult::Success && !(self.exists)(&key) {
             self.passes.remove(&key);
             self.pending_writes.remove(&key);
-            self.enqueuer.causes().forget(&key);
             self.hot_loops.lock().remove(&key);
             return;
         }

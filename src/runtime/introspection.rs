@@ -27,11 +27,11 @@ use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
 use crate::runtime::ObjectKey;
-use crate::runtime::causes::{CauseLog, Causes};
+use crate::runtime::causes::{self, CauseLog, ControllerQueue};
 use crate::runtime::controller::PassResult;
 use crate::runtime::freshness::Waited;
 use crate::runtime::informer::{Informer, InformerStats};
-use crate::runtime::workqueue::{KeyPhase, KeyState, WorkQueue};
+use crate::runtime::workqueue::{KeyPhase, KeyState};
 use crate::runtime::writes::Write;
 
 /// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote.
@@ -78,9 +78,8 @@ pub type PassHistories = Arc<DashMap<ObjectKey, VecDeque<PassRecord>>>;
 #[derive(Clone)]
 pub struct ControllerProbe {
     name: String,
-    queue: WorkQueue<ObjectKey>,
+    queue: ControllerQueue,
     passes: PassHistories,
-    causes: Arc<Causes>,
 }
 
 impl std::fmt::Debug for ControllerProbe {
@@ -93,15 +92,10 @@ impl std::fmt::Debug for ControllerProbe {
 }
 
 impl ControllerProbe {
-    /// A probe of the controller `name` (made by the controller, which fills `passes` and
-    /// `causes`).
-    pub(crate) fn new(
-        name: &str,
-        queue: WorkQueue<ObjectKey>,
-        passes: PassHistories,
-        causes: Arc<Causes>,
-    ) -> Self {
-        Self { name: name.to_string(), queue, passes, causes }
+    /// A probe of the controller `name` (made by the controller, which fills `passes`; the
+    /// queue keeps the pending causes).
+    pub(crate) fn new(name: &str, queue: ControllerQueue, passes: PassHistories) -> Self {
+        Self { name: name.to_string(), queue, passes }
     }
 
     /// The controller's name.
@@ -125,7 +119,7 @@ impl ControllerProbe {
             reports.entry(key.clone()).or_insert_with(|| self.empty_report(key)).queue = Some(state);
         }
         for report in reports.values_mut() {
-            report.pending = self.causes.pending(&report.key);
+            report.pending = causes::pending(&self.queue, &report.key);
         }
         reports.into_values().collect()
     }
@@ -135,7 +129,7 @@ impl ControllerProbe {
         let passes: Vec<PassRecord> =
             self.passes.get(key).map(|passes| passes.iter().cloned().collect()).unwrap_or_default();
         let queue = self.queue.snapshot().into_iter().find(|state| &state.key == key);
-        let pending = self.causes.pending(key);
+        let pending = causes::pending(&self.queue, key);
         if passes.is_empty() && queue.is_none() && pending.total() == 0 {
             return None;
         }

@@ -29,6 +29,8 @@
 //!     from now: a server's `Retry-After` is a floor under the backoff.
 //!
 //! - `queue.rs`: the [`WorkQueue`] handle, [`QueueConfig`] and the [`Claim`] guard.
+//! - `notes.rs`: [`KeyNotes`], what a caller keeps per key in the queue's own slots (the
+//!   controller's causes), written by the add under the lock it takes anyway.
 //! - `state.rs`: the state behind the queue's single lock: a slab of 40-byte per-key slots (one
 //!   hash per operation, none to hand out or finish a key), the normal and low ready lines.
 //! - `delay.rs`: the timer heap and the one background task that fires it.
@@ -46,11 +48,13 @@ mod backoff;
 mod bucket;
 mod delay;
 mod metrics;
+mod notes;
 mod queue;
 mod state;
 
 pub use backoff::BackoffConfig;
 pub use bucket::{BucketConfig, TokioClock, TokioInstant};
 pub use metrics::{InMemoryMetrics, QueueMetrics};
+pub use notes::KeyNotes;
 pub use queue::{Claim, DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig, WorkQueue};
 pub use state::Priority;

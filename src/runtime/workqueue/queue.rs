@@ -3,12 +3,11 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -16,6 +15,7 @@ use super::backoff::BackoffConfig;
 use super::bucket::{BucketConfig, RetryBucket};
 use super::delay::{Epoch, Next, TimerTarget, run_timers};
 use super::metrics::QueueMetrics;
+use super::notes::KeyNotes;
 use super::state::{Added, LazyNow, NEVER, Priority, State};
 
 /// How often outstanding claims are sampled for the unfinished-work metrics (client-go's period).
@@ -145,24 +145,24 @@ pub struct KeyState<K> {
 ///     assert!(queue.get().await.is_none());
 /// }
 /// ```
-pub struct WorkQueue<K: Clone + Eq + Hash + Send + Sync + 'static> {
-    shared: Arc<Shared<K>>,
+pub struct WorkQueue<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
+    shared: Arc<Shared<K, N>>,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Clone for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Clone for WorkQueue<K, N> {
     fn clone(&self) -> Self {
         Self { shared: Arc::clone(&self.shared) }
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> fmt::Debug for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> fmt::Debug for WorkQueue<K, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkQueue").field("name", &self.shared.name).field("len", &self.len()).finish()
     }
 }
 
-struct Shared<K> {
-    state: Mutex<State<K>>,
+struct Shared<K, N> {
+    state: Mutex<State<K, N>>,
     hasher: DefaultHashBuilder,
     /// Parked getters; woken one per ready key, all at shutdown.
     getters: Notify,
@@ -181,8 +181,15 @@ struct Shared<K> {
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
-    /// An empty queue.
+    /// An empty queue without notes.
     pub fn new(config: QueueConfig) -> Self {
+        Self::with_notes(config)
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> {
+    /// An empty queue that keeps notes of type `N` per key (see [`KeyNotes`]).
+    pub fn with_notes(config: QueueConfig) -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::new(
                 config.metrics.is_some(),
@@ -219,37 +226,62 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
     /// to the back of the normal line; a low add of a key already queued changes nothing.
     pub fn add_with_priority(&self, key: K, priority: Priority) {
+        self.add_with_note(key, priority, |_| ());
+    }
+
+    /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
+    /// takes anyway; `note`'s result comes back to be dropped after unlocking (`None` after
+    /// shutdown, when the add is ignored and `note` is not called).
+    pub fn add_with_note<R>(&self, key: K, priority: Priority, note: impl FnOnce(&mut N) -> R) -> Option<R> {
+        let shared = &*self.shared;
+        let (added, noted) = self.on_slot(key, note, |state, id| {
+            state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now()))
+        })?;
+        shared.report_added(added);
+        Some(noted)
+    }
+
+    /// Under the lock: finds or makes the slot of `key`, writes its notes with `note`, then runs
+    /// `op` on it. `None` after shutdown (the key is ignored, `note` not called).
+    fn on_slot<R, T>(
+        &self,
+        key: K,
+        note: impl FnOnce(&mut N) -> R,
+        op: impl FnOnce(&mut State<K, N>, u32) -> T,
+    ) -> Option<(T, R)> {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(&key);
-        let added = {
-            let mut state = shared.state.lock();
-            if state.shut_down {
-                return;
-            }
-            let id = state.find_or_insert(hash, key);
-            state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now()))
-        };
-        shared.report_added(added);
+        let mut state = shared.lock_state();
+        if state.shut_down {
+            return None;
+        }
+        let id = state.find_or_insert(hash, key);
+        let noted = note(state.notes_mut(id));
+        Some((op(&mut state, id), noted))
     }
 
     /// Adds `key` after `delay`. If a timer is already pending for the key, the earlier due
     /// time wins. The key may also be added directly meanwhile; the timer then adds it once more.
     pub fn add_after(&self, key: K, delay: Duration) {
+        self.add_after_with_note(key, delay, |_| ());
+    }
+
+    /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]). With a
+    /// zero delay it is an add at once; otherwise the notes meant for the timer can wait for it
+    /// ([`KeyNotes::timer_fired`]).
+    pub fn add_after_with_note<R>(
+        &self,
+        key: K,
+        delay: Duration,
+        note: impl FnOnce(&mut N) -> R,
+    ) -> Option<R> {
         if delay.is_zero() {
-            return self.add(key);
+            return self.add_with_note(key, Priority::Normal, note);
         }
-        let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(&key);
-        let due = shared.epoch.nanos_now().saturating_add(nanos(delay)).min(NEVER - 1);
-        let poke = {
-            let mut state = shared.state.lock();
-            if state.shut_down {
-                return;
-            }
-            let id = state.find_or_insert(hash, key);
-            state.schedule(id, due)
-        };
+        let due = self.shared.epoch.nanos_now().saturating_add(nanos(delay)).min(NEVER - 1);
+        let (poke, noted) = self.on_slot(key, note, |state, id| state.schedule(id, due))?;
         self.shared.after_scheduling(poke);
+        Some(noted)
     }
 
     /// Reports a failure of `key`: it is retried after its exponential backoff, and then only as
@@ -262,27 +294,41 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// `add_rate_limited`, retrying no earlier than `at_least` from now whatever the backoff
     /// says: the floor a server's `Retry-After` asks for (the backoff still grows as usual).
     pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
+        self.add_rate_limited_after_with_note(key, at_least, |_| ());
+    }
+
+    /// `add_rate_limited_after` that also writes the key's notes (see
+    /// [`WorkQueue::add_with_note`]); the retry's timer is the one they can wait for.
+    pub fn add_rate_limited_after_with_note<R>(
+        &self,
+        key: K,
+        at_least: Duration,
+        note: impl FnOnce(&mut N) -> R,
+    ) -> Option<R> {
         let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(&key);
         let now = shared.epoch.nanos_now();
         let floor = now.saturating_add(nanos(at_least));
-        let poke = {
-            let mut state = shared.state.lock();
-            if state.shut_down {
-                return;
-            }
-            let id = state.find_or_insert(hash, key);
+        let (poke, noted) = self.on_slot(key, note, |state, id| {
             state.fail(id, now, floor, |failures| nanos(shared.backoff.delay(failures)))
-        };
+        })?;
         if let Some(metrics) = &shared.metrics {
             metrics.retried();
         }
         self.shared.after_scheduling(poke.unwrap_or(false));
+        Some(noted)
+    }
+
+    /// Reads the notes of `key`, if the queue tracks it (for `/debug/queue`).
+    pub fn notes_of<R>(&self, key: &K, read: impl FnOnce(&N) -> R) -> Option<R> {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(key);
+        let state = shared.lock_state();
+        state.find(hash, key).map(|id| read(state.notes(id)))
     }
 
     /// Waits for a ready key and claims it; dropping the claim marks the key done. Returns
     /// `None` once the queue is shut down and no key is ready. Cancel-safe.
-    pub async fn get(&self) -> Option<Claim<K>> {
+    pub async fn get(&self) -> Option<Claim<K, N>> {
         let mut woken_up = false;
         loop {
             if let Some(outcome) = self.try_claim(false, woken_up) {
@@ -303,23 +349,23 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// `Some(claim)` or `Some(None)` (shut down) if decided; `None` if the caller must wait
     /// (and then, when `park`, it is counted as parked). `woken`: the caller was woken, so it
     /// passes wakes on to other parked getters if keys remain ready.
-    fn try_claim(&self, park: bool, woken: bool) -> Option<Option<Claim<K>>> {
+    fn try_claim(&self, park: bool, woken: bool) -> Option<Option<Claim<K, N>>> {
         let shared = &*self.shared;
         let mut now = shared.lazy_now();
         let mut wakes = 0;
-        let (id, key, queued_at) = {
-            let mut state = shared.state.lock();
+        let (id, key, queued_at, notes) = {
+            let mut state = shared.lock_state();
             if woken {
                 state.wake_arrived();
             }
             match state.pop_ready(&mut now) {
-                Some((id, queued_at)) => {
+                Some((id, queued_at, notes)) => {
                     if woken {
                         wakes = state.pass_wakes_on();
                     }
                     // Invariant: a ready slot tracks a key (slots lose their key only when idle).
                     let key = state.slot(id).key.clone().expect("a ready slot tracks a key");
-                    (id, key, queued_at)
+                    (id, key, queued_at, notes)
                 }
                 None if state.shut_down => return Some(None),
                 None => {
@@ -337,7 +383,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             metrics.depth(-1);
             metrics.queue_duration(Duration::from_nanos(now.get().saturating_sub(queued_at)));
         }
-        Some(Some(Claim { shared: Arc::clone(&self.shared), key, slot: id }))
+        Some(Some(Claim { shared: Arc::clone(&self.shared), key, slot: id, notes }))
     }
 
     /// Drops the failure history of `key` (`num_requeues` becomes 0). A key that is otherwise idle
@@ -345,7 +391,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     pub fn forget(&self, key: &K) {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(key);
-        let mut state = shared.state.lock();
+        let mut state = shared.lock_state();
         if let Some(id) = state.find(hash, key) {
             state.forget(id);
         }
@@ -355,13 +401,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     pub fn num_requeues(&self, key: &K) -> u32 {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(key);
-        let state = shared.state.lock();
+        let state = shared.lock_state();
         state.find(hash, key).map_or(0, |id| state.slot(id).failures())
     }
 
     /// Ready keys: neither being processed nor waiting for a timer.
     pub fn len(&self) -> usize {
-        self.shared.state.lock().ready_len()
+        self.shared.lock_state().ready_len()
     }
 
     /// No key is ready.
@@ -372,7 +418,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// Stops intake: later adds are ignored and timers no longer fire. Getters still receive
     /// what is ready, then `None`.
     pub fn shutdown(&self) {
-        self.shared.state.lock().shut_down = true;
+        self.shared.lock_state().shut_down = true;
         self.shared.getters.notify_waiters();
         self.shared.timer_wake.notify_one();
     }
@@ -385,7 +431,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             let drained = self.shared.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if self.shared.state.lock().processing_len() == 0 {
+            if self.shared.lock_state().processing_len() == 0 {
                 return;
             }
             drained.await;
@@ -394,7 +440,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
     /// Whether `shutdown` was called.
     pub fn is_shut_down(&self) -> bool {
-        self.shared.state.lock().shut_down
+        self.shared.lock_state().shut_down
     }
 
     /// Every tracked key with its phase, pending timer and failure count (for `/debug/queue`).
@@ -404,7 +450,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let timed = shared.metrics.is_some();
         let at = |nanos: u64| shared.epoch.instant(nanos);
         let since = |nanos: u64| timed.then(|| at(nanos));
-        let state = shared.state.lock();
+        let state = shared.lock_state();
         state
             .tracked()
             .filter_map(|(slot, times)| {
@@ -433,21 +479,30 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
     /// Keys the queue holds any state for (queued, processing, waiting or with failures).
     pub fn tracked_keys(&self) -> usize {
-        self.shared.state.lock().tracked_len()
+        self.shared.lock_state().tracked_len()
     }
 
     /// Keys with a failure count (the state `forget` drops).
     pub fn failure_entries(&self) -> usize {
-        self.shared.state.lock().tracked().filter(|(slot, _)| slot.failures() > 0).count()
+        self.shared.lock_state().tracked().filter(|(slot, _)| slot.failures() > 0).count()
     }
 
     /// Entries in the timer heap, including superseded ones not yet expired.
     pub fn timer_entries(&self) -> usize {
-        self.shared.state.lock().timer_entries()
+        self.shared.lock_state().timer_entries()
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
+    /// The state, locked. A `std` mutex, not `parking_lot`'s: with more runnable threads than
+    /// cores (a caller outside the runtime on 2 cores), `parking_lot` yields the CPU while it
+    /// waits, and an add then waits for the scheduler; `std`'s spins briefly, then sleeps until
+    /// woken. A panic under the lock (none of the queue's code panics there) leaves the state
+    /// as it was at the panic, as `parking_lot` would: poisoning is ignored.
+    fn lock_state(&self) -> MutexGuard<'_, State<K, N>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The clock for one operation, read on first use (timed queues and the low line read it).
     fn lazy_now(&self) -> LazyNow<impl FnMut() -> u64 + '_> {
         LazyNow::new(|| self.epoch.nanos_now())
@@ -489,7 +544,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
     fn finish(&self, id: u32) {
         let mut now = self.lazy_now();
         let (finished, shut_down) = {
-            let mut state = self.state.lock();
+            let mut state = self.lock_state();
             (state.finish(id, &mut now), state.shut_down)
         };
         if finished.wake {
@@ -507,7 +562,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> TimerTarget for Shared<K, N> {
     fn release_due(&self) -> Next {
         let now = self.epoch.nanos_now();
         let period = nanos(UNFINISHED_WORK_PERIOD);
@@ -519,7 +574,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
         }
         let mut unfinished = None;
         let (released, retry_at, next_due) = {
-            let mut state = self.state.lock();
+            let mut state = self.lock_state();
             if state.shut_down {
                 return Next::Stop;
             }
@@ -551,7 +606,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> TimerTarget for Shared<K> {
     }
 }
 
-impl<K> Drop for Shared<K> {
+impl<K, N> Drop for Shared<K, N> {
     fn drop(&mut self) {
         self.timer_wake.notify_one();
     }
@@ -559,23 +614,35 @@ impl<K> Drop for Shared<K> {
 
 /// A key handed out by [`WorkQueue::get`]. While it lives, no other worker gets the key;
 /// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
-pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static> {
-    shared: Arc<Shared<K>>,
+pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
+    shared: Arc<Shared<K, N>>,
     key: K,
     slot: u32,
+    /// The notes due when the key was handed out.
+    notes: N::Taken,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Claim<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Claim<K, N> {
     /// The claimed key.
     pub fn key(&self) -> &K {
         &self.key
+    }
+
+    /// The notes that were due when the key was handed out (see [`KeyNotes::take`]).
+    pub fn notes(&self) -> &N::Taken {
+        &self.notes
+    }
+
+    /// Takes the claim's notes, leaving the empty value.
+    pub fn take_notes(&mut self) -> N::Taken {
+        std::mem::take(&mut self.notes)
     }
 
     /// Marks the key done (the same as dropping the claim).
     pub fn done(self) {}
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Deref for Claim<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Deref for Claim<K, N> {
     type Target = K;
 
     fn deref(&self) -> &K {
@@ -583,13 +650,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Deref for Claim<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static + fmt::Debug> fmt::Debug for Claim<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static + fmt::Debug, N: KeyNotes> fmt::Debug for Claim<K, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Claim").field(&self.key).finish()
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Drop for Claim<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Drop for Claim<K, N> {
     fn drop(&mut self) {
         self.shared.finish(self.slot);
     }

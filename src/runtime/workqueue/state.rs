@@ -5,12 +5,14 @@
 //!
 //! Memory per queued key (untimed queue): the 40-byte slot (for a 24-byte key), an index entry
 //! (4 bytes and a control byte per bucket) and a 4-byte place in the ready line; nothing else.
+//! A queue with notes (see `notes.rs`) also keeps one `N` per slot, beside the slots.
 
 use std::collections::VecDeque;
 
 use hashbrown::HashTable;
 
 use super::delay::TimerHeap;
+use super::notes::KeyNotes;
 
 /// A due time meaning "no timer".
 pub(crate) const NEVER: u64 = u64::MAX;
@@ -183,9 +185,11 @@ fn low_entry_parts(entry: u64) -> (u32, u32) {
     (entry as u32, (entry >> 32) as u32)
 }
 
-pub(crate) struct State<K> {
+pub(crate) struct State<K, N> {
     index: HashTable<u32>,
     slots: Vec<Slot<K>>,
+    /// Each slot's notes (zero-sized for a queue without notes); reset when the slot is released.
+    notes: Vec<N>,
     free: Vec<u32>,
     /// The normal ready line.
     ready: VecDeque<u32>,
@@ -210,13 +214,14 @@ pub(crate) struct State<K> {
     pub(crate) shut_down: bool,
 }
 
-impl<K: Eq> State<K> {
+impl<K: Eq, N: KeyNotes> State<K, N> {
     /// Empty state; `timed` keeps queue and processing times per key; a low key joins the normal
     /// line after `low_max_wait_ms`.
     pub(crate) fn new(timed: bool, low_max_wait_ms: u32) -> Self {
         Self {
             index: HashTable::new(),
             slots: Vec::new(),
+            notes: Vec::new(),
             free: Vec::new(),
             ready: VecDeque::new(),
             low: VecDeque::new(),
@@ -235,6 +240,16 @@ impl<K: Eq> State<K> {
 
     pub(crate) fn slot(&self, id: u32) -> &Slot<K> {
         &self.slots[id as usize]
+    }
+
+    /// The notes of slot `id`.
+    pub(crate) fn notes(&self, id: u32) -> &N {
+        &self.notes[id as usize]
+    }
+
+    /// The notes of slot `id`, to write.
+    pub(crate) fn notes_mut(&mut self, id: u32) -> &mut N {
+        &mut self.notes[id as usize]
     }
 
     /// The slot tracking `key`, if any.
@@ -261,6 +276,7 @@ impl<K: Eq> State<K> {
                 // need hundreds of gigabytes).
                 let id = u32::try_from(self.slots.len()).expect("more than u32::MAX keys tracked");
                 self.slots.push(slot);
+                self.notes.push(N::default());
                 id
             }
         };
@@ -282,6 +298,7 @@ impl<K: Eq> State<K> {
             return;
         }
         slot.key = None;
+        self.notes[id as usize] = N::default();
         if let Ok(entry) = self.index.find_entry(index_hash(slot.hash), |&other| other == id) {
             entry.remove();
         }
@@ -412,8 +429,12 @@ impl<K: Eq> State<K> {
     }
 
     /// Hands out the next ready key (aged low keys first join the normal line; the normal line
-    /// goes before the low one): it becomes processing. Returns the slot and when it was queued.
-    pub(crate) fn pop_ready(&mut self, now: &mut LazyNow<impl FnMut() -> u64>) -> Option<(u32, u64)> {
+    /// goes before the low one): it becomes processing. Returns the slot, when it was queued and
+    /// the notes due for the claim.
+    pub(crate) fn pop_ready(
+        &mut self,
+        now: &mut LazyNow<impl FnMut() -> u64>,
+    ) -> Option<(u32, u64, N::Taken)> {
         if !self.low.is_empty() {
             self.promote_aged(now);
         }
@@ -434,7 +455,7 @@ impl<K: Eq> State<K> {
             }
             None => 0,
         };
-        Some((id, queued_at))
+        Some((id, queued_at, self.notes[id as usize].take()))
     }
 
     /// The claim on `id` was dropped: requeue it if dirty, else release it if idle.
@@ -541,8 +562,10 @@ impl<K: Eq> State<K> {
         (released, retry_at)
     }
 
-    /// A timer's or retry's add: an explicit requeue, so normal priority.
+    /// A timer's or retry's add: an explicit requeue, so normal priority. The notes that waited
+    /// for the timer are due from now on.
     fn release(&mut self, id: u32, now: &mut LazyNow<impl FnMut() -> u64>, released: &mut Released) {
+        self.notes[id as usize].timer_fired();
         match self.enqueue(id, Priority::Normal, now) {
             Added::Duplicate => {}
             Added::Dirty => released.added += 1,

@@ -1,0 +1,34 @@
+//! Per-key notes kept in the queue's own slots: whatever a caller wants to remember about a key
+//! between its adds and its next pass (the controller keeps why the key was queued, see
+//! `runtime::causes`).
+//!
+//! The contract:
+//! - Notes live and die with the key's slot: written under the queue's lock by the add that
+//!   carries them (no second map, no second hash, no second lock), dropped when the slot is
+//!   released (the key idle, nothing pending).
+//! - When a worker claims the key, [`KeyNotes::take`] hands what is due to the claim, under the
+//!   same lock: what is recorded after that belongs to the next pass.
+//! - When the key's timer fires (a delayed add, or a retry released from the retry line),
+//!   [`KeyNotes::timer_fired`] is called, so notes can wait for the timer they belong to.
+//! - `()` is the empty note: a queue without notes stores and does nothing.
+
+/// What a queue keeps per key beside its own state (see the module docs).
+pub trait KeyNotes: Default + Send + 'static {
+    /// What a claim receives.
+    type Taken: Default + Send + 'static;
+
+    /// The key's pending timer fired: what waited for it is due now.
+    fn timer_fired(&mut self);
+
+    /// A worker claimed the key: what is due goes to its claim; the rest stays.
+    fn take(&mut self) -> Self::Taken;
+}
+
+/// No notes.
+impl KeyNotes for () {
+    type Taken = ();
+
+    fn timer_fired(&mut self) {}
+
+    fn take(&mut self) {}
+}
