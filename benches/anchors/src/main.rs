@@ -29,10 +29,8 @@ use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileErr
 use dbcluster_operator::runtime::reflector::ReflectorEvent;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
