@@ -67,12 +67,16 @@ fn flags_parse_with_controller_runtime_like_defaults() {
     assert_eq!(args.shutdown_timeout, Duration::from_secs(90));
     assert_eq!(parse(&["--shutdown-timeout", "500ms"]).unwrap().shutdown_timeout, Duration::from_millis(500));
     assert_eq!(parse(&["--shutdown-timeout", "45"]).unwrap().shutdown_timeout, Duration::from_secs(45));
+    let secure = parse(&["--metrics-secure", "--metrics-cert-dir", "/etc/tls"]).unwrap();
+    assert_eq!(secure.metrics_cert_dir.as_deref(), Some(Path::new("/etc/tls")));
+    assert_eq!(parse(&[]).unwrap().metrics_cert_dir, None, "self-signed unless a directory is given");
 
     for bad in [
         &["--workers", "0"][..],
         &["--shutdown-timeout", "soon"],
         &["--log-format", "yaml"],
         &["--metrics-addr", "localhost"],
+        &["--metrics-cert-dir", "/etc/tls"],
         &["--unknown"],
     ] {
         assert!(parse(bad).is_err(), "{bad:?} was accepted");
@@ -112,6 +116,8 @@ async fn help_explains_every_flag_the_config_order_and_signals() {
         "--leader-election-id",
         "--log-format",
         "--shutdown-timeout",
+        "--metrics-secure",
+        "--metrics-cert-dir",
         "RUST_LOG",
         "--kubeconfig, $KUBECONFIG, the in-cluster service account, ~/.kube/config",
         "SIGTERM",
@@ -195,6 +201,30 @@ async fn a_missing_crd_says_to_apply_it() {
     assert_eq!(code, Some(1));
     let message = one_error_line(&stderr);
     assert!(message.ends_with("run `kubectl apply -f manifests/crd.yaml`"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_certificate_says_which_file() {
+    let sim = SimServer::start().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(sim.client());
+    crds.create(&PostParams::default(), &crd()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig_yaml()).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let args = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--metrics-secure",
+        "--metrics-cert-dir",
+        "/nonexistent",
+    ];
+    let (code, stderr) = run_binary(&args, dir.path()).await;
+    assert_eq!(code, Some(1));
+    let last = stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "error: cannot serve TLS (--metrics-secure): cannot read /nonexistent/tls.crt: No such file or directory (os error 2)"
+    );
 }
 
 /// A simulated cluster with the CRD, its kubeconfig in a temporary directory, and `run` started on

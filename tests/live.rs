@@ -78,7 +78,7 @@ async fn the_page_is_self_contained_and_the_stream_shows_a_new_key_within_a_seco
     ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let state = ServerState { metrics: Arc::new(Metrics::new()), view, access: None };
+    let state = ServerState { metrics: Arc::new(Metrics::new()), view, access: None, tls: None };
     tokio::spawn(server::serve(listener, Endpoints::DEBUG, state, stop.clone()));
 
     let (status, content_type, page) = http_get(addr, "/debug/").await;

@@ -135,6 +135,22 @@ fn the_deployment_runs_two_restricted_replicas_with_leader_election_and_probes()
     };
     assert_eq!(probe_path(&container.liveness_probe), ("/healthz".to_string(), Value::from("health")));
     assert_eq!(probe_path(&container.readiness_probe), ("/readyz".to_string(), Value::from("health")));
+    // Under --metrics-secure the metrics port is HTTPS; the probes' own port stays plain HTTP.
+    let scheme =
+        |probe: &Option<k8s_openapi::api::core::v1::Probe>| probe.clone().unwrap().http_get.unwrap().scheme;
+    assert!(matches!(scheme(&container.liveness_probe).as_deref(), None | Some("HTTP")));
+    assert!(matches!(scheme(&container.readiness_probe).as_deref(), None | Some("HTTP")));
+    let annotations = spec.template.metadata.clone().unwrap().annotations.unwrap();
+    assert_eq!(annotations["prometheus.io/scheme"], "https");
+    // The certificate Secret is optional: the pod starts without it.
+    let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "metrics-tls").unwrap();
+    let secret = volume.secret.clone().unwrap();
+    assert_eq!(
+        (secret.secret_name.as_deref(), secret.optional),
+        (Some("dbcluster-operator-metrics-tls"), Some(true))
+    );
+    let mount = container.volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "metrics-tls").unwrap();
+    assert_eq!(mount.read_only, Some(true));
     let resources = container.resources.clone().unwrap();
     for key in ["cpu", "memory"] {
         assert!(resources.requests.as_ref().unwrap().contains_key(key));

@@ -6,7 +6,8 @@
 //! asks for on the operator's behalf (`update databaseclusters/finalizers`, for its children's
 //! `blockOwnerDeletion`) count as used, and must be granted, like its requests. It runs with
 //! `--metrics-secure`, as the Deployment does, and is scraped once by a metrics reader: the token
-//! and access reviews that costs are requests like the others.
+//! and access reviews that costs are requests like the others (the scrape is HTTPS, trusting the
+//! self-signed certificate the operator serves).
 #![cfg(feature = "sim")]
 
 mod common;
@@ -14,7 +15,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, create_all, eventually, http_get_as};
+use common::https::https_get_as;
+use common::{WAIT_LIMIT, create_all, eventually};
 use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::backup::jobs::on_demand_job_name;
 use dbcluster_operator::databasecluster::operator;
@@ -250,9 +252,13 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
         leader_election: Some(LeaseConfig::new("dbcluster-system", "dbcluster-operator", "rbac-test")),
         shutdown_timeout: Duration::from_secs(30),
         metrics_secure: true,
+        metrics_cert_dir: None,
     };
     let started = run::start(sim.client_as(OPERATOR_USER), &sim.base_url(), settings).await.unwrap();
     let metrics = started.metrics_addr;
+    // The self-signed certificate `--metrics-secure` serves without --metrics-cert-dir, trusted
+    // exactly (as a scraper given it would).
+    let certificate = [started.certificate().expect("--metrics-secure serves TLS")];
     let (signal, signals) = mpsc::channel(1);
     let operator = tokio::spawn(started.run(operator::workload, signals));
 
@@ -276,8 +282,14 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &reader).await.unwrap();
     own.note::<ClusterRoleBinding>("create");
     let token = sim.issue_token("system:serviceaccount:monitoring:prometheus", &[]);
-    assert_eq!(http_get_as(metrics, "/metrics", Some(&token)).await.0, 200);
-    assert_eq!(http_get_as(metrics, "/metrics", None).await.0, 401);
+    let scrape = |token: Option<String>| {
+        let certificate = certificate.clone();
+        async move {
+            https_get_as(metrics, "localhost", &certificate, "/metrics", token.as_deref()).await.unwrap().0
+        }
+    };
+    assert_eq!(scrape(Some(token)).await, 200);
+    assert_eq!(scrape(None).await, 401);
     let scale = json!({"spec": {"replicas": 5}});
     clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
     own.note::<DatabaseCluster>("patch");

@@ -55,6 +55,7 @@ fn settings(identity: Option<&str>, shutdown_timeout: Duration) -> ManagerConfig
         leader_election: identity.map(|id| LeaseConfig::new("default", "dbcluster-operator", id)),
         shutdown_timeout,
         metrics_secure: false,
+        metrics_cert_dir: None,
     }
 }
 

@@ -93,7 +93,7 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     let stopped = stop.clone();
     tokio::spawn(controller.run(reconcile, Arc::new(()), async move { stopped.cancelled().await }));
 
-    let state = ServerState { metrics: Arc::clone(&metrics), view: view.clone(), access: None };
+    let state = ServerState { metrics: Arc::clone(&metrics), view: view.clone(), access: None, tls: None };
     let metrics_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let health_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (metrics_addr, health_addr) =
@@ -239,7 +239,8 @@ async fn healthz_fails_once_an_informer_watch_loop_has_died() {
     view.add_informer("doomed", doomed.clone());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let state = ServerState { metrics: Arc::new(Metrics::new()), view: view.clone(), access: None };
+    let state =
+        ServerState { metrics: Arc::new(Metrics::new()), view: view.clone(), access: None, tls: None };
     let stop = CancellationToken::new();
     tokio::spawn(server::serve(listener, Endpoints::HEALTH, state, stop.clone()));
 

@@ -2,15 +2,21 @@
 //! the phase, the children the cluster controls (not look-alikes), the Events and the operator's
 //! view of the key; with the operator down it still shows the cluster and says the operator is
 //! unreachable. Real clock: the operator's endpoint is read over real HTTP with a timeout.
+//! From a `--metrics-secure` listener: over HTTPS verified against `--operator-ca-file`, with
+//! `--operator-token-file`'s token (401 without one, 403 for a user RBAC does not let `get
+//! /debug/*`), refused against a CA that did not sign the operator's certificate.
 #![cfg(feature = "sim")]
 
 mod common;
 
+use common::https::TestCa;
 use common::*;
+use dbcluster_operator::cli::StatusArgs;
 use dbcluster_operator::cli::run;
-use dbcluster_operator::cli::snapshot::{StatusError, fetch};
+use dbcluster_operator::cli::snapshot::{Operator, StatusError, fetch};
 use dbcluster_operator::cli::status::render;
 use dbcluster_operator::databasecluster::operator;
+use dbcluster_operator::runtime::manager::ManagerConfig;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::PostParams;
 use tokio::sync::mpsc;
@@ -22,7 +28,7 @@ async fn status_shows_the_cluster_its_children_events_and_the_operators_view() {
     let cluster = TestCluster::start().await;
     let config = local_manager_config();
     let manager = run::start(cluster.sim.client(), &cluster.sim.base_url(), config).await.unwrap();
-    let operator_url = format!("http://{}", manager.debug_addr);
+    let operator_url = Operator::at(format!("http://{}", manager.debug_addr));
     let (signal, signals) = mpsc::channel(1);
     let running = tokio::spawn(manager.run(operator::workload, signals));
 
@@ -70,7 +76,82 @@ async fn status_shows_the_cluster_its_children_events_and_the_operators_view() {
 #[tokio::test]
 async fn status_of_a_missing_cluster_says_so() {
     let cluster = TestCluster::start().await;
-    let error = fetch(&cluster.client, "default", "nope", "http://127.0.0.1:9").await.unwrap_err();
+    let error =
+        fetch(&cluster.client, "default", "nope", &Operator::at("http://127.0.0.1:9")).await.unwrap_err();
     assert!(matches!(error, StatusError::NotFound { .. }), "{error}");
     assert_eq!(error.to_string(), "DatabaseCluster default/nope not found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_a_secured_listener_with_a_token_and_a_ca() {
+    let cluster = TestCluster::start().await;
+    let ca = TestCa::new("operator CA");
+    let files = tempfile::tempdir().unwrap();
+    ca.issue_into(files.path(), &["localhost", "127.0.0.1"]);
+    // /debug/* shares the metrics listener (on loopback), so it is reviewed and served over TLS.
+    let config = ManagerConfig {
+        metrics_secure: true,
+        metrics_cert_dir: Some(files.path().to_owned()),
+        ..local_manager_config()
+    };
+    let manager = run::start(cluster.sim.client(), &cluster.sim.base_url(), config).await.unwrap();
+    let url = format!("https://127.0.0.1:{}", manager.debug_addr.port());
+    let (signal, signals) = mpsc::channel(1);
+    let running = tokio::spawn(manager.run(operator::workload, signals));
+    create_all(
+        &cluster.client,
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: debug-reader}
+rules: [{nonResourceURLs: ["/debug/*"], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: debug-reader-alice}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: debug-reader}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
+"#,
+    )
+    .await;
+    cluster.clusters().create(&PostParams::default(), &sample()).await.unwrap();
+
+    // As a user runs it: the flags name a token file and a CA file.
+    let (token_file, ca_file) = (files.path().join("token"), files.path().join("ca.crt"));
+    std::fs::write(&token_file, format!("{}\n", cluster.sim.issue_token("alice", &[]))).unwrap();
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let args = StatusArgs {
+        name: NAME.into(),
+        namespace: None,
+        kubeconfig: None,
+        context: None,
+        operator_url: url.clone(),
+        operator_token_file: Some(token_file.clone()),
+        operator_ca_file: Some(ca_file.clone()),
+    };
+    let alice = Operator::from_args(&args).unwrap();
+    let text = eventually("the operator's view over HTTPS", WAIT_LIMIT, || async {
+        let text = render(&fetch(&cluster.client, "default", NAME, &alice).await.unwrap());
+        if text.contains("last pass: ") { Ok(text) } else { Err(text) }
+    })
+    .await;
+    assert!(!text.contains("operator unreachable"), "{text}");
+
+    let client = &cluster.client;
+    let view =
+        |operator: Operator| async move { render(&fetch(client, "default", NAME, &operator).await.unwrap()) };
+    let bob = Operator { token: Some(cluster.sim.issue_token("bob", &[])), ..alice.clone() };
+    let text = view(bob).await;
+    assert!(text.contains("operator unreachable (/debug/queue answered 403 Forbidden)"), "{text}");
+    let text = view(Operator { token: None, ..alice.clone() }).await;
+    assert!(text.contains("operator unreachable (/debug/queue answered 401 Unauthorized)"), "{text}");
+    let stranger = TestCa::new("not the operator's CA");
+    let text = view(Operator { trusted: Some(vec![stranger.certificate.clone()]), ..alice.clone() }).await;
+    assert!(text.contains("operator unreachable (") && text.contains("UnknownIssuer"), "{text}");
+    let plain = url.replace("https://", "http://");
+    let text = view(Operator::at(plain)).await;
+    assert!(text.contains("operator unreachable (/debug/queue answered 400 Bad Request)"), "{text}");
+
+    signal.send(()).await.unwrap();
+    within("the manager to stop", running).await.unwrap().unwrap();
 }

@@ -50,13 +50,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8082")]
     pub debug_addr: SocketAddr,
 
-    /// Serve /metrics (and /debug/* unless on loopback) only to requests with a bearer token that
+    /// Serve /metrics (and /debug/* unless on a loopback listener of its own) only to requests with a bearer token that
     /// the API server authenticates (TokenReview) and whose user may `get` the path
     /// (SubjectAccessReview; RBAC `nonResourceURLs`, see rbac.yaml's metrics reader), as
-    /// controller-runtime's secure metrics serving does. Plain HTTP: see the README. The probes
-    /// stay open.
+    /// controller-runtime's secure metrics serving does, and over HTTPS only (a self-signed
+    /// certificate made at start unless --metrics-cert-dir gives one). The probes stay open, and
+    /// plain HTTP on --health-addr.
     #[arg(long)]
     pub metrics_secure: bool,
+
+    /// With --metrics-secure, serve the certificate in this directory: tls.crt (PEM, with its
+    /// chain) and tls.key (PEM), e.g. a kubernetes.io/tls Secret's volume. Read again when the
+    /// files change; a bad change keeps the old certificate.
+    #[arg(long, value_name = "DIR", requires = "metrics_secure")]
+    pub metrics_cert_dir: Option<PathBuf>,
 
     /// Where the /healthz and /readyz probes are served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
@@ -89,7 +96,9 @@ pub struct RunArgs {
     name = "status",
     after_help = "Reads the cluster with your kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config). The operator's \
 view comes from its /debug/queue at --operator-url (run's --debug-addr; in a cluster, first \
-`kubectl -n dbcluster-system port-forward deploy/dbcluster-operator 8082`); without it the rest is still shown."
+`kubectl -n dbcluster-system port-forward deploy/dbcluster-operator 8082`); without it the rest is still shown.\n\
+An https:// URL (a listener of `run --metrics-secure`) is verified against --operator-ca-file, or the system's \
+roots without it; --operator-token-file's bearer token is sent over https only."
 )]
 pub struct StatusArgs {
     /// The DatabaseCluster's name.
@@ -110,6 +119,16 @@ pub struct StatusArgs {
     /// Where the operator serves /debug/queue.
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8082")]
     pub operator_url: String,
+
+    /// A file holding the bearer token sent to an https:// --operator-url (its user needs `get`
+    /// on the nonResourceURL /debug/*), e.g. from `kubectl create token`.
+    #[arg(long, value_name = "PATH")]
+    pub operator_token_file: Option<PathBuf>,
+
+    /// PEM certificates an https:// --operator-url's certificate is verified against (the CA that
+    /// signed the operator's --metrics-cert-dir certificate, or the self-signed one it serves).
+    #[arg(long, value_name = "PATH")]
+    pub operator_ca_file: Option<PathBuf>,
 }
 
 /// Parses `30s`, `1m 30s`, `500ms`, ISO 8601 `PT30S`, or a bare number of seconds.

@@ -220,7 +220,14 @@ impl Demo {
     /// what `dbcluster-operator status` prints, read from this server, with the operator's view
     /// from `operator_url`.
     pub async fn status_view(&self, namespace: &str, name: &str, operator_url: &str) -> String {
-        let text = match snapshot::fetch(&self.server.client(), namespace, name, operator_url).await {
+        let text = match snapshot::fetch(
+            &self.server.client(),
+            namespace,
+            name,
+            &snapshot::Operator::at(operator_url),
+        )
+        .await
+        {
             Ok(snapshot) => status::render(&snapshot),
             Err(error) => format!("{error}\n"),
         };
@@ -430,6 +437,7 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         shutdown_timeout: DEMO_SHUTDOWN_TIMEOUT,
         // Loopback only, as the demo is.
         metrics_secure: false,
+        metrics_cert_dir: None,
     };
     let manager = run::start(demo.server().client(), &demo.server().base_url(), config).await?;
     let mut out = std::io::stdout();

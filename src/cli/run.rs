@@ -48,6 +48,7 @@ pub fn manager_config(args: &RunArgs, default_namespace: &str) -> ManagerConfig 
         leader_election,
         shutdown_timeout: args.shutdown_timeout,
         metrics_secure: args.metrics_secure,
+        metrics_cert_dir: args.metrics_cert_dir.clone(),
     }
 }
 

@@ -5,7 +5,8 @@
 //! request's path as a non-resource URL. RBAC grants that with `nonResourceURLs` (see
 //! `manifests/rbac.yaml`'s metrics reader). No token, or one the API server does not authenticate: 401.
 //! Authenticated but not allowed: 403. A review that cannot be made (the API server unreachable):
-//! 500, as controller-runtime answers; never open.
+//! 500, as controller-runtime answers; never open. The listeners it guards speak TLS only
+//! (`server::encrypted`, certificate from `tls`), so the token never crosses the network in clear.
 //!
 //! Answers are remembered for [`CACHE_TTL`] (an authenticated token by its SHA-256, an allowed
 //! user and path), so a scrape every 15 s costs an API request a minute, not two per scrape;

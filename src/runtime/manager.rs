@@ -18,6 +18,7 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ use crate::runtime::leader::{LeaderElector, LeaderError, LeaseConfig};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::process_metrics::ProcessCollector;
 use crate::runtime::server::{self, Endpoints, ServerState};
+use crate::runtime::tls::{ServedCertificate, TlsError};
 
 /// Beyond `shutdown_timeout`, how long releasing the lease and closing may take before the manager
 /// returns anyway.
@@ -56,8 +58,12 @@ pub struct ManagerConfig {
     /// How long reconciles in flight may take after a signal.
     pub shutdown_timeout: Duration,
     /// Serve `/metrics`, and `/debug/*` off loopback, only to requests the API server
-    /// authenticates and authorizes (TokenReview, SubjectAccessReview: `runtime::access`).
+    /// authenticates and authorizes (TokenReview, SubjectAccessReview: `runtime::access`), and
+    /// over TLS only (`server::encrypted`).
     pub metrics_secure: bool,
+    /// With `metrics_secure`, the directory whose `tls.crt` and `tls.key` the TLS listeners serve
+    /// (read again when they change); `None`: a self-signed certificate made at start (`runtime::tls`).
+    pub metrics_cert_dir: Option<PathBuf>,
 }
 
 /// What the workload receives: the client, what to watch, and where to report its informers,
@@ -113,6 +119,9 @@ pub enum ManagerError {
     /// The workload stopped with an error.
     #[error("the operator stopped: {0}")]
     Operator(String),
+    /// The TLS certificate of `--metrics-secure` cannot be served.
+    #[error("cannot serve TLS (--metrics-secure): {0}")]
+    Tls(#[from] TlsError),
     /// Shutdown took longer than the deadline.
     #[error("shutdown did not finish within {0:?}; exiting without waiting further")]
     ShutdownTimedOut(Duration),
@@ -128,6 +137,7 @@ pub struct Manager {
     metrics: Arc<Metrics>,
     view: Introspection,
     listeners: Vec<(TcpListener, Endpoints)>,
+    tls: Option<Arc<ServedCertificate>>,
     /// Where `/metrics` is served.
     pub metrics_addr: SocketAddr,
     /// Where `/debug/*` is served.
@@ -159,6 +169,10 @@ impl Manager {
         E: std::error::Error + Send + Sync + 'static,
     {
         preflight.await.map_err(|e| ManagerError::Preflight(Box::new(e)))?;
+        let tls = match config.metrics_secure {
+            true => Some(Arc::new(ServedCertificate::load(config.metrics_cert_dir.as_deref())?)),
+            false => None,
+        };
         // Flags naming the same address share one listener serving the union of their endpoints.
         let requested = [
             ("metrics-addr", config.metrics_addr, Endpoints::METRICS),
@@ -195,10 +209,15 @@ impl Manager {
         tracing::info!(%health_addr, "serving /healthz and /readyz");
         if config.metrics_secure {
             tracing::info!(
-                "/metrics (and /debug/* off loopback) answer only authenticated, authorized requests (TokenReview, SubjectAccessReview)"
+                "/metrics (and /debug/* off loopback) answer only authenticated, authorized requests (TokenReview, SubjectAccessReview), over TLS only"
             );
         }
-        Ok(Manager { client, config, metrics, view, listeners, metrics_addr, debug_addr, health_addr })
+        Ok(Manager { client, config, metrics, view, listeners, tls, metrics_addr, debug_addr, health_addr })
+    }
+
+    /// With `metrics_secure`, the certificate the TLS listeners answer handshakes with now.
+    pub fn certificate(&self) -> Option<rustls_pki_types::CertificateDer<'static>> {
+        self.tls.as_ref().map(|tls| tls.certificate())
     }
 
     /// Runs until the workload ends or a signal arrives on `signals`, as the module docs say.
@@ -217,10 +236,13 @@ impl Manager {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Display + Send + 'static,
     {
-        let Self { client, config, metrics, view, listeners, .. } = self;
+        let Self { client, config, metrics, view, listeners, tls, .. } = self;
         let servers = CancellationToken::new();
         let access = config.metrics_secure.then(|| Arc::new(AccessReview::new(client.clone())));
-        let state = ServerState { metrics: Arc::clone(&metrics), view: view.clone(), access };
+        if let Some(tls) = &tls {
+            tokio::spawn(Arc::clone(tls).watch(servers.clone()));
+        }
+        let state = ServerState { metrics: Arc::clone(&metrics), view: view.clone(), access, tls };
         for (listener, endpoints) in listeners {
             tokio::spawn(server::serve(listener, endpoints, state.clone(), servers.clone()));
         }

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod process_metrics;
 pub mod reflector;
 pub mod server;
+pub mod tls;
 pub mod workqueue;
 pub mod writes;
 

@@ -6,7 +6,10 @@
 //! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do. With an
 //! [`AccessReview`] (`run --metrics-secure`), a path is answered only to a bearer token the API
 //! server authenticates and whose user may `get` the path (see `access`), except the probes and,
-//! on a loopback listener, `/debug/*`: loopback is their protection ([`reviewed`]).
+//! on a loopback listener, `/debug/*`: loopback is their protection ([`reviewed`]). A listener
+//! with a reviewed path then speaks TLS only ([`encrypted`]; the certificate is `tls`'s), so the
+//! token and the answer never cross the network in clear; a plain HTTP request to it is answered
+//! `400` saying so, and nothing else. Probes on a listener of their own stay plain HTTP.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,7 +21,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::ObjectKey;
@@ -26,6 +30,7 @@ use crate::runtime::access::AccessReview;
 use crate::runtime::introspection::Introspection;
 use crate::runtime::live::{self, LiveQuery};
 use crate::runtime::metrics::Metrics;
+use crate::runtime::tls::ServedCertificate;
 
 /// Where one key's history is served: `/debug/queue/<namespace>/<name>` (or `/<name>` for a
 /// cluster-scoped key).
@@ -73,7 +78,16 @@ pub struct ServerState {
     pub view: Introspection,
     /// Who may read `/metrics` and `/debug/*`; `None`: anyone who can connect.
     pub access: Option<Arc<AccessReview>>,
+    /// The certificate of the listeners with reviewed paths ([`encrypted`]); `None`: plain HTTP.
+    pub tls: Option<Arc<ServedCertificate>>,
 }
+
+/// How long a client may take to finish the TLS handshake before its connection is dropped.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The answer to a plain HTTP request on a TLS listener (Go's `net/http` answers the same).
+const PLAIN_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
 /// Serves `endpoints` on `listener` until `shutdown` is cancelled (connections in progress are
 /// dropped then; a scrape is short).
@@ -84,6 +98,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let loopback = listener.local_addr().is_ok_and(|addr| addr.ip().is_loopback());
+    let tls = state.tls.as_ref().filter(|_| encrypted(endpoints, loopback)).map(|tls| tls.acceptor());
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -99,19 +114,73 @@ pub async fn serve(
         };
         let state = state.clone();
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(route(&request, endpoints, loopback, &state).await) }
-            });
-            let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                result = connection => if let Err(error) = result {
-                    tracing::debug!(%error, "HTTP connection ended with an error");
-                },
+            let Some(acceptor) = tls else {
+                return connection(stream, endpoints, loopback, state, shutdown).await;
+            };
+            match first_byte(&stream).await {
+                Some(TLS_HANDSHAKE) => {}
+                Some(_) => return refuse_plain(stream).await,
+                None => return,
+            }
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => connection(stream, endpoints, loopback, state, shutdown).await,
+                Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                Err(_) => tracing::debug!("TLS handshake timed out"),
             }
         });
+    }
+}
+
+/// Whether a listener serving `endpoints` (on a loopback address or not) speaks TLS when the
+/// server has a certificate: when some path on it is [`reviewed`] (`/metrics`, or `/debug/*` off
+/// loopback), so that the bearer token never crosses in clear.
+pub fn encrypted(endpoints: Endpoints, loopback: bool) -> bool {
+    endpoints.metrics || (endpoints.debug && !loopback)
+}
+
+/// The first byte of a TLS record that opens a handshake; plain HTTP starts with a method's letter.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The client's first byte, left unread; `None` if it sent none within [`HANDSHAKE_TIMEOUT`].
+async fn first_byte(stream: &TcpStream) -> Option<u8> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => Some(first[0]),
+        _ => None,
+    }
+}
+
+/// Answers a plain HTTP request on a TLS listener with [`PLAIN_ON_TLS`] and closes.
+async fn refuse_plain(mut stream: TcpStream) {
+    // Read what was sent first: closing with unread bytes resets the connection, which can
+    // discard the answer before the client reads it.
+    let _ = stream.read(&mut [0u8; 8192]).await;
+    let _ = stream.write_all(PLAIN_ON_TLS).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Serves HTTP/1.1 on one connection until it ends or `shutdown` is cancelled.
+async fn connection<I>(
+    io: I,
+    endpoints: Endpoints,
+    loopback: bool,
+    state: ServerState,
+    shutdown: CancellationToken,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(route(&request, endpoints, loopback, &state).await) }
+    });
+    let connection = http1::Builder::new().serve_connection(TokioIo::new(io), service);
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        result = connection => if let Err(error) = result {
+            tracing::debug!(%error, "HTTP connection ended with an error");
+        },
     }
 }
 
@@ -137,11 +206,13 @@ async fn route<B>(
 }
 
 /// Whether, with an access review, a request for `path` on a listener serving `endpoints` (on a
-/// loopback address or not) is reviewed: all but the kubelet's probes and, on loopback, `/debug/*`
-/// (`run` serves it there unless asked otherwise; reaching it takes `kubectl port-forward`).
+/// loopback address or not) is reviewed: all but the kubelet's probes and `/debug/*` on a
+/// loopback listener of its own (`run` serves it there unless asked otherwise; reaching it takes
+/// `kubectl port-forward`). A listener that also serves `/metrics` is a secured one: its
+/// `/debug/*` is reviewed too, wherever it listens.
 pub fn reviewed(path: &str, endpoints: Endpoints, loopback: bool) -> bool {
     let probe = endpoints.health && matches!(path, "/healthz" | "/readyz");
-    let local_debug = loopback && path.starts_with("/debug/");
+    let local_debug = loopback && !endpoints.metrics && path.starts_with("/debug/");
     !probe && !local_debug
 }
 
@@ -226,8 +297,12 @@ mod tests {
 
     #[test]
     fn each_group_serves_only_its_own_paths() {
-        let state =
-            ServerState { metrics: Arc::new(Metrics::new()), view: Introspection::new(), access: None };
+        let state = ServerState {
+            metrics: Arc::new(Metrics::new()),
+            view: Introspection::new(),
+            access: None,
+            tls: None,
+        };
         let status =
             |path: &str, endpoints: Endpoints| respond(&Method::GET, path, endpoints, &state).status();
         assert_eq!(status("/metrics", Endpoints::METRICS), StatusCode::OK);
@@ -244,7 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn the_access_review_covers_all_but_the_probes_and_debug_on_loopback() {
+    fn the_access_review_covers_all_but_the_probes_and_debug_on_a_loopback_listener_of_its_own() {
         let shared = Endpoints::ALL;
         assert!(reviewed("/metrics", shared, true), "/metrics, even on loopback");
         assert!(reviewed("/metrics", Endpoints::METRICS, false));
@@ -253,7 +328,16 @@ mod tests {
         for path in ["/debug/", "/debug/queue", "/debug/live", "/debug/queue/default/pg"] {
             assert!(!reviewed(path, Endpoints::DEBUG, true), "{path} on loopback");
             assert!(reviewed(path, Endpoints::DEBUG, false), "{path} exposed");
+            assert!(reviewed(path, shared, true), "{path} on the metrics listener, even on loopback");
         }
         assert!(reviewed("/debugger", Endpoints::DEBUG, true) && reviewed("/nope", shared, true));
+    }
+
+    #[test]
+    fn a_listener_with_a_reviewed_path_is_encrypted() {
+        assert!(encrypted(Endpoints::METRICS, true) && encrypted(Endpoints::METRICS, false));
+        assert!(encrypted(Endpoints::DEBUG, false) && !encrypted(Endpoints::DEBUG, true));
+        assert!(!encrypted(Endpoints::HEALTH, false), "probes on their own listener stay plain HTTP");
+        assert!(encrypted(Endpoints::ALL, true), "probes sharing the metrics listener are served over TLS");
     }
 }

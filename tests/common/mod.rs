@@ -5,6 +5,7 @@
 // Each e2e test file uses a different part of the harness.
 #![allow(dead_code)]
 
+pub mod https;
 pub mod postgres;
 
 use std::fmt::Debug;
@@ -138,6 +139,7 @@ pub fn local_manager_config() -> dbcluster_operator::runtime::manager::ManagerCo
         leader_election: None,
         shutdown_timeout: Duration::from_secs(10),
         metrics_secure: false,
+        metrics_cert_dir: None,
     }
 }
 
@@ -459,8 +461,16 @@ async fn try_http_get_with(
     path: &str,
     token: Option<&str>,
 ) -> Option<(u16, String, String)> {
+    http_exchange(tokio::net::TcpStream::connect(addr).await.ok()?, path, token).await
+}
+
+/// One `GET path` (with a bearer `token` if given) on `stream`, read to its end: (status,
+/// content type, body), or `None` if the connection ended without an answer.
+pub async fn http_exchange<S>(mut stream: S, path: &str, token: Option<&str>) -> Option<(u16, String, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let authorization = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{authorization}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
