@@ -342,8 +342,9 @@ where
                     EventOrigin::List => Priority::Low,
                     EventOrigin::Watch => Priority::Normal,
                 };
-                // The key's own object is the key: its text is shared, not copied.
-                let own = matches!(via, Via::Own).then(|| key.clone());
+                // The key's own object is the key: its text is shared, not copied (and not even
+                // shared when causes are off: rule 5).
+                let own = (enqueuer.records() && matches!(via, Via::Own)).then(|| key.clone());
                 enqueuer.add(key, priority, || {
                     let event = object_event(kind, own, event);
                     match (origin, via) {
