@@ -3,7 +3,6 @@
 
 pub mod app_secret;
 pub mod backup;
-pub mod cached;
 pub mod config;
 pub mod credentials;
 pub mod demotion;
