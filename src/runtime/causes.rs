@@ -434,11 +434,6 @@ impl Enqueuer {
         let cause = || Cause::Retry(error.into());
         self.queue.add_rate_limited_after_with_note(key, at_least, |notes| notes.record(cause, Due::OnTimer));
     }
-
-    /// The causes pending for `key`, due or not, for `/debug/queue`.
-    pub fn pending(&self, key: &ObjectKey) -> CauseLog {
-        pending(&self.queue, key)
-    }
 }
 
 /// The causes pending for `key` in `queue`, due or not, for `/debug/queue`.
@@ -497,7 +492,7 @@ mod tests {
             enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", &rv.to_string())));
         }
         assert_eq!(queue.len(), 1, "one queued key");
-        assert_eq!(enqueuer.pending(&key()).total(), 20);
+        assert_eq!(pending(&queue, &key()).total(), 20);
         let log = next_causes(&queue).await;
         assert_eq!(log.kept.len(), KEPT_CAUSES);
         assert_eq!(log.more, 20 - KEPT_CAUSES as u64);
@@ -505,7 +500,7 @@ mod tests {
         assert_eq!(first, Some(ResourceVersion::Number(0)), "the first cause is kept: it queued the key");
         let last = log.kept[KEPT_CAUSES - 1].event().and_then(|e| e.resource_version.clone());
         assert_eq!(last, Some(ResourceVersion::Number(KEPT_CAUSES as u64 - 1)));
-        assert_eq!(enqueuer.pending(&key()).total(), 0, "the claim took them all");
+        assert_eq!(pending(&queue, &key()).total(), 0, "the claim took them all");
         assert_eq!(queue.tracked_keys(), 0, "a finished key leaves nothing behind, causes included");
     }
 
@@ -516,7 +511,7 @@ mod tests {
         enqueuer.requeue_after(key(), Duration::from_secs(30));
         enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
         assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "1"))]);
-        assert_eq!(enqueuer.pending(&key()).total(), 1, "the timer's cause is still pending");
+        assert_eq!(pending(&queue, &key()).total(), 1, "the timer's cause is still pending");
         let started = tokio::time::Instant::now();
         let later = next_causes(&queue).await;
         assert_eq!(started.elapsed(), Duration::from_secs(30), "handed out when the timer fired");
@@ -579,7 +574,7 @@ mod tests {
         let enqueuer = Enqueuer::new(queue.clone(), false);
         enqueuer.add(key(), Priority::Normal, || unreachable!("no cause is built while recording is off"));
         enqueuer.retry(key(), Duration::ZERO, "boom");
-        assert_eq!(enqueuer.pending(&key()).total(), 0);
+        assert_eq!(pending(&queue, &key()).total(), 0);
         assert_eq!(next_causes(&queue).await.total(), 0);
     }
 
