@@ -233,9 +233,15 @@ pub type KeptCauses = SmallVec<[Cause; 1]>;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CauseLog {
     /// The kept causes, oldest first.
+    #[serde(serialize_with = "serialize_causes")]
     pub kept: KeptCauses,
     /// Causes dropped before the kept ones.
     pub more: u64,
+}
+
+/// Kept causes serialize as a list.
+fn serialize_causes<S: serde::Serializer>(kept: &KeptCauses, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(kept.iter())
 }
 
 impl CauseLog {
