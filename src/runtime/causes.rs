@@ -25,11 +25,11 @@
 //!
 //! The causes live in the queue's slots, so recording one costs no second hash, map or lock:
 //! it is written under the lock the add takes anyway, and the queue drops it with the slot.
-//! The cause is built before that lock is taken, and a cause pushed out of the bounded log is
-//! dropped after it is released. The `work-queue` benchmarks measure the enqueue with causes on
-//! beside off.
+//! A cause is built under that lock only while the key's log has room, and the first one of a
+//! pass is held inline in the slot ([`KeptCauses`]): a pass with a single cause (the usual case)
+//! allocates nothing to record it or to hand it to its worker. The `work-queue` benchmarks
+//! measure the enqueue with causes on beside off.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +38,7 @@ use crate::runtime::ObjectKey;
 use crate::runtime::workqueue::{KeyNotes, Priority, WorkQueue};
 use serde::Serialize;
 use serde::ser::SerializeStruct;
+use smallvec::SmallVec;
 
 /// How many causes a key keeps per pass; later ones are only counted.
 pub const KEPT_CAUSES: usize = 8;
@@ -223,14 +224,24 @@ impl Serialize for Cause {
     }
 }
 
+/// Kept causes, oldest first: the first one inline (most passes have one cause, so recording
+/// and handing it over allocates nothing), more on the heap.
+pub type KeptCauses = SmallVec<[Cause; 1]>;
+
 /// The causes of one pass (or the ones pending for the next): the first [`KEPT_CAUSES`], oldest
 /// first, and how many came after them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CauseLog {
     /// The kept causes, oldest first.
-    pub kept: Vec<Cause>,
+    #[serde(serialize_with = "serialize_causes")]
+    pub kept: KeptCauses,
     /// Causes dropped before the kept ones.
     pub more: u64,
+}
+
+/// Kept causes serialize as a list.
+fn serialize_causes<S: serde::Serializer>(kept: &KeptCauses, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(kept.iter())
 }
 
 impl CauseLog {
@@ -266,18 +277,17 @@ impl fmt::Display for Trigger<'_> {
 /// and a count of the ones after them.
 #[derive(Debug, Default)]
 struct Bounded {
-    kept: VecDeque<Cause>,
+    kept: KeptCauses,
     more: u64,
 }
 
 impl Bounded {
-    /// Appends `cause`; returns the oldest one if it had to make room (to drop after unlocking).
     /// Keeps `cause()` if there is room, else only counts it (the cause is then never built).
     fn push(&mut self, cause: impl FnOnce() -> Cause) {
         if self.kept.len() == KEPT_CAUSES {
             self.more += 1;
         } else {
-            self.kept.push_back(cause());
+            self.kept.push(cause());
         }
     }
 
@@ -306,9 +316,10 @@ pub enum Due {
 
 /// A key's pending causes, kept by the controller's queue in the key's own slot
 /// ([`KeyNotes`]): recorded by the add under the lock it takes anyway, handed to the claim
-/// when a worker takes the key, dropped with the slot. The due line lives in the slot (its
-/// buffer is allocated by the first cause and handed to the claim); only causes that wait for a
-/// timer take a box of their own. With recording off, nothing is ever allocated.
+/// when a worker takes the key, dropped with the slot. The due line lives in the slot (its first
+/// cause inline, the others from the second on in a buffer of their own, both handed to the
+/// claim); only causes that wait for a timer take a box of their own. With recording off,
+/// nothing is ever allocated.
 #[derive(Debug, Default)]
 pub struct CauseNotes {
     /// Due at the key's next pass.
@@ -333,7 +344,7 @@ impl CauseNotes {
         if log.total() == 0 {
             return;
         }
-        let mut restored = Bounded { kept: log.kept.into(), more: log.more };
+        let mut restored = Bounded { kept: log.kept, more: log.more };
         if let Some(waiting) = self.on_timer.take() {
             restored.append(*waiting);
         }
@@ -364,7 +375,7 @@ impl KeyNotes for CauseNotes {
     /// Rule 3: a pass takes what is due when its worker claims the key; what waits for the
     /// timer stays.
     fn take(&mut self) -> CauseLog {
-        CauseLog { kept: std::mem::take(&mut self.due.kept).into(), more: std::mem::take(&mut self.due.more) }
+        CauseLog { kept: std::mem::take(&mut self.due.kept), more: std::mem::take(&mut self.due.more) }
     }
 }
 
@@ -480,7 +491,7 @@ mod tests {
         notes.record(|| Cause::Explicit("test".into()), Due::Now);
         let log = notes.take();
         assert_eq!(log.trigger().to_string(), "\"StatefulSet default/pg modified rv=4312 (owned)\" (+2)");
-        let single = CauseLog { kept: vec![Cause::Watch(event("pg", "7"))], more: 0 };
+        let single = CauseLog { kept: [Cause::Watch(event("pg", "7"))].into(), more: 0 };
         assert_eq!(single.trigger().to_string(), "\"StatefulSet default/pg modified rv=7\"");
     }
 
@@ -510,12 +521,12 @@ mod tests {
         let enqueuer = Enqueuer::new(queue.clone(), true);
         enqueuer.requeue_after(key(), Duration::from_secs(30));
         enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
-        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "1"))]);
+        assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "1"))]);
         assert_eq!(pending(&queue, &key()).total(), 1, "the timer's cause is still pending");
         let started = tokio::time::Instant::now();
         let later = next_causes(&queue).await;
         assert_eq!(started.elapsed(), Duration::from_secs(30), "handed out when the timer fired");
-        assert_eq!(later.kept, [Cause::RequeueAfter(Duration::from_secs(30))]);
+        assert_eq!(later.kept[..], [Cause::RequeueAfter(Duration::from_secs(30))]);
         assert_eq!(queue.tracked_keys(), 0);
     }
 
@@ -525,11 +536,11 @@ mod tests {
         let enqueuer = Enqueuer::new(queue.clone(), true);
         enqueuer.retry(key(), Duration::from_secs(2), "boom");
         enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
-        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "1"))]);
+        assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "1"))]);
         let started = tokio::time::Instant::now();
         let retry = next_causes(&queue).await;
         assert!(started.elapsed() >= Duration::from_secs(2), "no earlier than the floor");
-        assert_eq!(retry.kept, [Cause::Retry("boom".into())]);
+        assert_eq!(retry.kept[..], [Cause::Retry("boom".into())]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -544,13 +555,13 @@ mod tests {
             enqueuer.requeue_after(key(), Duration::from_secs(10));
             enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", &rv.to_string())));
             let watch = next_causes(&queue).await;
-            assert_eq!(watch.kept, [Cause::Watch(event("pg", &rv.to_string()))]);
+            assert_eq!(watch.kept[..], [Cause::Watch(event("pg", &rv.to_string()))]);
             tokio::time::advance(Duration::from_millis(100)).await;
         }
         // The first timer fires: its pass says why, though the first requests were dropped from
         // the bounded log.
         let timer = next_causes(&queue).await;
-        assert_eq!(timer.kept, vec![requeue(); KEPT_CAUSES]);
+        assert_eq!(timer.kept[..], vec![requeue(); KEPT_CAUSES]);
         assert_eq!(timer.more, (rounds - KEPT_CAUSES) as u64);
         assert_eq!(timer.trigger().to_string(), format!("\"requeue after 10s\" (+{})", rounds - 1));
         assert_eq!(queue.tracked_keys(), 0);
@@ -564,8 +575,8 @@ mod tests {
         let held = next_causes(&queue).await;
         enqueuer.hold_back(key(), Duration::from_secs(5), held);
         enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "2")));
-        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "2"))]);
-        assert_eq!(next_causes(&queue).await.kept, [Cause::Watch(event("pg", "1"))], "after the hold");
+        assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "2"))]);
+        assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "1"))], "after the hold");
     }
 
     #[tokio::test(start_paused = true)]
