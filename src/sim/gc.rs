@@ -92,7 +92,7 @@ fn drop_finalizer(state: &mut State, l: &Located, finalizer: &str) {
         &l.name,
         obj,
         None,
-        &ops::WriteContext::update("kube-controller-manager"),
+        &ops::WriteContext::controller("kube-controller-manager"),
     );
 }
 

@@ -164,7 +164,7 @@ impl SimServer {
             for ns in INITIAL_NAMESPACES {
                 let obj = serde_json::json!({"metadata": {"name": ns}});
                 // Invariant: a fresh store has none of these names, so creation cannot fail.
-                ops::create(s, &kind, None, obj, &ops::WriteContext::update("kube-apiserver"))
+                ops::create(s, &kind, None, obj, &ops::WriteContext::controller("kube-apiserver"))
                     .expect("a fresh cluster accepts its initial namespaces");
             }
         });

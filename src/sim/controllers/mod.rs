@@ -62,7 +62,7 @@ pub fn create_with_status(
     status: Option<Value>,
 ) -> Option<Value> {
     let kind = state.registry.get(group, "v1", plural)?;
-    let created = match ops::create(state, &kind, namespace, obj, &WriteContext::update(MANAGER)) {
+    let created = match ops::create(state, &kind, namespace, obj, &WriteContext::controller(MANAGER)) {
         Ok(c) => c,
         Err(e) => {
             tracing::debug!(resource = plural, error = %e.message, "simulated controller could not create");
@@ -108,7 +108,8 @@ pub fn write(
     }
     let ns = obj["metadata"]["namespace"].as_str().map(String::from);
     let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    match ops::update(state, kind, ns.as_deref(), &name, obj, subresource, &WriteContext::update(MANAGER)) {
+    match ops::update(state, kind, ns.as_deref(), &name, obj, subresource, &WriteContext::controller(MANAGER))
+    {
         Ok(o) => Some(o),
         Err(e) => {
             tracing::debug!(object = %name, error = %e.message, "simulated controller could not write");

@@ -21,9 +21,30 @@ use crate::sim::store::ObjectName;
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 
 /// Pod templates by revision name, so pods below the partition can be recreated at the
-/// current revision (the real controller keeps them in ControllerRevisions).
+/// current revision (the real controller keeps them in ControllerRevisions), and each
+/// StatefulSet's update revision by uid with the generation it was computed at: the template
+/// changes only with the generation, so it is hashed (and kept) once per generation, not on
+/// every pass.
 #[derive(Debug, Default)]
-pub struct Revisions(HashMap<String, Value>);
+pub struct Revisions {
+    templates: HashMap<String, Value>,
+    by_uid: HashMap<String, (i64, String)>,
+}
+
+impl Revisions {
+    /// The update revision of the StatefulSet `uid` at `generation`, whose template is `template`.
+    fn update_revision(&mut self, uid: &str, generation: i64, sts_name: &str, template: &Value) -> String {
+        if let Some((seen, revision)) = self.by_uid.get(uid)
+            && *seen == generation
+        {
+            return revision.clone();
+        }
+        let revision = revision_name(sts_name, template);
+        self.templates.entry(revision.clone()).or_insert_with(|| template.clone());
+        self.by_uid.insert(uid.to_owned(), (generation, revision.clone()));
+        revision
+    }
+}
 
 /// The revision name of a pod template: `<statefulset>-<hash of the template>`.
 pub fn revision_name(sts_name: &str, template: &Value) -> String {
@@ -77,8 +98,8 @@ fn reconcile(state: &mut State, revisions: &mut Revisions, sts: &Value) {
     let rolling = spec["updateStrategy"]["type"].as_str().unwrap_or("RollingUpdate") == "RollingUpdate";
     let partition = spec["updateStrategy"]["rollingUpdate"]["partition"].as_i64().unwrap_or(0);
     let parallel = spec["podManagementPolicy"] == "Parallel";
-    let update_revision = revision_name(&name, &spec["template"]);
-    revisions.0.insert(update_revision.clone(), spec["template"].clone());
+    let generation = sts["metadata"]["generation"].as_i64().unwrap_or_default();
+    let update_revision = revisions.update_revision(&uid, generation, &name, &spec["template"]);
     let current_revision = sts["status"]["currentRevision"]
         .as_str()
         .map(String::from)
@@ -96,7 +117,7 @@ fn reconcile(state: &mut State, revisions: &mut Revisions, sts: &Value) {
         match pods.get(&ordinal) {
             None => {
                 let revision = if ordinal < partition { &current_revision } else { &update_revision };
-                let template = revisions.0.get(revision).unwrap_or(&spec["template"]).clone();
+                let template = revisions.templates.get(revision).unwrap_or(&spec["template"]).clone();
                 create_pod(state, sts, ordinal, revision, &template);
                 all_ready = false;
                 if !parallel {
@@ -160,7 +181,7 @@ fn create_pod(state: &mut State, sts: &Value, ordinal: i64, revision: &str, temp
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec});
     let Some(kind) = state.registry.get("", "v1", "pods") else { return };
-    if let Err(e) = ops::create(state, &kind, Some(ns), pod, &WriteContext::update(MANAGER)) {
+    if let Err(e) = ops::create(state, &kind, Some(ns), pod, &WriteContext::controller(MANAGER)) {
         let message = format!("create Pod {pod_name} in StatefulSet {name} failed error: {}", e.message);
         record_failed_create(state, sts, &message);
     }
@@ -183,8 +204,15 @@ fn record_failed_create(state: &mut State, sts: &Value, message: &str) {
         let mut repeated = existing;
         repeated["count"] = json!(repeated["count"].as_i64().unwrap_or(1) + 1);
         repeated["lastTimestamp"] = json!(now);
-        let _ =
-            ops::update(state, &kind, Some(ns), &event_name, repeated, None, &WriteContext::update(MANAGER));
+        let _ = ops::update(
+            state,
+            &kind,
+            Some(ns),
+            &event_name,
+            repeated,
+            None,
+            &WriteContext::controller(MANAGER),
+        );
         return;
     }
     let event = json!({
@@ -194,7 +222,7 @@ fn record_failed_create(state: &mut State, sts: &Value, message: &str) {
         "source": {"component": "statefulset-controller"},
         "firstTimestamp": now, "lastTimestamp": now, "count": 1,
     });
-    if let Err(e) = ops::create(state, &kind, Some(ns), event, &WriteContext::update(MANAGER)) {
+    if let Err(e) = ops::create(state, &kind, Some(ns), event, &WriteContext::controller(MANAGER)) {
         tracing::debug!(error = %e.message, "simulated StatefulSet controller could not record an event");
     }
 }
@@ -276,9 +304,15 @@ fn keep_claim_owners(state: &mut State, sts: &Value, pod: &Value, condemned: boo
         let mut updated = claim;
         updated["metadata"]["ownerReferences"] = Value::Array(refs);
         let Some(kind) = state.registry.get("", "v1", "persistentvolumeclaims") else { return };
-        if let Err(e) =
-            ops::update(state, &kind, Some(&ns), &claim_name, updated, None, &WriteContext::update(MANAGER))
-        {
+        if let Err(e) = ops::update(
+            state,
+            &kind,
+            Some(&ns),
+            &claim_name,
+            updated,
+            None,
+            &WriteContext::controller(MANAGER),
+        ) {
             tracing::debug!(claim = %claim_name, before, error = %e.message, "simulated StatefulSet controller could not set a claim's owners");
         }
     }

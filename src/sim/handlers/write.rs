@@ -27,6 +27,7 @@ fn context(call: &Call, operation: &'static str) -> WriteContext {
         applied: None,
         taken: vec![],
         user: call.user.clone(),
+        internal: false,
     }
 }
 
