@@ -4,12 +4,13 @@
 //! then the operator restarted once. One row per N and operator, printed as a Markdown table:
 //!
 //! - time to all Running, and p50/p99 of each cluster's create-to-Running time;
-//! - the simulator's CPU seconds (this process) and the operator's CPU seconds and peak RSS
-//!   (`/proc/PID/stat`, `/proc/PID/status` `VmHWM`);
+//! - the simulator's CPU seconds (this process) and the operator's CPU seconds, peak RSS and RSS
+//!   at the end of the rest (`/proc/PID/stat`, `/proc/PID/status` `VmHWM`, `VmRSS`);
 //! - the operator's API writes per cluster by verb and resource (the simulator's request log,
 //!   less the bench's own creates), and the change events the watch streams sent;
 //! - writes during the rest (must be 0); after the restart: writes (must be 0) and the time until
-//!   the new process has made a pass of every cluster (its `/metrics`).
+//!   the new process has made a pass of every cluster (its `/metrics`), and its peak RSS by then
+//!   (the caches filled from one list, without the creation burst's history).
 //!
 //! Settings by environment: `E2E_SIZES` (default `100,1000,5000`), `E2E_REST_SECS` (default 60),
 //! `E2E_ANCHOR` (path of the kube-runtime anchor binary built from `benches/anchors`, which takes
@@ -51,12 +52,12 @@ fn cpu_seconds(pid: &str) -> f64 {
     ticks / 100.0
 }
 
-/// Peak resident set size in KiB (`VmHWM`).
-fn peak_rss_kib(pid: &str) -> u64 {
+/// A size in KiB from `/proc/PID/status`: `VmHWM` (peak resident set) or `VmRSS` (now).
+fn status_kib(pid: &str, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -169,6 +170,8 @@ struct Row {
     sim_cpu: f64,
     operator_cpu: f64,
     peak_rss_kib: u64,
+    rss_at_rest_kib: u64,
+    restart_peak_rss_kib: u64,
     writes: BTreeMap<String, usize>,
     watch_events: u64,
     writes_at_rest: usize,
@@ -299,7 +302,8 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
         cpu_seconds(&self_pid) - sim_cpu_rest_start
     );
     let after_rest = sim.request_log().iter().filter(|r| operator_write(r)).count();
-    let peak_rss_kib = peak_rss_kib(&operator.pid());
+    let peak_rss_kib = status_kib(&operator.pid(), "VmHWM");
+    let rss_at_rest_kib = status_kib(&operator.pid(), "VmRSS");
     operator.stop();
 
     let restarted = OperatorProcess::start(binary, &kubeconfig);
@@ -315,6 +319,7 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
     // Let the passes that were queued finish before counting.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let restart_passes = restarted.passes().await;
+    let restart_peak_rss_kib = status_kib(&restarted.pid(), "VmHWM");
     let restart_writes = sim.request_log().iter().filter(|r| operator_write(r)).count() - after_rest;
     restarted.stop();
     watcher.abort();
@@ -330,6 +335,8 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
         sim_cpu,
         operator_cpu,
         peak_rss_kib,
+        rss_at_rest_kib,
+        restart_peak_rss_kib,
         writes,
         watch_events,
         writes_at_rest: after_rest - before_rest,
@@ -341,14 +348,14 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
 
 fn print(rows: &[Row]) {
     println!(
-        "\n| operator | clusters | all Running | passes (errors) | p50 | p99 | sim CPU s | operator CPU s | CPU ms/cluster | peak RSS MiB | RSS KiB/cluster | writes/cluster | watch events | writes at rest | restart: passes, writes, resync |"
+        "\n| operator | clusters | all Running | passes (errors) | p50 | p99 | sim CPU s | operator CPU s | CPU ms/cluster | peak RSS MiB | RSS KiB/cluster: peak, at rest, restarted | writes/cluster | watch events | writes at rest | restart: passes, writes, resync |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let n = r.clusters as f64;
         let total: usize = r.writes.values().sum();
         println!(
-            "| {} | {} | {:.1} s | {} ({}) | {:.2} s | {:.2} s | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {} | {} | {}, {}, {:.1} s |",
+            "| {} | {} | {:.1} s | {} ({}) | {:.2} s | {:.2} s | {:.1} | {:.2} | {:.2} | {:.1} | {:.1}, {:.1}, {:.1} | {:.1} | {} | {} | {}, {}, {:.1} s |",
             r.operator,
             r.clusters,
             r.all_running.as_secs_f64(),
@@ -361,6 +368,8 @@ fn print(rows: &[Row]) {
             r.operator_cpu * 1000.0 / n,
             r.peak_rss_kib as f64 / 1024.0,
             r.peak_rss_kib as f64 / n,
+            r.rss_at_rest_kib as f64 / n,
+            r.restart_peak_rss_kib as f64 / n,
             total as f64 / n,
             r.watch_events,
             r.writes_at_rest,

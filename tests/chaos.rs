@@ -7,7 +7,7 @@
 //! of two replicas the leader is killed once, so the standby takes over. Then, with faults off:
 //!
 //! - every cluster converges to its last spec within [`CONVERGENCE_LIMIT`] (status, StatefulSet
-//!   replicas and image, and the configuration ConfigMap agree with it);
+//!   replicas and image, and the configuration ConfigMap agree with it; no resize under way);
 //! - every live cluster has the children it had before the chaos, each once, owned by it, and a
 //!   deleted cluster has none left;
 //! - no Secret's data (passwords) changed;
@@ -121,10 +121,14 @@ impl Wanted {
 
 fn converged(c: &DatabaseCluster, wanted: Wanted) -> bool {
     let Some(status) = &c.status else { return false };
+    // A storage growth is done when no resize is under way (the simulator expands a claim a
+    // while after its request grew, as a real resizer does).
+    let resizing = condition(c, "Resizing").is_some_and(|(status, _)| status == "True");
     phase(c) == Some("Running")
         && status.observed_generation == c.metadata.generation
         && status.ready_replicas == wanted.replicas
         && status.current_version.as_deref() == Some(wanted.version().as_str())
+        && !resizing
 }
 
 /// One operator replica running `run`'s workload under leader election.

@@ -220,6 +220,7 @@ async fn volume_claim_templates_are_immutable_and_claims_grow_but_never_shrink()
     let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
     let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
     let grown = pvcs.patch("data-db-0", &PatchParams::default(), &Patch::Merge(grow)).await.unwrap();
+    let asked = tokio::time::Instant::now();
     let rv = grown.metadata.resource_version.unwrap();
     let mut stream = pvcs.watch(&WatchParams::default().disable_bookmarks(), &rv).await.unwrap().boxed();
     common::within("the grown PVC's capacity", async {
@@ -232,6 +233,9 @@ async fn volume_claim_templates_are_immutable_and_claims_grow_but_never_shrink()
         }
     })
     .await;
+    // A resize takes time, as a CSI resizer's does: never less than the simulator's delay.
+    let took = asked.elapsed();
+    assert!(took >= SimConfig::default().volume_expand_delay, "expanded after {took:?}");
     let shrink = json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}});
     match pvcs.patch("data-db-0", &PatchParams::default(), &Patch::Merge(shrink)).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 422),

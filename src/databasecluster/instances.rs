@@ -5,8 +5,9 @@
 //! (the `<name>-superuser` Secret: observation needs `pg_stat_replication` and `pg_file_settings`;
 //! commands need slot management, `pg_reload_conf()` and `ALTER ROLE`). Every connection has a
 //! [`CONNECT_TIMEOUT`], so an unreachable instance (a pod IP the operator's host cannot route to,
-//! as with the simulator's timer kubelet) costs one short wait, and the pass goes on with the
-//! instance reported as `unknown`. Connections are plain TCP: the instances serve no TLS yet.
+//! say behind a partition) costs one short wait, and the pass goes on with the instance reported
+//! as `unknown`; a pod whose address refuses (the simulator's timer kubelet: nothing listens)
+//! costs a round trip. A pass asks its instances all at once. Connections are plain TCP: the instances serve no TLS yet.
 //!
 //! The operator's sessions commit with `synchronous_commit = local`: what it writes (passwords,
 //! roles) is re-applied on any later pass, and must not wait for a synchronous standby that may be

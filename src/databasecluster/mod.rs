@@ -3,6 +3,7 @@
 
 pub mod app_secret;
 pub mod backup;
+pub mod cached;
 pub mod config;
 pub mod credentials;
 pub mod demotion;

@@ -32,13 +32,14 @@ use tokio_util::sync::CancellationToken;
 use super::app_secret::APP_SECRET_OF;
 use super::backup::jobs::CLUSTER_LABEL;
 use super::backup::reconcile::cluster_of_backup_object;
+use super::cached::CacheShape;
 use super::events::{EventFlusher, EventPublisher};
 use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
 use super::resources::{FIELD_MANAGER, label};
 use super::types::DatabaseCluster;
 use crate::runtime::ObjectKey;
-use crate::runtime::cache::strip_managed_fields;
+use crate::runtime::cache::CacheWriter;
 use crate::runtime::causes::ControllerQueue;
 use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};
 use crate::runtime::informer::Informer;
@@ -127,6 +128,77 @@ pub struct OperatorHandles {
     pub events: EventFlusher,
 }
 
+/// The writers of the caches a pass reads, one per watched kind, each keeping what the passes
+/// read ([`CacheShape`]). [`Operator::new`] hands each to its informer;
+/// the kube-runtime anchor (`benches/anchors`) to its own watches. [`CacheWriters::context`] is
+/// the one place a reconcile [`Context`] is made.
+#[derive(Debug)]
+pub struct CacheWriters {
+    /// The DatabaseClusters.
+    pub clusters: CacheWriter<DatabaseCluster>,
+    /// The operator's StatefulSets.
+    pub statefulsets: CacheWriter<StatefulSet>,
+    /// The operator's Services.
+    pub services: CacheWriter<Service>,
+    /// The operator's Secrets.
+    pub secrets: CacheWriter<Secret>,
+    /// The users' own app Secrets, by the label the operator puts on them.
+    pub app_secrets: CacheWriter<Secret>,
+    /// The operator's ConfigMaps.
+    pub configmaps: CacheWriter<ConfigMap>,
+    /// The operator's PodDisruptionBudgets.
+    pub pdbs: CacheWriter<PodDisruptionBudget>,
+    /// The clusters' pods.
+    pub pods: CacheWriter<Pod>,
+    /// The backup and restore Jobs.
+    pub jobs: CacheWriter<Job>,
+    /// The backup CronJobs.
+    pub cronjobs: CacheWriter<CronJob>,
+    /// The operator's PersistentVolumeClaims.
+    pub volumes: CacheWriter<PersistentVolumeClaim>,
+}
+
+impl Default for CacheWriters {
+    fn default() -> Self {
+        CacheWriters {
+            clusters: DatabaseCluster::cache_writer(),
+            statefulsets: StatefulSet::cache_writer(),
+            services: Service::cache_writer(),
+            secrets: Secret::cache_writer(),
+            app_secrets: Secret::cache_writer(),
+            configmaps: ConfigMap::cache_writer(),
+            pdbs: PodDisruptionBudget::cache_writer(),
+            pods: Pod::cache_writer(),
+            jobs: Job::cache_writer(),
+            cronjobs: CronJob::cache_writer(),
+            volumes: PersistentVolumeClaim::cache_writer(),
+        }
+    }
+}
+
+impl CacheWriters {
+    /// The reconcile context reading these caches, writing through `client`; its Events are
+    /// reported by `instance`.
+    pub fn context(&self, client: Client, instance: impl Into<String>) -> Context {
+        Context {
+            events: EventPublisher::new(client.clone(), instance),
+            client,
+            clusters: Arc::clone(self.clusters.cache()),
+            statefulsets: Arc::clone(self.statefulsets.cache()),
+            services: Arc::clone(self.services.cache()),
+            secrets: Arc::clone(self.secrets.cache()),
+            app_secrets: Arc::clone(self.app_secrets.cache()),
+            configmaps: Arc::clone(self.configmaps.cache()),
+            pdbs: Arc::clone(self.pdbs.cache()),
+            pods: Arc::clone(self.pods.cache()),
+            jobs: Arc::clone(self.jobs.cache()),
+            cronjobs: Arc::clone(self.cronjobs.cache()),
+            volumes: Arc::clone(self.volumes.cache()),
+            failures: FailureCounts::default(),
+        }
+    }
+}
+
 /// The operator, built but not yet running.
 pub struct Operator {
     controller: Controller<DatabaseCluster>,
@@ -162,19 +234,25 @@ impl Operator {
     /// Builds the informers, the controller and the reconcile context; nothing runs yet.
     pub fn new(client: Client, options: OperatorOptions) -> Operator {
         let namespace = options.namespace.as_deref();
-        let clusters = Arc::new(Informer::new(api::<DatabaseCluster>(&client, namespace)));
+        let writers = CacheWriters::default();
+        let context = Arc::new(writers.context(client.clone(), options.instance));
+        let clusters = Arc::new(Informer::with_writer(
+            api::<DatabaseCluster>(&client, namespace),
+            ReflectorConfig::default(),
+            writers.clusters,
+        ));
         // The children: only what carries the operator's `managed-by` label.
         let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
-        let statefulsets = labelled_informer::<StatefulSet>(&client, namespace, &managed);
-        let services = labelled_informer::<Service>(&client, namespace, &managed);
-        let secrets = labelled_informer::<Secret>(&client, namespace, &managed);
-        let app_secrets = labelled_informer::<Secret>(&client, namespace, APP_SECRET_OF);
-        let configmaps = labelled_informer::<ConfigMap>(&client, namespace, &managed);
-        let pdbs = labelled_informer::<PodDisruptionBudget>(&client, namespace, &managed);
-        let pods = labelled_informer::<Pod>(&client, namespace, &managed);
-        let jobs = labelled_informer::<Job>(&client, namespace, &managed);
-        let cronjobs = labelled_informer::<CronJob>(&client, namespace, &managed);
-        let volumes = labelled_informer::<PersistentVolumeClaim>(&client, namespace, &managed);
+        let statefulsets = labelled_informer(&client, namespace, &managed, writers.statefulsets);
+        let services = labelled_informer(&client, namespace, &managed, writers.services);
+        let secrets = labelled_informer(&client, namespace, &managed, writers.secrets);
+        let app_secrets = labelled_informer(&client, namespace, APP_SECRET_OF, writers.app_secrets);
+        let configmaps = labelled_informer(&client, namespace, &managed, writers.configmaps);
+        let pdbs = labelled_informer(&client, namespace, &managed, writers.pdbs);
+        let pods = labelled_informer(&client, namespace, &managed, writers.pods);
+        let jobs = labelled_informer(&client, namespace, &managed, writers.jobs);
+        let cronjobs = labelled_informer(&client, namespace, &managed, writers.cronjobs);
+        let volumes = labelled_informer(&client, namespace, &managed, writers.volumes);
 
         let metrics = Arc::clone(&options.metrics);
         let config = ControllerConfig {
@@ -197,22 +275,6 @@ impl Operator {
             .owns(&cronjobs)
             .watches(&jobs, cluster_of_backup_object::<Job>)
             .watches(&volumes, cluster_of_backup_object::<PersistentVolumeClaim>);
-        let context = Arc::new(Context {
-            events: EventPublisher::new(client.clone(), options.instance),
-            client,
-            clusters: Arc::clone(clusters.cache()),
-            statefulsets: Arc::clone(statefulsets.cache()),
-            services: Arc::clone(services.cache()),
-            secrets: Arc::clone(secrets.cache()),
-            app_secrets: Arc::clone(app_secrets.cache()),
-            configmaps: Arc::clone(configmaps.cache()),
-            pdbs: Arc::clone(pdbs.cache()),
-            pods: Arc::clone(pods.cache()),
-            jobs: Arc::clone(jobs.cache()),
-            cronjobs: Arc::clone(cronjobs.cache()),
-            volumes: Arc::clone(volumes.cache()),
-            failures: FailureCounts::default(),
-        });
         let handles = OperatorHandles {
             queue: controller.queue().clone(),
             metrics,
@@ -334,9 +396,14 @@ where
     }
 }
 
-/// An informer over the objects of kind `K` that match `selector` (a label selector), without
-/// their managed fields.
-fn labelled_informer<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Arc<Informer<K>>
+/// An informer over the objects of kind `K` that match `selector` (a label selector), keeping
+/// `writer`'s cache.
+fn labelled_informer<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    selector: &str,
+    writer: CacheWriter<K>,
+) -> Arc<Informer<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -347,6 +414,5 @@ where
         + 'static,
 {
     let config = ReflectorConfig { label_selector: Some(selector.to_owned()), ..ReflectorConfig::default() };
-    let transform: Arc<dyn Fn(&mut K) + Send + Sync> = Arc::new(strip_managed_fields::<K>);
-    Arc::new(Informer::with_config(api::<K>(client, namespace), config, transform))
+    Arc::new(Informer::with_writer(api::<K>(client, namespace), config, writer))
 }

@@ -62,6 +62,7 @@ use thiserror::Error;
 use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
+use super::cached::CacheShape;
 use super::config::{
     build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_demoting,
     recorded_primary,
@@ -997,7 +998,7 @@ pub(super) async fn ensure_child<K>(
 ) -> Result<(Arc<K>, Outcome<K>), Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
+        + CacheShape
         + Debug
         + Serialize
         + DeserializeOwned,
@@ -1014,8 +1015,9 @@ where
                 Ok(created) => return Ok((Arc::new(recorded_as(Verb::Create, created)), Outcome::Created)),
                 Err(kube::Error::Api(status)) if status.is_already_exists() => {
                     tracing::debug!(kind, %name, "the cache is behind the server; reading the child once");
-                    let live =
+                    let mut live =
                         api.get(&name).await.map_err(|source| child_error("reading", kind, &name, source))?;
+                    live.shape();
                     Arc::new(live)
                 }
                 Err(source) => return Err(child_error("creating", kind, &name, source)),
@@ -1032,7 +1034,8 @@ where
         });
     }
     let desired = build(Some(&live));
-    if !needs_update(&desired, &live) {
+    // The cache keeps some kinds in a reduced shape ([`CacheShape`]): compare like with like.
+    if !needs_update(&K::cached_form(&desired), &live) {
         return Ok((live, Outcome::Unchanged));
     }
     let applied = api

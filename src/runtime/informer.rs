@@ -168,8 +168,13 @@ where
 
     /// An informer with explicit reflector settings and cache transform.
     pub fn with_config(api: Api<K>, config: ReflectorConfig, transform: Transform<K>) -> Self {
+        Self::with_writer(api, config, CacheWriter::new(transform))
+    }
+
+    /// An informer that keeps the cache of `writer` (made beforehand, e.g. so that readers can be
+    /// handed the cache before the informers exist).
+    pub fn with_writer(api: Api<K>, config: ReflectorConfig, writer: CacheWriter<K>) -> Self {
         let reflector = Reflector::new(api, config);
-        let writer = CacheWriter::new(transform);
         Self {
             cache: Arc::clone(writer.cache()),
             handlers: Arc::default(),

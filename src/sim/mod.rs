@@ -77,6 +77,9 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// How long a simulated Job runs before it completes (or fails).
     pub job_duration: Duration,
+    /// How long the simulated expander takes to grow a claim whose request grew (a CSI resizer
+    /// and the kubelet's filesystem resize take seconds, never no time at all).
+    pub volume_expand_delay: Duration,
     /// The Kubernetes version to behave as (default the oldest supported, 1.28): what `/version`
     /// reports and which CEL functions new CRD expressions may use.
     pub kubernetes_version: KubernetesVersion,
@@ -110,6 +113,7 @@ impl Default for SimConfig {
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(10),
             job_duration: Duration::from_secs(1),
+            volume_expand_delay: Duration::from_secs(1),
             kubernetes_version: KubernetesVersion::OLDEST_SUPPORTED,
             kubelet: KubeletKind::Timer,
             owner_references_permission_enforcement: false,

@@ -19,8 +19,7 @@ use std::time::Duration;
 
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
-use dbcluster_operator::databasecluster::events::EventPublisher;
-use dbcluster_operator::databasecluster::failures::FailureCounts;
+use dbcluster_operator::databasecluster::operator::CacheWriters;
 use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
 use dbcluster_operator::databasecluster::resources::{FIELD_MANAGER, label};
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
@@ -30,10 +29,8 @@ use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileErr
 use dbcluster_operator::runtime::reflector::ReflectorEvent;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
@@ -160,33 +157,8 @@ async fn main() {
         .expect("a usable kubeconfig");
     let client = Client::try_from(config).expect("a client");
 
-    let clusters_writer = CacheWriter::<DatabaseCluster>::default();
-    let statefulsets = CacheWriter::<StatefulSet>::default();
-    let services = CacheWriter::<Service>::default();
-    let secrets = CacheWriter::<Secret>::default();
-    let app_secrets = CacheWriter::<Secret>::default();
-    let configmaps = CacheWriter::<ConfigMap>::default();
-    let pdbs = CacheWriter::<PodDisruptionBudget>::default();
-    let pods = CacheWriter::<Pod>::default();
-    let jobs = CacheWriter::<Job>::default();
-    let cronjobs = CacheWriter::<CronJob>::default();
-    let volumes = CacheWriter::<PersistentVolumeClaim>::default();
-    let context = Arc::new(Context {
-        client: client.clone(),
-        clusters: Arc::clone(clusters_writer.cache()),
-        statefulsets: Arc::clone(statefulsets.cache()),
-        services: Arc::clone(services.cache()),
-        secrets: Arc::clone(secrets.cache()),
-        app_secrets: Arc::clone(app_secrets.cache()),
-        configmaps: Arc::clone(configmaps.cache()),
-        pdbs: Arc::clone(pdbs.cache()),
-        pods: Arc::clone(pods.cache()),
-        jobs: Arc::clone(jobs.cache()),
-        cronjobs: Arc::clone(cronjobs.cache()),
-        volumes: Arc::clone(volumes.cache()),
-        events: EventPublisher::new(client.clone(), "kube-runtime-anchor"),
-        failures: FailureCounts::default(),
-    });
+    let writers = CacheWriters::default();
+    let context = Arc::new(writers.context(client.clone(), "kube-runtime-anchor"));
     let anchor = Arc::new(Anchor {
         context: Arc::clone(&context),
         passes: AtomicU64::new(0),
@@ -197,26 +169,26 @@ async fn main() {
     let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
     let (reader, writer) = reflector::store();
     let clusters =
-        reflector(writer, mirrored(Api::<DatabaseCluster>::all(client.clone()), None, clusters_writer))
+        reflector(writer, mirrored(Api::<DatabaseCluster>::all(client.clone()), None, writers.clusters))
             .touched_objects();
     let controller = Controller::for_stream(clusters, reader)
         .with_config(controller::Config::default().concurrency(4))
-        .owns_stream(children(&client, &managed, statefulsets))
-        .owns_stream(children(&client, &managed, services))
-        .owns_stream(children(&client, &managed, secrets))
-        .owns_stream(children(&client, &managed, configmaps))
-        .owns_stream(children(&client, &managed, pdbs))
-        .owns_stream(children(&client, &managed, cronjobs))
-        .watches_stream(children(&client, &managed, pods), |pod: Pod| {
+        .owns_stream(children(&client, &managed, writers.statefulsets))
+        .owns_stream(children(&client, &managed, writers.services))
+        .owns_stream(children(&client, &managed, writers.secrets))
+        .owns_stream(children(&client, &managed, writers.configmaps))
+        .owns_stream(children(&client, &managed, writers.pdbs))
+        .owns_stream(children(&client, &managed, writers.cronjobs))
+        .watches_stream(children(&client, &managed, writers.pods), |pod: Pod| {
             cluster_by_label(&pod, &[label::INSTANCE, CLUSTER_LABEL])
         })
-        .watches_stream(children(&client, APP_SECRET_OF, app_secrets), |secret: Secret| {
+        .watches_stream(children(&client, APP_SECRET_OF, writers.app_secrets), |secret: Secret| {
             cluster_by_label(&secret, &[APP_SECRET_OF])
         })
-        .watches_stream(children(&client, &managed, jobs), |job: Job| {
+        .watches_stream(children(&client, &managed, writers.jobs), |job: Job| {
             cluster_by_label(&job, &[CLUSTER_LABEL])
         })
-        .watches_stream(children(&client, &managed, volumes), |claim: PersistentVolumeClaim| {
+        .watches_stream(children(&client, &managed, writers.volumes), |claim: PersistentVolumeClaim| {
             cluster_by_label(&claim, &[CLUSTER_LABEL])
         })
         .run(pass, error_policy, anchor)

@@ -1,7 +1,7 @@
 //! Simulated controllers, because the simulated cluster has no kube-controller-manager and no
 //! kubelet: a kubelet that starts pods after `pod_ready_delay`, the StatefulSet controller, a
-//! volume provisioner, binder and expander (with a default StorageClass), and the Job and CronJob
-//! controllers. One task runs them, reacting to each change event: a StatefulSet is reconciled
+//! volume provisioner, binder and expander (with a default StorageClass; a grown claim is expanded
+//! `volume_expand_delay` later), and the Job and CronJob controllers. One task runs them, reacting to each change event: a StatefulSet is reconciled
 //! when it or one of its pods changed, a claim when it changed, a volume when it or its claim
 //! did, the Jobs and CronJobs when one of them (or a Job's pod) did; and whenever a timer they
 //! asked for is due. So the work per change does not grow with the number of objects stored, and
@@ -13,7 +13,7 @@ pub mod kubelet;
 pub mod statefulset;
 pub mod volumes;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -167,6 +167,10 @@ struct Controllers {
     changes: Changes,
     /// When the Job and CronJob controllers asked to run next.
     jobs_due: Option<Instant>,
+    /// How long a grown claim waits for its expansion (`SimConfig::volume_expand_delay`).
+    expand_delay: std::time::Duration,
+    /// The grown claims waiting for their expansion, and when it is due.
+    expansions: BTreeMap<ObjectName, Instant>,
 }
 
 impl Controllers {
@@ -238,7 +242,15 @@ impl Controllers {
             statefulset::reconcile_named(state, &mut self.revisions, &name);
         }
         for name in take_first(&mut self.changes.claims, RECONCILES_PER_PASS) {
-            volumes::reconcile_claim(state, &self.volumes_dir, &name);
+            if volumes::reconcile_claim(state, &self.volumes_dir, &name) {
+                self.expansions.entry(name).or_insert(now + self.expand_delay);
+            }
+        }
+        let due: Vec<ObjectName> =
+            self.expansions.iter().filter(|(_, due)| **due <= now).map(|(name, _)| name.clone()).collect();
+        for name in due {
+            self.expansions.remove(&name);
+            volumes::expand_claim(state, &name);
         }
         for name in take_first(&mut self.changes.volumes, RECONCILES_PER_PASS) {
             volumes::reconcile_volume(state, &name);
@@ -249,7 +261,8 @@ impl Controllers {
         let changes = &self.changes;
         let left =
             !changes.statefulsets.is_empty() || !changes.claims.is_empty() || !changes.volumes.is_empty();
-        [kubelet_due, self.jobs_due, left.then_some(now)].into_iter().flatten().min()
+        let expansion_due = self.expansions.values().min().copied();
+        [kubelet_due, self.jobs_due, expansion_due, left.then_some(now)].into_iter().flatten().min()
     }
 }
 
@@ -266,6 +279,8 @@ pub async fn run(cluster: Arc<Cluster>) {
         volumes_dir: cluster.node.volumes_dir(),
         changes: Changes::default(),
         jobs_due: None,
+        expand_delay: cluster.config.volume_expand_delay,
+        expansions: BTreeMap::new(),
     };
     cluster.write(volumes::install_default_class);
     cluster.read(|s| controllers.resync(s, Instant::now()));

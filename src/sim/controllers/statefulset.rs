@@ -331,7 +331,15 @@ fn update_status(state: &mut State, sts: &Value, update_revision: &str, current_
     write_status(state, "apps", "statefulsets", sts, status);
 }
 
-/// The status a simulated kubelet reports for a started pod: Running, Ready, containers running.
+/// The range of the timer kubelet's pod IPs, `127.12.0.0/16`: loopback, where no simulator
+/// listens (the process kubelet's pods are in `127.10/16`, its Services in `127.11/16`), so a
+/// connection to a pod is refused at once, as a real pod whose container serves nothing answers.
+/// A routable-looking range such as `10.244/16` would instead reach whatever the host's default
+/// route leads to: nothing (a client's whole connect timeout) or a proxy (its round trip).
+pub const TIMER_POD_NETWORK: [u8; 2] = [127, 12];
+
+/// The status a simulated kubelet reports for a started pod: Running, Ready, containers running,
+/// and an IP in [`TIMER_POD_NETWORK`] drawn from the low 16 bits of `ordinal_ip`.
 pub fn running_status(pod: &Value, ordinal_ip: u32, now: &str) -> Value {
     let containers: Vec<Value> = pod["spec"]["containers"]
         .as_array()
@@ -348,7 +356,13 @@ pub fn running_status(pod: &Value, ordinal_ip: u32, now: &str) -> Value {
     json!({
         "phase": "Running",
         "conditions": [condition("Initialized"), condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
-        "podIP": format!("10.244.{}.{}", (ordinal_ip >> 8) & 0xff, ordinal_ip & 0xff),
+        "podIP": format!(
+            "{}.{}.{}.{}",
+            TIMER_POD_NETWORK[0],
+            TIMER_POD_NETWORK[1],
+            (ordinal_ip >> 8) & 0xff,
+            ordinal_ip & 0xff
+        ),
         "hostIP": "10.0.0.1",
         "startTime": now,
         "containerStatuses": containers,

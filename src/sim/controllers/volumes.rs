@@ -15,15 +15,18 @@
 //!    phase `Bound`. A claim naming a class that does not exist (or `""`) stays `Pending`.
 //! 3. A volume whose claim is gone (no claim with that uid) is reclaimed: `Delete` removes the
 //!    PersistentVolume and its directory; `Retain` keeps both, phase `Released`.
-//! 4. A bound claim whose storage request grew is expanded at once (`status.capacity.storage`
-//!    follows `spec.resources.requests.storage`), and so is its volume.
+//! 4. A bound claim whose storage request grew is expanded `volume_expand_delay` later
+//!    (`status.capacity.storage` follows `spec.resources.requests.storage`), and so is its volume:
+//!    a real resize (the CSI resizer, then the kubelet's filesystem resize) takes seconds, so a
+//!    client sees the request above the capacity for a while, as it would on a real cluster.
 //! 5. Admission (the apiserver's `PersistentVolumeClaimResize` plugin, [`admit_resize`]): an
 //!    update that raises a claim's storage request is refused, 403 Forbidden, unless the claim's
 //!    class (rule 2's) has `allowVolumeExpansion: true`.
 //!
-//! Rules 2 and 4 are applied to each claim that changed, rule 3 to each volume that changed and
-//! to the volume of each claim deleted ([`reconcile_claim`], [`reconcile_volume`]), so the work per
-//! change does not grow with the number of claims stored.
+//! Rules 2 and 4 are applied to each claim that changed (rule 4's expansion once its delay is
+//! over, [`expand_claim`]), rule 3 to each volume that changed and to the volume of each claim
+//! deleted ([`reconcile_claim`], [`reconcile_volume`]), so the work per change does not grow with
+//! the number of claims stored.
 
 use std::path::Path;
 
@@ -87,15 +90,24 @@ pub fn admit_resize(state: &State, kind: &Kind, old: &Value, new: &Value) -> Res
     Ok(())
 }
 
-/// Binds the claim `(namespace, name)` if it is new, or expands it if it grew (rules 2 and 4).
-/// The controllers call it for each claim that changed.
-pub fn reconcile_claim(state: &mut State, volumes_dir: &Path, (ns, name): &ObjectName) {
+/// Binds the claim `(namespace, name)` if it is new (rule 2); returns whether it grew and waits
+/// for its expansion (rule 4, [`expand_claim`] once the delay is over). The controllers call it for
+/// each claim that changed.
+pub fn reconcile_claim(state: &mut State, volumes_dir: &Path, (ns, name): &ObjectName) -> bool {
     let claim = |state: &State| state.store.get("persistentvolumeclaims", ns, name).cloned();
-    let Some(new) = claim(state) else { return };
+    let Some(new) = claim(state) else { return false };
     if new["spec"]["volumeName"].as_str().is_none_or(str::is_empty) && !is_deleting(&new) {
         bind(state, volumes_dir, &new);
     }
-    if let Some(grown) = claim(state).filter(needs_expansion) {
+    claim(state).is_some_and(|claim| needs_expansion(&claim))
+}
+
+/// Expands the claim `(namespace, name)` and its volume to the claim's request, if it still asks
+/// for more than its capacity (rule 4).
+pub fn expand_claim(state: &mut State, (ns, name): &ObjectName) {
+    if let Some(grown) =
+        state.store.get("persistentvolumeclaims", ns, name).filter(|c| needs_expansion(c)).cloned()
+    {
         expand(state, &grown);
     }
 }
