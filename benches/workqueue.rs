@@ -7,7 +7,8 @@
 //! and taking the causes at each claim, as the workers do: the cost of `runtime::causes`, on
 //! beside off, in the same run.
 //!
-//! `big_queue`, `big_queue_waiting` and `memory` print their figures (add latency percentiles,
+//! `big_queue`, `big_queue_idle` (the same queue without workers: the floor its memory accesses
+//! set), `big_queue_waiting` and `memory` print their figures (add latency percentiles,
 //! bytes per queued key) on stdout next to criterion's output; a counting global allocator
 //! measures memory. The latencies are timed twice: from a task on the workers' runtime (as
 //! client-go's come from a goroutine beside its workers) and from the bench's own thread outside
@@ -412,12 +413,13 @@ fn contended<H: Harness>(c: &mut Criterion) {
     group.finish();
 }
 
-/// `add` latency with 1 000 000 keys queued and 1 000 workers that each take a key, sleep 1 ms,
-/// drop it and add it again. Criterion measures the mean add; a separate pass of individually
-/// timed adds gives the percentiles.
-fn big_queue<H: Harness>(c: &mut Criterion) {
+/// `add` latency with 1 000 000 keys queued and `worker_count` workers (1 000 in `big_queue`) that
+/// each take a key, sleep 1 ms, drop it and add it again. Criterion measures the mean add; a
+/// separate pass of individually timed adds gives the percentiles. `big_queue_idle` runs it with
+/// no worker at all: the latency of the adds' own memory accesses into a queue this large (the
+/// floor under the busy figure, on this machine, in this run).
+fn big_queue<H: Harness>(c: &mut Criterion, group: &str, worker_count: usize) {
     const QUEUED: usize = 1_000_000;
-    const WORKERS: usize = 1000;
     const TIMED: usize = 200_000;
     let rt = multi_thread();
     let pool = keys(QUEUED + QUEUED / 10);
@@ -425,7 +427,7 @@ fn big_queue<H: Harness>(c: &mut Criterion) {
     for key in &pool[..QUEUED] {
         H::add(&producer, key.clone());
     }
-    let workers: Vec<_> = (0..WORKERS)
+    let workers: Vec<_> = (0..worker_count)
         .map(|_| {
             let (producer, consumer) = (producer.clone(), consumer.clone());
             rt.spawn(async move {
@@ -439,7 +441,8 @@ fn big_queue<H: Harness>(c: &mut Criterion) {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200)); // let every worker take its first key
-    time_adds::<H>(c, &rt, "big_queue", &producer, &pool, TIMED, &format!("add latency over {TIMED} adds"));
+    let what = format!("{worker_count} workers: add latency over {TIMED} adds");
+    time_adds::<H>(c, &rt, group, &producer, &pool, TIMED, &what);
     H::close(producer);
     drop(consumer);
     rt.block_on(async {
@@ -689,9 +692,14 @@ fn all(c: &mut Criterion) {
     contended::<Baseline>(c);
     contended::<Channel>(c);
     if selected("big_queue") {
-        big_queue::<Ours<false>>(c);
-        big_queue::<Baseline>(c);
-        big_queue::<Channel>(c);
+        big_queue::<Ours<false>>(c, "big_queue", 1000);
+        big_queue::<Baseline>(c, "big_queue", 1000);
+        big_queue::<Channel>(c, "big_queue", 1000);
+    }
+    if selected("big_queue_idle") {
+        // No mpsc row: without workers the channel would only grow.
+        big_queue::<Ours<false>>(c, "big_queue_idle", 0);
+        big_queue::<Baseline>(c, "big_queue_idle", 0);
     }
     if selected("big_queue_waiting") {
         big_queue_waiting::<Ours<false>>(c);
@@ -719,8 +727,8 @@ fn causes(c: &mut Criterion) {
     contended::<WithCauses<true>>(c);
     contended::<WithCauses<false>>(c);
     if selected("big_queue") {
-        big_queue::<WithCauses<true>>(c);
-        big_queue::<WithCauses<false>>(c);
+        big_queue::<WithCauses<true>>(c, "big_queue", 1000);
+        big_queue::<WithCauses<false>>(c, "big_queue", 1000);
     }
 }
 

@@ -287,6 +287,11 @@ impl Bounded {
         if self.kept.len() == KEPT_CAUSES {
             self.more += 1;
         } else {
+            if self.kept.len() == 1 {
+                // The first spill to the heap takes room for all the others at once: one
+                // allocation under the queue's lock, not one per doubling.
+                self.kept.reserve_exact(KEPT_CAUSES - 1);
+            }
             self.kept.push(cause());
         }
     }
