@@ -255,9 +255,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         if state.shut_down {
             return None;
         }
-        let id = state.find_or_insert(hash, key);
+        let (id, duplicate) = state.find_or_insert(hash, key);
         note(state.notes_mut(id));
-        Some(op(&mut state, id))
+        let outcome = op(&mut state, id);
+        drop(state);
+        drop(duplicate);
+        Some(outcome)
     }
 
     /// Adds `key` after `delay`. If a timer is already pending for the key, the earlier due

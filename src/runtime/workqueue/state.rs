@@ -259,10 +259,12 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         self.index.find(hash, |&id| slots[id as usize].key.as_ref() == Some(key)).copied()
     }
 
-    /// The slot tracking `key`, created if needed.
-    pub(crate) fn find_or_insert(&mut self, hash: u64, key: K) -> u32 {
+    /// The slot tracking `key`, created if needed; `key` itself comes back when a slot already
+    /// tracks it, for the caller to drop once it has released the lock (dropping a shared key
+    /// writes its reference count, a cache line other threads may hold).
+    pub(crate) fn find_or_insert(&mut self, hash: u64, key: K) -> (u32, Option<K>) {
         if let Some(id) = self.find(hash, &key) {
-            return id;
+            return (id, Some(key));
         }
         let short = fold_hash(hash);
         let slot = Slot { key: Some(key), hash: short, due: NEVER, failures: 0, flags: 0 };
@@ -288,7 +290,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         }
         let slots = &self.slots;
         self.index.insert_unique(index_hash(short), id, |&other| index_hash(slots[other as usize].hash));
-        id
+        (id, None)
     }
 
     /// Releases the slot if it no longer tracks anything.
