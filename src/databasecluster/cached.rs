@@ -12,6 +12,7 @@
 //!
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -32,11 +33,10 @@ pub trait CacheShape: Resource + Clone + Send + Sync + 'static {
     /// Reduces `self` to what the cache keeps, besides `managedFields` (none by default).
     fn shape(&mut self) {}
 
-    /// `desired` in the shape the cache keeps, to compare it with a cached object.
-    fn cached_form(desired: &Self) -> Self {
-        let mut shaped = desired.clone();
-        shaped.shape();
-        shaped
+    /// `desired` in the shape the cache keeps, to compare it with a cached object: borrowed as it
+    /// is for the kinds kept whole (no copy on every pass), a reshaped copy for the others.
+    fn cached_form(desired: &Self) -> Cow<'_, Self> {
+        Cow::Borrowed(desired)
     }
 
     /// A writer of a cache that keeps objects of this kind in this shape.
@@ -48,9 +48,20 @@ pub trait CacheShape: Resource + Clone + Send + Sync + 'static {
     }
 }
 
+/// `desired` reshaped as its cache keeps it.
+fn reshaped<K: CacheShape>(desired: &K) -> Cow<'_, K> {
+    let mut shaped = desired.clone();
+    shaped.shape();
+    Cow::Owned(shaped)
+}
+
 impl CacheShape for Pod {
     fn shape(&mut self) {
         self.spec = None;
+    }
+
+    fn cached_form(desired: &Self) -> Cow<'_, Self> {
+        reshaped(desired)
     }
 }
 
@@ -64,6 +75,10 @@ impl CacheShape for ConfigMap {
                     .collect();
             }
         }
+    }
+
+    fn cached_form(desired: &Self) -> Cow<'_, Self> {
+        reshaped(desired)
     }
 }
 
@@ -115,9 +130,9 @@ mod tests {
         let script = "#!/bin/sh\n".repeat(100);
         let live = cached(config_map(&script));
         let desired = config_map(&script);
-        assert!(!needs_update(&ConfigMap::cached_form(&desired), &live));
+        assert!(!needs_update(&*ConfigMap::cached_form(&desired), &live));
         let edited = cached(config_map(&format!("{script}echo edited\n")));
-        assert!(needs_update(&ConfigMap::cached_form(&desired), &edited));
+        assert!(needs_update(&*ConfigMap::cached_form(&desired), &edited));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! [`CONNECT_TIMEOUT`], so an unreachable instance (a pod IP the operator's host cannot route to,
 //! say behind a partition) costs one short wait, and the pass goes on with the instance reported
 //! as `unknown`; a pod whose address refuses (the simulator's timer kubelet: nothing listens)
-//! costs a round trip. A pass asks its instances all at once. Connections are plain TCP: the instances serve no TLS yet.
+//! costs a round trip. A pass asks its instances all at once. Connections are plain TCP: the
+//! instances serve no TLS yet.
 //!
 //! The operator's sessions commit with `synchronous_commit = local`: what it writes (passwords,
 //! roles) is re-applied on any later pass, and must not wait for a synchronous standby that may be

@@ -1035,7 +1035,7 @@ where
     }
     let desired = build(Some(&live));
     // The cache keeps some kinds in a reduced shape ([`CacheShape`]): compare like with like.
-    if !needs_update(&K::cached_form(&desired), &live) {
+    if !needs_update(&*K::cached_form(&desired), &*live) {
         return Ok((live, Outcome::Unchanged));
     }
     let applied = api
