@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::causes::{
-    Cause, CauseNotes, Enqueuer, EventType, ObjectEvent, ResourceVersion, kind_name,
+    Cause, CauseNotes, Enqueuer, EventType, InformerKind, ObjectEvent, ResourceVersion, kind_name,
 };
 use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
 use tokio::sync::{Notify, mpsc};
@@ -164,13 +164,16 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     }
 
     fn add(producer: &Self::Producer, key: ObjectKey) {
-        static INFORMER: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+        static INFORMER: std::sync::OnceLock<InformerKind> = std::sync::OnceLock::new();
         let informer = *INFORMER.get_or_init(|| kind_name("apps/StatefulSet"));
-        producer.add(key.clone(), Priority::Normal, || {
-            Cause::Mapped(ObjectEvent {
+        // As the controller's handlers do: the cause names the key's own object, whose key is
+        // cloned only when causes are recorded.
+        let own = producer.records().then(|| key.clone());
+        producer.add(key, Priority::Normal, || {
+            Cause::Watch(ObjectEvent {
                 informer,
                 event: EventType::Modified,
-                object: key,
+                object: own.expect("built only while recording"),
                 resource_version: Some(ResourceVersion::from("4312")),
             })
         });

@@ -66,13 +66,14 @@ impl EventType {
     }
 }
 
-/// One informer event, as a cause names it. Cheap to build and drop, since every add of the
-/// controller builds one: the kind name is interned, a numeric resourceVersion is held inline,
-/// and the object key shares its text with the caller's.
+/// One informer event, as a cause names it. Cheap to build, move and drop, since every add of
+/// the controller builds one and the queue moves it to the claim: the kind name is an interned
+/// pointer, a numeric resourceVersion is held inline, and the object key shares its text with
+/// the caller's (56 bytes in all).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectEvent {
     /// The informer's kind, `group/Kind` (`Kind` for the core group), from [`kind_name`].
-    pub informer: &'static str,
+    pub informer: InformerKind,
     /// Added, modified or deleted.
     pub event: EventType,
     /// The object the event is about.
@@ -81,29 +82,53 @@ pub struct ObjectEvent {
     pub resource_version: Option<ResourceVersion>,
 }
 
+/// An informer's kind name, interned: one pointer wide (a cause is moved on every claim, so
+/// every byte of it costs), compared by its text, shown as the text.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct InformerKind(&'static String);
+
+impl InformerKind {
+    /// The name, `group/Kind` (`Kind` for the core group).
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl fmt::Debug for InformerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for InformerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The one copy of the kind name `name` for the life of the process (informers register a
 /// handful of kinds; each distinct name is stored once, so causes refer to it for free).
-pub fn kind_name(name: &str) -> &'static str {
-    static NAMES: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashSet<&'static str>>> =
-        std::sync::OnceLock::new();
-    let mut names = NAMES.get_or_init(Default::default).lock();
-    if let Some(known) = names.get(name) {
-        return known;
+pub fn kind_name(name: &str) -> InformerKind {
+    static NAMES: parking_lot::Mutex<Vec<&'static String>> = parking_lot::Mutex::new(Vec::new());
+    let mut names = NAMES.lock();
+    if let Some(known) = names.iter().find(|known| known.as_str() == name) {
+        return InformerKind(known);
     }
     // Bounded: one entry per distinct kind name the process's informers use.
-    let interned: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.insert(interned);
-    interned
+    let interned: &'static String = Box::leak(Box::new(name.to_owned()));
+    names.push(interned);
+    InformerKind(interned)
 }
 
 /// A resourceVersion as an event carried it: opaque text, held inline when it is the decimal
 /// number the API server usually sends (no allocation per cause), shown exactly as received.
+/// Two words, and an `Option` of it too (the text's pointer is thin).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResourceVersion {
     /// A canonical decimal (no sign, no leading zero) that fits 64 bits.
     Number(u64),
     /// Anything else, as received.
-    Text(Arc<str>),
+    Text(Arc<String>),
 }
 
 impl From<&str> for ResourceVersion {
@@ -113,7 +138,7 @@ impl From<&str> for ResourceVersion {
             && (text.len() == 1 || !text.starts_with('0'));
         match text.parse() {
             Ok(number) if canonical => Self::Number(number),
-            _ => Self::Text(text.into()),
+            _ => Self::Text(Arc::new(text.to_owned())),
         }
     }
 }
@@ -130,7 +155,8 @@ impl fmt::Display for ResourceVersion {
 impl ObjectEvent {
     /// The kind without its group: `StatefulSet`.
     pub fn kind(&self) -> &str {
-        self.informer.rsplit_once('/').map_or(self.informer, |(_, kind)| kind)
+        let informer = self.informer.as_str();
+        informer.rsplit_once('/').map_or(informer, |(_, kind)| kind)
     }
 }
 
@@ -207,7 +233,7 @@ impl Serialize for Cause {
         s.serialize_field("type", self.type_name())?;
         s.serialize_field("text", &self.to_string())?;
         if let Some(event) = self.event() {
-            s.serialize_field("informer", event.informer)?;
+            s.serialize_field("informer", event.informer.as_str())?;
             s.serialize_field("event", &event.event)?;
             s.serialize_field("kind", event.kind())?;
             s.serialize_field("namespace", &event.object.namespace())?;
@@ -282,25 +308,27 @@ struct Bounded {
 }
 
 impl Bounded {
-    /// Keeps `cause()` if there is room, else only counts it (the cause is then never built).
-    fn push(&mut self, cause: impl FnOnce() -> Cause) {
+    /// Keeps `cause()` if there is room, else only counts it: the cause is then never built,
+    /// and `cause` comes back, for the caller to drop outside the queue's lock.
+    fn push<F: FnOnce() -> Cause>(&mut self, cause: F) -> Option<F> {
         if self.kept.len() == KEPT_CAUSES {
             self.more += 1;
-        } else {
-            if self.kept.len() == 1 {
-                // The first spill to the heap takes room for all the others at once: one
-                // allocation under the queue's lock, not one per doubling.
-                self.kept.reserve_exact(KEPT_CAUSES - 1);
-            }
-            self.kept.push(cause());
+            return Some(cause);
         }
+        if self.kept.len() == 1 {
+            // The first spill to the heap takes room for all the others at once: one
+            // allocation under the queue's lock, not one per doubling.
+            self.kept.reserve_exact(KEPT_CAUSES - 1);
+        }
+        self.kept.push(cause());
+        None
     }
 
     /// Appends `later`'s causes after these (and its count of the ones not kept), still bounded.
     fn append(&mut self, later: Bounded) {
         self.more += later.more;
         for cause in later.kept {
-            self.push(|| cause);
+            drop(self.push(|| cause));
         }
     }
 
@@ -335,8 +363,10 @@ pub struct CauseNotes {
 
 impl CauseNotes {
     /// Records `cause()`, due at the next pass or with the key's timer; once the line holds
-    /// [`KEPT_CAUSES`], a cause is only counted and never built.
-    pub fn record(&mut self, cause: impl FnOnce() -> Cause, due: Due) {
+    /// [`KEPT_CAUSES`], a cause is only counted and never built (`cause` then comes back, to be
+    /// dropped outside the queue's lock).
+    #[must_use = "an unbuilt cause is handed back to be dropped outside the queue's lock"]
+    pub fn record<F: FnOnce() -> Cause>(&mut self, cause: F, due: Due) -> Option<F> {
         match due {
             Due::Now => self.due.push(cause),
             Due::OnTimer => self.on_timer.get_or_insert_with(Box::default).push(cause),
@@ -381,6 +411,13 @@ impl KeyNotes for CauseNotes {
     /// timer stays.
     fn take(&mut self) -> CauseLog {
         CauseLog { kept: std::mem::take(&mut self.due.kept), more: std::mem::take(&mut self.due.more) }
+    }
+
+    /// Nothing to drop or rewrite when the last claim took everything (the usual case).
+    fn reset(&mut self) {
+        if !self.due.kept.is_empty() || self.due.more != 0 || self.on_timer.is_some() {
+            *self = Self::default();
+        }
     }
 }
 
@@ -491,9 +528,9 @@ mod tests {
     fn rule4_the_trigger_is_the_first_cause_and_the_count_of_the_others() {
         let mut notes = CauseNotes::default();
         assert_eq!(notes.take().trigger().to_string(), "none recorded");
-        notes.record(|| Cause::Mapped(event("pg", "4312")), Due::Now);
-        notes.record(|| Cause::Watch(event("pg", "4313")), Due::Now);
-        notes.record(|| Cause::Explicit("test".into()), Due::Now);
+        assert!(notes.record(|| Cause::Mapped(event("pg", "4312")), Due::Now).is_none(), "kept");
+        assert!(notes.record(|| Cause::Watch(event("pg", "4313")), Due::Now).is_none(), "kept");
+        assert!(notes.record(|| Cause::Explicit("test".into()), Due::Now).is_none(), "kept");
         let log = notes.take();
         assert_eq!(log.trigger().to_string(), "\"StatefulSet default/pg modified rv=4312 (owned)\" (+2)");
         let single = CauseLog { kept: [Cause::Watch(event("pg", "7"))].into(), more: 0 };
@@ -601,7 +638,10 @@ mod tests {
         }
         assert_eq!(ResourceVersion::from("4312"), ResourceVersion::Number(4312));
         assert!(matches!(ResourceVersion::from("007"), ResourceVersion::Text(_)));
-        assert!(std::ptr::eq(kind_name("apps/StatefulSet"), kind_name(&String::from("apps/StatefulSet"))));
+        assert!(std::ptr::eq(
+            kind_name("apps/StatefulSet").as_str(),
+            kind_name(&String::from("apps/StatefulSet")).as_str()
+        ));
     }
 
     #[test]

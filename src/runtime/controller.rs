@@ -56,7 +56,8 @@ use tracing::Instrument;
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::{InformerEvent, controller_owner};
 use crate::runtime::causes::{
-    Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent, ResourceVersion, kind_name,
+    Cause, CauseLog, ControllerQueue, Enqueuer, EventType, InformerKind, ObjectEvent, ResourceVersion,
+    kind_name,
 };
 use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
@@ -487,7 +488,7 @@ enum Via {
 /// The cause-side description of an informer event on an object of `kind` (whose key is `own`
 /// when it is the reconciled object itself).
 fn object_event<W: Resource>(
-    kind: &'static str,
+    kind: InformerKind,
     own: Option<ObjectKey>,
     event: &InformerEvent<W>,
 ) -> ObjectEvent {

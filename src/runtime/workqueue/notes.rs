@@ -22,6 +22,12 @@ pub trait KeyNotes: Default + Send + 'static {
 
     /// A worker claimed the key: what is due goes to its claim; the rest stays.
     fn take(&mut self) -> Self::Taken;
+
+    /// The key's slot is released: back to the empty note. Notes that can tell they are empty
+    /// (the usual case: the last claim took them) skip the rewrite.
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
 }
 
 /// No notes.
@@ -31,4 +37,6 @@ impl KeyNotes for () {
     fn timer_fired(&mut self) {}
 
     fn take(&mut self) {}
+
+    fn reset(&mut self) {}
 }

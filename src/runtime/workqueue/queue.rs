@@ -230,8 +230,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     }
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
-    /// takes anyway (after shutdown the add is ignored and `note` is not called).
-    pub fn add_with_note(&self, key: K, priority: Priority, note: impl FnOnce(&mut N)) {
+    /// takes anyway (after shutdown the add is ignored and `note` is not called). What `note`
+    /// returns is dropped once the lock is released: whatever it did not keep (a cause it did not
+    /// build holds a shared key, whose reference count other threads write too).
+    pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(&mut N) -> L) {
         let shared = &*self.shared;
         let added = self.on_slot(key, note, |state, id| {
             state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now()))
@@ -242,11 +244,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     }
 
     /// Under the lock: finds or makes the slot of `key`, writes its notes with `note`, then runs
-    /// `op` on it. `None` after shutdown (the key is ignored, `note` not called).
-    fn on_slot<T>(
+    /// `op` on it; what `note` left is dropped after the lock. `None` after shutdown (the key is
+    /// ignored, `note` not called).
+    fn on_slot<T, L>(
         &self,
         key: K,
-        note: impl FnOnce(&mut N),
+        note: impl FnOnce(&mut N) -> L,
         op: impl FnOnce(&mut State<K, N>, u32) -> T,
     ) -> Option<T> {
         let shared = &*self.shared;
@@ -256,10 +259,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             return None;
         }
         let (id, duplicate) = state.find_or_insert(hash, key);
-        note(state.notes_mut(id));
+        let leftover = note(state.notes_mut(id));
         let outcome = op(&mut state, id);
         drop(state);
         drop(duplicate);
+        drop(leftover);
         Some(outcome)
     }
 
@@ -272,7 +276,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]). With a
     /// zero delay it is an add at once; otherwise the notes meant for the timer can wait for it
     /// ([`KeyNotes::timer_fired`]).
-    pub fn add_after_with_note(&self, key: K, delay: Duration, note: impl FnOnce(&mut N)) {
+    pub fn add_after_with_note<L>(&self, key: K, delay: Duration, note: impl FnOnce(&mut N) -> L) {
         if delay.is_zero() {
             return self.add_with_note(key, Priority::Normal, note);
         }
@@ -297,7 +301,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// `add_rate_limited_after` that also writes the key's notes (see
     /// [`WorkQueue::add_with_note`]); the retry's timer is the one they can wait for.
-    pub fn add_rate_limited_after_with_note(&self, key: K, at_least: Duration, note: impl FnOnce(&mut N)) {
+    pub fn add_rate_limited_after_with_note<L>(
+        &self,
+        key: K,
+        at_least: Duration,
+        note: impl FnOnce(&mut N) -> L,
+    ) {
         let shared = &*self.shared;
         let now = shared.epoch.nanos_now();
         let floor = now.saturating_add(nanos(at_least));

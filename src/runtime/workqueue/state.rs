@@ -300,7 +300,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
             return;
         }
         slot.key = None;
-        self.notes[id as usize] = N::default();
+        self.notes[id as usize].reset();
         if let Ok(entry) = self.index.find_entry(index_hash(slot.hash), |&other| other == id) {
             entry.remove();
         }
