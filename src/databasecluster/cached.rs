@@ -10,7 +10,18 @@
 //!   the rest with what they would write, which [`CacheShape::cached_form`] puts in the same shape
 //!   first, so a changed script is still drift. The scripts are most of a cluster's cached bytes.
 //!
+//! - a **StatefulSet** keeps its pod template as the JSON text the server sent (in the cache-only
+//!   annotation [`CACHED_TEMPLATE`]) and, as typed fields, only each container's name and image
+//!   (what `observe_rollout` reads). k8s-openapi's pod template is tens of KB decoded (a
+//!   `Container` is about 2 KB inline, a `Volume` 3 KB, and decoded vectors keep serde's doubled
+//!   capacity) for about 5 KB of JSON. Drift ([`CacheShape::drifted`]) puts the text back as
+//!   JSON before it compares, so every template field still counts. The passes read the rest of
+//!   the StatefulSet (replicas, claim templates, status) as the server sent it.
+//!
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
+//!
+//! `shape` runs once per object, on the object as the server sent it (the cache writer's
+//! transform, or a read after a create found the object already there).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -18,18 +29,26 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::drift::{needs_update, needs_update_json};
 use super::types::DatabaseCluster;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
 
 /// ConfigMap values longer than this are cached as their digest.
 pub const DIGEST_ABOVE: usize = 256;
 
+/// The annotation under which a cached StatefulSet keeps its pod template as JSON text. It exists
+/// only in the operator's cache: nothing the operator writes carries it, and one that a user puts
+/// on a StatefulSet is replaced in the cache by the template itself.
+pub const CACHED_TEMPLATE: &str = "databases.madmmas.dev/cached-pod-template";
+
 /// How an object of this kind is kept in the operator's caches (see the module docs).
-pub trait CacheShape: Resource + Clone + Send + Sync + 'static {
+pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
     /// Reduces `self` to what the cache keeps, besides `managedFields` (none by default).
     fn shape(&mut self) {}
 
@@ -37,6 +56,12 @@ pub trait CacheShape: Resource + Clone + Send + Sync + 'static {
     /// is for the kinds kept whole (no copy on every pass), a reshaped copy for the others.
     fn cached_form(desired: &Self) -> Cow<'_, Self> {
         Cow::Borrowed(desired)
+    }
+
+    /// Whether `live` (cached, or as a write returned it) differs from `desired` in a field the
+    /// operator owns (`drift::needs_update`), the two compared in the same shape.
+    fn drifted(desired: &Self, live: &Self) -> bool {
+        needs_update(&*Self::cached_form(desired), live)
     }
 
     /// A writer of a cache that keeps objects of this kind in this shape.
@@ -82,8 +107,57 @@ impl CacheShape for ConfigMap {
     }
 }
 
+impl CacheShape for StatefulSet {
+    fn shape(&mut self) {
+        let Some(spec) = self.spec.as_mut() else { return };
+        let template = std::mem::take(&mut spec.template);
+        let text = match serde_json::to_string(&template) {
+            Ok(text) => text,
+            // Invariant: a k8s-openapi template always serialises; were it not to, it stays whole.
+            Err(_) => {
+                spec.template = template;
+                return;
+            }
+        };
+        spec.template = PodTemplateSpec { metadata: None, spec: template.spec.map(images_only) };
+        self.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(CACHED_TEMPLATE.to_owned(), text);
+    }
+
+    /// The desired object is compared with the cached one's template put back (see the module
+    /// docs); a StatefulSet as a write returned it (no cache-only text) is compared as it is.
+    fn drifted(desired: &Self, live: &Self) -> bool {
+        needs_update_json(serde_json::to_value(desired), expanded(live))
+    }
+}
+
+/// The pod spec as a cached StatefulSet keeps it typed: each container's name and image.
+fn images_only(pod: PodSpec) -> PodSpec {
+    let containers = pod
+        .containers
+        .into_iter()
+        .map(|container| Container { name: container.name, image: container.image, ..Container::default() })
+        .collect();
+    PodSpec { containers, ..PodSpec::default() }
+}
+
+/// A cached StatefulSet as JSON with its pod template put back from [`CACHED_TEMPLATE`] (and that
+/// annotation gone, as it is from the server's object).
+fn expanded(live: &StatefulSet) -> serde_json::Result<serde_json::Value> {
+    let mut value = serde_json::to_value(live)?;
+    let text = live.metadata.annotations.as_ref().and_then(|annotations| annotations.get(CACHED_TEMPLATE));
+    if let Some(text) = text {
+        value["spec"]["template"] = serde_json::from_str(text)?;
+        if let Some(annotations) = value["metadata"]["annotations"].as_object_mut() {
+            annotations.remove(CACHED_TEMPLATE);
+        }
+    }
+    Ok(value)
+}
+
 impl CacheShape for DatabaseCluster {}
-impl CacheShape for StatefulSet {}
 impl CacheShape for Service {}
 impl CacheShape for Secret {}
 impl CacheShape for PodDisruptionBudget {}
@@ -97,8 +171,11 @@ mod tests {
 
     use k8s_openapi::api::core::v1::PodSpec;
 
+    use serde_json::json;
+
     use super::*;
-    use crate::databasecluster::drift::needs_update;
+    use crate::databasecluster::fixtures::statefulset;
+    use crate::databasecluster::status::observe_rollout;
 
     fn config_map(script: &str) -> ConfigMap {
         ConfigMap {
@@ -133,6 +210,82 @@ mod tests {
         assert!(!needs_update(&*ConfigMap::cached_form(&desired), &live));
         let edited = cached(config_map(&format!("{script}echo edited\n")));
         assert!(needs_update(&*ConfigMap::cached_form(&desired), &edited));
+    }
+
+    /// `desired` as a server would send it: defaults, another manager's container and env var,
+    /// status; `edit` changes it further.
+    fn served(desired: &StatefulSet, edit: impl FnOnce(&mut serde_json::Value)) -> StatefulSet {
+        let mut live = serde_json::to_value(desired).unwrap();
+        live["metadata"]["resourceVersion"] = json!("42");
+        live["metadata"]["annotations"] = json!({"team.example.com/owner": "payments"});
+        live["spec"]["revisionHistoryLimit"] = json!(10);
+        let pod = &mut live["spec"]["template"]["spec"];
+        pod["restartPolicy"] = json!("Always");
+        pod["containers"][0]["terminationMessagePath"] = json!("/dev/termination-log");
+        pod["containers"][0]["env"].as_array_mut().unwrap().push(json!({"name": "TZ", "value": "UTC"}));
+        pod["containers"].as_array_mut().unwrap().push(json!({"name": "exporter", "image": "exporter:1"}));
+        live["status"] = json!({"replicas": 3, "readyReplicas": 3, "observedGeneration": 1});
+        edit(&mut live);
+        serde_json::from_value(live).unwrap()
+    }
+
+    fn shaped(mut sts: StatefulSet) -> StatefulSet {
+        sts.shape();
+        sts
+    }
+
+    #[test]
+    fn a_cached_statefulset_keeps_what_the_passes_read_and_its_template_as_text() {
+        let full = served(&statefulset(), |_| {});
+        let kept = shaped(full.clone());
+        let (spec, full_spec) = (kept.spec.as_ref().unwrap(), full.spec.as_ref().unwrap());
+        assert_eq!(spec.replicas, full_spec.replicas);
+        assert_eq!(spec.volume_claim_templates, full_spec.volume_claim_templates);
+        assert_eq!(kept.status, full.status);
+        assert_eq!(observe_rollout(&kept), observe_rollout(&full), "the images are kept");
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.containers.len(), 2);
+        assert!(pod.containers.iter().all(|c| c.env.is_none() && c.command.is_none()), "{pod:?}");
+        assert!(pod.volumes.is_none() && pod.init_containers.is_none());
+        let annotations = kept.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations["team.example.com/owner"], "payments");
+        let text: serde_json::Value = serde_json::from_str(&annotations[CACHED_TEMPLATE]).unwrap();
+        assert_eq!(text, serde_json::to_value(&full_spec.template).unwrap(), "the whole template, as sent");
+    }
+
+    #[test]
+    fn drift_compares_the_whole_template_of_a_cached_statefulset() {
+        let desired = statefulset();
+        assert!(
+            !StatefulSet::drifted(&desired, &shaped(served(&desired, |_| {}))),
+            "others' fields are not drift"
+        );
+        let edits: [(&str, fn(&mut serde_json::Value)); 4] = [
+            ("image", |live| {
+                live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("postgres:15.5")
+            }),
+            ("env", |live| live["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] = json!("x")),
+            ("volumes", |live| live["spec"]["template"]["spec"]["volumes"] = json!([])),
+            ("template labels", |live| {
+                live["spec"]["template"]["metadata"]["labels"] = json!({"app": "other"})
+            }),
+        ];
+        for (what, edit) in edits {
+            let live = served(&desired, edit);
+            assert!(StatefulSet::drifted(&desired, &shaped(live.clone())), "cached: {what} changed");
+            assert!(StatefulSet::drifted(&desired, &live), "as a write returned it: {what} changed");
+        }
+        assert!(!StatefulSet::drifted(&desired, &served(&desired, |_| {})), "as a write returned it");
+    }
+
+    #[test]
+    fn a_users_annotation_of_the_cache_only_name_is_replaced_by_the_template() {
+        let desired = statefulset();
+        let live = served(&desired, |live| {
+            live["metadata"]["annotations"][CACHED_TEMPLATE] = json!("{}");
+            live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("postgres:15.5");
+        });
+        assert!(StatefulSet::drifted(&desired, &shaped(live)), "the template that runs is compared");
     }
 
     #[test]

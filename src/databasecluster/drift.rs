@@ -29,10 +29,16 @@ pub fn keep_immutable_fields(desired: &mut StatefulSet, live: &StatefulSet) {
 /// matches an absent field, since the API server drops such values; so a builder marks an owned
 /// list that is now empty with `[]` rather than leaving it out.
 pub fn needs_update<K: Serialize>(desired: &K, live: &K) -> bool {
-    match (serde_json::to_value(desired), serde_json::to_value(live)) {
+    needs_update_json(serde_json::to_value(desired), serde_json::to_value(live))
+}
+
+/// [`needs_update`] on the two objects as JSON (a cached object may have been expanded back
+/// first: see `cached.rs`).
+pub fn needs_update_json(desired: serde_json::Result<Value>, live: serde_json::Result<Value>) -> bool {
+    match (desired, live) {
         (Ok(desired), Ok(live)) => !covers(&live, &desired),
-        // Invariant: k8s-openapi objects always serialise to JSON; were they not to, writing is
-        // the safe answer.
+        // Invariant: k8s-openapi objects always serialise to JSON (and the cache's own text is
+        // JSON it wrote); were they not to, writing is the safe answer.
         _ => true,
     }
 }

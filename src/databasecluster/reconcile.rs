@@ -9,7 +9,7 @@
 //!    [`super::credentials`], [`super::services`]): the headless and the three client Services,
 //!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
 //!    the PodDisruptionBudget. Absent from the cache → create (POST); present → server-side apply
-//!    (field manager [`FIELD_MANAGER`], forced) only when [`needs_update`] finds a difference in a
+//!    (field manager [`FIELD_MANAGER`], forced) only when `drift::needs_update` finds a difference in a
 //!    field the operator owns, so other managers' fields survive and an unchanged cluster costs
 //!    no write. A create answered `409 AlreadyExists` means the cache is behind: the object is
 //!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
@@ -69,7 +69,7 @@ use super::config::{
 };
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
 use super::demotion::{Switch, advance, begin};
-use super::drift::{keep_immutable_fields, needs_update};
+use super::drift::keep_immutable_fields;
 use super::events::EventType;
 use super::events::{EventNote, EventPublisher, scaling_event, status_events};
 use super::failover::{
@@ -1035,7 +1035,7 @@ where
     }
     let desired = build(Some(&live));
     // The cache keeps some kinds in a reduced shape ([`CacheShape`]): compare like with like.
-    if !needs_update(&*K::cached_form(&desired), &*live) {
+    if !K::drifted(&desired, &live) {
         return Ok((live, Outcome::Unchanged));
     }
     let applied = api
