@@ -6,6 +6,10 @@
 //! The objects are StatefulSet-owned Pods and StatefulSets serialised as the API server sends them
 //! in a watch stream, `managedFields` included. Memory is measured with a counting global
 //! allocator (live bytes and peak live bytes); those figures are printed before the timings.
+//!
+//! `retained/<kind> as the operator caches it` measures the operator's own caches
+//! (`databasecluster::cached::CacheShape`: a Pod without its spec, a StatefulSet with its pod
+//! template as text) beside the runtime's cache of the same objects whole, in the same run.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -13,6 +17,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use dbcluster_operator::databasecluster::cached::CacheShape;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::CacheWriter;
 use dbcluster_operator::runtime::reflector::{
@@ -226,10 +231,34 @@ where
     assert_eq!(cache.cache().len(), n);
 }
 
+/// Retained bytes per object in the operator's cache of this kind (its `CacheShape`), beside the
+/// runtime's cache of the same objects whole (managedFields cut from both).
+fn shaped_report<K: CacheShape + DeserializeOwned>(kind: &str, n: usize, line: fn(usize, u64) -> String) {
+    let lines: Vec<String> = (0..n).map(|i| line(i, 1000 + i as u64)).collect();
+    let (whole, cache) = retained_per_object(n, || cache_store::<K>(&lines));
+    drop(cache);
+    let (shaped, cache) = retained_per_object(n, || {
+        let mut cache = K::cache_writer();
+        for line in &lines {
+            cache.apply(ReflectorEvent::Applied(elide_and_decode::<K>(line.as_bytes())));
+        }
+        cache
+    });
+    assert_eq!(cache.cache().len(), n);
+    println!(
+        "retained/{kind} as the operator caches it: {:.1} KB; whole (the runtime's cache) {:.1} KB; {:.3}x",
+        shaped / 1000.0,
+        whole / 1000.0,
+        shaped / whole
+    );
+}
+
 fn memory(_: &mut Criterion) {
     let n = std::env::var("CACHE_BENCH_OBJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     memory_report::<Pod>("Pod", n, pod_line);
     memory_report::<StatefulSet>("StatefulSet", n, statefulset_line);
+    shaped_report::<Pod>("Pod", n, pod_line);
+    shaped_report::<StatefulSet>("StatefulSet", n, statefulset_line);
 }
 
 fn throughput<K>(c: &mut Criterion, kind: &str, line: fn(usize, u64) -> String)

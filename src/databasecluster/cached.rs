@@ -10,13 +10,14 @@
 //!   the rest with what they would write, which [`CacheShape::cached_form`] puts in the same shape
 //!   first, so a changed script is still drift. The scripts are most of a cluster's cached bytes.
 //!
-//! - a **StatefulSet** keeps its pod template as the JSON text the server sent (in the cache-only
-//!   annotation [`CACHED_TEMPLATE`]) and, as typed fields, only each container's name and image
-//!   (what `observe_rollout` reads). k8s-openapi's pod template is tens of KB decoded (a
-//!   `Container` is about 2 KB inline, a `Volume` 3 KB, and decoded vectors keep serde's doubled
-//!   capacity) for about 5 KB of JSON. Drift ([`CacheShape::drifted`]) puts the text back as
-//!   JSON before it compares, so every template field still counts. The passes read the rest of
-//!   the StatefulSet (replicas, claim templates, status) as the server sent it.
+//! - a **StatefulSet** keeps its pod template only as the JSON text the server sent (in the
+//!   cache-only annotation [`CACHED_TEMPLATE`]): k8s-openapi's pod template is tens of KB decoded
+//!   (a `Container` is about 2 KB inline, a `Volume` 3 KB, and decoded vectors keep serde's
+//!   doubled capacity) for a few KB of JSON. Drift ([`CacheShape::drifted`]) puts the text back
+//!   as JSON before it compares, so every template field still counts; the one template field a
+//!   pass reads otherwise, a container's image, comes from [`template_image`], which reads either
+//!   form. The passes read the rest of the StatefulSet (replicas, claim templates, status) as the
+//!   server sent it.
 //!
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
 //!
@@ -29,10 +30,9 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::drift::{needs_update, needs_update_json};
@@ -119,7 +119,6 @@ impl CacheShape for StatefulSet {
                 return;
             }
         };
-        spec.template = PodTemplateSpec { metadata: None, spec: template.spec.map(images_only) };
         self.metadata
             .annotations
             .get_or_insert_with(Default::default)
@@ -133,14 +132,32 @@ impl CacheShape for StatefulSet {
     }
 }
 
-/// The pod spec as a cached StatefulSet keeps it typed: each container's name and image.
-fn images_only(pod: PodSpec) -> PodSpec {
-    let containers = pod
-        .containers
-        .into_iter()
-        .map(|container| Container { name: container.name, image: container.image, ..Container::default() })
-        .collect();
-    PodSpec { containers, ..PodSpec::default() }
+/// The image of container `name` in the pod template of `sts`, typed (as a write returned it) or
+/// kept as text (as the cache keeps it). Reading the text decodes only the containers' names
+/// and images.
+pub fn template_image(sts: &StatefulSet, name: &str) -> Option<String> {
+    /// The part of a pod template this reads; serde skips the rest of the text.
+    #[derive(Deserialize)]
+    struct Template {
+        spec: Option<Pod>,
+    }
+    #[derive(Deserialize)]
+    struct Pod {
+        #[serde(default)]
+        containers: Vec<NamedImage>,
+    }
+    #[derive(Deserialize)]
+    struct NamedImage {
+        name: String,
+        image: Option<String>,
+    }
+    let spec = sts.spec.as_ref()?;
+    if let Some(pod) = &spec.template.spec {
+        return pod.containers.iter().find(|c| c.name == name)?.image.clone();
+    }
+    let text = sts.metadata.annotations.as_ref()?.get(CACHED_TEMPLATE)?;
+    let template: Template = serde_json::from_str(text).ok()?;
+    template.spec?.containers.into_iter().find(|c| c.name == name)?.image
 }
 
 /// A cached StatefulSet as JSON with its pod template put back from [`CACHED_TEMPLATE`] (and that
@@ -242,11 +259,11 @@ mod tests {
         assert_eq!(spec.replicas, full_spec.replicas);
         assert_eq!(spec.volume_claim_templates, full_spec.volume_claim_templates);
         assert_eq!(kept.status, full.status);
-        assert_eq!(observe_rollout(&kept), observe_rollout(&full), "the images are kept");
-        let pod = spec.template.spec.as_ref().unwrap();
-        assert_eq!(pod.containers.len(), 2);
-        assert!(pod.containers.iter().all(|c| c.env.is_none() && c.command.is_none()), "{pod:?}");
-        assert!(pod.volumes.is_none() && pod.init_containers.is_none());
+        assert_eq!(spec.template, Default::default(), "no typed template");
+        assert_eq!(observe_rollout(&kept), observe_rollout(&full), "the image is read from the text");
+        assert!(observe_rollout(&kept).version.is_some());
+        assert_eq!(template_image(&kept, "exporter").as_deref(), Some("exporter:1"));
+        assert_eq!(template_image(&kept, "nobody"), None);
         let annotations = kept.metadata.annotations.as_ref().unwrap();
         assert_eq!(annotations["team.example.com/owner"], "payments");
         let text: serde_json::Value = serde_json::from_str(&annotations[CACHED_TEMPLATE]).unwrap();

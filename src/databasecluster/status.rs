@@ -18,6 +18,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use super::cached::template_image;
 use super::resources::POSTGRES_CONTAINER;
 use super::storage::Growth;
 use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
@@ -318,14 +319,8 @@ pub struct Rollout {
 
 /// Reads the rollout state of a StatefulSet from its template and status.
 pub fn observe_rollout(sts: &StatefulSet) -> Rollout {
-    let version = sts
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.template.spec.as_ref())
-        .and_then(|pod| pod.containers.iter().find(|c| c.name == POSTGRES_CONTAINER))
-        .and_then(|container| container.image.as_deref())
-        .and_then(image_tag)
-        .map(str::to_owned);
+    let image = template_image(sts, POSTGRES_CONTAINER);
+    let version = image.as_deref().and_then(image_tag).map(str::to_owned);
     let complete = sts.status.as_ref().is_some_and(|status| {
         let generation_observed = match (sts.metadata.generation, status.observed_generation) {
             (Some(generation), Some(observed)) => observed >= generation,
