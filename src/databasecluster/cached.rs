@@ -4,7 +4,9 @@
 //!
 //! Every kind loses `metadata.managedFields`. Besides:
 //! - a **Pod** keeps no `spec` (the passes read its name, labels, owner, deletion and `status`:
-//!   the StatefulSet, not the pod, says what it runs);
+//!   the StatefulSet, not the pod, says what it runs), and of its status only what the passes
+//!   read: the phase, the reason and message, the `Ready` condition, the pod IP and each
+//!   container's name, state, last state, readiness and restart count;
 //! - a **ConfigMap** keeps each `data` value longer than [`DIGEST_ABOVE`] bytes as its SHA-256
 //!   digest (`sha256:<hex>`): the passes read the short records (`primary`, `demoting`) and compare
 //!   the rest with what they would write, which [`CacheShape::cached_form`] puts in the same shape
@@ -29,7 +31,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerStatus, PersistentVolumeClaim, Pod, PodStatus, Secret, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
 use serde::{Deserialize, Serialize};
@@ -83,6 +87,23 @@ fn reshaped<K: CacheShape>(desired: &K) -> Cow<'_, K> {
 impl CacheShape for Pod {
     fn shape(&mut self) {
         self.spec = None;
+        if let Some(status) = self.status.as_mut() {
+            let mut conditions = status.conditions.take();
+            if let Some(conditions) = conditions.as_mut() {
+                conditions.retain(|condition| condition.type_ == "Ready");
+                conditions.shrink_to_fit();
+            }
+            *status = PodStatus {
+                phase: status.phase.take(),
+                reason: status.reason.take(),
+                message: status.message.take(),
+                conditions,
+                pod_ip: status.pod_ip.take(),
+                container_statuses: status.container_statuses.take().map(states_only),
+                init_container_statuses: status.init_container_statuses.take().map(states_only),
+                ..PodStatus::default()
+            };
+        }
     }
 
     fn cached_form(desired: &Self) -> Cow<'_, Self> {
@@ -130,6 +151,24 @@ impl CacheShape for StatefulSet {
     fn drifted(desired: &Self, live: &Self) -> bool {
         needs_update_json(serde_json::to_value(desired), expanded(live))
     }
+}
+
+/// Container statuses as a cached Pod keeps them: name, state, last state, readiness, restarts.
+fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
+    let mut kept: Vec<ContainerStatus> = statuses
+        .into_iter()
+        .map(|status| ContainerStatus {
+            name: status.name,
+            state: status.state,
+            last_state: status.last_state,
+            ready: status.ready,
+            started: status.started,
+            restart_count: status.restart_count,
+            ..ContainerStatus::default()
+        })
+        .collect();
+    kept.shrink_to_fit();
+    kept
 }
 
 /// The image of container `name` in the pod template of `sts`, typed (as a write returned it) or
@@ -303,6 +342,66 @@ mod tests {
             live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("postgres:15.5");
         });
         assert!(StatefulSet::drifted(&desired, &shaped(live)), "the template that runs is compared");
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_of_its_status_what_the_passes_read() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "pg-0", "namespace": "default"},
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.7",
+                "podIPs": [{"ip": "10.0.0.7"}],
+                "hostIP": "172.18.0.2",
+                "qosClass": "Burstable",
+                "conditions": [
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-20T08:14:19Z"},
+                ],
+                "containerStatuses": [{
+                    "name": "postgres", "ready": false, "restartCount": 3,
+                    "image": "postgres:16.4", "imageID": "docker.io/library/postgres@sha256:d0f3",
+                    "containerID": "containerd://3b4f",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                    "lastState": {"terminated": {"exitCode": 1, "message": "FATAL: bad config"}},
+                }],
+            },
+        }))
+        .unwrap();
+        let full = pod.status.clone().unwrap();
+        let kept = shaped_pod(pod).status.unwrap();
+        assert_eq!((kept.phase.as_deref(), kept.pod_ip.as_deref()), (Some("Running"), Some("10.0.0.7")));
+        let conditions = kept.conditions.unwrap();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0], full.conditions.unwrap()[1], "the Ready condition, whole");
+        let container = &kept.container_statuses.as_ref().unwrap()[0];
+        let original = &full.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(
+            (container.state.as_ref(), container.last_state.as_ref()),
+            (original.state.as_ref(), original.last_state.as_ref())
+        );
+        assert_eq!(
+            (container.name.as_str(), container.restart_count, container.ready),
+            ("postgres", 3, false)
+        );
+        assert!(
+            container.image.is_empty() && container.image_id.is_empty() && container.container_id.is_none()
+        );
+        assert!(kept.pod_ips.is_none() && kept.host_ip.is_none() && kept.qos_class.is_none());
+        let failure = crate::databasecluster::topology::container_failure(&PodStatus {
+            container_statuses: kept.container_statuses.clone(),
+            ..PodStatus::default()
+        });
+        assert_eq!(failure, crate::databasecluster::topology::container_failure(&full_statuses(original)));
+    }
+
+    fn full_statuses(container: &ContainerStatus) -> PodStatus {
+        PodStatus { container_statuses: Some(vec![container.clone()]), ..PodStatus::default() }
+    }
+
+    fn shaped_pod(mut pod: Pod) -> Pod {
+        pod.shape();
+        pod
     }
 
     #[test]
