@@ -132,7 +132,7 @@ impl CacheShape for StatefulSet {
     fn shape(&mut self) {
         let Some(spec) = self.spec.as_mut() else { return };
         let template = std::mem::take(&mut spec.template);
-        let text = match serde_json::to_string(&template) {
+        let mut text = match serde_json::to_string(&template) {
             Ok(text) => text,
             // Invariant: a k8s-openapi template always serialises; were it not to, it stays whole.
             Err(_) => {
@@ -140,6 +140,8 @@ impl CacheShape for StatefulSet {
                 return;
             }
         };
+        // The writer's buffer doubled as it grew: keep only the text.
+        text.shrink_to_fit();
         self.metadata
             .annotations
             .get_or_insert_with(Default::default)
