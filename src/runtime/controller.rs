@@ -708,16 +708,26 @@ where
     /// Keeps the pass in the key's history for the debug endpoint (the last `pass_history`); a
     /// deleted object that reconciled cleanly leaves no record behind, so the records stay as
     /// many as the objects.
-    fn remember(&self, key: ObjectKey, last: PassRecord) {
+    ///
+    /// Held for every key at scale, so it is kept tight: the history grows to its bound and no
+    /// further (not to the next power of two), and a pass's causes keep no spare room.
+    fn remember(&self, key: ObjectKey, mut last: PassRecord) {
         if last.result == PassResult::Success && !(self.exists)(&key) {
             self.passes.remove(&key);
             self.pending_writes.remove(&key);
             self.hot_loops.lock().remove(&key);
             return;
         }
+        last.causes.kept.shrink_to_fit();
+        let bound = self.config.pass_history.max(1);
         let mut history = self.passes.entry(key).or_default();
-        while history.len() >= self.config.pass_history.max(1) {
+        while history.len() >= bound {
             history.pop_front();
+        }
+        let len = history.len();
+        if len == history.capacity() {
+            // Below the bound after the pops above, so this makes room for one more at least.
+            history.reserve_exact((len * 2).max(4).min(bound) - len);
         }
         history.push_back(last);
     }
