@@ -311,6 +311,9 @@ mod tests {
         assert_eq!(text, serde_json::to_value(&full_spec.template).unwrap(), "the whole template, as sent");
     }
 
+    /// What changed, and the change.
+    type Edit = (&'static str, fn(&mut serde_json::Value));
+
     #[test]
     fn drift_compares_the_whole_template_of_a_cached_statefulset() {
         let desired = statefulset();
@@ -318,7 +321,7 @@ mod tests {
             !StatefulSet::drifted(&desired, &shaped(served(&desired, |_| {}))),
             "others' fields are not drift"
         );
-        let edits: [(&str, fn(&mut serde_json::Value)); 4] = [
+        let edits: [Edit; 4] = [
             ("image", |live| {
                 live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("postgres:15.5")
             }),
