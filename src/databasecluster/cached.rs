@@ -11,7 +11,6 @@
 //!   digest (`sha256:<hex>`): the passes read the short records (`primary`, `demoting`) and compare
 //!   the rest with what they would write, which [`CacheShape::cached_form`] puts in the same shape
 //!   first, so a changed script is still drift. The scripts are most of a cluster's cached bytes.
-//!
 //! - a **StatefulSet** keeps its pod template only as the JSON text the server sent (in the
 //!   cache-only annotation [`CACHED_TEMPLATE`]): k8s-openapi's pod template is tens of KB decoded
 //!   (a `Container` is about 2 KB inline, a `Volume` 3 KB, and decoded vectors keep serde's

@@ -9,9 +9,10 @@
 //!    [`super::credentials`], [`super::services`]): the headless and the three client Services,
 //!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
 //!    the PodDisruptionBudget. Absent from the cache → create (POST); present → server-side apply
-//!    (field manager [`FIELD_MANAGER`], forced) only when `drift::needs_update` finds a difference in a
-//!    field the operator owns, so other managers' fields survive and an unchanged cluster costs
-//!    no write. A create answered `409 AlreadyExists` means the cache is behind: the object is
+//!    (field manager [`FIELD_MANAGER`], forced) only when `drift::needs_update` finds a
+//!    difference in a field the operator owns (`CacheShape::drifted`: the cached form compared
+//!    like with like), so other managers' fields survive and an unchanged cluster costs no
+//!    write. A create answered `409 AlreadyExists` means the cache is behind: the object is
 //!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
 //!    when its Secret is created and read back from it ever after. One log line per child and
 //!    pass: `result=created|updated|none`.
