@@ -30,6 +30,7 @@ use super::resources::{FIELD_MANAGER, Owner};
 use super::services::{ROLE_PRIMARY, ROLE_REPLICA, role_labels};
 use super::types::{DatabaseCluster, FailoverRecord};
 use super::validation::ValidSpec;
+use crate::runtime::writes::{Verb, recorded_as};
 
 /// One failover to carry out.
 #[derive(Debug)]
@@ -112,7 +113,11 @@ pub async fn write_record(
     let record = build_config_map(owner, spec, primary, demoting);
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    configmaps.patch(&config_map_name(owner.name()), &params, &Patch::Apply(&record)).await.map(drop)
+    let written = configmaps.patch(&config_map_name(owner.name()), &params, &Patch::Apply(&record)).await?;
+    // Recorded, so the key's next pass reads a cache that holds the record (read-your-writes):
+    // a pass that still saw the old record would redo the step it records, Event included.
+    recorded_as(Verb::Apply, written);
+    Ok(())
 }
 
 /// Sets `pod`'s role label (a merge patch of that one label); failures are logged.
@@ -120,7 +125,10 @@ pub async fn set_role_label(pods: &Api<Pod>, pod: &str, role: &str) {
     let patch = json!({"metadata": {"labels": role_labels(role)}});
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
     match pods.patch(pod, &params, &Patch::Merge(&patch)).await {
-        Ok(_) => tracing::info!(%pod, role, "role label set"),
+        Ok(patched) => {
+            recorded_as(Verb::Patch, patched);
+            tracing::info!(%pod, role, "role label set");
+        }
         Err(kube::Error::Api(status)) if status.is_not_found() => {}
         Err(error) => tracing::warn!(%pod, %error, "could not set the role label"),
     }
