@@ -132,7 +132,14 @@ fn baseline_store<K: Resource + DeserializeOwned>(lines: &[String]) -> HashMap<S
 
 /// Ours: decode each watch line and store it (managedFields stripped).
 fn cache_store<K: Resource + DeserializeOwned + Send + Sync + 'static>(lines: &[String]) -> CacheWriter<K> {
-    let mut cache = CacheWriter::default();
+    filled(CacheWriter::default(), lines)
+}
+
+/// `cache` with each watch line decoded and stored.
+fn filled<K: Resource + DeserializeOwned + Send + Sync + 'static>(
+    mut cache: CacheWriter<K>,
+    lines: &[String],
+) -> CacheWriter<K> {
     for line in lines {
         cache.apply(ReflectorEvent::Applied(elide_and_decode::<K>(line.as_bytes())));
     }
@@ -237,13 +244,7 @@ fn shaped_report<K: CacheShape + DeserializeOwned>(kind: &str, n: usize, line: f
     let lines: Vec<String> = (0..n).map(|i| line(i, 1000 + i as u64)).collect();
     let (whole, cache) = retained_per_object(n, || cache_store::<K>(&lines));
     drop(cache);
-    let (shaped, cache) = retained_per_object(n, || {
-        let mut cache = K::cache_writer();
-        for line in &lines {
-            cache.apply(ReflectorEvent::Applied(elide_and_decode::<K>(line.as_bytes())));
-        }
-        cache
-    });
+    let (shaped, cache) = retained_per_object(n, || filled(K::cache_writer(), &lines));
     assert_eq!(cache.cache().len(), n);
     println!(
         "retained/{kind} as the operator caches it: {:.1} KB; whole (the runtime's cache) {:.1} KB; {:.3}x",

@@ -9,7 +9,7 @@
 //!   container's name, state, last state, readiness and restart count;
 //! - a **ConfigMap** keeps each `data` value longer than [`DIGEST_ABOVE`] bytes as its SHA-256
 //!   digest (`sha256:<hex>`): the passes read the short records (`primary`, `demoting`) and compare
-//!   the rest with what they would write, which [`CacheShape::cached_form`] puts in the same shape
+//!   the rest with what they would write, which [`CacheShape::drifted`] puts in the same shape
 //!   first, so a changed script is still drift. The scripts are most of a cluster's cached bytes.
 //! - a **StatefulSet** keeps its pod template only as the JSON text the server sent (in the
 //!   cache-only annotation [`CACHED_TEMPLATE`]): k8s-openapi's pod template is tens of KB decoded
@@ -25,7 +25,6 @@
 //! `shape` runs once per object, on the object as the server sent it (the cache writer's
 //! transform, or a read after a create found the object already there).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -55,16 +54,11 @@ pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
     /// Reduces `self` to what the cache keeps, besides `managedFields` (none by default).
     fn shape(&mut self) {}
 
-    /// `desired` in the shape the cache keeps, to compare it with a cached object: borrowed as it
-    /// is for the kinds kept whole (no copy on every pass), a reshaped copy for the others.
-    fn cached_form(desired: &Self) -> Cow<'_, Self> {
-        Cow::Borrowed(desired)
-    }
-
     /// Whether `live` (cached, or as a write returned it) differs from `desired` in a field the
-    /// operator owns (`drift::needs_update`), the two compared in the same shape.
+    /// operator owns (`drift::needs_update`), the two compared in the same shape. The kinds kept
+    /// whole compare `desired` as it is (no copy on every pass).
     fn drifted(desired: &Self, live: &Self) -> bool {
-        needs_update(&*Self::cached_form(desired), live)
+        needs_update(desired, live)
     }
 
     /// A writer of a cache that keeps objects of this kind in this shape.
@@ -76,11 +70,12 @@ pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
     }
 }
 
-/// `desired` reshaped as its cache keeps it.
-fn reshaped<K: CacheShape>(desired: &K) -> Cow<'_, K> {
+/// [`CacheShape::drifted`] for a kind whose `shape` a desired object survives: `desired` is put
+/// in the shape the cache keeps first (a copy), so like is compared with like.
+fn drifted_reshaped<K: CacheShape>(desired: &K, live: &K) -> bool {
     let mut shaped = desired.clone();
     shaped.shape();
-    Cow::Owned(shaped)
+    needs_update(&shaped, live)
 }
 
 impl CacheShape for Pod {
@@ -105,8 +100,8 @@ impl CacheShape for Pod {
         }
     }
 
-    fn cached_form(desired: &Self) -> Cow<'_, Self> {
-        reshaped(desired)
+    fn drifted(desired: &Self, live: &Self) -> bool {
+        drifted_reshaped(desired, live)
     }
 }
 
@@ -122,8 +117,8 @@ impl CacheShape for ConfigMap {
         }
     }
 
-    fn cached_form(desired: &Self) -> Cow<'_, Self> {
-        reshaped(desired)
+    fn drifted(desired: &Self, live: &Self) -> bool {
+        drifted_reshaped(desired, live)
     }
 }
 
@@ -233,6 +228,7 @@ mod tests {
     use super::*;
     use crate::databasecluster::fixtures::statefulset;
     use crate::databasecluster::status::observe_rollout;
+    use crate::databasecluster::topology::container_failure;
 
     fn config_map(script: &str) -> ConfigMap {
         ConfigMap {
@@ -264,9 +260,9 @@ mod tests {
         let script = "#!/bin/sh\n".repeat(100);
         let live = cached(config_map(&script));
         let desired = config_map(&script);
-        assert!(!needs_update(&*ConfigMap::cached_form(&desired), &live));
+        assert!(!ConfigMap::drifted(&desired, &live));
         let edited = cached(config_map(&format!("{script}echo edited\n")));
-        assert!(needs_update(&*ConfigMap::cached_form(&desired), &edited));
+        assert!(ConfigMap::drifted(&desired, &edited));
     }
 
     /// `desired` as a server would send it: defaults, another manager's container and env var,
@@ -374,10 +370,11 @@ mod tests {
         .unwrap();
         let full = pod.status.clone().unwrap();
         let kept = shaped_pod(pod).status.unwrap();
+        assert_eq!(container_failure(&kept), container_failure(&full), "the same failure is read");
         assert_eq!((kept.phase.as_deref(), kept.pod_ip.as_deref()), (Some("Running"), Some("10.0.0.7")));
-        let conditions = kept.conditions.unwrap();
+        let conditions = kept.conditions.as_ref().unwrap();
         assert_eq!(conditions.len(), 1);
-        assert_eq!(conditions[0], full.conditions.unwrap()[1], "the Ready condition, whole");
+        assert_eq!(conditions[0], full.conditions.as_ref().unwrap()[1], "the Ready condition, whole");
         let container = &kept.container_statuses.as_ref().unwrap()[0];
         let original = &full.container_statuses.as_ref().unwrap()[0];
         assert_eq!(
@@ -392,15 +389,6 @@ mod tests {
             container.image.is_empty() && container.image_id.is_empty() && container.container_id.is_none()
         );
         assert!(kept.pod_ips.is_none() && kept.host_ip.is_none() && kept.qos_class.is_none());
-        let failure = crate::databasecluster::topology::container_failure(&PodStatus {
-            container_statuses: kept.container_statuses.clone(),
-            ..PodStatus::default()
-        });
-        assert_eq!(failure, crate::databasecluster::topology::container_failure(&full_statuses(original)));
-    }
-
-    fn full_statuses(container: &ContainerStatus) -> PodStatus {
-        PodStatus { container_statuses: Some(vec![container.clone()]), ..PodStatus::default() }
     }
 
     fn shaped_pod(mut pod: Pod) -> Pod {
