@@ -15,6 +15,7 @@ use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConf
 use dbcluster_operator::runtime::informer::Informer;
 use dbcluster_operator::runtime::introspection::Introspection;
 use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::reflector::ReflectorConfig;
 use dbcluster_operator::runtime::writes::recorded;
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -40,6 +41,13 @@ enum Behaviour {
     /// Reads `data.n` from the cache and writes `n + 1` with the cached resourceVersion as a
     /// precondition, until it is 3 (a pass acting on what it read from the cache).
     CountToThree,
+    /// The same on the label `n` of the Secret of the key's name, read from the informer in
+    /// `Recorder::picked` (the second Secret informer of its controller).
+    CountLabelToThree,
+    /// Takes the Secret of the key's name out of the picked informer's selector (removes its
+    /// `picked` label); a later pass that still finds it in that informer's cache counts a
+    /// conflict (it read a cache one write behind).
+    LeavePicked,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +85,8 @@ struct Recorder {
     /// The client for the writing behaviours, and the ConfigMap cache they read.
     client: Mutex<Option<(kube::Client, Arc<Informer<ConfigMap>>)>>,
     conflicts: Mutex<usize>,
+    /// The informer `CountLabelToThree` reads.
+    picked: Mutex<Option<Arc<Informer<Secret>>>>,
 }
 
 impl Recorder {
@@ -117,6 +127,8 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
             Err(TestError { message: "throttled", terminal: false, retry_after: Some(after) })
         }
         Behaviour::Flap | Behaviour::CountToThree => write_pass(&key, &rec, behaviour).await,
+        Behaviour::CountLabelToThree => label_pass(&key, &rec).await,
+        Behaviour::LeavePicked => leave_pass(&key, &rec).await,
         Behaviour::Panic => panic!("reconcile bug"),
         Behaviour::Hang => {
             let gate = rec.gate.lock().take();
@@ -155,6 +167,49 @@ async fn write_pass(key: &ObjectKey, rec: &Recorder, behaviour: Behaviour) -> Re
         Behaviour::CountToThree => Ok(Action::RequeueAfter(Duration::from_millis(10))),
         _ => Ok(Action::Done),
     }
+}
+
+/// `CountLabelToThree`: one labelled Secret's counter, read from the picked informer.
+async fn label_pass(key: &ObjectKey, rec: &Recorder) -> Result<Action, TestError> {
+    let (client, _) = rec.client.lock().clone().expect("the test set a client");
+    let informer = rec.picked.lock().clone().expect("the test set the picked informer");
+    let Some(cached) = informer.cache().get(key) else { return Ok(Action::Done) };
+    let n: u64 =
+        cached.metadata.labels.as_ref().and_then(|l| l.get("n")).and_then(|n| n.parse().ok()).unwrap_or(0);
+    if n >= 3 {
+        return Ok(Action::Done);
+    }
+    let patch = json!({"metadata": {"resourceVersion": cached.metadata.resource_version, "labels": {"n": (n + 1).to_string()}}});
+    let api: Api<Secret> = Api::default_namespaced(client);
+    match api.patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(written) => {
+            recorded(written);
+            Ok(Action::RequeueAfter(Duration::from_millis(10)))
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            *rec.conflicts.lock() += 1;
+            Err(TestError::new("conflict: the cache was stale", false))
+        }
+        Err(_) => Err(TestError::new("write failed", false)),
+    }
+}
+
+/// `LeavePicked`: one write that takes the Secret out of the picked informer, then checks.
+async fn leave_pass(key: &ObjectKey, rec: &Recorder) -> Result<Action, TestError> {
+    let (client, _) = rec.client.lock().clone().expect("the test set a client");
+    let informer = rec.picked.lock().clone().expect("the test set the picked informer");
+    if informer.cache().get(key).is_none() {
+        return Ok(Action::Done);
+    }
+    if rec.passes_of(key.name()).len() > 1 {
+        *rec.conflicts.lock() += 1;
+        return Ok(Action::Done);
+    }
+    let patch = json!({"metadata": {"labels": {"picked": null}}});
+    let api: Api<Secret> = Api::default_namespaced(client);
+    let written = api.patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+    recorded(written.map_err(|_| TestError::new("write failed", false))?);
+    Ok(Action::RequeueAfter(Duration::from_millis(10)))
 }
 
 fn config_map(name: &str) -> ConfigMap {
@@ -445,6 +500,69 @@ async fn a_pass_waits_for_the_cache_to_hold_the_previous_passs_write() {
     assert_eq!(live.data.unwrap()["n"], "3");
     let waits = metric(&h.metrics, "controller_runtime_stale_cache_waits_total{controller=\"test\"}");
     assert!(waits.is_some_and(|n| n >= 1.0), "stale cache waits: {waits:?}");
+}
+
+/// A harness whose controller has two Secret informers, `owned=yes` (registered first) and
+/// `picked=yes`, with the watch 300 ms behind every write; runs `behaviour` on key `name` (a
+/// ConfigMap, beside a Secret of that name labelled `picked=yes`).
+async fn two_secret_informers(name: &str, behaviour: Behaviour) -> (Harness, oneshot::Sender<()>) {
+    let h = Harness::start().await;
+    h.sim.faults().set_watch_event_latency(Duration::from_millis(300));
+    let selected = |selector: &str| {
+        let config = ReflectorConfig { label_selector: Some(selector.into()), ..ReflectorConfig::default() };
+        let transform = Arc::new(dbcluster_operator::runtime::cache::strip_managed_fields::<Secret>);
+        Arc::new(Informer::with_config(h.api::<Secret>(), config, transform))
+    };
+    let (owned, picked) = (selected("owned=yes"), selected("picked=yes"));
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"picked": "yes"}}})).unwrap();
+    h.api::<Secret>().create(&PostParams::default(), &secret).await.unwrap();
+    for informer in [&owned, &picked] {
+        informer.start();
+    }
+    h.config_maps.start();
+    h.recorder.behaviour.lock().insert(name.into(), behaviour);
+    *h.recorder.client.lock() = Some((h.sim.client(), Arc::clone(&h.config_maps)));
+    *h.recorder.picked.lock() = Some(Arc::clone(&picked));
+    let mut config = ControllerConfig::named("test");
+    config.metrics = Some(h.metrics.controller("test"));
+    let controller = Controller::new(&h.config_maps, config)
+        .owns(&owned)
+        .watches(&picked, |s: &Secret| Some(ObjectKey::of(s)))
+        .workers(1);
+    let (stop, _task) = h.run(controller);
+    (h, stop)
+}
+
+/// The stale cache waits that ran to their bound.
+fn stale_wait_timeouts(h: &Harness) -> f64 {
+    metric(&h.metrics, "controller_runtime_stale_cache_wait_timeouts_total{controller=\"test\"}")
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_write_is_waited_for_on_the_informer_whose_selector_matches_it() {
+    let (h, _stop) = two_secret_informers("counter", Behaviour::CountLabelToThree).await;
+    h.recorder.wait_until(|r| r.passes_of("counter").len() >= 4).await;
+    let live: Secret = h.api().get("counter").await.unwrap();
+    assert_eq!(live.metadata.labels.unwrap()["n"], "3");
+    assert_eq!(*h.recorder.conflicts.lock(), 0, "a pass acted on a stale cache");
+    // Each pass after a write waited, and on the informer that delivers the write (the second
+    // Secret informer): waiting on the first would run every wait to its 5 s bound.
+    let waits = metric(&h.metrics, "controller_runtime_stale_cache_waits_total{controller=\"test\"}");
+    assert!(waits.is_some_and(|n| n >= 1.0), "stale cache waits: {waits:?}");
+    assert_eq!(stale_wait_timeouts(&h), 0.0, "a wait ran to its bound");
+}
+
+#[tokio::test]
+async fn a_write_that_leaves_an_informers_selector_is_waited_for_on_that_informer() {
+    let (h, _stop) = two_secret_informers("leaver", Behaviour::LeavePicked).await;
+    h.recorder.wait_until(|r| r.passes_of("leaver").len() >= 2).await;
+    // The labels written match neither informer, but the picked one held the Secret, and its
+    // watch delivers the write as a deletion: the second pass waited for it.
+    assert_eq!(*h.recorder.conflicts.lock(), 0, "the second pass still found the Secret in the picked cache");
+    assert_eq!(stale_wait_timeouts(&h), 0.0, "a wait ran to its bound");
 }
 
 #[tokio::test(start_paused = true)]

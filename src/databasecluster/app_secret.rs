@@ -15,6 +15,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::credentials::{secret_password, secret_value};
+use crate::runtime::writes::{Verb, recorded_as};
 
 /// The label the operator puts on a user-named app Secret: the name of the cluster using it.
 pub const APP_SECRET_OF: &str = "databases.madmmas.dev/app-secret-of";
@@ -49,7 +50,8 @@ pub async fn read_and_label(
         return Ok(Some(secret));
     }
     let patch = json!({"metadata": {"labels": {APP_SECRET_OF: cluster}}});
-    let labelled = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let labelled =
+        recorded_as(Verb::Patch, api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?);
     tracing::info!(secret = %name, "labelled the user's app Secret so that its changes are watched");
     Ok(Some(labelled))
 }

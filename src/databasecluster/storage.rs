@@ -25,6 +25,7 @@ use super::resources::{DATA_VOLUME, FIELD_MANAGER, Owner, statefulset_name};
 use super::status::{condition, find_condition, reason};
 use super::types::DatabaseCluster;
 use super::validation::{StorageSize, ValidSpec};
+use crate::runtime::writes::{Verb, recorded_as};
 
 /// Words of the resize admission's 403 (`PersistentVolumeClaimResize`): the claim's StorageClass
 /// does not allow expansion.
@@ -137,6 +138,7 @@ pub async fn grow_claims(
         } else {
             match api.patch(&name, &params, &Patch::Merge(&patch)).await {
                 Ok(grown) => {
+                    let grown = recorded_as(Verb::Patch, grown);
                     tracing::info!(claim = %name, size = spec.storage.as_str(), "claim's storage request grown");
                     grown
                 }

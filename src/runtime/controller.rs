@@ -18,8 +18,8 @@
 //!
 //! Each pass runs inside [`record_writes`]: what it wrote through [`recorded`] is kept for the
 //! key. Before the key's next pass the worker waits (at most `stale_cache_wait`, then goes on and
-//! counts it) until the informers of the written kinds have delivered those writes (read-your-
-//! writes, KEP-5647; see `freshness`). A key whose passes keep writing is a hot loop (see
+//! counts it) until the informers that select the written objects have delivered those writes
+//! (read-your-writes, KEP-5647; see `freshness`). A key whose passes keep writing is a hot loop (see
 //! `hotloop`): reported once per window, and its passes held back by the per-key backoff until
 //! a pass writes nothing.
 //!
@@ -302,8 +302,8 @@ where
 
     /// Also reconcile whatever keys `mapper` returns for each changed object of kind `W`. Keys
     /// from list results are queued at low priority, keys from watch events at normal priority;
-    /// writes of kind `W` are waited for on this informer before the writer's next pass (on the
-    /// first informer registered for `W`, when there are several: see [`Freshness::watch`]).
+    /// writes of kind `W` that this informer selects are waited for on it before the writer's next
+    /// pass (see [`Freshness::watch`]).
     pub fn watches<W, I>(
         self,
         informer: &Arc<Informer<W>>,
@@ -635,8 +635,9 @@ where
             m.pass(result, took);
         }
         let hot = self.watch_for_hot_loop(&key, &writes);
+        let history = writes.iter().map(Write::unlabelled).collect();
         if !writes.is_empty() {
-            self.pending_writes.insert(key.clone(), writes.clone());
+            self.pending_writes.insert(key.clone(), writes);
         }
         let last = PassRecord {
             causes,
@@ -645,7 +646,7 @@ where
             error: error_message,
             finished: Instant::now(),
             took,
-            writes,
+            writes: history,
             stale_cache_wait: stale_wait,
             hot_loop: hot,
         };

@@ -1,11 +1,16 @@
 //! Read-your-writes: waiting until the informers have delivered a pass's own writes (KEP-5647).
 //!
 //! The controller registers every informer it reads ([`Freshness::watch`]). Before a key's next
-//! pass it calls [`Freshness::wait_for`] with what the previous pass wrote: for each written kind
-//! with an informer, the wait ends when that informer's last delivered resourceVersion (from an
-//! event or a bookmark) has reached the highest one written ([`resource_version_reached`]): the
-//! watch applies events in resourceVersion order, so the cache then holds the write or something
-//! newer. The wait is bounded; past the bound the pass proceeds and the caller counts it.
+//! pass it calls [`Freshness::wait_for`] with what the previous pass wrote. A write is delivered
+//! by each informer of its kind that selects it: its label selector matches the labels written,
+//! or its cache holds the object (a write that took the object out of the selector is delivered
+//! as a deletion). Several informers of one kind (different selectors) are told apart so, and a
+//! write no informer selects is not waited for. The wait ends when each of those informers' last
+//! delivered resourceVersion (from an event or a bookmark) has reached the highest one written
+//! for it ([`resource_version_reached`]): the watch applies events in resourceVersion order, so
+//! the cache then holds the write or something newer. The wait is bounded; past the bound the
+//! pass proceeds and the caller counts it. Namespaces are not compared: a controller's informers
+//! of one kind are expected to watch the same namespaces.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +23,9 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use crate::runtime::ObjectKey;
 use crate::runtime::informer::Informer;
+use crate::runtime::selector::LabelSelector;
 use crate::runtime::writes::{KindName, Write, resource_version_reached};
 
 /// How long a pass waits at most for the informers to deliver its key's last writes.
@@ -28,6 +35,8 @@ pub const DEFAULT_STALE_CACHE_WAIT: Duration = Duration::from_secs(5);
 trait DeliveredVersion: Send + Sync + 'static {
     /// Whether it has delivered `resource_version` (or a later one).
     fn reached(&self, resource_version: &str) -> bool;
+    /// Whether its cache holds the object with this key.
+    fn holds(&self, key: &ObjectKey) -> bool;
     /// Resolves once it has.
     fn reaching(self: Arc<Self>, resource_version: String) -> BoxFuture<'static, ()>;
 }
@@ -38,6 +47,10 @@ where
 {
     fn reached(&self, resource_version: &str) -> bool {
         self.cache().resource_version().is_some_and(|seen| resource_version_reached(&seen, resource_version))
+    }
+
+    fn holds(&self, key: &ObjectKey) -> bool {
+        self.cache().get(key).is_some()
     }
 
     fn reaching(self: Arc<Self>, resource_version: String) -> BoxFuture<'static, ()> {
@@ -63,52 +76,77 @@ pub struct Waited {
     pub timed_out: bool,
 }
 
+/// One informer of a kind, with the selector that says which objects it delivers.
+#[derive(Clone)]
+struct Watched {
+    /// `None`: every object of the kind (also for a selector that does not parse, whose lists
+    /// fail anyway: waiting on it is bounded).
+    selector: Option<LabelSelector>,
+    informer: Arc<dyn DeliveredVersion>,
+}
+
+impl Watched {
+    /// Whether this informer delivers `write`.
+    fn delivers(&self, write: &Write) -> bool {
+        self.selector.as_ref().is_none_or(|selector| selector.matches(&write.labels))
+            || self.informer.holds(&write.key)
+    }
+}
+
 /// The informers a controller reads, by kind.
 #[derive(Clone, Default)]
 pub struct Freshness {
-    informers: Arc<RwLock<HashMap<KindName, Arc<dyn DeliveredVersion>>>>,
+    informers: Arc<RwLock<HashMap<KindName, Vec<Watched>>>>,
 }
 
 impl std::fmt::Debug for Freshness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kinds: Vec<KindName> = self.informers.read().keys().cloned().collect();
+        let kinds: Vec<(KindName, usize)> =
+            self.informers.read().iter().map(|(kind, watched)| (kind.clone(), watched.len())).collect();
         f.debug_struct("Freshness").field("kinds", &kinds).finish()
     }
 }
 
 impl Freshness {
-    /// Waits on `informer` for writes of its kind, unless an informer of that kind is registered
-    /// already: the first one (the controller's primary, then its `owns` in order, then its
-    /// `watches`) is the one the controller's writes land in. A second informer of the kind
-    /// selects other objects (another label), never sees those writes, and would make every
-    /// wait run to its bound.
+    /// Waits on `informer` for the writes of its kind that its label selector matches (or that it
+    /// holds). Registering the same informer twice keeps one.
     pub fn watch<K>(&self, informer: &Arc<Informer<K>>)
     where
         K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
         K::DynamicType: Default,
     {
         let probe: Arc<dyn DeliveredVersion> = Arc::clone(informer) as Arc<dyn DeliveredVersion>;
-        self.informers.write().entry(KindName::of::<K>()).or_insert(probe);
+        let selector = informer.label_selector().and_then(|s| LabelSelector::parse(s).ok());
+        let mut informers = self.informers.write();
+        let watched = informers.entry(KindName::of::<K>()).or_default();
+        if !watched.iter().any(|w| Arc::ptr_eq(&w.informer, &probe)) {
+            watched.push(Watched { selector, informer: probe });
+        }
     }
 
-    /// Waits, at most `limit`, until every informer holding a kind in `writes` has delivered the
-    /// highest resourceVersion written of that kind. Writes of kinds no informer holds are ignored.
+    /// Waits, at most `limit`, until every informer that delivers one of `writes` has delivered
+    /// the highest resourceVersion written among those it delivers. Writes that no informer
+    /// delivers are ignored.
     pub async fn wait_for(&self, writes: &[Write], limit: Duration) -> Waited {
-        let mut highest: HashMap<&KindName, &str> = HashMap::new();
-        for write in writes {
-            let rv = highest.entry(&write.kind).or_insert(write.resource_version.as_str());
-            if resource_version_reached(&write.resource_version, rv) {
-                *rv = write.resource_version.as_str();
-            }
-        }
         let pending: Vec<BoxFuture<'static, ()>> = {
             let informers = self.informers.read();
+            // (informer, highest resourceVersion it must reach), a few entries at most.
+            let mut highest: Vec<(&Arc<dyn DeliveredVersion>, &str)> = Vec::new();
+            for write in writes {
+                let rv = write.resource_version.as_str();
+                let watched = informers.get(&write.kind).map(Vec::as_slice).unwrap_or_default();
+                for w in watched.iter().filter(|w| w.delivers(write)) {
+                    match highest.iter_mut().find(|(informer, _)| Arc::ptr_eq(informer, &w.informer)) {
+                        Some((_, seen)) if resource_version_reached(rv, seen) => *seen = rv,
+                        Some(_) => {}
+                        None => highest.push((&w.informer, rv)),
+                    }
+                }
+            }
             highest
                 .into_iter()
-                .filter_map(|(kind, rv)| {
-                    let informer = informers.get(kind)?;
-                    (!informer.reached(rv)).then(|| Arc::clone(informer).reaching(rv.to_string()))
-                })
+                .filter(|(informer, rv)| !informer.reached(rv))
+                .map(|(informer, rv)| Arc::clone(informer).reaching(rv.to_string()))
                 .collect()
         };
         if pending.is_empty() {

@@ -154,6 +154,7 @@ mod tests {
 
     fn write() -> Vec<Write> {
         vec![Write {
+            labels: Default::default(),
             verb: Verb::Apply,
             kind: KindName("ConfigMap".into()),
             key: ObjectKey::namespaced("prod", "cm"),

@@ -141,6 +141,8 @@ pub struct Informer<K> {
     /// The reflector and the cache's writer, until `start` moves them into the informer's task.
     reflector: Mutex<Option<(Reflector<K>, CacheWriter<K>)>>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// The reflector's label selector: which objects of the kind this informer holds.
+    label_selector: Option<String>,
 }
 
 impl<K> fmt::Debug for Informer<K> {
@@ -174,6 +176,7 @@ where
     /// An informer that keeps the cache of `writer` (made beforehand, e.g. so that readers can be
     /// handed the cache before the informers exist).
     pub fn with_writer(api: Api<K>, config: ReflectorConfig, writer: CacheWriter<K>) -> Self {
+        let label_selector = config.label_selector.clone();
         let reflector = Reflector::new(api, config);
         Self {
             cache: Arc::clone(writer.cache()),
@@ -182,7 +185,13 @@ where
             reflector_stats: reflector.stats(),
             reflector: Mutex::new(Some((reflector, writer))),
             task: Mutex::new(None),
+            label_selector,
         }
+    }
+
+    /// The label selector its lists and watches send (`None`: every object of the kind).
+    pub fn label_selector(&self) -> Option<&str> {
+        self.label_selector.as_deref()
     }
 
     /// The cache this informer keeps current (reads hand out `Arc`s).

@@ -23,6 +23,7 @@ pub mod manager;
 pub mod metrics;
 pub mod process_metrics;
 pub mod reflector;
+pub mod selector;
 pub mod server;
 pub mod tls;
 pub mod workqueue;

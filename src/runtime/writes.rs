@@ -4,15 +4,16 @@
 //! A pass that runs right after its own write may read a cache the watch has not yet brought up to
 //! date, and act on stale data (a second Event, a 409 on a stale precondition, a duplicate child).
 //! So every write the server acknowledges is recorded during the pass ([`recorded`]): the object's
-//! kind, key and the resourceVersion the server returned. Before the key's next pass the
-//! controller waits (bounded) until each informer holding those kinds has delivered that
-//! resourceVersion ([`resource_version_reached`]).
+//! kind, key, labels and the resourceVersion the server returned. Before the key's next pass the
+//! controller waits (bounded) until each informer that delivers those objects (its kind, and its
+//! selector matching the labels) has delivered that resourceVersion ([`resource_version_reached`]).
 //!
 //! Recording is ambient: the controller runs each pass inside [`record_writes`], and
 //! [`recorded`] adds to the current pass's record (outside a pass it does nothing), so reconcile
 //! code only wraps the result of each write.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use kube::Resource;
@@ -63,6 +64,10 @@ pub enum Verb {
 /// One write the server acknowledged: which object, how, and the resourceVersion it returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Write {
+    /// The object's labels as written: which informers' selectors deliver it (only until the
+    /// next pass has waited for it; a pass's history keeps none, see [`Write::unlabelled`]).
+    #[serde(skip)]
+    pub labels: BTreeMap<String, String>,
     /// How it was written.
     pub verb: Verb,
     /// The object's kind.
@@ -71,6 +76,19 @@ pub struct Write {
     pub key: ObjectKey,
     /// The resourceVersion the server returned for the write.
     pub resource_version: String,
+}
+
+impl Write {
+    /// This write without its labels, as a pass's history keeps it.
+    pub fn unlabelled(&self) -> Self {
+        Self {
+            labels: BTreeMap::new(),
+            verb: self.verb,
+            kind: self.kind.clone(),
+            key: self.key.clone(),
+            resource_version: self.resource_version.clone(),
+        }
+    }
 }
 
 tokio::task_local! {
@@ -104,7 +122,13 @@ where
     K::DynamicType: Default,
 {
     if let Some(resource_version) = object.meta().resource_version.clone() {
-        let write = Write { verb, kind: KindName::of::<K>(), key: ObjectKey::of(&object), resource_version };
+        let write = Write {
+            labels: object.meta().labels.clone().unwrap_or_default(),
+            verb,
+            kind: KindName::of::<K>(),
+            key: ObjectKey::of(&object),
+            resource_version,
+        };
         // Outside `record_writes` there is no record to add to: nothing to do.
         let _ = PASS_WRITES.try_with(|writes| writes.borrow_mut().push(write));
     }

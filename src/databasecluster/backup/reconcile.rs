@@ -33,6 +33,7 @@ use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::validation::ValidSpec;
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;
+use crate::runtime::writes::{Verb, recorded_as};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 /// What the backup step found, for the status.
@@ -100,7 +101,8 @@ async fn start_on_demand(ctx: &Context, owner: &Owner, job: &Job) -> Result<(), 
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
     match api.create(&params, job).await {
-        Ok(_) => {
+        Ok(created) => {
+            recorded_as(Verb::Create, created);
             tracing::info!(job = %name, "on-demand backup started");
             Ok(())
         }
@@ -247,7 +249,10 @@ where
     let api: Api<K> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
     match api.create(&params, object).await {
-        Ok(_) => Ok(()),
+        Ok(created) => {
+            recorded_as(Verb::Create, created);
+            Ok(())
+        }
         Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
         Err(source) => Err(child_error("creating", "restore object", &name, source)),
     }
