@@ -152,16 +152,7 @@ async fn write_pass(key: &ObjectKey, rec: &Recorder, behaviour: Behaviour) -> Re
         return Ok(Action::Done);
     }
     let patch = json!({"metadata": {"resourceVersion": cached.metadata.resource_version}, "data": {"n": (n + 1).to_string()}});
-    match api.patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(written) => {
-            recorded(written);
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            *rec.conflicts.lock() += 1;
-            return Err(TestError::new("conflict: the cache was stale", false));
-        }
-        Err(_) => return Err(TestError::new("write failed", false)),
-    }
+    patch_recorded(&api, key.name(), &patch, rec).await?;
     match behaviour {
         // Back soon, before the watch has brought the write: the next pass must wait for it.
         Behaviour::CountToThree => Ok(Action::RequeueAfter(Duration::from_millis(10))),
@@ -180,18 +171,8 @@ async fn label_pass(key: &ObjectKey, rec: &Recorder) -> Result<Action, TestError
         return Ok(Action::Done);
     }
     let patch = json!({"metadata": {"resourceVersion": cached.metadata.resource_version, "labels": {"n": (n + 1).to_string()}}});
-    let api: Api<Secret> = Api::default_namespaced(client);
-    match api.patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(written) => {
-            recorded(written);
-            Ok(Action::RequeueAfter(Duration::from_millis(10)))
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            *rec.conflicts.lock() += 1;
-            Err(TestError::new("conflict: the cache was stale", false))
-        }
-        Err(_) => Err(TestError::new("write failed", false)),
-    }
+    patch_recorded(&Api::<Secret>::default_namespaced(client), key.name(), &patch, rec).await?;
+    Ok(Action::RequeueAfter(Duration::from_millis(10)))
 }
 
 /// `LeavePicked`: one write that takes the Secret out of the picked informer, then checks.
@@ -206,10 +187,32 @@ async fn leave_pass(key: &ObjectKey, rec: &Recorder) -> Result<Action, TestError
         return Ok(Action::Done);
     }
     let patch = json!({"metadata": {"labels": {"picked": null}}});
-    let api: Api<Secret> = Api::default_namespaced(client);
-    let written = api.patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch)).await;
-    recorded(written.map_err(|_| TestError::new("write failed", false))?);
+    patch_recorded(&Api::<Secret>::default_namespaced(client), key.name(), &patch, rec).await?;
     Ok(Action::RequeueAfter(Duration::from_millis(10)))
+}
+
+/// The writing behaviours' one write: a merge patch of `name`, recorded for the controller; a
+/// 409 (a precondition read from a stale cache) is counted in `rec.conflicts`.
+async fn patch_recorded<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+    rec: &Recorder,
+) -> Result<(), TestError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        Ok(written) => {
+            recorded(written);
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            *rec.conflicts.lock() += 1;
+            Err(TestError::new("conflict: the cache was stale", false))
+        }
+        Err(_) => Err(TestError::new("write failed", false)),
+    }
 }
 
 fn config_map(name: &str) -> ConfigMap {

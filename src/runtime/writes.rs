@@ -5,8 +5,9 @@
 //! date, and act on stale data (a second Event, a 409 on a stale precondition, a duplicate child).
 //! So every write the server acknowledges is recorded during the pass ([`recorded`]): the object's
 //! kind, key, labels and the resourceVersion the server returned. Before the key's next pass the
-//! controller waits (bounded) until each informer that delivers those objects (its kind, and its
-//! selector matching the labels) has delivered that resourceVersion ([`resource_version_reached`]).
+//! controller waits (bounded) until each informer that delivers those objects (of their kind, with
+//! a selector matching the labels or a cache holding the object; see `freshness`) has delivered
+//! that resourceVersion ([`resource_version_reached`]).
 //!
 //! Recording is ambient: the controller runs each pass inside [`record_writes`], and
 //! [`recorded`] adds to the current pass's record (outside a pass it does nothing), so reconcile
