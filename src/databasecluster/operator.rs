@@ -22,7 +22,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::app_secret::APP_SECRET_OF;
 use super::backup::jobs::CLUSTER_LABEL;
 use super::backup::reconcile::cluster_of_backup_object;
-use super::cached::CacheShape;
+use super::cached::{CacheShape, CachedPod};
 use super::events::{EventFlusher, EventPublisher};
 use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
@@ -117,7 +117,7 @@ pub struct OperatorHandles {
     /// The PodDisruptionBudget informer.
     pub pdbs: Arc<Informer<PodDisruptionBudget>>,
     /// The pod informer (the clusters' pods, mapped to their cluster by label).
-    pub pods: Arc<Informer<Pod>>,
+    pub pods: Arc<Informer<CachedPod>>,
     /// The backup and restore Job informer (mapped to their cluster by the backup label).
     pub jobs: Arc<Informer<Job>>,
     /// The backup CronJob informer.
@@ -148,9 +148,9 @@ pub struct CacheWriters {
     pub configmaps: CacheWriter<ConfigMap>,
     /// The operator's PodDisruptionBudgets.
     pub pdbs: CacheWriter<PodDisruptionBudget>,
-    /// The clusters' pods.
-    pub pods: CacheWriter<Pod>,
-    /// The backup and restore Jobs.
+    /// The clusters' pods, indexed by their cluster's name (`app.kubernetes.io/instance`).
+    pub pods: CacheWriter<CachedPod>,
+    /// The backup and restore Jobs, indexed by their cluster's name (`databases.madmmas.dev/cluster`).
     pub jobs: CacheWriter<Job>,
     /// The backup CronJobs.
     pub cronjobs: CacheWriter<CronJob>,
@@ -168,8 +168,9 @@ impl Default for CacheWriters {
             app_secrets: Secret::cache_writer(),
             configmaps: ConfigMap::cache_writer(),
             pdbs: PodDisruptionBudget::cache_writer(),
-            pods: Pod::cache_writer(),
-            jobs: Job::cache_writer(),
+            // A pass reads its own cluster's pods and Jobs by label: indexed, not scanned.
+            pods: CachedPod::cache_writer().with_label_index(label::INSTANCE),
+            jobs: Job::cache_writer().with_label_index(CLUSTER_LABEL),
             cronjobs: CronJob::cache_writer(),
             volumes: PersistentVolumeClaim::cache_writer(),
         }
@@ -373,7 +374,7 @@ pub async fn workload(
 /// The DatabaseCluster a pod belongs to: its `app.kubernetes.io/instance` label (the pod's
 /// controller is the StatefulSet, not the cluster), or a backup pod's cluster label (its
 /// termination message is the backup's manifest).
-fn cluster_of_pod(pod: &Pod) -> Option<ObjectKey> {
+fn cluster_of_pod(pod: &CachedPod) -> Option<ObjectKey> {
     let labels = pod.metadata.labels.as_ref()?;
     let name = labels.get(label::INSTANCE).or_else(|| labels.get(CLUSTER_LABEL))?;
     Some(ObjectKey::new(pod.metadata.namespace.as_deref(), name))

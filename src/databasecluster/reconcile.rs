@@ -63,7 +63,7 @@ use thiserror::Error;
 use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
-use super::cached::CacheShape;
+use super::cached::{CacheShape, CachedPod};
 use super::config::{
     build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_demoting,
     recorded_primary,
@@ -136,7 +136,7 @@ pub struct Context {
     /// The operator's PodDisruptionBudgets.
     pub pdbs: Arc<Cache<PodDisruptionBudget>>,
     /// The clusters' pods (labelled managed-by the operator through the pod template).
-    pub pods: Arc<Cache<Pod>>,
+    pub pods: Arc<Cache<CachedPod>>,
     /// The operator's backup and restore Jobs (scheduled and on-demand).
     pub jobs: Arc<Cache<Job>>,
     /// The operator's backup CronJobs.
@@ -499,12 +499,8 @@ async fn ensure_pdb(
 fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
     let prefix = format!("{}-", statefulset_name(owner.name()));
     ctx.pods
-        .list_namespace(owner.namespace())
+        .list_labelled(owner.namespace(), label::INSTANCE, owner.name())
         .iter()
-        .filter(|pod| {
-            pod.metadata.labels.as_ref().and_then(|l| l.get(label::INSTANCE)).map(String::as_str)
-                == Some(owner.name())
-        })
         .filter_map(|pod| {
             let name = pod.metadata.name.clone()?;
             let ordinal = name.strip_prefix(&prefix)?.parse().ok()?;

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
+use dbcluster_operator::databasecluster::cached::CachedPod;
 use dbcluster_operator::databasecluster::operator::CacheWriters;
 use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
 use dbcluster_operator::databasecluster::resources::{FIELD_MANAGER, label};
@@ -30,7 +31,7 @@ use dbcluster_operator::runtime::reflector::ReflectorEvent;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
@@ -179,7 +180,7 @@ async fn main() {
         .owns_stream(children(&client, &managed, writers.configmaps))
         .owns_stream(children(&client, &managed, writers.pdbs))
         .owns_stream(children(&client, &managed, writers.cronjobs))
-        .watches_stream(children(&client, &managed, writers.pods), |pod: Pod| {
+        .watches_stream(children(&client, &managed, writers.pods), |pod: CachedPod| {
             cluster_by_label(&pod, &[label::INSTANCE, CLUSTER_LABEL])
         })
         .watches_stream(children(&client, APP_SECRET_OF, writers.app_secrets), |secret: Secret| {

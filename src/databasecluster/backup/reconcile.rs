@@ -130,13 +130,9 @@ async fn delete_cronjob(ctx: &Context, owner: &Owner, name: &str) -> Result<(), 
 fn backup_jobs(ctx: &Context, owner: &Owner) -> Vec<JobView> {
     let restore_job = restore_job_name(owner.name());
     ctx.jobs
-        .list_namespace(owner.namespace())
+        .list_labelled(owner.namespace(), CLUSTER_LABEL, owner.name())
         .iter()
-        .filter(|job| {
-            job.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_LABEL)).map(String::as_str)
-                == Some(owner.name())
-                && job.metadata.name.as_deref() != Some(restore_job.as_str())
-        })
+        .filter(|job| job.metadata.name.as_deref() != Some(restore_job.as_str()))
         .map(|job| {
             let uid = job.metadata.uid.as_deref().unwrap_or_default();
             let pods = ctx.pods.children_of(uid);

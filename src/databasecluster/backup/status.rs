@@ -18,11 +18,11 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 
 use super::spec::{BackupJobRecord, BackupRecord, BackupsStatus, Schedule, ValidBackup};
+use crate::databasecluster::cached::CachedPod;
 use crate::databasecluster::events::{EventNote, EventType};
 use crate::databasecluster::status::ConditionSetter;
 use crate::databasecluster::types::DatabaseClusterStatus;
@@ -101,7 +101,7 @@ impl JobView {
 }
 
 /// A Job and its pod (the pod the Job controls, if still there) as a [`JobView`].
-pub fn job_view(job: &Job, pod: Option<&Pod>) -> JobView {
+pub fn job_view(job: &Job, pod: Option<&CachedPod>) -> JobView {
     let status = job.status.as_ref();
     let finished_condition = status.and_then(|s| s.conditions.as_ref()).and_then(|c| {
         c.iter().find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
@@ -133,7 +133,7 @@ pub fn job_view(job: &Job, pod: Option<&Pod>) -> JobView {
 }
 
 /// The backup container's termination message, once it terminated.
-fn termination_message(pod: &Pod) -> Option<String> {
+fn termination_message(pod: &CachedPod) -> Option<String> {
     pod.status
         .as_ref()?
         .container_statuses

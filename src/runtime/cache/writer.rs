@@ -92,7 +92,15 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
     /// (pass `Arc::new(|_| {})` to store objects exactly as received; `default()` strips
     /// `managedFields`).
     pub fn new(transform: Transform<K>) -> Self {
-        Self { cache: Arc::new(Cache::empty()), transform, relist: None }
+        Self { cache: Arc::new(Cache::empty(None)), transform, relist: None }
+    }
+
+    /// This writer, keeping its cache indexed by the value of `label` too, for
+    /// [`Cache::list_labelled`]. Call it on a new writer, before its cache is handed out: the
+    /// cache is made anew.
+    pub fn with_label_index(self, label: &'static str) -> Self {
+        debug_assert!(self.cache.is_empty() && Arc::strong_count(&self.cache) == 1, "a new writer's cache");
+        Self { cache: Arc::new(Cache::empty(Some(label))), ..self }
     }
 
     /// The cache this writer keeps: clone the `Arc` to hand out read access.
@@ -164,6 +172,11 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
                 if let Some(uid) = controller_uid(new.as_ref()) {
                     add_to(&cache.by_controller_uid, uid, &key);
                 }
+                if let Some(index) = &cache.by_label
+                    && let Some(entry) = index.entry_of(new.as_ref())
+                {
+                    add_to(&index.keys, &entry, &key);
+                }
                 InformerEvent::Added(new)
             }
             Some(old) => {
@@ -174,6 +187,17 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
                     }
                     if let Some(uid) = new_owner {
                         add_to(&cache.by_controller_uid, uid, &key);
+                    }
+                }
+                if let Some(index) = &cache.by_label {
+                    let (before, after) = (index.entry_of(old.as_ref()), index.entry_of(new.as_ref()));
+                    if before != after {
+                        if let Some(entry) = before {
+                            remove_from(&index.keys, &entry, &key);
+                        }
+                        if let Some(entry) = after {
+                            add_to(&index.keys, &entry, &key);
+                        }
                     }
                 }
                 InformerEvent::Updated { old, new }
@@ -190,6 +214,11 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
         }
         if let Some(uid) = controller_uid(old.as_ref()) {
             remove_from(&cache.by_controller_uid, uid, &key);
+        }
+        if let Some(index) = &cache.by_label
+            && let Some(entry) = index.entry_of(old.as_ref())
+        {
+            remove_from(&index.keys, &entry, &key);
         }
         Some(old)
     }
@@ -367,6 +396,55 @@ mod tests {
         writer.apply(ReflectorEvent::Deleted(cm("a", "y", "5", None)));
         assert!(cache.list_namespace("a").is_empty());
         assert!(cache.by_namespace.get("a").is_none(), "empty index entries are dropped");
+    }
+
+    fn labelled(ns: &str, name: &str, rv: &str, instance: Option<&str>) -> ConfigMap {
+        let mut obj = cm(ns, name, rv, None);
+        obj.metadata.labels = instance.map(|value| [("instance".to_owned(), value.to_owned())].into());
+        obj
+    }
+
+    #[test]
+    fn the_label_index_follows_add_relabel_delete_and_relist_and_matches_a_namespace_scan() {
+        let mut writer = CacheWriter::default().with_label_index("instance");
+        let mut plain = CacheWriter::default();
+        let (indexed, scanned) = (Arc::clone(writer.cache()), Arc::clone(plain.cache()));
+        let mut both = |event: fn() -> ReflectorEvent<ConfigMap>| {
+            writer.apply(event());
+            plain.apply(event());
+        };
+        both(|| ReflectorEvent::Applied(labelled("a", "pg-0", "1", Some("pg"))));
+        both(|| ReflectorEvent::Applied(labelled("a", "pg-1", "1", Some("pg"))));
+        both(|| ReflectorEvent::Applied(labelled("a", "other-0", "1", Some("other"))));
+        both(|| ReflectorEvent::Applied(labelled("b", "pg-0", "1", Some("pg"))));
+        both(|| ReflectorEvent::Applied(labelled("a", "bare", "1", None)));
+        let check = |ns: &str, value: &str, want: &[&str]| {
+            assert_eq!(names(indexed.list_labelled(ns, "instance", value)), want, "indexed {ns}/{value}");
+            assert_eq!(names(scanned.list_labelled(ns, "instance", value)), want, "scanned {ns}/{value}");
+        };
+        check("a", "pg", &["pg-0", "pg-1"]);
+        check("b", "pg", &["pg-0"]);
+        check("a", "other", &["other-0"]);
+        // Another label than the indexed one is answered by a scan.
+        assert!(indexed.list_labelled("a", "app", "pg").is_empty());
+
+        both(|| ReflectorEvent::Applied(labelled("a", "pg-1", "2", Some("other"))));
+        check("a", "pg", &["pg-0"]);
+        check("a", "other", &["other-0", "pg-1"]);
+        both(|| ReflectorEvent::Applied(labelled("a", "pg-0", "2", None)));
+        check("a", "pg", &[]);
+        both(|| ReflectorEvent::Applied(labelled("a", "bare", "2", Some("pg"))));
+        check("a", "pg", &["bare"]);
+        both(|| ReflectorEvent::Deleted(labelled("a", "bare", "3", Some("pg"))));
+        check("a", "pg", &[]);
+
+        both(|| ReflectorEvent::RelistStarted);
+        both(|| ReflectorEvent::Listed(labelled("a", "pg-1", "2", Some("other"))));
+        both(|| ReflectorEvent::RelistDone { resource_version: "9".into() });
+        check("a", "other", &["pg-1"]);
+        check("b", "pg", &[]);
+        let index = indexed.by_label.as_ref().unwrap();
+        assert_eq!(index.keys.len(), 1, "empty index entries are dropped");
     }
 
     #[test]
