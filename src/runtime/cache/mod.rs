@@ -166,9 +166,10 @@ impl LabelIndex {
         format!("{namespace}/{value}")
     }
 
-    /// The entry `obj` belongs to, if it carries the label (and is namespaced).
-    fn entry_of<K: Resource>(&self, obj: &K) -> Option<String> {
-        Some(Self::entry(obj.meta().namespace.as_deref()?, label_value(obj, self.label)?))
+    /// The namespace and label value that place `obj` in the index, if it carries the label (and
+    /// is namespaced): compared without building the entry, since most updates keep both.
+    fn place_of<'a, K: Resource>(&self, obj: &'a K) -> Option<(&'a str, &'a str)> {
+        Some((obj.meta().namespace.as_deref()?, label_value(obj, self.label)?))
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use kube::Resource;
 
-use super::{Cache, Transform, controller_uid, strip_managed_fields};
+use super::{Cache, LabelIndex, Transform, controller_uid, strip_managed_fields};
 use crate::runtime::ObjectKey;
 use crate::runtime::reflector::ReflectorEvent;
 
@@ -172,10 +172,8 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
                 if let Some(uid) = controller_uid(new.as_ref()) {
                     add_to(&cache.by_controller_uid, uid, &key);
                 }
-                if let Some(index) = &cache.by_label
-                    && let Some(entry) = index.entry_of(new.as_ref())
-                {
-                    add_to(&index.keys, &entry, &key);
+                if let Some(index) = &cache.by_label {
+                    index.add(index.place_of(new.as_ref()), &key);
                 }
                 InformerEvent::Added(new)
             }
@@ -190,14 +188,10 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
                     }
                 }
                 if let Some(index) = &cache.by_label {
-                    let (before, after) = (index.entry_of(old.as_ref()), index.entry_of(new.as_ref()));
+                    let (before, after) = (index.place_of(old.as_ref()), index.place_of(new.as_ref()));
                     if before != after {
-                        if let Some(entry) = before {
-                            remove_from(&index.keys, &entry, &key);
-                        }
-                        if let Some(entry) = after {
-                            add_to(&index.keys, &entry, &key);
-                        }
+                        index.remove(before, &key);
+                        index.add(after, &key);
                     }
                 }
                 InformerEvent::Updated { old, new }
@@ -215,10 +209,8 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
         if let Some(uid) = controller_uid(old.as_ref()) {
             remove_from(&cache.by_controller_uid, uid, &key);
         }
-        if let Some(index) = &cache.by_label
-            && let Some(entry) = index.entry_of(old.as_ref())
-        {
-            remove_from(&index.keys, &entry, &key);
+        if let Some(index) = &cache.by_label {
+            index.remove(index.place_of(old.as_ref()), &key);
         }
         Some(old)
     }
@@ -248,6 +240,23 @@ fn same_version<K: Resource>(cached: &K, incoming: &K) -> bool {
     match (&cached.meta().resource_version, &incoming.meta().resource_version) {
         (Some(a), Some(b)) => a == b,
         _ => false,
+    }
+}
+
+/// The label index's write side (its read side is in the parent module).
+impl LabelIndex {
+    /// Files `key` under `place` (see [`LabelIndex::place_of`]).
+    fn add(&self, place: Option<(&str, &str)>, key: &ObjectKey) {
+        if let Some((namespace, value)) = place {
+            add_to(&self.keys, &Self::entry(namespace, value), key);
+        }
+    }
+
+    /// Takes `key` out of `place`.
+    fn remove(&self, place: Option<(&str, &str)>, key: &ObjectKey) {
+        if let Some((namespace, value)) = place {
+            remove_from(&self.keys, &Self::entry(namespace, value), key);
+        }
     }
 }
 
