@@ -289,17 +289,16 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     .await?;
     report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
 
-    let restored =
-        match ensure_restore(ctx, cluster, &owner, &spec, &build_statefulset(&owner, &spec)).await? {
-            RestoreGate::Open(restored) => restored,
-            gate => {
-                tracing::info!(?gate, "restoring from a backup; the StatefulSet waits");
-                let status = compute_status(cluster, Ok(&spec), None, Timestamp::now());
-                write_status(ctx, cluster, status).await?;
-                // The Job's progress brings the next pass (its informer); a failed restore waits for a change.
-                return Ok(Action::Done);
-            }
-        };
+    let restored = match ensure_restore(ctx, cluster, &owner, &spec).await? {
+        RestoreGate::Open(restored) => restored,
+        gate => {
+            tracing::info!(?gate, "restoring from a backup; the StatefulSet waits");
+            let status = compute_status(cluster, Ok(&spec), None, Timestamp::now());
+            write_status(ctx, cluster, status).await?;
+            // The Job's progress brings the next pass (its informer); a failed restore waits for a change.
+            return Ok(Action::Done);
+        }
+    };
     let sts_key = child_key(cluster, statefulset_name);
     let cached = ctx.statefulsets.get(&sts_key);
     let primaries: Vec<&str> = std::iter::once(primary_record.as_str()).chain(demoting.as_deref()).collect();

@@ -28,13 +28,12 @@ use super::spec::RestoredFrom;
 use super::status::{JobOutcome, JobView, job_view};
 use crate::databasecluster::events::{EventNote, EventType};
 use crate::databasecluster::reconcile::{Context, Error, child_error, ensure_child, report};
-use crate::databasecluster::resources::{FIELD_MANAGER, Owner, statefulset_name};
+use crate::databasecluster::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::validation::ValidSpec;
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;
 use crate::runtime::writes::{Verb, recorded_as};
-use k8s_openapi::api::apps::v1::StatefulSet;
 
 /// What the backup step found, for the status.
 #[derive(Debug)]
@@ -174,7 +173,6 @@ pub async fn ensure_restore(
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
-    desired_sts: &StatefulSet,
 ) -> Result<RestoreGate, Error> {
     let Some(bootstrap) = cluster.spec.bootstrap.as_ref() else { return Ok(RestoreGate::Open(None)) };
     if cluster.status.as_ref().is_some_and(|s| s.restored_from.is_some()) {
@@ -190,7 +188,10 @@ pub async fn ensure_restore(
         if sts_exists {
             return Ok(RestoreGate::Open(None));
         }
-        let Some(claim) = first_data_claim(owner, desired_sts) else { return Ok(RestoreGate::Closed) };
+        // The claim the StatefulSet will mount first, made ahead of it (built only on this path).
+        let Some(claim) = first_data_claim(owner, &build_statefulset(owner, spec)) else {
+            return Ok(RestoreGate::Closed);
+        };
         create_once(ctx, owner, &claim).await?;
         let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
         let backup = resolve_backup(from, source.as_deref());
