@@ -87,7 +87,7 @@ fn drifted_reshaped<K: CacheShape>(desired: &K, live: &K) -> bool {
 /// A Pod as the operator's caches keep it: its metadata and status, no spec (see the module
 /// docs). The same resource as k8s-openapi's `Pod` (`v1`, `pods`), so an informer of it lists and
 /// watches pods; serde skips the fields it does not name.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CachedPod {
     /// The pod's metadata.
     pub metadata: ObjectMeta,

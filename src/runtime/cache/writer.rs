@@ -166,34 +166,11 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
         let new = Arc::new(obj);
         Some(match cache.objects.insert(key.clone(), Arc::clone(&new)) {
             None => {
-                if let Some(ns) = key.namespace() {
-                    add_to(&cache.by_namespace, ns, &key);
-                }
-                if let Some(uid) = controller_uid(new.as_ref()) {
-                    add_to(&cache.by_controller_uid, uid, &key);
-                }
-                if let Some(index) = &cache.by_label {
-                    index.add(index.place_of(new.as_ref()), &key);
-                }
+                self.reindex(&key, None, Some(new.as_ref()));
                 InformerEvent::Added(new)
             }
             Some(old) => {
-                let (old_owner, new_owner) = (controller_uid(old.as_ref()), controller_uid(new.as_ref()));
-                if old_owner != new_owner {
-                    if let Some(uid) = old_owner {
-                        remove_from(&cache.by_controller_uid, uid, &key);
-                    }
-                    if let Some(uid) = new_owner {
-                        add_to(&cache.by_controller_uid, uid, &key);
-                    }
-                }
-                if let Some(index) = &cache.by_label {
-                    let (before, after) = (index.place_of(old.as_ref()), index.place_of(new.as_ref()));
-                    if before != after {
-                        index.remove(before, &key);
-                        index.add(after, &key);
-                    }
-                }
+                self.reindex(&key, Some(old.as_ref()), Some(new.as_ref()));
                 InformerEvent::Updated { old, new }
             }
         })
@@ -201,18 +178,22 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
 
     /// Removes the object with this key; returns the state it had in the cache.
     fn remove(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        let cache = &self.cache;
-        let (key, old) = cache.objects.remove(key)?;
-        if let Some(ns) = key.namespace() {
-            remove_from(&cache.by_namespace, ns, &key);
-        }
-        if let Some(uid) = controller_uid(old.as_ref()) {
-            remove_from(&cache.by_controller_uid, uid, &key);
-        }
-        if let Some(index) = &cache.by_label {
-            index.remove(index.place_of(old.as_ref()), &key);
-        }
+        let (key, old) = self.cache.objects.remove(key)?;
+        self.reindex(&key, Some(old.as_ref()), None);
         Some(old)
+    }
+
+    /// Moves `key` in every index from where `old` filed it to where `new` files it (`None`: the
+    /// object was not there before, or is gone now). An index whose entry did not change is not
+    /// touched, so an update that keeps its owner and label costs no index write.
+    fn reindex(&self, key: &ObjectKey, old: Option<&K>, new: Option<&K>) {
+        let cache = &self.cache;
+        let namespace = key.namespace();
+        refile(&cache.by_namespace, old.and(namespace), new.and(namespace), key);
+        refile(&cache.by_controller_uid, old.and_then(controller_uid), new.and_then(controller_uid), key);
+        if let Some(index) = &cache.by_label {
+            index.refile(old.and_then(|o| index.place_of(o)), new.and_then(|n| index.place_of(n)), key);
+        }
     }
 
     /// Removes every cached object whose key is not in `seen`; reports each as deleted.
@@ -245,18 +226,32 @@ fn same_version<K: Resource>(cached: &K, incoming: &K) -> bool {
 
 /// The label index's write side (its read side is in the parent module).
 impl LabelIndex {
-    /// Files `key` under `place` (see [`LabelIndex::place_of`]).
-    fn add(&self, place: Option<(&str, &str)>, key: &ObjectKey) {
-        if let Some((namespace, value)) = place {
-            add_to(&self.keys, &Self::entry(namespace, value), key);
+    /// [`refile`] for places (see [`LabelIndex::place_of`]): the entries are built only when the
+    /// places differ.
+    fn refile(&self, before: Option<(&str, &str)>, after: Option<(&str, &str)>, key: &ObjectKey) {
+        if before != after {
+            let entry = |(namespace, value)| Self::entry(namespace, value);
+            refile(&self.keys, before.map(entry).as_deref(), after.map(entry).as_deref(), key);
         }
     }
+}
 
-    /// Takes `key` out of `place`.
-    fn remove(&self, place: Option<(&str, &str)>, key: &ObjectKey) {
-        if let Some((namespace, value)) = place {
-            remove_from(&self.keys, &Self::entry(namespace, value), key);
-        }
+/// Moves `key` in `index` from the entry `before` to the entry `after` (either absent: an add or
+/// a removal); nothing when they are the same.
+fn refile(
+    index: &DashMap<Arc<str>, HashSet<ObjectKey>>,
+    before: Option<&str>,
+    after: Option<&str>,
+    key: &ObjectKey,
+) {
+    if before == after {
+        return;
+    }
+    if let Some(value) = before {
+        remove_from(index, value, key);
+    }
+    if let Some(value) = after {
+        add_to(index, value, key);
     }
 }
 
@@ -409,7 +404,9 @@ mod tests {
 
     fn labelled(ns: &str, name: &str, rv: &str, instance: Option<&str>) -> ConfigMap {
         let mut obj = cm(ns, name, rv, None);
-        obj.metadata.labels = instance.map(|value| [("instance".to_owned(), value.to_owned())].into());
+        obj.metadata.labels = instance.map(|value| {
+            [("instance".to_owned(), value.to_owned()), ("app".to_owned(), "db".to_owned())].into()
+        });
         obj
     }
 
@@ -435,6 +432,7 @@ mod tests {
         check("b", "pg", &["pg-0"]);
         check("a", "other", &["other-0"]);
         // Another label than the indexed one is answered by a scan.
+        assert_eq!(names(indexed.list_labelled("a", "app", "db")), ["other-0", "pg-0", "pg-1"]);
         assert!(indexed.list_labelled("a", "app", "pg").is_empty());
 
         both(|| ReflectorEvent::Applied(labelled("a", "pg-1", "2", Some("other"))));
