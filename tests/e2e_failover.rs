@@ -11,8 +11,8 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::postgres::*;
@@ -120,33 +120,71 @@ async fn repair(cluster: &TestCluster, name: &str) {
 
 /// A client inserting one row every 100 ms through `<name>-rw`, remembering which inserts were
 /// acknowledged and when.
+/// One write of a [`Writer`]: its id, when psql answered, and psql's error if it failed.
+#[derive(Clone, Debug)]
+struct Write {
+    id: i64,
+    at: Instant,
+    error: Option<String>,
+}
+
+impl Write {
+    fn acknowledged(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+/// A client that inserts a row through `uri` every 100 ms until it is finished, logging each write.
 struct Writer {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<Vec<(i64, Instant, bool)>>,
+    log: Arc<Mutex<Vec<Write>>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Writer {
     fn start(uri: String) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (flag, shared) = (stop.clone(), log.clone());
         let task = tokio::task::spawn_blocking(move || {
-            let mut log = Vec::new();
             let mut id = 0i64;
             while !flag.load(Ordering::Relaxed) {
                 id += 1;
-                let ok = psql(&uri, &format!("INSERT INTO ticks (id) VALUES ({id})")).is_ok();
-                log.push((id, Instant::now(), ok));
+                let error = psql(&uri, &format!("INSERT INTO ticks (id) VALUES ({id})")).err();
+                shared.lock().unwrap().push(Write { id, at: Instant::now(), error });
                 std::thread::sleep(Duration::from_millis(100));
             }
-            log
         });
-        Writer { stop, task }
+        Writer { stop, log, task }
     }
 
-    async fn finish(self) -> Vec<(i64, Instant, bool)> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap()
+    /// Waits (bounded) until `count` writes answered after `since` were acknowledged: the writes
+    /// a phase needs on either side of what it does, however slowly a loaded machine runs psql.
+    async fn await_acknowledged(&self, count: usize, since: Instant, what: &str) {
+        eventually_some(&format!("{count} writes acknowledged {what}"), || async {
+            let log = self.log.lock().unwrap();
+            (log.iter().filter(|w| w.acknowledged() && w.at > since).count() >= count).then_some(())
+        })
+        .await;
     }
+
+    async fn finish(self) -> Vec<Write> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        Arc::try_unwrap(self.log).expect("the writer has stopped").into_inner().unwrap()
+    }
+}
+
+/// `log` as one line per write (milliseconds since the first write, and psql's error if any),
+/// for a failed assertion.
+fn timeline(log: &[Write]) -> String {
+    let Some(first) = log.first() else { return "no write".to_owned() };
+    log.iter()
+        .map(|w| {
+            let outcome = w.error.as_deref().map_or("ok", |e| e.lines().next().unwrap_or(e));
+            format!("\n  {} +{} ms: {outcome}", w.id, (w.at - first.at).as_millis())
+        })
+        .collect()
 }
 
 fn primary_available(db: &DatabaseCluster) -> Option<(String, String, String)> {
@@ -176,8 +214,8 @@ async fn fail_over_under_writes(cluster: &TestCluster) -> (String, Vec<i64>, usi
     psql(&rw, "CREATE TABLE ticks (id bigint PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())")
         .unwrap();
     let writer = Writer::start(rw.clone());
-    tokio::time::sleep(Duration::from_secs(3)).await; // let some writes reach the standbys
-    let killed = Instant::now();
+    // Some writes to reach the standbys first.
+    writer.await_acknowledged(10, Instant::now(), "before the primary breaks").await;
     break_primary(cluster, POD_0).await;
     let api = cluster.clusters();
     let (db, promoted) = eventually_some("a standby promoted", || async {
@@ -195,9 +233,8 @@ async fn fail_over_under_writes(cluster: &TestCluster) -> (String, Vec<i64>, usi
         (psql(&rw, "INSERT INTO ticks (id) VALUES (-1) ON CONFLICT DO NOTHING").ok()).map(drop)
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await; // a few more writes on the new primary
+    writer.await_acknowledged(3, Instant::now(), "on the new primary").await;
     let log = writer.finish().await;
-    assert!(log.iter().any(|(_, at, ok)| *ok && *at > killed), "a write succeeded after the failover");
     let outage = longest_outage(&log);
     eprintln!("failover: writes failed for {outage:?} around the primary's death (failoverDelay {DELAY:?})");
     assert!(outage <= DELAY + Duration::from_secs(15), "writes came back after {outage:?}");
@@ -205,7 +242,7 @@ async fn fail_over_under_writes(cluster: &TestCluster) -> (String, Vec<i64>, usi
     let new_primary = superuser_uri(cluster, &promoted).await;
     let present: std::collections::BTreeSet<i64> =
         psql(&new_primary, "SELECT id FROM ticks").unwrap().lines().map(|l| l.parse().unwrap()).collect();
-    let acknowledged: Vec<i64> = log.iter().filter(|(_, _, ok)| *ok).map(|(id, _, _)| *id).collect();
+    let acknowledged: Vec<i64> = log.iter().filter(|w| w.acknowledged()).map(|w| w.id).collect();
     let lost: Vec<i64> = acknowledged.iter().copied().filter(|id| !present.contains(id)).collect();
     (promoted, lost, acknowledged.len())
 }
@@ -427,7 +464,7 @@ async fn a_switchover_moves_the_primary_without_losing_a_write() {
     psql(&rw, "CREATE TABLE ticks (id bigint PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())")
         .unwrap();
     let writer = Writer::start(rw.clone());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    writer.await_acknowledged(4, Instant::now(), "before the switchover").await;
     ask(NEW).await;
     eventually_some("the switchover completed", || async {
         let status = api.get(NAME).await.ok()?.status?;
@@ -439,7 +476,7 @@ async fn a_switchover_moves_the_primary_without_losing_a_write() {
         (psql(&rw, "SELECT pg_is_in_recovery()").ok()? == "f").then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    writer.await_acknowledged(4, Instant::now(), "on the new primary").await;
     let log = writer.finish().await;
     let new_primary = superuser_uri(&cluster, NEW).await;
     let outage = no_write_lost(&new_primary, &log);
@@ -463,7 +500,7 @@ async fn a_switchover_moves_the_primary_without_losing_a_write() {
     // A rolling update (a parameter that needs a restart) reaches the primary by a switchover to
     // the updated standby, not a restart; `spec.primary`, handled already, does not undo it.
     let writer = Writer::start(rw.clone());
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    writer.await_acknowledged(4, Instant::now(), "before the rolling update").await;
     let patch = serde_json::json!({"spec": {"postgresConfig": {"max_connections": "150"}}});
     api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let old_uri = || async { superuser_uri(&cluster, POD_0).await };
@@ -484,7 +521,7 @@ async fn a_switchover_moves_the_primary_without_losing_a_write() {
         (psql(&superuser_uri(&cluster, NEW).await, "SHOW max_connections").ok()? == "150").then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    writer.await_acknowledged(4, Instant::now(), "after the rolling update").await;
     let log = writer.finish().await;
     let outage = no_write_lost(&old_uri().await, &log);
     eprintln!("rolling update by switchover: writes failed for at most {outage:?}");
@@ -496,21 +533,19 @@ async fn a_switchover_moves_the_primary_without_losing_a_write() {
 
 /// Asserts that every write `log` says was acknowledged is on the primary at `uri`; returns the
 /// longest time between two acknowledged writes (the write outage).
-fn no_write_lost(uri: &str, log: &[(i64, Instant, bool)]) -> Duration {
+fn no_write_lost(uri: &str, log: &[Write]) -> Duration {
     let present: std::collections::BTreeSet<i64> =
         psql(uri, "SELECT id FROM ticks").unwrap().lines().map(|l| l.parse().unwrap()).collect();
-    let acknowledged: Vec<&(i64, Instant, bool)> = log.iter().filter(|(_, _, ok)| *ok).collect();
+    let acknowledged = log.iter().filter(|w| w.acknowledged()).count();
     let lost: Vec<i64> =
-        acknowledged.iter().map(|(id, _, _)| *id).filter(|id| !present.contains(id)).collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-    // One psql per write: on a loaded machine that is a few per second at most.
-    assert!(acknowledged.len() >= 4, "the writer wrote: {log:?}");
-    eprintln!("{} of {} writes acknowledged, none lost", acknowledged.len(), log.len());
+        log.iter().filter(|w| w.acknowledged() && !present.contains(&w.id)).map(|w| w.id).collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}; the writes:{}", timeline(log));
+    eprintln!("{acknowledged} of {} writes acknowledged, none lost", log.len());
     longest_outage(log)
 }
 
 /// The longest time between two acknowledged writes of `log`.
-fn longest_outage(log: &[(i64, Instant, bool)]) -> Duration {
-    let acknowledged: Vec<Instant> = log.iter().filter(|(_, _, ok)| *ok).map(|(_, at, _)| *at).collect();
+fn longest_outage(log: &[Write]) -> Duration {
+    let acknowledged: Vec<Instant> = log.iter().filter(|w| w.acknowledged()).map(|w| w.at).collect();
     acknowledged.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }
