@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::postgres::*;
 use common::*;
@@ -338,25 +338,8 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
     assert_eq!(started, after, "a reload restarts nothing");
 
     // A version change with a client writing every 100 ms through -rw.
-    let writer_uri = rw.clone();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_writer = stop.clone();
-    let writer = tokio::task::spawn_blocking(move || {
-        let mut acknowledged = Vec::new();
-        let mut longest = Duration::ZERO;
-        let mut last_ok = Instant::now();
-        let mut n = 0;
-        while !stop_writer.load(std::sync::atomic::Ordering::SeqCst) {
-            n += 1;
-            if psql(&writer_uri, &format!("INSERT INTO ticks (id) VALUES ({n})")).is_ok() {
-                acknowledged.push(n.to_string());
-                longest = longest.max(last_ok.elapsed());
-                last_ok = Instant::now();
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        (acknowledged, longest)
-    });
+    let writer = Writer::start(rw.clone());
+    writer.await_acknowledged(4, Instant::now(), "before the upgrade").await;
     patch_spec(&cluster, serde_json::json!({"version": "15.5"})).await;
     let api = cluster.clusters();
     eventually_some("the upgrade completes", || async {
@@ -368,13 +351,20 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
     })
     .await;
     await_streaming(&cluster, 3).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (acknowledged, longest) = writer.await.unwrap();
+    writer.await_acknowledged(4, Instant::now(), "after the upgrade").await;
+    let log = writer.finish().await;
+    let acknowledged: Vec<&Write> = log.iter().filter(|w| w.acknowledged()).collect();
+    let longest = acknowledged.windows(2).map(|w| w[1].at - w[0].at).max().unwrap_or_default();
     println!("rolling upgrade: {} acknowledged writes, longest write outage {longest:?}", acknowledged.len());
     let present = psql(&rw, "SELECT string_agg(id::text, ',' ORDER BY id) FROM ticks").unwrap();
     let present: std::collections::BTreeSet<&str> = present.split(',').collect();
-    for id in &acknowledged {
-        assert!(present.contains(id.as_str()), "acknowledged write {id} lost");
+    for write in &acknowledged {
+        assert!(
+            present.contains(write.id.to_string().as_str()),
+            "acknowledged write {} lost:{}",
+            write.id,
+            timeline(&log)
+        );
     }
     let order = await_event_reasons(&cluster, NAME, &["RollingUpdate"]).await;
     assert!(!order.is_empty());

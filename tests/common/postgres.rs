@@ -1,6 +1,8 @@
 //! Helpers of the tests that run real PostgreSQL through the simulator's process kubelet.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use dbcluster_operator::sim::{KubeletKind, SimConfig};
 
@@ -67,4 +69,71 @@ pub fn host_uri(cluster: &TestCluster, namespace: &str, uri: &str) -> String {
         .resolve(namespace, &host)
         .unwrap_or_else(|| panic!("{host} does not resolve in the cluster"));
     uri.replacen(&host, &ip.to_string(), 1)
+}
+
+/// One write of a [`Writer`]: its id, when psql answered, and psql's error if it failed.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub id: i64,
+    pub at: Instant,
+    pub error: Option<String>,
+}
+
+impl Write {
+    pub fn acknowledged(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+/// A client that inserts a row through `uri` every 100 ms until it is finished, logging each write.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Write>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    pub fn start(uri: String) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (flag, shared) = (stop.clone(), log.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            let mut id = 0i64;
+            while !flag.load(Ordering::Relaxed) {
+                id += 1;
+                let error = psql(&uri, &format!("INSERT INTO ticks (id) VALUES ({id})")).err();
+                shared.lock().unwrap().push(Write { id, at: Instant::now(), error });
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Writer { stop, log, task }
+    }
+
+    /// Waits (bounded) until `count` writes answered after `since` were acknowledged: the writes
+    /// a phase needs on either side of what it does, however slowly a loaded machine runs psql.
+    pub async fn await_acknowledged(&self, count: usize, since: Instant, what: &str) {
+        eventually_some(&format!("{count} writes acknowledged {what}"), || async {
+            let log = self.log.lock().unwrap();
+            (log.iter().filter(|w| w.acknowledged() && w.at > since).count() >= count).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn finish(self) -> Vec<Write> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        Arc::try_unwrap(self.log).expect("the writer has stopped").into_inner().unwrap()
+    }
+}
+
+/// `log` as one line per write (milliseconds since the first write, and psql's error if any),
+/// for a failed assertion.
+pub fn timeline(log: &[Write]) -> String {
+    let Some(first) = log.first() else { return "no write".to_owned() };
+    log.iter()
+        .map(|w| {
+            let outcome = w.error.as_deref().map_or("ok", |e| e.lines().next().unwrap_or(e));
+            format!("\n  {} +{} ms: {outcome}", w.id, (w.at - first.at).as_millis())
+        })
+        .collect()
 }
