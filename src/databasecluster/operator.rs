@@ -7,7 +7,8 @@
 //! runtime's manager as [`workload`].
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
-//! so the operator never caches the cluster's other Secrets; a user's own app Secret
+//! so the operator never caches the cluster's other Secrets, and of the claims only the backup
+//! volumes ([`backup_volume_selector`]: no pass reads an instance's data claim from the cache); a user's own app Secret
 //! (`spec.appSecretName`) is watched through the label the operator puts on it
 //! ([`super::app_secret`]), mapped to its cluster by that label. Build with [`Operator::new`],
 //! [`Operator::register`] it with the endpoints' [`Introspection`] (or take [`OperatorHandles`]:
@@ -154,7 +155,7 @@ pub struct CacheWriters {
     pub jobs: CacheWriter<Job>,
     /// The backup CronJobs.
     pub cronjobs: CacheWriter<CronJob>,
-    /// The operator's PersistentVolumeClaims.
+    /// The backup volumes (see [`backup_volume_selector`]).
     pub volumes: CacheWriter<PersistentVolumeClaim>,
 }
 
@@ -253,7 +254,10 @@ impl Operator {
         let pods = labelled_informer(&client, namespace, &managed, writers.pods);
         let jobs = labelled_informer(&client, namespace, &managed, writers.jobs);
         let cronjobs = labelled_informer(&client, namespace, &managed, writers.cronjobs);
-        let volumes = labelled_informer(&client, namespace, &managed, writers.volumes);
+        // Of the claims, the backup volumes only: no pass reads an instance's data claim from the
+        // cache (a storage growth reads the claims it grows from the server), and three of them
+        // per cluster would be about a tenth of the operator's memory.
+        let volumes = labelled_informer(&client, namespace, &backup_volume_selector(), writers.volumes);
 
         let metrics = Arc::clone(&options.metrics);
         let config = ControllerConfig {
@@ -397,6 +401,12 @@ where
     }
 }
 
+/// The label selector of the claim informer: the operator's claims that carry a cluster's backup
+/// label (the backup volumes), not the instances' data claims the StatefulSets make.
+pub fn backup_volume_selector() -> String {
+    format!("{}={FIELD_MANAGER},{CLUSTER_LABEL}", label::MANAGED_BY)
+}
+
 /// An informer over the objects of kind `K` that match `selector` (a label selector), keeping
 /// `writer`'s cache.
 fn labelled_informer<K>(
@@ -416,4 +426,21 @@ where
 {
     let config = ReflectorConfig { label_selector: Some(selector.to_owned()), ..ReflectorConfig::default() };
     Arc::new(Informer::with_writer(api::<K>(client, namespace), config, writer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::databasecluster::backup::jobs::backup_labels;
+    use crate::databasecluster::fixtures::owner;
+    use crate::databasecluster::resources::standard_labels;
+    use crate::runtime::selector::LabelSelector;
+
+    #[test]
+    fn the_claim_informer_selects_the_backup_volume_and_not_the_data_claims() {
+        let selector = LabelSelector::parse(&backup_volume_selector()).unwrap();
+        let owner = owner();
+        assert!(selector.matches(&backup_labels(&owner)), "the backup volume");
+        assert!(!selector.matches(&standard_labels(&owner)), "an instance's data claim");
+    }
 }

@@ -141,7 +141,7 @@ pub struct Context {
     pub jobs: Arc<Cache<Job>>,
     /// The operator's backup CronJobs.
     pub cronjobs: Arc<Cache<CronJob>>,
-    /// The operator's PersistentVolumeClaims (the backup volumes among them).
+    /// The backup volumes (the instances' data claims are not cached).
     pub volumes: Arc<Cache<PersistentVolumeClaim>>,
     /// Where Events go.
     pub events: EventPublisher,

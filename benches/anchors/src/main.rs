@@ -20,7 +20,7 @@ use std::time::Duration;
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
 use dbcluster_operator::databasecluster::cached::CachedPod;
-use dbcluster_operator::databasecluster::operator::CacheWriters;
+use dbcluster_operator::databasecluster::operator::{CacheWriters, backup_volume_selector};
 use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
 use dbcluster_operator::databasecluster::resources::{FIELD_MANAGER, label};
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
@@ -189,9 +189,10 @@ async fn main() {
         .watches_stream(children(&client, &managed, writers.jobs), |job: Job| {
             cluster_by_label(&job, &[CLUSTER_LABEL])
         })
-        .watches_stream(children(&client, &managed, writers.volumes), |claim: PersistentVolumeClaim| {
-            cluster_by_label(&claim, &[CLUSTER_LABEL])
-        })
+        .watches_stream(
+            children(&client, &backup_volume_selector(), writers.volumes),
+            |claim: PersistentVolumeClaim| cluster_by_label(&claim, &[CLUSTER_LABEL]),
+        )
         .run(pass, error_policy, anchor)
         .for_each(|_| futures::future::ready(()));
     let mut terminate =
