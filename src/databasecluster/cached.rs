@@ -8,9 +8,9 @@
 //!   it runs). Decoded straight from the server's JSON, the spec is skipped, never built: no
 //!   decode of containers and volumes on every pod event, and no `Option<PodSpec>` (1.4 KB
 //!   inline even when `None`) in every cached pod. Its annotations go (no pass reads them; a
-//!   map's node is 544 bytes however few entries it holds). Of its status it keeps only what the passes
-//!   read: the phase, the reason and message, the `Ready` condition, the pod IP and each
-//!   container's name, state, last state, readiness and restart count. The operator never
+//!   map's node is 544 bytes however few entries it holds). Of its status it keeps only what
+//!   the passes read: the phase, the reason and message, the `Ready` condition, the pod IP and
+//!   each container's name, state, last state, readiness and restart count. The operator never
 //!   writes a pod whole (it patches labels and deletes), so nothing compares a desired pod;
 //! - a **ConfigMap** keeps each `data` value longer than [`DIGEST_ABOVE`] bytes as its SHA-256
 //!   digest (`sha256:<hex>`): the passes read the short records (`primary`, `demoting`) and compare

@@ -8,9 +8,9 @@
 //!
 //! The child informers watch only objects labelled `app.kubernetes.io/managed-by=dbcluster-operator`,
 //! so the operator never caches the cluster's other Secrets, and of the claims only the backup
-//! volumes ([`backup_volume_selector`]: no pass reads an instance's data claim from the cache); a user's own app Secret
-//! (`spec.appSecretName`) is watched through the label the operator puts on it
-//! ([`super::app_secret`]), mapped to its cluster by that label. Build with [`Operator::new`],
+//! volumes ([`backup_volume_selector`]: no pass reads an instance's data claim from the cache);
+//! a user's own app Secret (`spec.appSecretName`) is watched through the label the operator puts
+//! on it ([`super::app_secret`]), mapped to its cluster by that label. Build with [`Operator::new`],
 //! [`Operator::register`] it with the endpoints' [`Introspection`] (or take [`OperatorHandles`]:
 //! queue, caches, metrics), then [`Operator::run`] until shutdown; [`workload`] does all of it in
 //! the manager's two stages.
