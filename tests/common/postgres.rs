@@ -74,12 +74,16 @@ pub fn host_uri(cluster: &TestCluster, namespace: &str, uri: &str) -> String {
 /// One write of a [`Writer`]: its id, when psql answered, and psql's error if it failed.
 #[derive(Clone, Debug)]
 pub struct Write {
+    /// The row's id (1, 2, …: one per write).
     pub id: i64,
+    /// When psql answered.
     pub at: Instant,
+    /// psql's error, for a write that failed.
     pub error: Option<String>,
 }
 
 impl Write {
+    /// Whether the server acknowledged the write (its row must then survive).
     pub fn acknowledged(&self) -> bool {
         self.error.is_none()
     }
@@ -93,6 +97,7 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// Starts writing through `uri` (into a `ticks (id bigint PRIMARY KEY, …)` table).
     pub fn start(uri: String) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -119,6 +124,7 @@ impl Writer {
         .await;
     }
 
+    /// Stops the writer; every write it made, in order.
     pub async fn finish(self) -> Vec<Write> {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap();
