@@ -116,8 +116,6 @@ async fn repair(cluster: &TestCluster, name: &str) {
     cluster.api::<Pod>().delete(name, &DeleteParams::default()).await.unwrap();
 }
 
-/// A client inserting one row every 100 ms through `<name>-rw`, remembering which inserts were
-/// acknowledged and when.
 fn primary_available(db: &DatabaseCluster) -> Option<(String, String, String)> {
     let c = db.status.as_ref()?.conditions.iter().find(|c| c.type_ == PRIMARY_AVAILABLE)?;
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
@@ -170,12 +168,8 @@ async fn fail_over_under_writes(cluster: &TestCluster) -> (String, Vec<i64>, usi
     eprintln!("failover: writes failed for {outage:?} around the primary's death (failoverDelay {DELAY:?})");
     assert!(outage <= DELAY + Duration::from_secs(15), "writes came back after {outage:?}");
 
-    let new_primary = superuser_uri(cluster, &promoted).await;
-    let present: std::collections::BTreeSet<i64> =
-        psql(&new_primary, "SELECT id FROM ticks").unwrap().lines().map(|l| l.parse().unwrap()).collect();
-    let acknowledged: Vec<i64> = log.iter().filter(|w| w.acknowledged()).map(|w| w.id).collect();
-    let lost: Vec<i64> = acknowledged.iter().copied().filter(|id| !present.contains(id)).collect();
-    (promoted, lost, acknowledged.len())
+    let lost = lost_writes(&superuser_uri(cluster, &promoted).await, &log);
+    (promoted, lost, log.iter().filter(|w| w.acknowledged()).count())
 }
 
 /// The failover delay of the tests that fail over under writes.
@@ -465,18 +459,9 @@ async fn a_switchover_moves_the_primary_without_losing_a_write() {
 /// Asserts that every write `log` says was acknowledged is on the primary at `uri`; returns the
 /// longest time between two acknowledged writes (the write outage).
 fn no_write_lost(uri: &str, log: &[Write]) -> Duration {
-    let present: std::collections::BTreeSet<i64> =
-        psql(uri, "SELECT id FROM ticks").unwrap().lines().map(|l| l.parse().unwrap()).collect();
-    let acknowledged = log.iter().filter(|w| w.acknowledged()).count();
-    let lost: Vec<i64> =
-        log.iter().filter(|w| w.acknowledged() && !present.contains(&w.id)).map(|w| w.id).collect();
+    let lost = lost_writes(uri, log);
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}; the writes:{}", timeline(log));
+    let acknowledged = log.iter().filter(|w| w.acknowledged()).count();
     eprintln!("{acknowledged} of {} writes acknowledged, none lost", log.len());
     longest_outage(log)
-}
-
-/// The longest time between two acknowledged writes of `log`.
-fn longest_outage(log: &[Write]) -> Duration {
-    let acknowledged: Vec<Instant> = log.iter().filter(|w| w.acknowledged()).map(|w| w.at).collect();
-    acknowledged.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }

@@ -143,3 +143,16 @@ pub fn timeline(log: &[Write]) -> String {
         })
         .collect()
 }
+
+/// The writes of `log` that were acknowledged but whose rows the primary at `uri` does not have.
+pub fn lost_writes(uri: &str, log: &[Write]) -> Vec<i64> {
+    let present: std::collections::BTreeSet<i64> =
+        psql(uri, "SELECT id FROM ticks").unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    log.iter().filter(|w| w.acknowledged() && !present.contains(&w.id)).map(|w| w.id).collect()
+}
+
+/// The longest time between two acknowledged writes of `log` (the write outage).
+pub fn longest_outage(log: &[Write]) -> Duration {
+    let acknowledged: Vec<Instant> = log.iter().filter(|w| w.acknowledged()).map(|w| w.at).collect();
+    acknowledged.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
+}
