@@ -384,7 +384,9 @@ async fn rule9_many_workers_never_share_a_key_and_every_key_runs_after_its_last_
                 for j in 0..ADDS_PER_PRODUCER {
                     let i = (p * 7919 + j * 7 + j * j) % KEYS;
                     ledger.version[i].fetch_add(1, Ordering::SeqCst);
-                    q.add(keys[i].clone());
+                    // Some at low priority: promotions, and stale low entries, under load.
+                    let priority = if j % 5 == 0 { Priority::Low } else { Priority::Normal };
+                    q.add_with_priority(keys[i].clone(), priority);
                     if j % 64 == 0 {
                         tokio::task::yield_now().await;
                     }
@@ -515,6 +517,29 @@ async fn rule12_a_rerun_keeps_the_highest_priority_it_was_added_with_and_timers_
     })
     .await;
     assert_eq!(drain(&q, 2).await, [key(1), key(2)], "a timer adds at normal priority");
+}
+
+#[tokio::test(start_paused = true)]
+async fn rule10_a_promoted_key_added_again_after_its_run_is_handed_out_with_its_key() {
+    // Found by rule 9's stress test with low adds mixed in: queueing the key again first dropped
+    // its own stale low entry, which released its slot, and the slot was queued without a key.
+    for rerun in [Priority::Normal, Priority::Low] {
+        let q = queue();
+        q.add_with_priority(key(1), Priority::Low);
+        q.add_with_priority(key(2), Priority::Low);
+        q.add(key(2)); // promoted: its low entry stays in line, stale, behind key 1's
+        let claim = next(&q).await.0;
+        assert_eq!(claim, key(2));
+        let claim = q.get().await.unwrap();
+        assert_eq!(*claim.key(), key(1), "the low line's first key");
+        let running = claim;
+        q.add_with_priority(key(2), rerun); // key 2 is done, so this queues it again
+        assert_eq!(q.len(), 1);
+        let again = timeout(Duration::from_secs(1), q.get()).await.expect("key 2 is ready").unwrap();
+        assert_eq!(*again.key(), key(2), "re-added at {rerun:?}");
+        drop((again, running));
+        assert_eq!(q.tracked_keys(), 0, "nothing is left behind");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -344,18 +344,19 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
 
     /// Puts the (not queued) key into the line for `priority`; true if a parked getter must be woken.
     fn push_ready(&mut self, id: u32, priority: Priority, now: &mut LazyNow<impl FnMut() -> u64>) -> bool {
+        // Queued first: moving aged low keys may drop this slot's own stale low entry, which
+        // releases a slot that tracks nothing else (a slot released here would be queued
+        // without its key).
+        self.slots[id as usize].flags |= if priority == Priority::Low { QUEUED | LOW } else { QUEUED };
         if !self.low.is_empty() {
             self.promote_aged(now);
         }
-        let slot = &mut self.slots[id as usize];
         match priority {
-            Priority::Normal => {
-                slot.flags |= QUEUED;
-                self.ready.push_back(id);
-            }
+            Priority::Normal => self.ready.push_back(id),
             Priority::Low => {
+                let slot = &mut self.slots[id as usize];
                 let revive = slot.flags & STALE_LOW != 0;
-                slot.flags = (slot.flags & !STALE_LOW) | QUEUED | LOW;
+                slot.flags &= !STALE_LOW;
                 self.low_len += 1;
                 if !revive {
                     // A stale entry still in line takes the key back at its earlier place.
