@@ -31,8 +31,10 @@
 //! - `queue.rs`: the [`WorkQueue`] handle, [`QueueConfig`] and the [`Claim`] guard.
 //! - `notes.rs`: [`KeyNotes`], what a caller keeps per key in the queue's own slots (the
 //!   controller's causes), written by the add under the lock it takes anyway.
-//! - `state.rs`: the state behind the queue's single lock: a slab of 40-byte per-key slots (one
-//!   hash per operation, none to hand out or finish a key), the normal and low ready lines.
+//! - `state.rs`: the state behind the queue's single lock: the normal and low ready lines, the
+//!   processing list, and the right to change the slots.
+//! - `slots.rs`: the 40-byte per-key slots (one hash per operation, none to hand out or finish
+//!   a key) and their sharded index, which a duplicate add reads without the queue's lock.
 //! - `delay.rs`: the timer heap and the one background task that fires it.
 //! - `backoff.rs`: per-key exponential backoff; `bucket.rs`: the overall retry budget (governor,
 //!   on tokio's clock).
@@ -50,6 +52,7 @@ mod delay;
 mod metrics;
 mod notes;
 mod queue;
+mod slots;
 mod state;
 
 pub use backoff::BackoffConfig;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
@@ -16,6 +16,7 @@ use super::bucket::{BucketConfig, RetryBucket};
 use super::delay::{Epoch, Next, TimerTarget, run_timers};
 use super::metrics::QueueMetrics;
 use super::notes::KeyNotes;
+use super::slots::SlotArena;
 use super::state::{Added, LazyNow, NEVER, Priority, State};
 
 /// How often outstanding claims are sampled for the unfinished-work metrics (client-go's period).
@@ -163,6 +164,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> fmt::Debug for W
 
 struct Shared<K, N> {
     state: Mutex<State<K, N>>,
+    /// The state's slots and index, read without the lock by duplicate adds.
+    slots: Arc<SlotArena<K>>,
     hasher: DefaultHashBuilder,
     /// Parked getters; woken one per ready key, all at shutdown.
     getters: Notify,
@@ -190,11 +193,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> {
     /// An empty queue that keeps notes of type `N` per key (see [`KeyNotes`]).
     pub fn with_notes(config: QueueConfig) -> Self {
+        let state = State::new(
+            config.metrics.is_some(),
+            u32::try_from(config.low_priority_max_wait.as_millis()).unwrap_or(u32::MAX),
+        );
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(
-                config.metrics.is_some(),
-                u32::try_from(config.low_priority_max_wait.as_millis()).unwrap_or(u32::MAX),
-            )),
+            slots: state.shared_slots(),
+            state: Mutex::new(state),
             hasher: DefaultHashBuilder::default(),
             getters: Notify::new(),
             drained: Notify::new(),
@@ -217,8 +222,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     }
 
     /// Queues `key` at normal priority unless it is already queued; if it is being processed,
-    /// it runs once more after its claim is dropped. Ignored after shutdown. Never allocates for
-    /// a duplicate.
+    /// it runs once more after its claim is dropped. Ignored after shutdown. A duplicate (the key
+    /// already queued, or already due to run again) allocates nothing and takes no lock but a
+    /// read lock of one of the index's shards (see `slots.rs`).
     pub fn add(&self, key: K) {
         self.add_with_priority(key, Priority::Normal);
     }
@@ -226,7 +232,30 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
     /// to the back of the normal line; a low add of a key already queued changes nothing.
     pub fn add_with_priority(&self, key: K, priority: Priority) {
-        self.add_with_note(key, priority, |_| {});
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(&key);
+        // The lock-free path only while the lock is busy: a free lock costs one atomic operation,
+        // as counting into a shard does, and a key that is not a duplicate would be looked up twice.
+        let state = match shared.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                if shared.slots.absorb_duplicate(hash, &key, priority == Priority::Low) {
+                    return;
+                }
+                shared.lock_state()
+            }
+        };
+        let added = self.on_slot_locked(
+            state,
+            hash,
+            key,
+            |_| {},
+            |state, id| state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now())),
+        );
+        if let Some(added) = added {
+            shared.report_added(added);
+        }
     }
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
@@ -253,8 +282,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         op: impl FnOnce(&mut State<K, N>, u32) -> T,
     ) -> Option<T> {
         let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(&key);
-        let mut state = shared.lock_state();
+        self.on_slot_locked(shared.lock_state(), shared.hasher.hash_one(&key), key, note, op)
+    }
+
+    /// `on_slot` with the lock taken and the key hashed.
+    fn on_slot_locked<T, L>(
+        &self,
+        mut state: MutexGuard<'_, State<K, N>>,
+        hash: u64,
+        key: K,
+        note: impl FnOnce(&mut N) -> L,
+        op: impl FnOnce(&mut State<K, N>, u32) -> T,
+    ) -> Option<T> {
         if state.shut_down {
             return None;
         }
@@ -367,7 +406,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
                         wakes = state.pass_wakes_on();
                     }
                     // Invariant: a ready slot tracks a key (slots lose their key only when idle).
-                    let key = state.slot(id).key.clone().expect("a ready slot tracks a key");
+                    let key = state.slot(id).key().cloned().expect("a ready slot tracks a key");
                     (id, key, queued_at, notes)
                 }
                 None if state.shut_down => return Some(None),
@@ -457,7 +496,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         state
             .tracked()
             .filter_map(|(slot, times)| {
-                let timer = (slot.due != NEVER).then(|| at(slot.due));
+                let timer = (slot.due() != NEVER).then(|| at(slot.due()));
                 let phase = if slot.is_processing() {
                     KeyPhase::Processing { since: since(times.started_at), again: slot.is_dirty() }
                 } else if slot.is_queued() {
@@ -470,7 +509,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
                     KeyPhase::Idle
                 };
                 Some(KeyState {
-                    key: slot.key.clone()?,
+                    key: slot.key().cloned()?,
                     phase,
                     timer,
                     requeues: slot.failures(),
@@ -668,4 +707,49 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Drop for Claim<K
 /// A duration in nanoseconds, saturating.
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::runtime::ObjectKey;
+
+    /// Runs `add` on another thread while this one holds the queue's lock; true if it returned
+    /// before the lock was released (bounded: 10 s).
+    fn returns_under_the_lock(
+        queue: &WorkQueue<ObjectKey>,
+        add: impl FnOnce(&WorkQueue<ObjectKey>) + Send + 'static,
+    ) -> bool {
+        let (done, returned) = mpsc::channel();
+        let held = queue.shared.lock_state();
+        let other = queue.clone();
+        let adder = std::thread::spawn(move || {
+            add(&other);
+            let _ = done.send(());
+        });
+        let under_lock = returned.recv_timeout(Duration::from_secs(10)).is_ok();
+        drop(held);
+        adder.join().expect("the adder panicked");
+        under_lock
+    }
+
+    #[test]
+    fn a_duplicate_add_returns_while_the_queue_lock_is_held() {
+        let queue = WorkQueue::new(QueueConfig::default());
+        let key = ObjectKey::namespaced("default", "a");
+        queue.add(key.clone());
+        let again = key.clone();
+        assert!(returns_under_the_lock(&queue, move |q| q.add(again)), "a duplicate add waited for the lock");
+        let low = key.clone();
+        assert!(
+            returns_under_the_lock(&queue, move |q| q.add_with_priority(low, Priority::Low)),
+            "a low add of a normal key waited for the lock"
+        );
+        assert_eq!(queue.len(), 1, "the duplicates changed nothing");
+        let snapshot = queue.snapshot();
+        assert_eq!(snapshot.len(), 1);
+        assert!(!snapshot[0].low_priority, "a low add did not lower a normal key");
+    }
 }

@@ -1,37 +1,23 @@
-//! The queue's state behind its one lock: a slab of per-key slots, a hash index into it, the
-//! ready lines (normal and low priority), the processing list, the timer heap and the retry line.
-//! Pure data; no locking, no waking: callers pass the clock (read only when an operation needs
-//! it) and act on what each operation reports.
+//! The queue's state behind its one lock: the right to change the per-key slots and their
+//! index (`slots.rs`, shared with duplicate adds, which only read them), the ready lines
+//! (normal and low priority), the processing list, the timer heap and the retry line. No
+//! waking: callers pass the clock (read only when an operation needs it) and act on what each
+//! operation reports.
 //!
 //! Memory per queued key (untimed queue): the 40-byte slot (for a 24-byte key), an index entry
 //! (4 bytes and a control byte per bucket) and a 4-byte place in the ready line; nothing else.
 //! A queue with notes (see `notes.rs`) also keeps one `N` per slot, beside the slots.
 
 use std::collections::VecDeque;
-
-use hashbrown::HashTable;
+use std::sync::Arc;
 
 use super::delay::TimerHeap;
 use super::notes::KeyNotes;
-
-/// A due time meaning "no timer".
-pub(crate) const NEVER: u64 = u64::MAX;
-
-/// The key is in a ready line (normal, or low when `LOW` is also set).
-const QUEUED: u8 = 1;
-/// A claim on the key is outstanding.
-const PROCESSING: u8 = 1 << 1;
-/// Added while processing: goes back to a ready line when the claim is dropped.
-const DIRTY: u8 = 1 << 2;
-/// The pending timer is a retry after a failure (its release spends a token of the bucket).
-const BACKOFF: u8 = 1 << 3;
-/// The key's retry is due and waits in line for a token of the bucket.
-const IN_RETRY_LINE: u8 = 1 << 4;
-/// With `QUEUED`: the key waits in the low line. With `DIRTY`: it goes back there.
-const LOW: u8 = 1 << 5;
-/// The low line still holds an entry for this slot that no longer counts (the key was promoted
-/// to normal); the slot is kept until that entry is skipped, so the entry never names another key.
-const STALE_LOW: u8 = 1 << 6;
+pub(crate) use super::slots::NEVER;
+use super::slots::{
+    BACKOFF, DIRTY, IN_RETRY_LINE, LOW, PROCESSING, QUEUED, STALE_LOW, Slot, SlotArena, SlotOwner,
+    add_is_duplicate,
+};
 
 /// How urgent an add is. Keys from the initial list and from resyncs are `Low`; keys from live
 /// watch events, timers and explicit requeues are `Normal`. A low key waits only while normal
@@ -44,68 +30,6 @@ pub enum Priority {
     /// The default.
     #[default]
     Normal,
-}
-
-/// Everything the queue knows about one key, in 40 bytes beside a 24-byte key. Slots are reused;
-/// a slot is free when it tracks nothing (no flag, no timer, no failures).
-pub(crate) struct Slot<K> {
-    pub(crate) key: Option<K>,
-    /// When the pending timer fires, or `NEVER`.
-    pub(crate) due: u64,
-    /// The key's hash folded to 32 bits, kept so the index can grow and the slot be unlinked
-    /// without re-hashing the key (the index hashes are derived from it, see [`index_hash`]).
-    hash: u32,
-    /// Consecutive failures since the last `forget`, saturating at `u16::MAX` (the backoff
-    /// reaches its cap after 19).
-    failures: u16,
-    flags: u8,
-}
-
-impl<K> Slot<K> {
-    fn is_idle(&self) -> bool {
-        self.flags == 0 && self.due == NEVER && self.failures == 0
-    }
-
-    pub(crate) fn is_queued(&self) -> bool {
-        self.flags & QUEUED != 0
-    }
-
-    pub(crate) fn is_processing(&self) -> bool {
-        self.flags & PROCESSING != 0
-    }
-
-    pub(crate) fn is_dirty(&self) -> bool {
-        self.flags & DIRTY != 0
-    }
-
-    pub(crate) fn is_in_retry_line(&self) -> bool {
-        self.flags & IN_RETRY_LINE != 0
-    }
-
-    /// Queued (or due back) at low priority.
-    pub(crate) fn is_low(&self) -> bool {
-        self.flags & LOW != 0
-    }
-
-    pub(crate) fn failures(&self) -> u32 {
-        u32::from(self.failures)
-    }
-
-    /// A retry is pending: its timer has not fired, or it waits for a token.
-    fn retry_pending(&self) -> bool {
-        self.flags & (BACKOFF | IN_RETRY_LINE) != 0
-    }
-}
-
-/// A key's 64-bit hash folded to the 32 bits a slot keeps.
-pub(crate) fn fold_hash(hash: u64) -> u32 {
-    (hash ^ (hash >> 32)) as u32
-}
-
-/// The index's hash of a slot, rebuilt from its 32 bits: the low half feeds hashbrown's bucket
-/// choice, the high half (the same bits) its 7-bit tag, so both stay well spread.
-fn index_hash(short: u32) -> u64 {
-    (u64::from(short) << 32) | u64::from(short)
 }
 
 /// When a key was queued and handed out, and its place in the processing list, kept beside the
@@ -186,8 +110,10 @@ fn low_entry_parts(entry: u64) -> (u32, u32) {
 }
 
 pub(crate) struct State<K, N> {
-    index: HashTable<u32>,
-    slots: Vec<Slot<K>>,
+    /// The slots and their index; changed only by this state's holder.
+    slots: SlotOwner<K>,
+    /// Slot ids handed out so far (the next fresh id).
+    slot_count: u32,
     /// Each slot's notes (zero-sized for a queue without notes); reset when the slot is released.
     notes: Vec<N>,
     free: Vec<u32>,
@@ -219,8 +145,8 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
     /// line after `low_max_wait_ms`.
     pub(crate) fn new(timed: bool, low_max_wait_ms: u32) -> Self {
         Self {
-            index: HashTable::new(),
-            slots: Vec::new(),
+            slots: SlotOwner::new(),
+            slot_count: 0,
             notes: Vec::new(),
             free: Vec::new(),
             ready: VecDeque::new(),
@@ -238,8 +164,13 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         }
     }
 
+    /// The slots and their index, for duplicate adds made without the lock.
+    pub(crate) fn shared_slots(&self) -> Arc<SlotArena<K>> {
+        self.slots.arena()
+    }
+
     pub(crate) fn slot(&self, id: u32) -> &Slot<K> {
-        &self.slots[id as usize]
+        self.slots.slot(id)
     }
 
     /// The notes of slot `id`.
@@ -254,57 +185,52 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
 
     /// The slot tracking `key`, if any.
     pub(crate) fn find(&self, hash: u64, key: &K) -> Option<u32> {
-        let slots = &self.slots;
-        let hash = index_hash(fold_hash(hash));
-        self.index.find(hash, |&id| slots[id as usize].key.as_ref() == Some(key)).copied()
+        self.slots.find(hash, key)
     }
 
     /// The slot tracking `key`, created if needed; `key` itself comes back when a slot already
     /// tracks it, for the caller to drop once it has released the lock (dropping a shared key
     /// writes its reference count, a cache line other threads may hold).
     pub(crate) fn find_or_insert(&mut self, hash: u64, key: K) -> (u32, Option<K>) {
-        if let Some(id) = self.find(hash, &key) {
-            return (id, Some(key));
+        match self.slots.find(hash, &key) {
+            Some(id) => (id, Some(key)),
+            None => (self.insert(hash, key), None),
         }
-        let short = fold_hash(hash);
-        let slot = Slot { key: Some(key), hash: short, due: NEVER, failures: 0, flags: 0 };
+    }
+
+    /// Tracks `key`, which no slot tracks, in a free slot; returns the slot.
+    fn insert(&mut self, hash: u64, key: K) -> u32 {
         let id = match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = slot;
-                id
-            }
+            Some(id) => id,
             None => {
+                let id = self.slot_count;
                 // Invariant: fewer than 2^32 keys are tracked at once (4 billion slots would
                 // need hundreds of gigabytes).
-                let id = u32::try_from(self.slots.len()).expect("more than u32::MAX keys tracked");
-                self.slots.push(slot);
+                self.slot_count = id.checked_add(1).expect("more than u32::MAX keys tracked");
                 self.notes.push(N::default());
                 id
             }
         };
+        self.slots.insert(hash, key, id);
         if let Some(times) = &mut self.times {
             match times.get_mut(id as usize) {
                 Some(times) => *times = Times::default(),
                 None => times.push(Times::default()),
             }
         }
-        let slots = &self.slots;
-        self.index.insert_unique(index_hash(short), id, |&other| index_hash(slots[other as usize].hash));
-        (id, None)
+        id
     }
 
     /// Releases the slot if it no longer tracks anything.
     pub(crate) fn release_if_idle(&mut self, id: u32) {
-        let slot = &mut self.slots[id as usize];
-        if !slot.is_idle() || slot.key.is_none() {
+        let slot = self.slots.slot(id);
+        if !slot.is_idle() || slot.key().is_none() {
             return;
         }
-        slot.key = None;
         self.notes[id as usize].reset();
-        if let Ok(entry) = self.index.find_entry(index_hash(slot.hash), |&other| other == id) {
-            entry.remove();
-        }
+        let key = self.slots.remove(id);
         self.free.push(id);
+        drop(key);
     }
 
     /// Adds the key at `priority`: queued unless already queued (dedup; a normal add promotes a
@@ -317,13 +243,13 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         now: &mut LazyNow<impl FnMut() -> u64>,
     ) -> Added {
         let low = priority == Priority::Low;
-        let slot = &mut self.slots[id as usize];
-        let flags = slot.flags;
+        let slot = self.slots.slot(id);
+        let flags = slot.flags();
         if flags & (QUEUED | DIRTY) != 0 {
-            if flags & LOW != 0 && !low {
-                slot.flags &= !LOW;
+            if !add_is_duplicate(flags, low) {
+                let promoted = if flags & QUEUED != 0 { STALE_LOW } else { 0 };
+                slot.update_flags(LOW, promoted);
                 if flags & QUEUED != 0 {
-                    slot.flags |= STALE_LOW;
                     self.low_len -= 1;
                     self.promote_aged(now);
                     self.ready.push_back(id);
@@ -334,9 +260,8 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         if let Some(times) = &mut self.times {
             times[id as usize].queued_at = now.get();
         }
-        let slot = &mut self.slots[id as usize];
         if flags & PROCESSING != 0 {
-            slot.flags |= DIRTY | if low { LOW } else { 0 };
+            self.slots.slot(id).set_flags(DIRTY | if low { LOW } else { 0 });
             return Added::Dirty;
         }
         Added::Queued { wake: self.push_ready(id, priority, now) }
@@ -347,16 +272,14 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         // Queued first: moving aged low keys may drop this slot's own stale low entry, which
         // releases a slot that tracks nothing else (a slot released here would be queued
         // without its key).
-        self.slots[id as usize].flags |= if priority == Priority::Low { QUEUED | LOW } else { QUEUED };
+        self.slots.slot(id).set_flags(if priority == Priority::Low { QUEUED | LOW } else { QUEUED });
         if !self.low.is_empty() {
             self.promote_aged(now);
         }
         match priority {
             Priority::Normal => self.ready.push_back(id),
             Priority::Low => {
-                let slot = &mut self.slots[id as usize];
-                let revive = slot.flags & STALE_LOW != 0;
-                slot.flags &= !STALE_LOW;
+                let revive = self.slots.slot(id).clear_flags(STALE_LOW) & STALE_LOW != 0;
                 self.low_len += 1;
                 if !revive {
                     // A stale entry still in line takes the key back at its earlier place.
@@ -396,14 +319,14 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         let now_ms = now.millis();
         while let Some(&entry) = self.low.front() {
             let (id, at_ms) = low_entry_parts(entry);
-            let flags = self.slots[id as usize].flags;
+            let flags = self.slots.slot(id).flags();
             if flags & STALE_LOW != 0 {
                 self.low.pop_front();
                 self.drop_stale_low(id);
             } else if now_ms.wrapping_sub(at_ms) >= self.low_max_wait_ms {
                 self.low.pop_front();
                 self.low_len -= 1;
-                self.slots[id as usize].flags &= !LOW;
+                self.slots.slot(id).clear_flags(LOW);
                 self.ready.push_back(id);
             } else {
                 return;
@@ -412,7 +335,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
     }
 
     fn drop_stale_low(&mut self, id: u32) {
-        self.slots[id as usize].flags &= !STALE_LOW;
+        self.slots.slot(id).clear_flags(STALE_LOW);
         self.release_if_idle(id);
     }
 
@@ -420,12 +343,12 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
     fn pop_low(&mut self) -> Option<u32> {
         while let Some(entry) = self.low.pop_front() {
             let (id, _) = low_entry_parts(entry);
-            if self.slots[id as usize].flags & STALE_LOW != 0 {
+            if self.slots.slot(id).flags() & STALE_LOW != 0 {
                 self.drop_stale_low(id);
                 continue;
             }
             self.low_len -= 1;
-            self.slots[id as usize].flags &= !LOW;
+            self.slots.slot(id).clear_flags(LOW);
             return Some(id);
         }
         None
@@ -446,8 +369,8 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
             None => self.pop_low()?,
         };
         self.processing_len += 1;
-        let slot = &mut self.slots[id as usize];
-        slot.flags = (slot.flags & !QUEUED) | PROCESSING;
+        // A read-modify-write: it reads from any duplicate add's write-back (see `slots.rs`).
+        self.slots.slot(id).update_flags(QUEUED, PROCESSING);
         let queued_at = match &mut self.times {
             Some(times) => {
                 let times = &mut times[id as usize];
@@ -472,9 +395,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
             }
         }
         self.processing_len -= 1;
-        let slot = &mut self.slots[id as usize];
-        let flags = slot.flags;
-        slot.flags &= !(PROCESSING | DIRTY | LOW);
+        let flags = self.slots.slot(id).clear_flags(PROCESSING | DIRTY | LOW);
         let dirty = flags & DIRTY != 0;
         let wake = if dirty {
             let priority = if flags & LOW != 0 { Priority::Low } else { Priority::Normal };
@@ -489,11 +410,11 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
     /// Sets a timer for `id` at `due` unless an earlier one is pending (or its retry is already
     /// due). Returns true when the timer task must be poked (this is the new earliest timer).
     pub(crate) fn schedule(&mut self, id: u32, due: u64) -> bool {
-        let slot = &mut self.slots[id as usize];
-        if slot.is_in_retry_line() || due >= slot.due {
+        let slot = self.slots.slot(id);
+        if slot.is_in_retry_line() || due >= slot.due() {
             return false;
         }
-        slot.due = due;
+        slot.set_due(due);
         self.timers.push(due, id)
     }
 
@@ -508,21 +429,22 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         floor: u64,
         delay_for: impl FnOnce(u32) -> u64,
     ) -> Option<bool> {
-        let slot = &mut self.slots[id as usize];
+        let slot = self.slots.slot(id);
         if slot.retry_pending() {
             return None;
         }
-        slot.failures = slot.failures.saturating_add(1);
-        slot.flags |= BACKOFF;
-        let due = now.saturating_add(delay_for(u32::from(slot.failures))).max(floor).min(NEVER - 1);
+        let failures = u16::try_from(slot.failures()).unwrap_or(u16::MAX).saturating_add(1);
+        slot.set_failures(failures);
+        slot.set_flags(BACKOFF);
+        let due = now.saturating_add(delay_for(u32::from(failures))).max(floor).min(NEVER - 1);
         Some(self.schedule(id, due))
     }
 
     /// Drops the failure history of `id` (the pending timer, if any, still fires once).
     pub(crate) fn forget(&mut self, id: u32) {
-        let slot = &mut self.slots[id as usize];
-        slot.failures = 0;
-        slot.flags &= !BACKOFF;
+        let slot = self.slots.slot(id);
+        slot.set_failures(0);
+        slot.clear_flags(BACKOFF);
         self.release_if_idle(id);
     }
 
@@ -537,16 +459,16 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         let mut released = Released::default();
         let mut clock = LazyNow::new(|| now);
         while let Some((due, id)) = self.timers.pop_due(now) {
-            let slot = &mut self.slots[id as usize];
-            if slot.key.is_none() || slot.due != due {
+            let slot = self.slots.slot(id);
+            if slot.key().is_none() || slot.due() != due {
                 continue; // stale: superseded by an earlier timer, or the slot was released
             }
-            slot.due = NEVER;
-            if slot.flags & BACKOFF != 0 && take_token.is_some() {
-                slot.flags = (slot.flags & !BACKOFF) | IN_RETRY_LINE;
+            slot.set_due(NEVER);
+            if slot.flags() & BACKOFF != 0 && take_token.is_some() {
+                slot.update_flags(BACKOFF, IN_RETRY_LINE);
                 self.retry_line.push_back(id);
             } else {
-                slot.flags &= !BACKOFF;
+                slot.clear_flags(BACKOFF);
                 self.release(id, &mut clock, &mut released);
             }
         }
@@ -558,7 +480,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
                     break;
                 }
                 self.retry_line.pop_front();
-                self.slots[id as usize].flags &= !IN_RETRY_LINE;
+                self.slots.slot(id).clear_flags(IN_RETRY_LINE);
                 self.release(id, &mut clock, &mut released);
             }
         }
@@ -606,28 +528,17 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
 
     /// Every tracked key's slot, with its times.
     pub(crate) fn tracked(&self) -> impl Iterator<Item = (&Slot<K>, Times)> {
-        (0..self.slots.len() as u32)
+        (0..self.slot_count)
             .map(|id| (self.slot(id), self.times(id)))
-            .filter(|(slot, _)| slot.key.is_some())
+            .filter(|(slot, _)| slot.key().is_some())
     }
 
     pub(crate) fn tracked_len(&self) -> usize {
-        self.index.len()
+        self.slots.len()
     }
 
     /// Heap entries, stale ones included (for the bounded-state checks).
     pub(crate) fn timer_entries(&self) -> usize {
         self.timers.len()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slot_beside_an_object_key_takes_40_bytes() {
-        assert_eq!(std::mem::size_of::<crate::runtime::ObjectKey>(), 24);
-        assert_eq!(std::mem::size_of::<Slot<crate::runtime::ObjectKey>>(), 40);
     }
 }
