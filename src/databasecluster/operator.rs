@@ -244,7 +244,7 @@ impl Operator {
             writers.clusters,
         ));
         // The children: only what carries the operator's `managed-by` label.
-        let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
+        let managed = managed_selector();
         let statefulsets = labelled_informer(&client, namespace, &managed, writers.statefulsets);
         let services = labelled_informer(&client, namespace, &managed, writers.services);
         let secrets = labelled_informer(&client, namespace, &managed, writers.secrets);
@@ -401,10 +401,15 @@ where
     }
 }
 
+/// The label selector of the child informers: what carries the operator's `managed-by` label.
+pub fn managed_selector() -> String {
+    format!("{}={FIELD_MANAGER}", label::MANAGED_BY)
+}
+
 /// The label selector of the claim informer: the operator's claims that carry a cluster's backup
 /// label (the backup volumes), not the instances' data claims the StatefulSets make.
 pub fn backup_volume_selector() -> String {
-    format!("{}={FIELD_MANAGER},{CLUSTER_LABEL}", label::MANAGED_BY)
+    format!("{},{CLUSTER_LABEL}", managed_selector())
 }
 
 /// An informer over the objects of kind `K` that match `selector` (a label selector), keeping

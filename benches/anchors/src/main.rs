@@ -20,9 +20,9 @@ use std::time::Duration;
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
 use dbcluster_operator::databasecluster::cached::CachedPod;
-use dbcluster_operator::databasecluster::operator::{CacheWriters, backup_volume_selector};
+use dbcluster_operator::databasecluster::operator::{CacheWriters, backup_volume_selector, managed_selector};
 use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
-use dbcluster_operator::databasecluster::resources::{FIELD_MANAGER, label};
+use dbcluster_operator::databasecluster::resources::label;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::CacheWriter;
@@ -167,7 +167,7 @@ async fn main() {
     });
     tokio::spawn(serve_metrics(metrics_addr, Arc::clone(&anchor)));
 
-    let managed = format!("{}={FIELD_MANAGER}", label::MANAGED_BY);
+    let managed = managed_selector();
     let (reader, writer) = reflector::store();
     let clusters =
         reflector(writer, mirrored(Api::<DatabaseCluster>::all(client.clone()), None, writers.clusters))

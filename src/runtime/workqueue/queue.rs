@@ -246,16 +246,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
                 shared.lock_state()
             }
         };
-        let added = self.on_slot_locked(
-            state,
-            hash,
-            key,
-            |_| {},
-            |state, id| state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now())),
-        );
-        if let Some(added) = added {
-            shared.report_added(added);
-        }
+        self.add_locked(state, hash, key, priority, |_| {});
     }
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
@@ -264,7 +255,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// build holds a shared key, whose reference count other threads write too).
     pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(&mut N) -> L) {
         let shared = &*self.shared;
-        let added = self.on_slot(key, note, |state, id| {
+        self.add_locked(shared.lock_state(), shared.hasher.hash_one(&key), key, priority, note);
+    }
+
+    /// The add itself, with the lock taken and the key hashed: the key's notes written, the key
+    /// enqueued, the outcome reported after the lock.
+    fn add_locked<L>(
+        &self,
+        state: MutexGuard<'_, State<K, N>>,
+        hash: u64,
+        key: K,
+        priority: Priority,
+        note: impl FnOnce(&mut N) -> L,
+    ) {
+        let shared = &*self.shared;
+        let added = self.on_slot_locked(state, hash, key, note, |state, id| {
             state.enqueue(id, priority, &mut LazyNow::new(|| shared.epoch.nanos_now()))
         });
         if let Some(added) = added {

@@ -354,15 +354,20 @@ impl<K: Eq> SlotArena<K> {
         &self.shards[shard_of(short)]
     }
 
+    /// The slot `table` (the shard of `short`) indexes for `key`; the caller may read the table
+    /// and the keys it names (see [`Slot::key`]).
+    #[inline]
+    fn lookup(&self, table: &HashTable<u32>, short: u32, key: &K) -> Option<u32> {
+        table.find(index_hash(short), |&id| self.slot(id).key() == Some(key)).copied()
+    }
+
     /// Without the queue's lock: true when an add of `key` at `low` priority changes nothing
     /// (see the module docs). False (also while the key's shard is being changed) sends the
     /// add the slow way, under the lock.
     pub(crate) fn absorb_duplicate(&self, hash: u64, key: &K, low: bool) -> bool {
         let short = fold_hash(hash);
         let Some(shard) = self.shard(short).try_read() else { return false };
-        let Some(&id) = shard.find(index_hash(short), |&id| self.slot(id).key() == Some(key)) else {
-            return false;
-        };
+        let Some(id) = self.lookup(&shard, short, key) else { return false };
         let flags = &self.slot(id).flags;
         let mut seen = flags.load(Ordering::Relaxed);
         loop {
@@ -406,7 +411,7 @@ impl<K: Eq> SlotOwner<K> {
         let short = fold_hash(hash);
         // SAFETY: the owner is held under the queue's lock.
         let table = unsafe { self.arena.shard(short).read_owned() };
-        table.find(index_hash(short), |&id| self.slot(id).key() == Some(key)).copied()
+        self.arena.lookup(table, short, key)
     }
 
     /// Sets up slot `id`, free (never used, or released), to track `key`, which no slot tracks.
