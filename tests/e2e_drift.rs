@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
+use dbcluster_operator::databasecluster::services::ROLE_LABEL;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::runtime::ObjectKey;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -122,4 +124,49 @@ async fn the_password_never_changes_across_passes_edits_and_restarts() {
     let live: DatabaseCluster = clusters.get(NAME).await.unwrap();
     assert!(phase(&live).is_some());
     restarted.stop().await;
+}
+
+/// Writes to Services logged since `from`.
+fn service_writes(cluster: &TestCluster, from: usize) -> usize {
+    cluster.writes()[from..].iter().filter(|r| r.resource == "services").count()
+}
+
+/// The Services are cached as text (`Compact`): drift is still found in their spec and labels,
+/// and still not in a user's annotation or label.
+#[tokio::test(start_paused = true)]
+async fn a_hand_edit_of_a_services_selector_is_corrected_and_a_users_label_is_kept() {
+    const RW: &str = "production-postgres-rw";
+    let cluster = TestCluster::start().await;
+    let operator = cluster.start_operator().await;
+    cluster.clusters().create(&PostParams::default(), &sample()).await.unwrap();
+    let services = cluster.api::<Service>();
+    let selector = |svc: &Service| svc.spec.as_ref().and_then(|s| s.selector.clone()).unwrap_or_default();
+    let served = await_object(&services, RW, "the rw Service", |_| true).await;
+    let owned_selector = selector(&served);
+    reconcile_now(&operator, &key(NAME)).await;
+
+    // A user's label and annotation: someone else's fields, no write.
+    let writes_before = cluster.writes().len();
+    let mark = Patch::Merge(json!({"metadata": {
+        "labels": {"team.example.com/tier": "gold"},
+        "annotations": {"team.example.com/owner": "payments"},
+    }}));
+    services.patch(RW, &user_patch(), &mark).await.unwrap();
+    let cache = operator.handles.services.cache();
+    let rw = ObjectKey::namespaced("default", RW);
+    await_cached(cache, &rw, "the label in the operator's cache", |svc| {
+        svc.expand().unwrap().metadata.labels.unwrap_or_default().contains_key("team.example.com/tier")
+    })
+    .await;
+    reconcile_now(&operator, &key(NAME)).await;
+    assert_eq!(service_writes(&cluster, writes_before + 1), 0, "a user's label or annotation caused a write");
+
+    // The selector is the operator's: a hand edit is undone, the user's label survives.
+    let retarget = Patch::Merge(json!({"spec": {"selector": {ROLE_LABEL: "replica"}}}));
+    services.patch(RW, &user_patch(), &retarget).await.unwrap();
+    let corrected =
+        await_object(&services, RW, "the selector restored", |svc| selector(svc) == owned_selector).await;
+    let labels = corrected.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("team.example.com/tier").map(String::as_str), Some("gold"));
+    operator.stop().await;
 }

@@ -25,25 +25,32 @@
 //!   form. The passes read the rest of the StatefulSet (replicas, claim templates, status) as the
 //!   server sent it.
 //!
+//! - a **Service**, **Secret** (the operator's login Secrets) or **PodDisruptionBudget** is
+//!   cached as a [`Compact`]: the JSON text the server sent and the identity fields the cache
+//!   reads, not a decoded k8s-openapi object (several times the size of its JSON). A pass only
+//!   compares these with what it would write, and reads a login Secret's password by decoding
+//!   its text ([`Compact::expand`]).
+//!
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
+//! [`ChildForm`] is what `ensure_child` needs of a child's cached form, whichever it is.
 //!
 //! `shape` runs once per object, on the object as the server sent it (the cache writer's
 //! transform, or a read after a create found the object already there).
 
+use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerStatus, PersistentVolumeClaim, PodStatus, Secret, Service,
-};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, PersistentVolumeClaim, PodStatus, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, NamespaceResourceScope};
 use kube::Resource;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use super::compact::Compact;
 use super::drift::{needs_update, needs_update_json};
 use super::types::DatabaseCluster;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
@@ -74,6 +81,66 @@ pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
             strip_managed_fields(obj);
             obj.shape();
         }))
+    }
+}
+
+/// A child kind's form in the operator's caches, beside the object the operator builds and
+/// writes: the object itself for a kind kept as a k8s-openapi object ([`CacheShape`]), a
+/// [`Compact`] for a kind kept as text. `ensure_child` reads and compares either.
+pub trait ChildForm:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope> + Send + Sync + 'static
+{
+    /// The object as the operator builds and writes it.
+    type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned;
+
+    /// The cached form of an object the server returned (a write's answer, or a read).
+    fn from_server(object: Self::Object) -> Self;
+
+    /// Whether `live` differs from `desired` in a field the operator owns, the two compared in
+    /// the same shape (`drift::needs_update`).
+    fn needs_update(desired: &Self::Object, live: &Self) -> bool;
+}
+
+impl<K> ChildForm for K
+where
+    K: CacheShape + Resource<DynamicType = (), Scope = NamespaceResourceScope> + Debug + DeserializeOwned,
+{
+    type Object = K;
+
+    fn from_server(mut object: K) -> K {
+        strip_managed_fields(&mut object);
+        object.shape();
+        object
+    }
+
+    fn needs_update(desired: &K, live: &K) -> bool {
+        K::drifted(desired, live)
+    }
+}
+
+impl<K> ChildForm for Compact<K>
+where
+    K: k8s_openapi::Resource<Scope = NamespaceResourceScope>
+        + Metadata<Ty = ObjectMeta>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + 'static,
+{
+    type Object = K;
+
+    fn from_server(object: K) -> Self {
+        // Invariant: a k8s-openapi object always serialises to JSON (see `needs_update_json`).
+        Compact::from_object(object).expect("a k8s-openapi object serialises to JSON")
+    }
+
+    fn needs_update(desired: &K, live: &Self) -> bool {
+        needs_update_json(serde_json::to_value(desired), live.to_value())
     }
 }
 
@@ -247,9 +314,7 @@ fn expanded(live: &StatefulSet) -> serde_json::Result<serde_json::Value> {
 }
 
 impl CacheShape for DatabaseCluster {}
-impl CacheShape for Service {}
 impl CacheShape for Secret {}
-impl CacheShape for PodDisruptionBudget {}
 impl CacheShape for Job {}
 impl CacheShape for CronJob {}
 impl CacheShape for PersistentVolumeClaim {}
@@ -301,6 +366,36 @@ mod tests {
         assert!(!ConfigMap::drifted(&desired, &live));
         let edited = cached(config_map(&format!("{script}echo edited\n")));
         assert!(ConfigMap::drifted(&desired, &edited));
+    }
+
+    #[test]
+    fn a_compact_child_is_compared_with_the_desired_object_as_the_server_sent_it() {
+        use crate::databasecluster::fixtures::owner;
+        use crate::databasecluster::services::{ClientService, ROLE_LABEL, build_client_service};
+        use k8s_openapi::api::core::v1::Service;
+
+        let desired = build_client_service(&owner(), ClientService::ReadWrite);
+        let served = |edit: fn(&mut serde_json::Value)| {
+            let mut live = serde_json::to_value(&desired).unwrap();
+            live["metadata"]["resourceVersion"] = json!("42");
+            live["metadata"]["annotations"] = json!({"team.example.com/owner": "payments"});
+            live["spec"]["clusterIP"] = json!("10.96.0.7");
+            live["spec"]["sessionAffinity"] = json!("None");
+            edit(&mut live);
+            let compact: Compact<Service> = serde_json::from_value(live).unwrap();
+            compact
+        };
+        assert!(!Compact::needs_update(&desired, &served(|_| {})), "others' fields are not drift");
+        let edits: [Edit; 3] = [
+            ("selector", |live| live["spec"]["selector"][ROLE_LABEL] = json!("replica")),
+            ("port", |live| live["spec"]["ports"][0]["port"] = json!(5433)),
+            ("label", |live| live["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("someone")),
+        ];
+        for (what, edit) in edits {
+            assert!(Compact::needs_update(&desired, &served(edit)), "{what} changed");
+        }
+        let written = Compact::<Service>::from_server(desired.clone());
+        assert!(!Compact::needs_update(&desired, &written), "as a write returned it");
     }
 
     /// `desired` as a server would send it: defaults, another manager's container and env var,

@@ -4,6 +4,7 @@
 pub mod app_secret;
 pub mod backup;
 pub mod cached;
+pub mod compact;
 pub mod config;
 pub mod credentials;
 pub mod demotion;

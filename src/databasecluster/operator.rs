@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::app_secret::APP_SECRET_OF;
 use super::backup::jobs::CLUSTER_LABEL;
 use super::backup::reconcile::cluster_of_backup_object;
-use super::cached::{CacheShape, CachedPod};
+use super::cached::{CacheShape, CachedPod, Compact};
 use super::events::{EventFlusher, EventPublisher};
 use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
@@ -108,15 +108,15 @@ pub struct OperatorHandles {
     /// The StatefulSet informer.
     pub statefulsets: Arc<Informer<StatefulSet>>,
     /// The Service informer.
-    pub services: Arc<Informer<Service>>,
+    pub services: Arc<Informer<Compact<Service>>>,
     /// The Secret informer.
-    pub secrets: Arc<Informer<Secret>>,
+    pub secrets: Arc<Informer<Compact<Secret>>>,
     /// The users' own app Secrets (`spec.appSecretName`), by the label the operator puts on them.
     pub app_secrets: Arc<Informer<Secret>>,
     /// The ConfigMap informer.
     pub configmaps: Arc<Informer<ConfigMap>>,
     /// The PodDisruptionBudget informer.
-    pub pdbs: Arc<Informer<PodDisruptionBudget>>,
+    pub pdbs: Arc<Informer<Compact<PodDisruptionBudget>>>,
     /// The pod informer (the clusters' pods, mapped to their cluster by label).
     pub pods: Arc<Informer<CachedPod>>,
     /// The backup and restore Job informer (mapped to their cluster by the backup label).
@@ -140,15 +140,15 @@ pub struct CacheWriters {
     /// The operator's StatefulSets.
     pub statefulsets: CacheWriter<StatefulSet>,
     /// The operator's Services.
-    pub services: CacheWriter<Service>,
+    pub services: CacheWriter<Compact<Service>>,
     /// The operator's Secrets.
-    pub secrets: CacheWriter<Secret>,
+    pub secrets: CacheWriter<Compact<Secret>>,
     /// The users' own app Secrets, by the label the operator puts on them.
     pub app_secrets: CacheWriter<Secret>,
     /// The operator's ConfigMaps.
     pub configmaps: CacheWriter<ConfigMap>,
     /// The operator's PodDisruptionBudgets.
-    pub pdbs: CacheWriter<PodDisruptionBudget>,
+    pub pdbs: CacheWriter<Compact<PodDisruptionBudget>>,
     /// The clusters' pods, indexed by their cluster's name (`app.kubernetes.io/instance`).
     pub pods: CacheWriter<CachedPod>,
     /// The backup and restore Jobs, indexed by their cluster's name (`databases.madmmas.dev/cluster`).
@@ -164,11 +164,11 @@ impl Default for CacheWriters {
         CacheWriters {
             clusters: DatabaseCluster::cache_writer(),
             statefulsets: StatefulSet::cache_writer(),
-            services: Service::cache_writer(),
-            secrets: Secret::cache_writer(),
+            services: Compact::<Service>::cache_writer(),
+            secrets: Compact::<Secret>::cache_writer(),
             app_secrets: Secret::cache_writer(),
             configmaps: ConfigMap::cache_writer(),
-            pdbs: PodDisruptionBudget::cache_writer(),
+            pdbs: Compact::<PodDisruptionBudget>::cache_writer(),
             // A pass reads its own cluster's pods and Jobs by label: indexed, not scanned.
             pods: CachedPod::cache_writer().with_label_index(label::INSTANCE),
             jobs: Job::cache_writer().with_label_index(CLUSTER_LABEL),

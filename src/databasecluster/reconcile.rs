@@ -10,8 +10,8 @@
 //!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
 //!    the PodDisruptionBudget. Absent from the cache → create (POST); present → server-side apply
 //!    (field manager [`FIELD_MANAGER`], forced) only when `drift::needs_update` finds a
-//!    difference in a field the operator owns (`CacheShape::drifted`: the cached form compared
-//!    like with like), so other managers' fields survive and an unchanged cluster costs no
+//!    difference in a field the operator owns (`ChildForm::needs_update`: the cached form
+//!    compared like with like), so other managers' fields survive and an unchanged cluster costs no
 //!    write. A create answered `409 AlreadyExists` means the cache is behind: the object is
 //!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
 //!    when its Secret is created and read back from it ever after. One log line per child and
@@ -48,22 +48,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
 
 use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
-use super::cached::{CacheShape, CachedPod};
+use super::cached::{CachedPod, ChildForm, Compact};
 use super::config::{
     build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_demoting,
     recorded_primary,
@@ -125,16 +122,16 @@ pub struct Context {
     pub clusters: Arc<Cache<DatabaseCluster>>,
     /// The operator's StatefulSets.
     pub statefulsets: Arc<Cache<StatefulSet>>,
-    /// The operator's headless Services.
-    pub services: Arc<Cache<Service>>,
-    /// The operator's login Secrets.
-    pub secrets: Arc<Cache<Secret>>,
+    /// The operator's Services (headless and client), as text.
+    pub services: Arc<Cache<Compact<Service>>>,
+    /// The operator's login Secrets, as text.
+    pub secrets: Arc<Cache<Compact<Secret>>>,
     /// The users' own app Secrets (`spec.appSecretName`) once labelled ([`app_secret`]).
     pub app_secrets: Arc<Cache<Secret>>,
     /// The operator's ConfigMaps.
     pub configmaps: Arc<Cache<ConfigMap>>,
-    /// The operator's PodDisruptionBudgets.
-    pub pdbs: Arc<Cache<PodDisruptionBudget>>,
+    /// The operator's PodDisruptionBudgets, as text.
+    pub pdbs: Arc<Cache<Compact<PodDisruptionBudget>>>,
     /// The clusters' pods (labelled managed-by the operator through the pod template).
     pub pods: Arc<Cache<CachedPod>>,
     /// The operator's backup and restore Jobs (scheduled and on-demand).
@@ -201,6 +198,17 @@ pub enum Error {
     /// The status patch failed.
     #[error("patching the status: {0}")]
     Status(#[source] kube::Error),
+    /// A cached child's text did not decode. It decoded when it was cached ([`Compact`]), so
+    /// this is a broken invariant; retried, and the pass writes nothing meanwhile.
+    #[error("decoding the cached {kind} {name}: {source}")]
+    Cached {
+        /// The child's kind.
+        kind: &'static str,
+        /// The child's name.
+        name: String,
+        /// The decoder's error.
+        source: serde_json::Error,
+    },
 }
 
 impl ReconcileError for Error {
@@ -284,7 +292,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         cached.as_deref().and_then(recorded_primary).unwrap_or_else(|| initial_primary(owner.name()));
     let demoting = cached.as_deref().and_then(recorded_demoting);
     let (_, outcome) = ensure_child(ctx, &owner, "ConfigMap", cached, |_| {
-        build_config_map(&owner, &spec, &primary_record, demoting.as_deref())
+        Ok(build_config_map(&owner, &spec, &primary_record, demoting.as_deref()))
     })
     .await?;
     report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
@@ -308,7 +316,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         if let Some(live) = live {
             keep_immutable_fields(&mut desired, live);
         }
-        desired
+        Ok(desired)
     })
     .await?;
     let scaling = match &outcome {
@@ -388,13 +396,14 @@ fn apply_backups(
 async fn ensure_services(ctx: &Context, cluster: &DatabaseCluster, owner: &Owner) -> Result<(), Error> {
     let service_key = child_key(cluster, headless_service_name);
     let cached = ctx.services.get(&service_key);
-    let (_, outcome) = ensure_child(ctx, owner, "Service", cached, |_| build_headless_service(owner)).await?;
+    let (_, outcome) =
+        ensure_child(ctx, owner, "Service", cached, |_| Ok(build_headless_service(owner))).await?;
     report(ctx, cluster, "Service", &service_key, &outcome, None).await;
     for which in ClientService::ALL {
         let key = ObjectKey::new(Some(owner.namespace()), &which.name(owner.name()));
         let cached = ctx.services.get(&key);
         let (_, outcome) =
-            ensure_child(ctx, owner, "Service", cached, |_| build_client_service(owner, which)).await?;
+            ensure_child(ctx, owner, "Service", cached, |_| Ok(build_client_service(owner, which))).await?;
         report(ctx, cluster, "Service", &key, &outcome, None).await;
     }
     Ok(())
@@ -444,18 +453,20 @@ async fn ensure_secrets(
         }
         let key = ObjectKey::new(Some(owner.namespace()), &login.secret_name(owner.name()));
         let cached = ctx.secrets.get(&key);
-        let (secret, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&Secret>| {
-            let password = live.and_then(secret_password).unwrap_or_else(|| {
-                if live.is_some() {
-                    tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
-                }
-                generate_password()
-            });
-            build_login_secret(owner, login, &password)
-        })
-        .await?;
+        let (secret, outcome) =
+            ensure_child(ctx, owner, "Secret", cached, |live: Option<&Compact<Secret>>| {
+                let live = live.map(expand_secret).transpose()?;
+                let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
+                    if live.is_some() {
+                        tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
+                    }
+                    generate_password()
+                });
+                Ok(build_login_secret(owner, login, &password))
+            })
+            .await?;
         report(ctx, cluster, "Secret", &key, &outcome, None).await;
-        if let Some(password) = secret_password(&secret) {
+        if let Some(password) = secret_password(&expand_secret(&secret)?) {
             credentials.0.insert(login.mount_dir(), (login.username().to_owned(), password));
         }
     }
@@ -474,7 +485,7 @@ async fn ensure_pdb(
     match build_pdb(owner, replicas) {
         Some(pdb) => {
             let (_, outcome) =
-                ensure_child(ctx, owner, "PodDisruptionBudget", cached, |_| pdb.clone()).await?;
+                ensure_child(ctx, owner, "PodDisruptionBudget", cached, |_| Ok(pdb.clone())).await?;
             report(ctx, cluster, "PodDisruptionBudget", &key, &outcome, None).await;
         }
         None if cached.is_some() => {
@@ -982,39 +993,36 @@ pub(super) async fn report<K>(
 }
 
 /// Brings one child to its desired state: creates it when absent, applies it when an owned field
-/// differs, and otherwise leaves it alone. `build` makes the desired object from the live one (if
-/// any); `kind` names the child in logs and errors. Returns the child as the server now has it,
-/// and what was done.
-pub(super) async fn ensure_child<K>(
+/// differs, and otherwise leaves it alone. `build` makes the desired object from the live one's
+/// cached form (if any); `kind` names the child in logs and errors. Returns the child's cached
+/// form as the server now has it, and what was done.
+pub(super) async fn ensure_child<C: ChildForm>(
     ctx: &Context,
     owner: &Owner,
     kind: &'static str,
-    cached: Option<Arc<K>>,
-    build: impl Fn(Option<&K>) -> K,
-) -> Result<(Arc<K>, Outcome<K>), Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + CacheShape
-        + Debug
-        + Serialize
-        + DeserializeOwned,
-{
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    cached: Option<Arc<C>>,
+    build: impl Fn(Option<&C>) -> Result<C::Object, Error>,
+) -> Result<(Arc<C>, Outcome<C>), Error> {
+    let api: Api<C::Object> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let live = match cached {
         Some(live) => live,
         None => {
-            let desired = build(None);
+            let desired = build(None)?;
             let name = desired.meta().name.clone().unwrap_or_default();
             let params =
                 PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
             match api.create(&params, &desired).await {
-                Ok(created) => return Ok((Arc::new(recorded_as(Verb::Create, created)), Outcome::Created)),
+                Ok(created) => {
+                    return Ok((
+                        Arc::new(C::from_server(recorded_as(Verb::Create, created))),
+                        Outcome::Created,
+                    ));
+                }
                 Err(kube::Error::Api(status)) if status.is_already_exists() => {
                     tracing::debug!(kind, %name, "the cache is behind the server; reading the child once");
-                    let mut live =
+                    let live =
                         api.get(&name).await.map_err(|source| child_error("reading", kind, &name, source))?;
-                    live.shape();
-                    Arc::new(live)
+                    Arc::new(C::from_server(live))
                 }
                 Err(source) => return Err(child_error("creating", kind, &name, source)),
             }
@@ -1029,16 +1037,25 @@ where
             owner_name: other.name.clone(),
         });
     }
-    let desired = build(Some(&live));
-    // The cache keeps some kinds in a reduced shape ([`CacheShape`]): compare like with like.
-    if !K::drifted(&desired, &live) {
+    let desired = build(Some(&live))?;
+    // The cache keeps some kinds in a form of their own ([`ChildForm`]): compare like with like.
+    if !C::needs_update(&desired, &live) {
         return Ok((live, Outcome::Unchanged));
     }
     let applied = api
         .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
         .await
         .map_err(|source| child_error("applying", kind, &name, source))?;
-    Ok((Arc::new(recorded_as(Verb::Apply, applied)), Outcome::Updated { before: live }))
+    Ok((Arc::new(C::from_server(recorded_as(Verb::Apply, applied))), Outcome::Updated { before: live }))
+}
+
+/// A cached login Secret decoded whole, to read its password.
+fn expand_secret(cached: &Compact<Secret>) -> Result<Secret, Error> {
+    cached.expand().map_err(|source| Error::Cached {
+        kind: "Secret",
+        name: cached.meta().name.clone().unwrap_or_default(),
+        source,
+    })
 }
 
 pub(super) fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {

@@ -68,14 +68,15 @@ pub async fn ensure_backups(
         if let Some(live) = live {
             keep_immutable_pvc_fields(&mut desired, live);
         }
-        desired
+        Ok(desired)
     })
     .await?;
     report(ctx, cluster, "PersistentVolumeClaim", &pvc_key, &outcome, None).await;
 
     match build_cronjob(owner, spec) {
         Some(desired) => {
-            let (_, outcome) = ensure_child(ctx, owner, "CronJob", cached_cron, |_| desired.clone()).await?;
+            let (_, outcome) =
+                ensure_child(ctx, owner, "CronJob", cached_cron, |_| Ok(desired.clone())).await?;
             report(ctx, cluster, "CronJob", &cron_key, &outcome, None).await;
         }
         None if cached_cron.is_some() => delete_cronjob(ctx, owner, cron_key.name()).await?,

@@ -1,0 +1,251 @@
+//! [`Compact<K>`]: an object the operator's caches keep as JSON text, for
+//! the child kinds a pass only compares with what it would write (Services, Secrets,
+//! PodDisruptionBudgets). A decoded k8s-openapi object costs several times its JSON: its inline
+//! struct is mostly empty `Option`s (a `Service` is 824 bytes before any of its heap), each
+//! non-empty map (labels, a selector, a Secret's data) allocates a 544-byte node, and every
+//! string is an allocation of its own. Kept as text, a Service is its JSON plus the few identity
+//! fields the cache and the controller read.
+//!
+//! The contract:
+//! - the text is the whole object as decoded into a `K` (every field k8s-openapi knows, as the
+//!   server sent it), written back as JSON with `metadata.managedFields` cut. Decoding as `K`
+//!   refuses what is not a `K`, as the typed decoder always did, so [`Compact::expand`] of a
+//!   cached object cannot fail but on a broken invariant;
+//! - its metadata (`Metadata::metadata`) holds only what the cache's indexes, the controller's owner mapping
+//!   and the watch's bookmarks read: name, namespace, uid, resourceVersion, generation, the
+//!   creation and deletion times, the ownerReferences, and the streaming list's end-of-initial-
+//!   events annotation. Labels and annotations stay in the text; [`Compact::expand`] has them.
+//!   `metadata_mut` changes that copy only, never the text;
+//! - drift ([`super::cached::ChildForm::needs_update`]) compares the desired object with the text,
+//!   both as JSON, by the same rule as every other kind (`drift::needs_update_json`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{Metadata, Resource};
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use crate::runtime::cache::CacheWriter;
+use crate::runtime::reflector::INITIAL_EVENTS_END;
+
+/// An object of kind `K` kept as its JSON text (see the module docs).
+pub struct Compact<K> {
+    metadata: ObjectMeta,
+    text: Box<RawValue>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta>> Compact<K> {
+    /// The compact form of `object` (a write's answer, say), its managedFields cut.
+    pub fn from_object(mut object: K) -> serde_json::Result<Self> {
+        object.metadata_mut().managed_fields = None;
+        let text = RawValue::from_string(serde_json::to_string(&object)?)?;
+        Ok(Compact { metadata: identity(std::mem::take(object.metadata_mut())), text, kind: PhantomData })
+    }
+
+    /// A writer of a cache that keeps objects of kind `K` in this form. It strips nothing:
+    /// decoding already kept only the identity beside the text.
+    pub fn cache_writer() -> CacheWriter<Self>
+    where
+        K: Resource + 'static,
+    {
+        CacheWriter::new(Arc::new(|_: &mut Self| {}))
+    }
+
+    /// The object decoded whole, for a pass that reads more than its identity.
+    pub fn expand(&self) -> serde_json::Result<K> {
+        serde_json::from_str(self.text.get())
+    }
+
+    /// The object as JSON, for drift.
+    pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::from_str(self.text.get())
+    }
+}
+
+/// What [`Compact::metadata`] keeps of an object's metadata (see the module docs).
+fn identity(metadata: ObjectMeta) -> ObjectMeta {
+    let annotations = metadata.annotations.and_then(|mut a| {
+        a.remove(INITIAL_EVENTS_END).map(|v| BTreeMap::from([(INITIAL_EVENTS_END.to_owned(), v)]))
+    });
+    ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        uid: metadata.uid,
+        resource_version: metadata.resource_version,
+        generation: metadata.generation,
+        creation_timestamp: metadata.creation_timestamp,
+        deletion_timestamp: metadata.deletion_timestamp,
+        owner_references: metadata.owner_references,
+        annotations,
+        ..ObjectMeta::default()
+    }
+}
+
+impl<K> Clone for Compact<K> {
+    fn clone(&self) -> Self {
+        Compact { metadata: self.metadata.clone(), text: self.text.clone(), kind: PhantomData }
+    }
+}
+
+impl<K: Resource> fmt::Debug for Compact<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Compact")
+            .field("kind", &K::KIND)
+            .field("namespace", &self.metadata.namespace)
+            .field("name", &self.metadata.name)
+            .field("resource_version", &self.metadata.resource_version)
+            .field("text_bytes", &self.text.get().len())
+            .finish()
+    }
+}
+
+impl<K> Serialize for Compact<K> {
+    /// The whole object, as the server sent it.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize(serializer)
+    }
+}
+
+impl<'de, K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta>> Deserialize<'de> for Compact<K> {
+    /// Decodes a `K` (so that what is not a `K` is refused as before) and keeps it as text. Not
+    /// a capture of the raw text: that works only straight from `serde_json`'s own decoder, and
+    /// kube-runtime's watcher (the anchor) decodes through serde's buffered enum content.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Compact::from_object(K::deserialize(deserializer)?).map_err(D::Error::custom)
+    }
+}
+
+impl<K: Resource> Resource for Compact<K> {
+    const API_VERSION: &'static str = K::API_VERSION;
+    const GROUP: &'static str = K::GROUP;
+    const KIND: &'static str = K::KIND;
+    const VERSION: &'static str = K::VERSION;
+    const URL_PATH_SEGMENT: &'static str = K::URL_PATH_SEGMENT;
+    type Scope = K::Scope;
+}
+
+impl<K: Resource> Metadata for Compact<K> {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Secret, Service};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::ObjectKey;
+    use crate::runtime::reflector::{WatchLine, decode_watch_line};
+
+    fn served_service() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "pg-rw", "namespace": "team-1", "uid": "u-1", "resourceVersion": "42",
+                "creationTimestamp": "2026-12-04T10:00:00Z",
+                "labels": {"app.kubernetes.io/instance": "pg", "app.kubernetes.io/managed-by": "dbcluster-operator"},
+                "annotations": {"team.example.com/owner": "payments"},
+                "ownerReferences": [{"apiVersion": "databases.madmmas.dev/v1alpha1", "kind": "DatabaseCluster",
+                    "name": "pg", "uid": "owner-1", "controller": true}],
+            },
+            "spec": {"selector": {"role": "primary"}, "ports": [{"name": "postgres", "port": 5432}],
+                "clusterIP": "10.96.0.7", "type": "ClusterIP"},
+            "status": {"loadBalancer": {}},
+        })
+    }
+
+    #[test]
+    fn the_text_is_the_object_and_the_metadata_its_identity() {
+        let served = served_service();
+        let kept: Compact<Service> = serde_json::from_value(served.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&kept).unwrap(), served, "the whole object, as sent");
+        assert_eq!(kept.to_value().unwrap(), served);
+        assert_eq!(kept.expand().unwrap(), serde_json::from_value::<Service>(served).unwrap());
+        let meta = kept.metadata();
+        assert_eq!(ObjectKey::of(&kept), ObjectKey::namespaced("team-1", "pg-rw"));
+        assert_eq!((meta.uid.as_deref(), meta.resource_version.as_deref()), (Some("u-1"), Some("42")));
+        assert_eq!(crate::runtime::cache::controller_uid(&kept), Some("owner-1"));
+        assert!(
+            meta.labels.is_none() && meta.annotations.is_none(),
+            "labels and annotations stay in the text"
+        );
+        assert_eq!(<Compact<Service> as kube::Resource>::kind(&()), "Service");
+        assert_eq!(<Compact<Service> as kube::Resource>::plural(&()), "services");
+    }
+
+    #[test]
+    fn managed_fields_are_cut_from_the_text() {
+        let mut served = served_service();
+        served["metadata"]["managedFields"] = json!([{"manager": "kubectl", "operation": "Update"}]);
+        let kept: Compact<Service> = serde_json::from_value(served.clone()).unwrap();
+        assert!(!kept.text.get().contains("managedFields"));
+        served["metadata"].as_object_mut().unwrap().remove("managedFields");
+        assert_eq!(kept.to_value().unwrap(), served);
+
+        let mut written: Service = serde_json::from_value(served.clone()).unwrap();
+        written.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        let kept = Compact::from_object(written).unwrap();
+        assert!(!kept.text.get().contains("managedFields"));
+        assert_eq!(kept.metadata().name.as_deref(), Some("pg-rw"));
+    }
+
+    #[test]
+    fn an_object_that_is_not_a_k_is_refused_as_the_typed_decoder_refuses_it() {
+        let mut served = served_service();
+        served["spec"]["ports"] = json!("not a list");
+        assert!(serde_json::from_value::<Compact<Service>>(served.clone()).is_err());
+        assert!(serde_json::from_value::<Service>(served).is_err());
+        let secret = json!({"metadata": {"name": "s"}, "data": {"password": "not base64!"}});
+        assert!(serde_json::from_value::<Compact<Secret>>(secret).is_err());
+    }
+
+    #[test]
+    fn watch_lines_decode_including_the_end_of_a_streaming_lists_initial_events() {
+        let line = serde_json::to_vec(&json!({"type": "ADDED", "object": served_service()})).unwrap();
+        let Ok(WatchLine::Added(kept)) = decode_watch_line::<Compact<Service>>(&line) else { panic!() };
+        assert_eq!(kept.metadata().name.as_deref(), Some("pg-rw"));
+        let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Service", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "77", "annotations": {INITIAL_EVENTS_END: "true"}}}});
+        let line = serde_json::to_vec(&bookmark).unwrap();
+        let decoded = decode_watch_line::<Compact<Service>>(&line).unwrap();
+        assert!(
+            matches!(&decoded, WatchLine::Bookmark { resource_version, initial_events_end: true } if resource_version == "77"),
+            "{decoded:?}"
+        );
+    }
+
+    #[test]
+    fn it_decodes_through_serdes_buffered_content_as_kube_runtimes_watcher_does() {
+        #[derive(Deserialize)]
+        #[serde(tag = "type", content = "object")]
+        enum Event {
+            #[serde(rename = "ADDED")]
+            Added(Compact<Service>),
+        }
+        // The object before its tag: serde buffers it before it knows the variant.
+        let line = format!(r#"{{"object":{},"type":"ADDED"}}"#, served_service());
+        let Event::Added(kept) = serde_json::from_str(&line).unwrap();
+        assert_eq!(kept.to_value().unwrap(), served_service());
+    }
+
+    #[test]
+    fn a_compact_service_takes_less_than_the_decoded_one() {
+        assert!(size_of::<Compact<Service>>() * 2 < size_of::<Service>());
+    }
+}
