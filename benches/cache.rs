@@ -8,8 +8,8 @@
 //! allocator (live bytes and peak live bytes); those figures are printed before the timings.
 //!
 //! `retained/<kind> as the operator caches it` measures the operator's own caches
-//! (`databasecluster::cached::CacheShape`: a Pod without its spec, a StatefulSet with its pod
-//! template as text) beside the runtime's cache of the same objects whole, in the same run.
+//! (`databasecluster::cached`: a Pod without its spec, a StatefulSet as its JSON text,
+//! `Compact`) beside the runtime's cache of the same objects whole, in the same run.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use dbcluster_operator::databasecluster::cached::{CacheShape, CachedPod};
+use dbcluster_operator::databasecluster::cached::{CacheShape, CachedPod, Compact};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::CacheWriter;
 use dbcluster_operator::runtime::reflector::{
@@ -238,18 +238,18 @@ where
     assert_eq!(cache.cache().len(), n);
 }
 
-/// Retained bytes per object in the operator's cache of this kind (`S`, as its [`CacheShape`]
-/// keeps it, decoded from the same lines), beside the runtime's cache of the same objects whole
-/// (`W`; managedFields cut from both).
-fn shaped_report<W, S>(kind: &str, n: usize, line: fn(usize, u64) -> String)
+/// Retained bytes per object in the operator's cache of this kind (`S`, as `writer` keeps it,
+/// decoded from the same lines), beside the runtime's cache of the same objects whole (`W`;
+/// managedFields cut from both).
+fn shaped_report<W, S>(kind: &str, n: usize, line: fn(usize, u64) -> String, writer: fn() -> CacheWriter<S>)
 where
     W: Resource + DeserializeOwned + Send + Sync + 'static,
-    S: CacheShape + DeserializeOwned,
+    S: Resource + DeserializeOwned + Send + Sync + 'static,
 {
     let lines: Vec<String> = (0..n).map(|i| line(i, 1000 + i as u64)).collect();
     let (whole, cache) = retained_per_object(n, || cache_store::<W>(&lines));
     drop(cache);
-    let (shaped, cache) = retained_per_object(n, || filled(S::cache_writer(), &lines));
+    let (shaped, cache) = retained_per_object(n, || filled(writer(), &lines));
     assert_eq!(cache.cache().len(), n);
     println!(
         "retained/{kind} as the operator caches it: {:.1} KB; whole (the runtime's cache) {:.1} KB; {:.3}x",
@@ -263,8 +263,13 @@ fn memory(_: &mut Criterion) {
     let n = std::env::var("CACHE_BENCH_OBJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     memory_report::<Pod>("Pod", n, pod_line);
     memory_report::<StatefulSet>("StatefulSet", n, statefulset_line);
-    shaped_report::<Pod, CachedPod>("Pod", n, pod_line);
-    shaped_report::<StatefulSet, StatefulSet>("StatefulSet", n, statefulset_line);
+    shaped_report::<Pod, CachedPod>("Pod", n, pod_line, CachedPod::cache_writer);
+    shaped_report::<StatefulSet, Compact<StatefulSet>>(
+        "StatefulSet",
+        n,
+        statefulset_line,
+        Compact::<StatefulSet>::cache_writer,
+    );
 }
 
 fn throughput<K>(c: &mut Criterion, kind: &str, line: fn(usize, u64) -> String)

@@ -50,7 +50,8 @@ async fn a_hand_edit_of_replicas_is_corrected_and_a_users_annotation_is_kept() {
     statefulsets.patch(NAME, &user_patch(), &annotate).await.unwrap();
     let cache = operator.handles.statefulsets.cache();
     await_cached(cache, &key(NAME), "the annotation in the operator's cache", |sts| {
-        sts.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("team.example.com/owner"))
+        let annotations = sts.expand().unwrap().metadata.annotations;
+        annotations.is_some_and(|a| a.contains_key("team.example.com/owner"))
     })
     .await;
     reconcile_now(&operator, &key(NAME)).await;

@@ -16,20 +16,13 @@
 //!   digest (`sha256:<hex>`): the passes read the short records (`primary`, `demoting`) and compare
 //!   the rest with what they would write, which [`CacheShape::drifted`] puts in the same shape
 //!   first, so a changed script is still drift. The scripts are most of a cluster's cached bytes.
-//! - a **StatefulSet** keeps its pod template only as the JSON text the server sent (in the
-//!   cache-only annotation [`CACHED_TEMPLATE`]): k8s-openapi's pod template is tens of KB decoded
-//!   (a `Container` is about 2 KB inline, a `Volume` 3 KB, and decoded vectors keep serde's
-//!   doubled capacity) for a few KB of JSON. Drift ([`CacheShape::drifted`]) puts the text back
-//!   as JSON before it compares, so every template field still counts; the one template field a
-//!   pass reads otherwise, a container's image, comes from [`template_image`], which reads either
-//!   form. The passes read the rest of the StatefulSet (replicas, claim templates, status) as the
-//!   server sent it.
-//!
-//! - a **Service**, **Secret** (the operator's login Secrets) or **PodDisruptionBudget** is
-//!   cached as a [`Compact`]: the JSON text the server sent and the identity fields the cache
-//!   reads, not a decoded k8s-openapi object (several times the size of its JSON). A pass only
-//!   compares these with what it would write, and reads a login Secret's password by decoding
-//!   its text ([`Compact::expand`]).
+//! - a **StatefulSet**, **Service**, **Secret** (the operator's login Secrets) or
+//!   **PodDisruptionBudget** is cached as a [`Compact`]: its JSON text and the identity fields
+//!   the cache reads, not a decoded k8s-openapi object (several times the size of its JSON: a
+//!   `Container` is about 2 KB inline, a `Volume` 3 KB, each non-empty map a 544-byte node).
+//!   Drift compares the desired object with the text as JSON, so every field still counts; a
+//!   pass that reads one (the StatefulSet's replicas, claim templates and status, a login
+//!   Secret's password) decodes it for that pass ([`Compact::expand`]).
 //!
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
 //! [`ChildForm`] is what `ensure_child` needs of a child's cached form, whichever it is.
@@ -40,7 +33,6 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, PersistentVolumeClaim, PodStatus, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -57,11 +49,6 @@ use crate::runtime::cache::{CacheWriter, strip_managed_fields};
 
 /// ConfigMap values longer than this are cached as their digest.
 pub const DIGEST_ABOVE: usize = 256;
-
-/// The annotation under which a cached StatefulSet keeps its pod template as JSON text. It exists
-/// only in the operator's cache: nothing the operator writes carries it, and one that a user puts
-/// on a StatefulSet is replaced in the cache by the template itself.
-pub const CACHED_TEMPLATE: &str = "databases.madmmas.dev/cached-pod-template";
 
 /// How an object of this kind is kept in the operator's caches (see the module docs).
 pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
@@ -226,33 +213,6 @@ impl CacheShape for ConfigMap {
     }
 }
 
-impl CacheShape for StatefulSet {
-    fn shape(&mut self) {
-        let Some(spec) = self.spec.as_mut() else { return };
-        let template = std::mem::take(&mut spec.template);
-        let mut text = match serde_json::to_string(&template) {
-            Ok(text) => text,
-            // Invariant: a k8s-openapi template always serialises; were it not to, it stays whole.
-            Err(_) => {
-                spec.template = template;
-                return;
-            }
-        };
-        // The writer's buffer doubled as it grew: keep only the text.
-        text.shrink_to_fit();
-        self.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(CACHED_TEMPLATE.to_owned(), text);
-    }
-
-    /// The desired object is compared with the cached one's template put back (see the module
-    /// docs); a StatefulSet as a write returned it (no cache-only text) is compared as it is.
-    fn drifted(desired: &Self, live: &Self) -> bool {
-        needs_update_json(serde_json::to_value(desired), expanded(live))
-    }
-}
-
 /// Container statuses as a cached Pod keeps them: name, state, last state, readiness, restarts.
 fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
     let mut kept: Vec<ContainerStatus> = statuses
@@ -271,48 +231,6 @@ fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
     kept
 }
 
-/// The image of container `name` in the pod template of `sts`, typed (as a write returned it) or
-/// kept as text (as the cache keeps it). Reading the text decodes only the containers' names
-/// and images.
-pub fn template_image(sts: &StatefulSet, name: &str) -> Option<String> {
-    /// The part of a pod template this reads; serde skips the rest of the text.
-    #[derive(Deserialize)]
-    struct Template {
-        spec: Option<Pod>,
-    }
-    #[derive(Deserialize)]
-    struct Pod {
-        #[serde(default)]
-        containers: Vec<NamedImage>,
-    }
-    #[derive(Deserialize)]
-    struct NamedImage {
-        name: String,
-        image: Option<String>,
-    }
-    let spec = sts.spec.as_ref()?;
-    if let Some(pod) = &spec.template.spec {
-        return pod.containers.iter().find(|c| c.name == name)?.image.clone();
-    }
-    let text = sts.metadata.annotations.as_ref()?.get(CACHED_TEMPLATE)?;
-    let template: Template = serde_json::from_str(text).ok()?;
-    template.spec?.containers.into_iter().find(|c| c.name == name)?.image
-}
-
-/// A cached StatefulSet as JSON with its pod template put back from [`CACHED_TEMPLATE`] (and that
-/// annotation gone, as it is from the server's object).
-fn expanded(live: &StatefulSet) -> serde_json::Result<serde_json::Value> {
-    let mut value = serde_json::to_value(live)?;
-    let text = live.metadata.annotations.as_ref().and_then(|annotations| annotations.get(CACHED_TEMPLATE));
-    if let Some(text) = text {
-        value["spec"]["template"] = serde_json::from_str(text)?;
-        if let Some(annotations) = value["metadata"]["annotations"].as_object_mut() {
-            annotations.remove(CACHED_TEMPLATE);
-        }
-    }
-    Ok(value)
-}
-
 impl CacheShape for DatabaseCluster {}
 impl CacheShape for Secret {}
 impl CacheShape for Job {}
@@ -323,6 +241,7 @@ impl CacheShape for PersistentVolumeClaim {}
 mod tests {
     use std::collections::BTreeMap;
 
+    use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
     use serde_json::json;
@@ -415,28 +334,19 @@ mod tests {
         serde_json::from_value(live).unwrap()
     }
 
-    fn shaped(mut sts: StatefulSet) -> StatefulSet {
-        sts.shape();
-        sts
+    /// The StatefulSet as the operator's cache keeps it: its text, decoded as a watch line's
+    /// object is.
+    fn cached_sts(sts: &StatefulSet) -> Compact<StatefulSet> {
+        serde_json::from_value(serde_json::to_value(sts).unwrap()).unwrap()
     }
 
     #[test]
-    fn a_cached_statefulset_keeps_what_the_passes_read_and_its_template_as_text() {
+    fn a_cached_statefulset_reads_as_the_server_sent_it() {
         let full = served(&statefulset(), |_| {});
-        let kept = shaped(full.clone());
-        let (spec, full_spec) = (kept.spec.as_ref().unwrap(), full.spec.as_ref().unwrap());
-        assert_eq!(spec.replicas, full_spec.replicas);
-        assert_eq!(spec.volume_claim_templates, full_spec.volume_claim_templates);
-        assert_eq!(kept.status, full.status);
-        assert_eq!(spec.template, Default::default(), "no typed template");
-        assert_eq!(observe_rollout(&kept), observe_rollout(&full), "the image is read from the text");
+        let kept = cached_sts(&full).expand().unwrap();
+        assert_eq!(kept, full);
+        assert_eq!(observe_rollout(&kept), observe_rollout(&full));
         assert!(observe_rollout(&kept).version.is_some());
-        assert_eq!(template_image(&kept, "exporter").as_deref(), Some("exporter:1"));
-        assert_eq!(template_image(&kept, "nobody"), None);
-        let annotations = kept.metadata.annotations.as_ref().unwrap();
-        assert_eq!(annotations["team.example.com/owner"], "payments");
-        let text: serde_json::Value = serde_json::from_str(&annotations[CACHED_TEMPLATE]).unwrap();
-        assert_eq!(text, serde_json::to_value(&full_spec.template).unwrap(), "the whole template, as sent");
     }
 
     /// What changed, and the change.
@@ -446,7 +356,7 @@ mod tests {
     fn drift_compares_the_whole_template_of_a_cached_statefulset() {
         let desired = statefulset();
         assert!(
-            !StatefulSet::drifted(&desired, &shaped(served(&desired, |_| {}))),
+            !Compact::needs_update(&desired, &cached_sts(&served(&desired, |_| {}))),
             "others' fields are not drift"
         );
         let edits: [Edit; 4] = [
@@ -461,20 +371,10 @@ mod tests {
         ];
         for (what, edit) in edits {
             let live = served(&desired, edit);
-            assert!(StatefulSet::drifted(&desired, &shaped(live.clone())), "cached: {what} changed");
-            assert!(StatefulSet::drifted(&desired, &live), "as a write returned it: {what} changed");
+            assert!(Compact::needs_update(&desired, &cached_sts(&live)), "cached: {what} changed");
+            let written = Compact::<StatefulSet>::from_server(live);
+            assert!(Compact::needs_update(&desired, &written), "as a write returned it: {what} changed");
         }
-        assert!(!StatefulSet::drifted(&desired, &served(&desired, |_| {})), "as a write returned it");
-    }
-
-    #[test]
-    fn a_users_annotation_of_the_cache_only_name_is_replaced_by_the_template() {
-        let desired = statefulset();
-        let live = served(&desired, |live| {
-            live["metadata"]["annotations"][CACHED_TEMPLATE] = json!("{}");
-            live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("postgres:15.5");
-        });
-        assert!(StatefulSet::drifted(&desired, &shaped(live)), "the template that runs is compared");
     }
 
     #[test]

@@ -106,7 +106,7 @@ pub struct OperatorHandles {
     /// The DatabaseCluster informer.
     pub clusters: Arc<Informer<DatabaseCluster>>,
     /// The StatefulSet informer.
-    pub statefulsets: Arc<Informer<StatefulSet>>,
+    pub statefulsets: Arc<Informer<Compact<StatefulSet>>>,
     /// The Service informer.
     pub services: Arc<Informer<Compact<Service>>>,
     /// The Secret informer.
@@ -138,7 +138,7 @@ pub struct CacheWriters {
     /// The DatabaseClusters.
     pub clusters: CacheWriter<DatabaseCluster>,
     /// The operator's StatefulSets.
-    pub statefulsets: CacheWriter<StatefulSet>,
+    pub statefulsets: CacheWriter<Compact<StatefulSet>>,
     /// The operator's Services.
     pub services: CacheWriter<Compact<Service>>,
     /// The operator's Secrets.
@@ -163,7 +163,7 @@ impl Default for CacheWriters {
     fn default() -> Self {
         CacheWriters {
             clusters: DatabaseCluster::cache_writer(),
-            statefulsets: StatefulSet::cache_writer(),
+            statefulsets: Compact::<StatefulSet>::cache_writer(),
             services: Compact::<Service>::cache_writer(),
             secrets: Compact::<Secret>::cache_writer(),
             app_secrets: Secret::cache_writer(),

@@ -48,12 +48,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
 
@@ -121,7 +125,7 @@ pub struct Context {
     /// The DatabaseClusters, as the primary informer holds them.
     pub clusters: Arc<Cache<DatabaseCluster>>,
     /// The operator's StatefulSets.
-    pub statefulsets: Arc<Cache<StatefulSet>>,
+    pub statefulsets: Arc<Cache<Compact<StatefulSet>>>,
     /// The operator's Services (headless and client), as text.
     pub services: Arc<Cache<Compact<Service>>>,
     /// The operator's login Secrets, as text.
@@ -275,8 +279,9 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let spec = match validate(cluster) {
         Ok(spec) => spec,
         Err(error) => {
-            let observed = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
-            let status = compute_status(cluster, Err(&error), observed.as_deref(), Timestamp::now());
+            let cached = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
+            let observed = cached.as_deref().map(|sts| expand_cached(sts, "StatefulSet")).transpose()?;
+            let status = compute_status(cluster, Err(&error), observed.as_ref(), Timestamp::now());
             write_status(ctx, cluster, status).await?;
             return Err(Error::InvalidSpec(error));
         }
@@ -314,13 +319,14 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let (sts, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
         let mut desired = build_statefulset(&owner, &held);
         if let Some(live) = live {
-            keep_immutable_fields(&mut desired, live);
+            keep_immutable_fields(&mut desired, &expand_cached(live, "StatefulSet")?);
         }
         Ok(desired)
     })
     .await?;
+    let sts = expand_cached(&sts, "StatefulSet")?;
     let scaling = match &outcome {
-        Outcome::Updated { before } => scaling_event(before, &sts),
+        Outcome::Updated { before } => scaling_event(&expand_cached(before, "StatefulSet")?, &sts),
         _ => None,
     };
     report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
@@ -455,7 +461,7 @@ async fn ensure_secrets(
         let cached = ctx.secrets.get(&key);
         let (secret, outcome) =
             ensure_child(ctx, owner, "Secret", cached, |live: Option<&Compact<Secret>>| {
-                let live = live.map(expand_secret).transpose()?;
+                let live = live.map(|live| expand_cached(live, "Secret")).transpose()?;
                 let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
                     if live.is_some() {
                         tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
@@ -466,7 +472,7 @@ async fn ensure_secrets(
             })
             .await?;
         report(ctx, cluster, "Secret", &key, &outcome, None).await;
-        if let Some(password) = secret_password(&expand_secret(&secret)?) {
+        if let Some(password) = secret_password(&expand_cached(&secret, "Secret")?) {
             credentials.0.insert(login.mount_dir(), (login.username().to_owned(), password));
         }
     }
@@ -1049,10 +1055,13 @@ pub(super) async fn ensure_child<C: ChildForm>(
     Ok((Arc::new(C::from_server(recorded_as(Verb::Apply, applied))), Outcome::Updated { before: live }))
 }
 
-/// A cached login Secret decoded whole, to read its password.
-fn expand_secret(cached: &Compact<Secret>) -> Result<Secret, Error> {
+/// A child cached as text ([`Compact`]) decoded whole, for a pass that reads it.
+fn expand_cached<K>(cached: &Compact<K>, kind: &'static str) -> Result<K, Error>
+where
+    K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + k8s_openapi::Resource,
+{
     cached.expand().map_err(|source| Error::Cached {
-        kind: "Secret",
+        kind,
         name: cached.meta().name.clone().unwrap_or_default(),
         source,
     })

@@ -18,7 +18,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::cached::template_image;
 use super::resources::POSTGRES_CONTAINER;
 use super::storage::Growth;
 use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
@@ -317,10 +316,16 @@ pub struct Rollout {
     pub complete: bool,
 }
 
+/// The image of container `name` in the pod template of `sts`.
+fn template_image<'a>(sts: &'a StatefulSet, name: &str) -> Option<&'a str> {
+    let pod = sts.spec.as_ref()?.template.spec.as_ref()?;
+    pod.containers.iter().find(|c| c.name == name)?.image.as_deref()
+}
+
 /// Reads the rollout state of a StatefulSet from its template and status.
 pub fn observe_rollout(sts: &StatefulSet) -> Rollout {
     let image = template_image(sts, POSTGRES_CONTAINER);
-    let version = image.as_deref().and_then(image_tag).map(str::to_owned);
+    let version = image.and_then(image_tag).map(str::to_owned);
     let complete = sts.status.as_ref().is_some_and(|status| {
         let generation_observed = match (sts.metadata.generation, status.observed_generation) {
             (Some(generation), Some(observed)) => observed >= generation,
