@@ -9,8 +9,9 @@
 //!   decode of containers and volumes on every pod event, and no `Option<PodSpec>` (1.4 KB
 //!   inline even when `None`) in every cached pod. Its annotations go (no pass reads them; a
 //!   map's node is 544 bytes however few entries it holds). Of its status it keeps only what
-//!   the passes read: the phase, the reason and message, the `Ready` condition, the pod IP and
-//!   each container's name, state, last state, readiness and restart count. The operator never
+//!   the passes read, as JSON text ([`CachedPod::new`], [`CachedPod::status`]): the phase, the
+//!   reason and message, the `Ready` condition, the pod IP and each container's name, state,
+//!   last state, readiness and restart count. The operator never
 //!   writes a pod whole (it patches labels and deletes), so nothing compares a desired pod;
 //! - a **ConfigMap** keeps each `data` value longer than [`DIGEST_ABOVE`] bytes as its SHA-256
 //!   digest (`sha256:<hex>`): the passes read the short records (`primary`, `demoting`) and compare
@@ -40,6 +41,7 @@ use k8s_openapi::{Metadata, NamespaceResourceScope};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 pub use super::compact::Compact;
@@ -139,16 +141,68 @@ fn drifted_reshaped<K: CacheShape>(desired: &K, live: &K) -> bool {
     needs_update(&shaped, live)
 }
 
-/// A Pod as the operator's caches keep it: its metadata and status, no spec (see the module
-/// docs). The same resource as k8s-openapi's `Pod` (`v1`, `pods`), so an informer of it lists and
-/// watches pods; serde skips the fields it does not name.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// A Pod as the operator's caches keep it: its metadata and, as JSON text, the part of its status
+/// the passes read; no spec (see the module docs). The same resource as k8s-openapi's `Pod`
+/// (`v1`, `pods`), so an informer of it lists and watches pods; serde skips the fields it does
+/// not name.
+#[derive(Clone, Debug, Serialize)]
 pub struct CachedPod {
     /// The pod's metadata.
     pub metadata: ObjectMeta,
-    /// The pod's status, reduced by [`CacheShape::shape`] to what the passes read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<PodStatus>,
+    /// The pod's status, reduced to what the passes read ([`CachedPod::new`]), as JSON text: a
+    /// decoded `PodStatus` is about 0.5 KB inline and a container's status as much again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<Box<RawValue>>,
+}
+
+impl CachedPod {
+    /// A cached pod of `metadata` and `status`, the status reduced to what the passes read: the
+    /// phase, the reason and message, the `Ready` condition, the pod IP and each container's
+    /// name, state, last state, readiness and restart count.
+    pub fn new(metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
+        let status = status.map(|mut status| {
+            let mut conditions = status.conditions.take();
+            if let Some(conditions) = conditions.as_mut() {
+                conditions.retain(|condition| condition.type_ == "Ready");
+            }
+            let kept = PodStatus {
+                phase: status.phase.take(),
+                reason: status.reason.take(),
+                message: status.message.take(),
+                conditions,
+                pod_ip: status.pod_ip.take(),
+                container_statuses: status.container_statuses.take().map(states_only),
+                init_container_statuses: status.init_container_statuses.take().map(states_only),
+                ..PodStatus::default()
+            };
+            // Invariant: a k8s-openapi object always serialises to JSON (see `needs_update_json`).
+            let text = serde_json::to_string(&kept).expect("a PodStatus serialises to JSON");
+            RawValue::from_string(text).expect("serde_json writes valid JSON")
+        });
+        CachedPod { metadata, status }
+    }
+
+    /// The pod's status as the cache keeps it (see [`CachedPod::new`]), decoded for the caller.
+    pub fn status(&self) -> Option<PodStatus> {
+        // Invariant: the text is a `PodStatus` this type wrote; were it not to decode, the pod
+        // reads as one without a status.
+        serde_json::from_str(self.status.as_deref()?.get()).ok()
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedPod {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// A pod as served: its spec skipped by serde, never built.
+        #[derive(Deserialize)]
+        struct Served {
+            #[serde(default)]
+            metadata: ObjectMeta,
+            #[serde(default)]
+            status: Option<PodStatus>,
+        }
+        let Served { metadata, status } = Served::deserialize(deserializer)?;
+        Ok(CachedPod::new(metadata, status))
+    }
 }
 
 impl k8s_openapi::Resource for CachedPod {
@@ -176,23 +230,6 @@ impl CacheShape for CachedPod {
     fn shape(&mut self) {
         // No pass reads a pod's annotations (the template's, copied to every pod): a map each.
         self.metadata.annotations = None;
-        if let Some(status) = self.status.as_mut() {
-            let mut conditions = status.conditions.take();
-            if let Some(conditions) = conditions.as_mut() {
-                conditions.retain(|condition| condition.type_ == "Ready");
-                conditions.shrink_to_fit();
-            }
-            *status = PodStatus {
-                phase: status.phase.take(),
-                reason: status.reason.take(),
-                message: status.message.take(),
-                conditions,
-                pod_ip: status.pod_ip.take(),
-                container_statuses: status.container_statuses.take().map(states_only),
-                init_container_statuses: status.init_container_statuses.take().map(states_only),
-                ..PodStatus::default()
-            };
-        }
     }
 }
 
@@ -215,7 +252,7 @@ impl CacheShape for ConfigMap {
 
 /// Container statuses as a cached Pod keeps them: name, state, last state, readiness, restarts.
 fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
-    let mut kept: Vec<ContainerStatus> = statuses
+    statuses
         .into_iter()
         .map(|status| ContainerStatus {
             name: status.name,
@@ -226,9 +263,7 @@ fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
             restart_count: status.restart_count,
             ..ContainerStatus::default()
         })
-        .collect();
-    kept.shrink_to_fit();
-    kept
+        .collect()
 }
 
 impl CacheShape for DatabaseCluster {}
@@ -379,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_cached_pod_keeps_of_its_status_what_the_passes_read() {
-        let pod: CachedPod = serde_json::from_value(json!({
+        let served = json!({
             "metadata": {"name": "pg-0", "namespace": "default"},
             "status": {
                 "phase": "Running",
@@ -399,10 +434,10 @@ mod tests {
                     "lastState": {"terminated": {"exitCode": 1, "message": "FATAL: bad config"}},
                 }],
             },
-        }))
-        .unwrap();
-        let full = pod.status.clone().unwrap();
-        let kept = shaped_pod(pod).status.unwrap();
+        });
+        let full: PodStatus = serde_json::from_value(served["status"].clone()).unwrap();
+        let pod: CachedPod = serde_json::from_value(served).unwrap();
+        let kept = pod.status().unwrap();
         assert_eq!(container_failure(&kept), container_failure(&full), "the same failure is read");
         assert_eq!((kept.phase.as_deref(), kept.pod_ip.as_deref()), (Some("Running"), Some("10.0.0.7")));
         let conditions = kept.conditions.as_ref().unwrap();
@@ -424,11 +459,6 @@ mod tests {
         assert!(kept.pod_ips.is_none() && kept.host_ip.is_none() && kept.qos_class.is_none());
     }
 
-    fn shaped_pod(mut pod: CachedPod) -> CachedPod {
-        pod.shape();
-        pod
-    }
-
     #[test]
     fn a_cached_pod_is_decoded_from_a_whole_pod_without_its_spec_and_cached_without_its_annotations() {
         let mut pod = Pod {
@@ -442,7 +472,7 @@ mod tests {
         pod.metadata.managed_fields = Some(vec![Default::default()]);
         pod.status = Some(PodStatus { phase: Some("Running".into()), ..PodStatus::default() });
         let decoded: CachedPod = serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
-        assert_eq!((decoded.metadata.clone(), decoded.status.clone()), (pod.metadata, pod.status));
+        assert_eq!((decoded.metadata.clone(), decoded.status()), (pod.metadata, pod.status));
         let decoded_labels = decoded.metadata.labels.clone();
         assert_eq!(ObjectKey::of(&decoded), ObjectKey::namespaced("default", "pg-0"));
         assert_eq!(<CachedPod as Resource>::kind(&()), "Pod");

@@ -521,7 +521,8 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
             let name = pod.metadata.name.clone()?;
             let ordinal = name.strip_prefix(&prefix)?.parse().ok()?;
             let labels = pod.metadata.labels.as_ref();
-            let status = pod.status.as_ref();
+            let status = pod.status();
+            let status = status.as_ref();
             let ready_condition = status
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));

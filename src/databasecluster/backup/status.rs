@@ -134,18 +134,13 @@ pub fn job_view(job: &Job, pod: Option<&CachedPod>) -> JobView {
 
 /// The backup container's termination message, once it terminated.
 fn termination_message(pod: &CachedPod) -> Option<String> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
+    pod.status()?
+        .container_statuses?
+        .into_iter()
         .find(|c| c.name == "backup" || c.name == "restore")?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?
+        .state?
+        .terminated?
         .message
-        .clone()
         .filter(|m| !m.trim().is_empty())
 }
 
