@@ -1,6 +1,7 @@
-//! [`Compact<K>`]: an object the operator's caches keep as JSON text, for
-//! the child kinds a pass only compares with what it would write (Services, Secrets,
-//! PodDisruptionBudgets). A decoded k8s-openapi object costs several times its JSON: its inline
+//! [`Compact<K>`]: an object the operator's caches keep as JSON text, for the child kinds a pass
+//! mostly compares with what it would write (the StatefulSet, Services, login Secrets and the
+//! PodDisruptionBudget), and decodes ([`Compact::expand`]) for the few fields it reads (the
+//! StatefulSet's, a password). A decoded k8s-openapi object costs several times its JSON: its inline
 //! struct is mostly empty `Option`s (a `Service` is 824 bytes before any of its heap), each
 //! non-empty map (labels, a selector, a Secret's data) allocates a 544-byte node, and every
 //! string is an allocation of its own. Kept as text, a Service is its JSON plus the few identity
