@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,6 +87,9 @@ impl OperatorProcess {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
+            // A group of its own, so that `stop` reaches a wrapper's children too (a profiler
+            // given as `E2E_ANCHOR` runs the operator under it).
+            .process_group(0)
             .spawn()
             .expect("the operator binary starts");
         OperatorProcess { child, metrics }
@@ -116,13 +120,15 @@ impl OperatorProcess {
             .sum::<f64>() as u64
     }
 
-    /// SIGTERM, then wait for the exit.
+    /// SIGTERM to the child's process group (the operator, or a wrapper and the operator under
+    /// it), then wait for the child's exit.
     fn stop(mut self) {
         if let Ok(pid) = i32::try_from(self.child.id())
             && pid > 1
         {
-            // SAFETY: signalling the child this bench started and has not yet reaped.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            // SAFETY: signalling the process group of the child this bench started (its own
+            // group, led by it) and has not yet reaped.
+            unsafe { libc::kill(-pid, libc::SIGTERM) };
         }
         let _ = self.child.wait();
     }
