@@ -69,7 +69,7 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta>> Compact<K> {
     }
 }
 
-/// What [`Compact::metadata`] keeps of an object's metadata (see the module docs).
+/// What a [`Compact`]'s own metadata keeps of an object's (see the module docs).
 fn identity(metadata: ObjectMeta) -> ObjectMeta {
     let annotations = metadata.annotations.and_then(|mut a| {
         a.remove(INITIAL_EVENTS_END).map(|v| BTreeMap::from([(INITIAL_EVENTS_END.to_owned(), v)]))
@@ -107,7 +107,7 @@ impl<K: Resource> fmt::Debug for Compact<K> {
 }
 
 impl<K> Serialize for Compact<K> {
-    /// The whole object, as the server sent it.
+    /// The whole object: its text (see the module docs).
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.text.serialize(serializer)
     }
