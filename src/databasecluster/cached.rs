@@ -66,11 +66,15 @@ pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
 
     /// A writer of a cache that keeps objects of this kind in this shape.
     fn cache_writer() -> CacheWriter<Self> {
-        CacheWriter::new(Arc::new(|obj: &mut Self| {
-            strip_managed_fields(obj);
-            obj.shape();
-        }))
+        CacheWriter::new(Arc::new(to_cached_form::<Self>))
     }
+}
+
+/// Reduces `obj` to what the cache keeps of it: the cache writer's transform, and what
+/// `ensure_child` applies to an object a write or read returned.
+fn to_cached_form<K: CacheShape>(obj: &mut K) {
+    strip_managed_fields(obj);
+    obj.shape();
 }
 
 /// A child kind's form in the operator's caches, beside the object the operator builds and
@@ -101,8 +105,7 @@ where
     type Object = K;
 
     fn from_server(mut object: K) -> K {
-        strip_managed_fields(&mut object);
-        object.shape();
+        to_cached_form(&mut object);
         object
     }
 

@@ -316,18 +316,27 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let cached = ctx.statefulsets.get(&sts_key);
     let primaries: Vec<&str> = std::iter::once(primary_record.as_str()).chain(demoting.as_deref()).collect();
     let held = ValidSpec { replicas: held_replicas(spec.replicas, &primaries), ..spec.clone() };
+    // The live StatefulSet the last `build` decoded: unchanged, it is the StatefulSet; updated,
+    // the one before. So a pass decodes the text once.
+    let mut read = None;
     let (sts, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
         let mut desired = build_statefulset(&owner, &held);
         if let Some(live) = live {
-            keep_immutable_fields(&mut desired, &expand_cached(live, "StatefulSet")?);
+            let live = expand_cached(live, "StatefulSet")?;
+            keep_immutable_fields(&mut desired, &live);
+            read = Some(live);
         }
         Ok(desired)
     })
     .await?;
-    let sts = expand_cached(&sts, "StatefulSet")?;
-    let scaling = match &outcome {
-        Outcome::Updated { before } => scaling_event(&expand_cached(before, "StatefulSet")?, &sts),
-        _ => None,
+    let (sts, scaling) = match (&outcome, read) {
+        (Outcome::Unchanged, Some(live)) => (live, None),
+        (Outcome::Updated, Some(before)) => {
+            let sts = expand_cached(&sts, "StatefulSet")?;
+            let scaling = scaling_event(&before, &sts);
+            (sts, scaling)
+        }
+        _ => (expand_cached(&sts, "StatefulSet")?, None),
     };
     report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
 
@@ -459,20 +468,24 @@ async fn ensure_secrets(
         }
         let key = ObjectKey::new(Some(owner.namespace()), &login.secret_name(owner.name()));
         let cached = ctx.secrets.get(&key);
-        let (secret, outcome) =
-            ensure_child(ctx, owner, "Secret", cached, |live: Option<&Compact<Secret>>| {
-                let live = live.map(|live| expand_cached(live, "Secret")).transpose()?;
-                let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
-                    if live.is_some() {
-                        tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
-                    }
-                    generate_password()
-                });
-                Ok(build_login_secret(owner, login, &password))
-            })
-            .await?;
+        // The password the last `build` put in the Secret: what the server now holds (written
+        // with it, or already holding it, since a differing password is drift).
+        let mut chosen = None;
+        let (_, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&Compact<Secret>>| {
+            let live = live.map(|live| expand_cached(live, "Secret")).transpose()?;
+            let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
+                if live.is_some() {
+                    tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
+                }
+                generate_password()
+            });
+            let desired = build_login_secret(owner, login, &password);
+            chosen = Some(password);
+            Ok(desired)
+        })
+        .await?;
         report(ctx, cluster, "Secret", &key, &outcome, None).await;
-        if let Some(password) = secret_password(&expand_cached(&secret, "Secret")?) {
+        if let Some(password) = chosen {
             credentials.0.insert(login.mount_dir(), (login.username().to_owned(), password));
         }
     }
@@ -958,35 +971,33 @@ fn child_key(cluster: &DatabaseCluster, name_of: fn(&str) -> String) -> ObjectKe
 }
 
 /// What a pass did to one child.
-pub(super) enum Outcome<K> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
     /// The child did not exist and was created.
     Created,
-    /// The child differed in an owned field and was applied; this is how it was before.
-    Updated {
-        /// The live object before the write.
-        before: Arc<K>,
-    },
+    /// The child differed in an owned field and was applied.
+    Updated,
     /// The child was as desired; nothing was written.
     Unchanged,
 }
 
-impl<K> Outcome<K> {
+impl Outcome {
     fn as_str(&self) -> &'static str {
         match self {
             Outcome::Created => "created",
-            Outcome::Updated { .. } => "updated",
+            Outcome::Updated => "updated",
             Outcome::Unchanged => "none",
         }
     }
 }
 
 /// Logs one child's outcome and publishes its Event (created, or `extra` such as scaling).
-pub(super) async fn report<K>(
+pub(super) async fn report(
     ctx: &Context,
     cluster: &DatabaseCluster,
     kind: &'static str,
     key: &ObjectKey,
-    outcome: &Outcome<K>,
+    outcome: &Outcome,
     extra: Option<EventNote>,
 ) {
     tracing::info!(kind = %kind, name = %key.name(), result = %outcome.as_str(), "child reconciled");
@@ -1008,8 +1019,8 @@ pub(super) async fn ensure_child<C: ChildForm>(
     owner: &Owner,
     kind: &'static str,
     cached: Option<Arc<C>>,
-    build: impl Fn(Option<&C>) -> Result<C::Object, Error>,
-) -> Result<(Arc<C>, Outcome<C>), Error> {
+    mut build: impl FnMut(Option<&C>) -> Result<C::Object, Error>,
+) -> Result<(Arc<C>, Outcome), Error> {
     let api: Api<C::Object> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let live = match cached {
         Some(live) => live,
@@ -1053,7 +1064,7 @@ pub(super) async fn ensure_child<C: ChildForm>(
         .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
         .await
         .map_err(|source| child_error("applying", kind, &name, source))?;
-    Ok((Arc::new(C::from_server(recorded_as(Verb::Apply, applied))), Outcome::Updated { before: live }))
+    Ok((Arc::new(C::from_server(recorded_as(Verb::Apply, applied))), Outcome::Updated))
 }
 
 /// A child cached as text ([`Compact`]) decoded whole, for a pass that reads it.
