@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use dbcluster_operator::databasecluster::backup::{BACKUP_SCRIPT, RESTORE_SCRIPT};
+use dbcluster_operator::sim::kubelet::addresses::{Lease, Range, allocate};
 use serde_json::Value;
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -56,16 +57,18 @@ fn owned_dir(root: &Path, name: &str) -> PathBuf {
     dir
 }
 
-/// A free TCP port on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+/// The port every server listens on: each has its own loopback address, as a pod does.
+const PORT: u16 = 5432;
 
-/// A running PostgreSQL server on 127.0.0.1, stopped on drop.
+/// A running PostgreSQL server on its own leased loopback address, stopped on drop.
+///
+/// An address leased from the simulator's allocator, not a free port picked from the ephemeral
+/// range: a port found free can be taken (by another server, or by an outgoing connection's
+/// local end) before the server binds it, and then the server does not start.
 struct Server {
     data: PathBuf,
     socket: PathBuf,
-    port: u16,
+    address: Lease,
 }
 
 impl Server {
@@ -76,36 +79,41 @@ impl Server {
         let hba = root.join(format!("{name}-hba.conf"));
         fs::write(
             &hba,
-            "local all all trust\nhost replication replicator 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n",
+            "local all all trust\nhost replication replicator 127.0.0.0/8 scram-sha-256\nhost all all 127.0.0.0/8 scram-sha-256\n",
         )
         .unwrap();
         fs::set_permissions(&hba, fs::Permissions::from_mode(0o644)).unwrap();
-        let port = free_port();
+        let address = allocate(Range::Pods).expect("a loopback address for the server");
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} -c hba_file={} -c wal_level=replica -c max_wal_senders=5",
+            "-c listen_addresses={} -c port={PORT} -c unix_socket_directories={} -c hba_file={} -c wal_level=replica -c max_wal_senders=5",
+            address.ip,
             socket.display(),
             hba.display()
         );
         let log = root.join(format!("{name}.log"));
-        check(
-            as_postgres("pg_ctl")
-                .args(["start", "-w", "-t", "60", "-D"])
-                .arg(&data)
-                .arg("-l")
-                .arg(&log)
-                .args(["-o", &options])
-                .output()
-                .unwrap(),
-            "pg_ctl start",
-        );
-        Server { data, socket, port }
+        let started = as_postgres("pg_ctl")
+            .args(["start", "-w", "-t", "60", "-D"])
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .args(["-o", &options])
+            .output()
+            .unwrap();
+        let server_log = fs::read_to_string(&log).unwrap_or_default();
+        check(started, &format!("pg_ctl start on {} (server log:\n{server_log})", address.ip));
+        Server { data, socket, address }
+    }
+
+    /// The address the server listens on, as the scripts are given it.
+    fn host(&self) -> String {
+        self.address.ip.to_string()
     }
 
     fn psql(&self, sql: &str) -> String {
         let out = as_postgres("psql")
             .args(["-XtAq", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(&self.socket)
-            .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", "postgres", "-c", sql])
+            .args(["-p", &PORT.to_string(), "-U", "postgres", "-d", "postgres", "-c", sql])
             .output()
             .unwrap();
         check(out, sql).trim().to_owned()
@@ -216,7 +224,7 @@ fn a_backup_restores_exactly_the_rows_committed_before_it_and_tells_the_truth_in
     let pod = Pod::new(root);
 
     // No standby answers at 127.0.0.77: the primary is the fallback source.
-    let (ok, message) = pod.backup("127.0.0.77 127.0.0.1", server.port, &[]);
+    let (ok, message) = pod.backup(&format!("127.0.0.77 {}", server.host()), PORT, &[]);
     assert!(ok, "{message}");
     let manifest: Value = serde_json::from_str(&message).unwrap();
     server.psql("INSERT INTO items SELECT generate_series(501, 600)");
@@ -231,7 +239,7 @@ fn a_backup_restores_exactly_the_rows_committed_before_it_and_tells_the_truth_in
     let on_disk: Value =
         serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(on_disk, manifest);
-    assert_eq!(manifest["source"], "127.0.0.1");
+    assert_eq!(manifest["source"], server.host());
     assert_eq!(manifest["postgresVersion"], server.psql("SHOW server_version"));
     assert_eq!(
         manifest["systemIdentifier"],
@@ -278,14 +286,14 @@ fn retention_keeps_exactly_the_newest_n_and_an_unreachable_source_fails_with_a_m
     let server = primary(root);
     let pod = Pod::new(root);
 
-    let (ok, message) = pod.backup("127.0.0.77", server.port, &[("DBC_KEEP_LAST", "2")]);
+    let (ok, message) = pod.backup("127.0.0.77", PORT, &[("DBC_KEEP_LAST", "2")]);
     assert!(!ok);
     assert!(message.starts_with("no instance answers at 127.0.0.77"), "{message}");
     assert!(pod.backup_names().is_empty(), "a failed backup leaves nothing behind");
 
     let mut taken = Vec::new();
     for _ in 0..4 {
-        let (ok, message) = pod.backup("127.0.0.1", server.port, &[("DBC_KEEP_LAST", "2")]);
+        let (ok, message) = pod.backup(&server.host(), PORT, &[("DBC_KEEP_LAST", "2")]);
         assert!(ok, "{message}");
         let manifest: Value = serde_json::from_str(&message).unwrap();
         taken.push(manifest["name"].as_str().unwrap().to_owned());
@@ -294,11 +302,8 @@ fn retention_keeps_exactly_the_newest_n_and_an_unreachable_source_fails_with_a_m
     assert_eq!(pod.backup_names(), taken[2..].to_vec(), "the newest two are kept");
 
     // Keeping backups newer than a day keeps them all, whatever keepLast says.
-    let (ok, message) = pod.backup(
-        "127.0.0.1",
-        server.port,
-        &[("DBC_KEEP_LAST", "1"), ("DBC_KEEP_NEWER_THAN_SECONDS", "86400")],
-    );
+    let (ok, message) =
+        pod.backup(&server.host(), PORT, &[("DBC_KEEP_LAST", "1"), ("DBC_KEEP_NEWER_THAN_SECONDS", "86400")]);
     assert!(ok, "{message}");
     assert_eq!(pod.backup_names().len(), 3);
 }
