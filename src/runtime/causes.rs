@@ -145,6 +145,13 @@ impl From<&str> for ResourceVersion {
     }
 }
 
+/// Serialized as the text it was received as.
+impl Serialize for ResourceVersion {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 impl fmt::Display for ResourceVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

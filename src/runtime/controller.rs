@@ -334,7 +334,7 @@ where
         let for_sync = Arc::clone(informer);
         self.synced.push(async move { for_sync.synced().await }.boxed());
         let informer = Arc::clone(informer);
-        let kind = kind_name(&KindName::of::<W>().0);
+        let kind = kind_name(KindName::of::<W>().0);
         let replaying = Arc::clone(&self.replaying);
         let leadership = self.config.starts_on_leadership;
         self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
@@ -635,7 +635,7 @@ where
             m.pass(result, took);
         }
         let hot = self.watch_for_hot_loop(&key, &writes);
-        let history = writes.iter().map(Write::unlabelled).collect();
+        let history = writes.iter().map(Write::for_history).collect();
         if !writes.is_empty() {
             self.pending_writes.insert(key.clone(), writes);
         }

@@ -102,7 +102,7 @@ pub struct Freshness {
 impl std::fmt::Debug for Freshness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kinds: Vec<(KindName, usize)> =
-            self.informers.read().iter().map(|(kind, watched)| (kind.clone(), watched.len())).collect();
+            self.informers.read().iter().map(|(kind, watched)| (*kind, watched.len())).collect();
         f.debug_struct("Freshness").field("kinds", &kinds).finish()
     }
 }

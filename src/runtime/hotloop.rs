@@ -156,7 +156,7 @@ mod tests {
         vec![Write {
             labels: Default::default(),
             verb: Verb::Apply,
-            kind: KindName("ConfigMap".into()),
+            kind: KindName("ConfigMap"),
             key: ObjectKey::namespaced("prod", "cm"),
             resource_version: "1".into(),
         }]

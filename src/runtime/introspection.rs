@@ -32,7 +32,7 @@ use crate::runtime::controller::PassResult;
 use crate::runtime::freshness::Waited;
 use crate::runtime::informer::{Informer, InformerStats};
 use crate::runtime::workqueue::{KeyPhase, KeyState};
-use crate::runtime::writes::Write;
+use crate::runtime::writes::PassWrite;
 
 /// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +50,7 @@ pub struct PassRecord {
     /// How long the pass took.
     pub took: Duration,
     /// What it wrote (the server's resourceVersions).
-    pub writes: Vec<Write>,
+    pub writes: Box<[PassWrite]>,
     /// How long it waited first for the caches to deliver the previous pass's writes, if at all.
     pub stale_cache_wait: Option<Waited>,
     /// The key was in a hot loop after this pass.
@@ -475,8 +475,8 @@ pub struct PassView {
     /// How long it took, in seconds.
     pub took_seconds: f64,
     /// What it wrote.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub writes: Vec<Write>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub writes: Box<[PassWrite]>,
     /// Seconds it first waited for the caches to deliver the previous pass's writes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_cache_wait_seconds: Option<f64>,

@@ -337,7 +337,7 @@ mod tests {
                 finished: String::new(),
                 finished_seconds_ago: i as f64,
                 took_seconds: 0.001,
-                writes: Vec::new(),
+                writes: Box::default(),
                 stale_cache_wait_seconds: None,
                 stale_cache_wait_timed_out: false,
                 hot_loop: false,

@@ -21,11 +21,13 @@ use kube::Resource;
 use serde::Serialize;
 
 use crate::runtime::ObjectKey;
+use crate::runtime::causes::{ResourceVersion, kind_name};
 
 /// The kind of an object, as the controller matches writes to informers: `group/Kind`
-/// (`Kind` alone for the core group).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct KindName(pub String);
+/// (`Kind` alone for the core group). Interned ([`kind_name`]): a write, and every pass's
+/// history of writes, holds a pointer, not a copy of the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct KindName(pub &'static str);
 
 impl KindName {
     /// The kind of `K`.
@@ -36,13 +38,13 @@ impl KindName {
         let types = K::DynamicType::default();
         let group = K::group(&types);
         let kind = K::kind(&types);
-        Self(if group.is_empty() { kind.into_owned() } else { format!("{group}/{kind}") })
+        Self(if group.is_empty() { kind_name(&kind) } else { kind_name(&format!("{group}/{kind}")) }.as_str())
     }
 }
 
 impl std::fmt::Display for KindName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.0)
     }
 }
 
@@ -63,11 +65,10 @@ pub enum Verb {
 }
 
 /// One write the server acknowledged: which object, how, and the resourceVersion it returned.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
     /// The object's labels as written: which informers' selectors deliver it (only until the
-    /// next pass has waited for it; a pass's history keeps none, see [`Write::unlabelled`]).
-    #[serde(skip)]
+    /// next pass has waited for it; a pass's history keeps none, see [`Write::for_history`]).
     pub labels: BTreeMap<String, String>,
     /// How it was written.
     pub verb: Verb,
@@ -80,16 +81,31 @@ pub struct Write {
 }
 
 impl Write {
-    /// This write without its labels, as a pass's history keeps it.
-    pub fn unlabelled(&self) -> Self {
-        Self {
-            labels: BTreeMap::new(),
+    /// This write as a pass's history keeps it.
+    pub fn for_history(&self) -> PassWrite {
+        PassWrite {
             verb: self.verb,
-            kind: self.kind.clone(),
+            kind: self.kind,
             key: self.key.clone(),
-            resource_version: self.resource_version.clone(),
+            resource_version: ResourceVersion::from(self.resource_version.as_str()),
         }
     }
+}
+
+/// A write as a pass's history keeps it, for `/debug/queue/<namespace>/<name>`: no labels, the
+/// kind interned, the key shared with the write, the resourceVersion inline when it is a number.
+/// Held for every key's last passes at scale, so it is kept to 64 bytes and no allocation of its
+/// own (a [`Write`] is 120 bytes and three allocations).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PassWrite {
+    /// How it was written.
+    pub verb: Verb,
+    /// The object's kind.
+    pub kind: KindName,
+    /// The object's key.
+    pub key: ObjectKey,
+    /// The resourceVersion the server returned for the write.
+    pub resource_version: ResourceVersion,
 }
 
 tokio::task_local! {
@@ -201,5 +217,26 @@ mod tests {
         assert_eq!(recorded, [("a".to_string(), "7"), ("b".to_string(), "8")]);
         assert!(writes.iter().all(|w| w.kind.0 == "ConfigMap"));
         assert_eq!([writes[0].verb, writes[1].verb], [Verb::Write, Verb::Create]);
+    }
+
+    #[test]
+    fn a_pass_history_keeps_a_write_small_and_shows_it_as_written() {
+        assert!(std::mem::size_of::<PassWrite>() <= 64);
+        let write = Write {
+            labels: BTreeMap::from([("app".to_string(), "pg".to_string())]),
+            verb: Verb::Apply,
+            kind: KindName::of::<StatefulSet>(),
+            key: ObjectKey::namespaced("prod", "pg"),
+            resource_version: "4312".into(),
+        };
+        let kept = write.for_history();
+        assert!(std::ptr::eq(kept.kind.0, KindName::of::<StatefulSet>().0), "the kind is interned");
+        assert_eq!(kept.resource_version, ResourceVersion::Number(4312));
+        assert_eq!(
+            serde_json::to_value(&kept).unwrap(),
+            serde_json::json!({"verb": "apply", "kind": "apps/StatefulSet", "key": "prod/pg", "resource_version": "4312"})
+        );
+        let opaque = Write { resource_version: "a/7".into(), ..write }.for_history();
+        assert_eq!(serde_json::to_value(&opaque).unwrap()["resource_version"], "a/7");
     }
 }
