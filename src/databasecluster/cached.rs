@@ -45,7 +45,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 pub use super::compact::Compact;
-use super::drift::{needs_update, needs_update_json};
+use super::drift::needs_update;
 use super::types::DatabaseCluster;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
 
@@ -132,7 +132,7 @@ where
     }
 
     fn needs_update(desired: &K, live: &Self) -> bool {
-        needs_update_json(serde_json::to_value(desired), live.to_value())
+        live.drifted_from(desired)
     }
 }
 

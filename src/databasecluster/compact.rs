@@ -17,13 +17,20 @@
 //!   creation and deletion times, the ownerReferences, and the streaming list's end-of-initial-
 //!   events annotation. Labels and annotations stay in the text; [`Compact::expand`] has them.
 //!   `metadata_mut` changes that copy only, never the text;
-//! - drift ([`super::cached::ChildForm::needs_update`]) compares the desired object with the text,
-//!   both as JSON, by the same rule as every other kind (`drift::needs_update_json`).
+//! - drift ([`Compact::drifted_from`]) compares the desired object with the text, both as JSON,
+//!   by the same rule as every other kind (`drift::needs_update_json`). The text never changes
+//!   (a changed object is a new `Compact` from its watch event), so a "no drift" verdict holds
+//!   for as long as the desired object is the same: the cached object remembers the digest of
+//!   the last desired JSON it covered, and a pass that builds the same desired object again
+//!   (every pass of a settled cluster, a resync's above all) compares digests instead of
+//!   parsing the text. A drift verdict is never remembered.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, Resource};
@@ -31,6 +38,7 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
+use crate::databasecluster::drift::needs_update_json;
 use crate::runtime::cache::CacheWriter;
 use crate::runtime::reflector::INITIAL_EVENTS_END;
 
@@ -38,6 +46,8 @@ use crate::runtime::reflector::INITIAL_EVENTS_END;
 pub struct Compact<K> {
     metadata: ObjectMeta,
     text: Box<RawValue>,
+    /// [`desired_digest`] of the last desired object found covered by `text`; 0 for none.
+    covered: AtomicU64,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -46,7 +56,12 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta>> Compact<K> {
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
         object.metadata_mut().managed_fields = None;
         let text = RawValue::from_string(serde_json::to_string(&object)?)?;
-        Ok(Compact { metadata: identity(std::mem::take(object.metadata_mut())), text, kind: PhantomData })
+        Ok(Compact {
+            metadata: identity(std::mem::take(object.metadata_mut())),
+            text,
+            covered: AtomicU64::new(0),
+            kind: PhantomData,
+        })
     }
 
     /// A writer of a cache that keeps objects of kind `K` in this form. It strips nothing:
@@ -67,6 +82,42 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta>> Compact<K> {
     pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
         serde_json::from_str(self.text.get())
     }
+
+    /// Whether this object differs from `desired` in a field `desired` sets (a write is due),
+    /// by `drift::needs_update_json`; a "no drift" verdict is remembered for the same desired
+    /// JSON (see the module docs).
+    pub fn drifted_from(&self, desired: &K) -> bool {
+        let digest = desired_digest(desired);
+        if digest.is_some_and(|digest| digest == self.covered.load(Ordering::Relaxed)) {
+            return false;
+        }
+        let drifted = needs_update_json(serde_json::to_value(desired), self.to_value());
+        if !drifted && let Some(digest) = digest {
+            self.covered.store(digest, Ordering::Relaxed);
+        }
+        drifted
+    }
+}
+
+/// A 64-bit digest of `desired`'s JSON, keyed once per process (SipHash with a random key, so no
+/// input is chosen to collide), never 0; `None` if it does not serialise. Two different desired
+/// objects share a digest with a probability of about 2^-64 per comparison.
+fn desired_digest<K: Serialize>(desired: &K) -> Option<u64> {
+    /// Feeds what the serialiser writes straight into the hasher: no text is built.
+    struct Digesting<H>(H);
+    impl<H: Hasher> std::io::Write for Digesting<H> {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    static KEY: OnceLock<RandomState> = OnceLock::new();
+    let mut digesting = Digesting(KEY.get_or_init(RandomState::new).build_hasher());
+    serde_json::to_writer(&mut digesting, desired).ok()?;
+    Some(digesting.0.finish().max(1))
 }
 
 /// What a [`Compact`]'s own metadata keeps of an object's (see the module docs).
@@ -90,7 +141,12 @@ fn identity(metadata: ObjectMeta) -> ObjectMeta {
 
 impl<K> Clone for Compact<K> {
     fn clone(&self) -> Self {
-        Compact { metadata: self.metadata.clone(), text: self.text.clone(), kind: PhantomData }
+        Compact {
+            metadata: self.metadata.clone(),
+            text: self.text.clone(),
+            covered: AtomicU64::new(self.covered.load(Ordering::Relaxed)),
+            kind: PhantomData,
+        }
     }
 }
 
@@ -204,6 +260,34 @@ mod tests {
         let kept = Compact::from_object(written).unwrap();
         assert!(!kept.text.get().contains("managedFields"));
         assert_eq!(kept.metadata().name.as_deref(), Some("pg-rw"));
+    }
+
+    #[test]
+    fn a_no_drift_verdict_is_remembered_for_the_same_desired_object_only() {
+        let kept: Compact<Service> = serde_json::from_value(served_service()).unwrap();
+        let mut desired = Service::default();
+        desired.metadata.name = Some("pg-rw".into());
+        desired.spec = Some(serde_json::from_value(json!({"selector": {"role": "primary"}})).unwrap());
+        assert!(!kept.drifted_from(&desired));
+        let remembered = kept.covered.load(Ordering::Relaxed);
+        assert_eq!(Some(remembered), desired_digest(&desired), "the covered desired object is remembered");
+        assert!(!kept.drifted_from(&desired), "and found covered again");
+
+        // Another desired object is compared in full: its drift is seen, and not remembered.
+        let mut moved = desired.clone();
+        moved.spec.as_mut().unwrap().selector = Some(BTreeMap::from([("role".into(), "replica".into())]));
+        assert!(kept.drifted_from(&moved));
+        assert!(kept.drifted_from(&moved));
+        assert_eq!(kept.covered.load(Ordering::Relaxed), remembered);
+        assert_ne!(desired_digest(&moved), desired_digest(&desired));
+
+        // A new text (the object changed on the server) remembers nothing.
+        let mut served = served_service();
+        served["spec"]["selector"] = json!({"role": "replica"});
+        let changed: Compact<Service> = serde_json::from_value(served).unwrap();
+        assert_eq!(changed.covered.load(Ordering::Relaxed), 0);
+        assert!(changed.drifted_from(&desired));
+        assert!(!changed.drifted_from(&moved));
     }
 
     #[test]
