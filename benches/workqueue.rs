@@ -166,14 +166,13 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     fn add(producer: &Self::Producer, key: ObjectKey) {
         static INFORMER: std::sync::OnceLock<InformerKind> = std::sync::OnceLock::new();
         let informer = *INFORMER.get_or_init(|| kind_name("apps/StatefulSet"));
-        // As the controller's handlers do: the cause names the key's own object, whose key is
-        // cloned only when causes are recorded.
-        let own = producer.records().then(|| key.clone());
-        producer.add(key, Priority::Normal, || {
+        // As the controller's handlers do: the cause names the key's own object, the queue's
+        // copy of the key, cloned only when the cause is kept.
+        producer.add(key, Priority::Normal, |key| {
             Cause::Watch(ObjectEvent {
                 informer,
                 event: EventType::Modified,
-                object: own.expect("built only while recording"),
+                object: key.clone(),
                 resource_version: Some(ResourceVersion::from("4312")),
             })
         });

@@ -320,17 +320,25 @@ impl Bounded {
     /// Keeps `cause()` if there is room, else only counts it: the cause is then never built,
     /// and `cause` comes back, for the caller to drop outside the queue's lock.
     fn push<F: FnOnce() -> Cause>(&mut self, cause: F) -> Option<F> {
+        if !self.make_room() {
+            return Some(cause);
+        }
+        self.kept.push(cause());
+        None
+    }
+
+    /// Whether one more cause is kept; if not, it is counted among the rest.
+    fn make_room(&mut self) -> bool {
         if self.kept.len() == KEPT_CAUSES {
             self.more += 1;
-            return Some(cause);
+            return false;
         }
         if self.kept.len() == 1 {
             // The first spill to the heap takes room for all the others at once: one
             // allocation under the queue's lock, not one per doubling.
             self.kept.reserve_exact(KEPT_CAUSES - 1);
         }
-        self.kept.push(cause());
-        None
+        true
     }
 
     /// Appends `later`'s causes after these (and its count of the ones not kept), still bounded.
@@ -380,6 +388,28 @@ impl CauseNotes {
             Due::Now => self.due.push(cause),
             Due::OnTimer => self.on_timer.get_or_insert_with(Box::default).push(cause),
         }
+    }
+
+    /// [`CauseNotes::record`] of a cause built from `key`, the key the queue tracks: an adder
+    /// whose cause names the key's own object hands over the queue's copy under the lock instead
+    /// of cloning its own first (a shared key's clone and drop write its count, and a duplicate
+    /// add past the bound builds nothing).
+    #[must_use = "an unbuilt cause is handed back to be dropped outside the queue's lock"]
+    pub fn record_for<F: FnOnce(&ObjectKey) -> Cause>(
+        &mut self,
+        key: &ObjectKey,
+        cause: F,
+        due: Due,
+    ) -> Option<F> {
+        let line = match due {
+            Due::Now => &mut self.due,
+            Due::OnTimer => &mut **self.on_timer.get_or_insert_with(Box::default),
+        };
+        if !line.make_room() {
+            return Some(cause);
+        }
+        line.kept.push(cause(key));
+        None
     }
 
     /// Puts a pass's causes back to wait for the key's timer, before any cause already waiting
@@ -459,17 +489,18 @@ impl Enqueuer {
         self.record
     }
 
-    /// Queues `key` at `priority` because of `cause()`.
-    pub fn add(&self, key: ObjectKey, priority: Priority, cause: impl FnOnce() -> Cause) {
+    /// Queues `key` at `priority` because of `cause(key)`: the cause is built (only when it is
+    /// kept) from the key the queue tracks, so a cause about the key's own object costs no clone.
+    pub fn add(&self, key: ObjectKey, priority: Priority, cause: impl FnOnce(&ObjectKey) -> Cause) {
         if !self.record {
             return self.queue.add_with_priority(key, priority);
         }
-        self.queue.add_with_note(key, priority, |notes| notes.record(cause, Due::Now));
+        self.queue.add_with_note(key, priority, |key, notes| notes.record_for(key, cause, Due::Now));
     }
 
     /// Queues `key` at once, for `reason`: an explicit call (rule 1).
     pub fn add_explicit(&self, key: ObjectKey, reason: &str) {
-        self.add(key, Priority::Normal, || Cause::Explicit(reason.into()));
+        self.add(key, Priority::Normal, |_| Cause::Explicit(reason.into()));
     }
 
     /// Queues `key` after `delay`: a `RequeueAfter`, due with the key's timer.
@@ -478,13 +509,14 @@ impl Enqueuer {
             return self.queue.add_after(key, delay);
         }
         let due = if delay.is_zero() { Due::Now } else { Due::OnTimer };
-        self.queue.add_after_with_note(key, delay, |notes| notes.record(|| Cause::RequeueAfter(delay), due));
+        self.queue
+            .add_after_with_note(key, delay, |_, notes| notes.record(|| Cause::RequeueAfter(delay), due));
     }
 
     /// Puts a claimed key back for `delay` without running it, its causes still pending (they
     /// are due with the timer).
     pub fn hold_back(&self, key: ObjectKey, delay: Duration, causes: CauseLog) {
-        self.queue.add_after_with_note(key, delay, |notes| notes.restore(causes));
+        self.queue.add_after_with_note(key, delay, |_, notes| notes.restore(causes));
     }
 
     /// Retries `key` with its backoff, no earlier than `at_least`, after `error`: the cause is
@@ -494,7 +526,8 @@ impl Enqueuer {
             return self.queue.add_rate_limited_after(key, at_least);
         }
         let cause = || Cause::Retry(error.into());
-        self.queue.add_rate_limited_after_with_note(key, at_least, |notes| notes.record(cause, Due::OnTimer));
+        self.queue
+            .add_rate_limited_after_with_note(key, at_least, |_, notes| notes.record(cause, Due::OnTimer));
     }
 }
 
@@ -551,7 +584,7 @@ mod tests {
         let queue = queue();
         let enqueuer = Enqueuer::new(queue.clone(), true);
         for rv in 0..20 {
-            enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", &rv.to_string())));
+            enqueuer.add(key(), Priority::Normal, |_| Cause::Watch(event("pg", &rv.to_string())));
         }
         assert_eq!(queue.len(), 1, "one queued key");
         assert_eq!(pending(&queue, &key()).total(), 20);
@@ -567,11 +600,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn rule2_a_cause_about_the_keys_own_object_is_built_from_the_queues_key_only_when_kept() {
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        let built = std::sync::atomic::AtomicUsize::new(0);
+        for rv in 0..20 {
+            enqueuer.add(key(), Priority::Normal, |own| {
+                built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Cause::Watch(ObjectEvent { object: own.clone(), ..event("other", &rv.to_string()) })
+            });
+        }
+        assert_eq!(
+            built.load(std::sync::atomic::Ordering::Relaxed),
+            KEPT_CAUSES,
+            "a cause past the bound is never built"
+        );
+        let log = next_causes(&queue).await;
+        assert_eq!(log.total(), 20);
+        assert!(log.kept.iter().all(|cause| cause.event().is_some_and(|e| e.object == key())));
+        // Off: nothing is built at all (rule 5).
+        Enqueuer::new(queue.clone(), false).add(key(), Priority::Normal, |_| unreachable!("causes are off"));
+        assert_eq!(next_causes(&queue).await.total(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn rule3_a_timer_cause_waits_for_its_timer() {
         let queue = queue();
         let enqueuer = Enqueuer::new(queue.clone(), true);
         enqueuer.requeue_after(key(), Duration::from_secs(30));
-        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
+        enqueuer.add(key(), Priority::Normal, |_| Cause::Watch(event("pg", "1")));
         assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "1"))]);
         assert_eq!(pending(&queue, &key()).total(), 1, "the timer's cause is still pending");
         let started = tokio::time::Instant::now();
@@ -586,7 +643,7 @@ mod tests {
         let queue = queue();
         let enqueuer = Enqueuer::new(queue.clone(), true);
         enqueuer.retry(key(), Duration::from_secs(2), "boom");
-        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
+        enqueuer.add(key(), Priority::Normal, |_| Cause::Watch(event("pg", "1")));
         assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "1"))]);
         let started = tokio::time::Instant::now();
         let retry = next_causes(&queue).await;
@@ -604,7 +661,7 @@ mod tests {
         let rounds = KEPT_CAUSES + 2;
         for rv in 0..rounds {
             enqueuer.requeue_after(key(), Duration::from_secs(10));
-            enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", &rv.to_string())));
+            enqueuer.add(key(), Priority::Normal, |_| Cause::Watch(event("pg", &rv.to_string())));
             let watch = next_causes(&queue).await;
             assert_eq!(watch.kept[..], [Cause::Watch(event("pg", &rv.to_string()))]);
             tokio::time::advance(Duration::from_millis(100)).await;
@@ -622,10 +679,10 @@ mod tests {
     async fn a_held_back_pass_keeps_its_causes_for_the_pass_its_timer_starts() {
         let queue = queue();
         let enqueuer = Enqueuer::new(queue.clone(), true);
-        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "1")));
+        enqueuer.add(key(), Priority::Normal, |_| Cause::Watch(event("pg", "1")));
         let held = next_causes(&queue).await;
         enqueuer.hold_back(key(), Duration::from_secs(5), held);
-        enqueuer.add(key(), Priority::Normal, || Cause::Watch(event("pg", "2")));
+        enqueuer.add(key(), Priority::Normal, |_| Cause::Watch(event("pg", "2")));
         assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "2"))]);
         assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "1"))], "after the hold");
     }
@@ -634,7 +691,7 @@ mod tests {
     async fn rule5_switched_off_nothing_is_built_or_kept() {
         let queue = queue();
         let enqueuer = Enqueuer::new(queue.clone(), false);
-        enqueuer.add(key(), Priority::Normal, || unreachable!("no cause is built while recording is off"));
+        enqueuer.add(key(), Priority::Normal, |_| unreachable!("no cause is built while recording is off"));
         enqueuer.retry(key(), Duration::ZERO, "boom");
         assert_eq!(pending(&queue, &key()).total(), 0);
         assert_eq!(next_causes(&queue).await.total(), 0);

@@ -343,10 +343,10 @@ where
                     EventOrigin::List => Priority::Low,
                     EventOrigin::Watch => Priority::Normal,
                 };
-                // The key's own object is the key: its text is shared, not copied (and not even
-                // shared when causes are off: rule 5).
-                let own = (enqueuer.records() && matches!(via, Via::Own)).then(|| key.clone());
-                enqueuer.add(key, priority, || {
+                // The key's own object is the key: the queue's copy is shared, under its lock,
+                // and only when the cause is kept (never when causes are off: rule 5).
+                enqueuer.add(key, priority, |key| {
+                    let own = matches!(via, Via::Own).then(|| key.clone());
                     let event = object_event(kind, own, event);
                     match (origin, via) {
                         (EventOrigin::List, _) if leadership && replaying.load(Ordering::Relaxed) => {

@@ -246,14 +246,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
                 shared.lock_state()
             }
         };
-        self.add_locked(state, hash, key, priority, |_| {});
+        self.add_locked(state, hash, key, priority, |_, _| {});
     }
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
     /// takes anyway (after shutdown the add is ignored and `note` is not called). What `note`
     /// returns is dropped once the lock is released: whatever it did not keep (a cause it did not
     /// build holds a shared key, whose reference count other threads write too).
-    pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(&mut N) -> L) {
+    pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(&K, &mut N) -> L) {
         let shared = &*self.shared;
         self.add_locked(shared.lock_state(), shared.hasher.hash_one(&key), key, priority, note);
     }
@@ -266,7 +266,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         hash: u64,
         key: K,
         priority: Priority,
-        note: impl FnOnce(&mut N) -> L,
+        note: impl FnOnce(&K, &mut N) -> L,
     ) {
         let shared = &*self.shared;
         let added = self.on_slot_locked(state, hash, key, note, |state, id| {
@@ -283,7 +283,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     fn on_slot<T, L>(
         &self,
         key: K,
-        note: impl FnOnce(&mut N) -> L,
+        note: impl FnOnce(&K, &mut N) -> L,
         op: impl FnOnce(&mut State<K, N>, u32) -> T,
     ) -> Option<T> {
         let shared = &*self.shared;
@@ -296,14 +296,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         mut state: MutexGuard<'_, State<K, N>>,
         hash: u64,
         key: K,
-        note: impl FnOnce(&mut N) -> L,
+        note: impl FnOnce(&K, &mut N) -> L,
         op: impl FnOnce(&mut State<K, N>, u32) -> T,
     ) -> Option<T> {
         if state.shut_down {
             return None;
         }
         let (id, duplicate) = state.find_or_insert(hash, key);
-        let leftover = note(state.notes_mut(id));
+        let (key, notes) = state.key_and_notes_mut(id);
+        let leftover = note(key, notes);
         let outcome = op(&mut state, id);
         drop(state);
         drop(duplicate);
@@ -314,13 +315,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// Adds `key` after `delay`. If a timer is already pending for the key, the earlier due
     /// time wins. The key may also be added directly meanwhile; the timer then adds it once more.
     pub fn add_after(&self, key: K, delay: Duration) {
-        self.add_after_with_note(key, delay, |_| {});
+        self.add_after_with_note(key, delay, |_, _| {});
     }
 
     /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]). With a
     /// zero delay it is an add at once; otherwise the notes meant for the timer can wait for it
     /// ([`KeyNotes::timer_fired`]).
-    pub fn add_after_with_note<L>(&self, key: K, delay: Duration, note: impl FnOnce(&mut N) -> L) {
+    pub fn add_after_with_note<L>(&self, key: K, delay: Duration, note: impl FnOnce(&K, &mut N) -> L) {
         if delay.is_zero() {
             return self.add_with_note(key, Priority::Normal, note);
         }
@@ -340,7 +341,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `add_rate_limited`, retrying no earlier than `at_least` from now whatever the backoff
     /// says: the floor a server's `Retry-After` asks for (the backoff still grows as usual).
     pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
-        self.add_rate_limited_after_with_note(key, at_least, |_| {});
+        self.add_rate_limited_after_with_note(key, at_least, |_, _| {});
     }
 
     /// `add_rate_limited_after` that also writes the key's notes (see
@@ -349,7 +350,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         &self,
         key: K,
         at_least: Duration,
-        note: impl FnOnce(&mut N) -> L,
+        note: impl FnOnce(&K, &mut N) -> L,
     ) {
         let shared = &*self.shared;
         let now = shared.epoch.nanos_now();

@@ -178,9 +178,11 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         &self.notes[id as usize]
     }
 
-    /// The notes of slot `id`, to write.
-    pub(crate) fn notes_mut(&mut self, id: u32) -> &mut N {
-        &mut self.notes[id as usize]
+    /// The key slot `id` tracks and its notes, to write: an add's note reads the key from the
+    /// slot instead of the adder cloning it (a shared key's clone and drop write its count).
+    pub(crate) fn key_and_notes_mut(&mut self, id: u32) -> (&K, &mut N) {
+        let key = self.slots.slot(id).key().expect("an add's slot tracks its key");
+        (key, &mut self.notes[id as usize])
     }
 
     /// The slot tracking `key`, if any.
