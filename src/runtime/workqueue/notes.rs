@@ -7,8 +7,9 @@
 //!   carries them (no second map, no second hash, no second lock), dropped when the slot is
 //!   released (the key idle, nothing pending: [`KeyNotes::reset`], which notes that know they
 //!   are empty make a no-op).
-//! - What the add's note closure returns is dropped after the lock is released (a cause it did
-//!   not build still holds a shared key).
+//! - The add's note closure gets the key the slot tracks beside its notes (a note about the key
+//!   shares the queue's copy). What it returns is dropped after the lock is released (a cause it
+//!   did not build may still hold shared data).
 //! - When a worker claims the key, [`KeyNotes::take`] hands what is due to the claim, under the
 //!   same lock: what is recorded after that belongs to the next pass.
 //! - When the key's timer fires (a delayed add, or a retry released from the retry line),

@@ -250,9 +250,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     }
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
-    /// takes anyway (after shutdown the add is ignored and `note` is not called). What `note`
-    /// returns is dropped once the lock is released: whatever it did not keep (a cause it did not
-    /// build holds a shared key, whose reference count other threads write too).
+    /// takes anyway (after shutdown the add is ignored and `note` is not called). `note` gets the
+    /// key the slot tracks beside its notes, so a note about the key itself shares the queue's
+    /// copy instead of the adder cloning one for it. What `note` returns is dropped once the lock
+    /// is released: whatever it did not keep (a cause it did not build may hold shared data,
+    /// whose reference count other threads write too).
     pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(&K, &mut N) -> L) {
         let shared = &*self.shared;
         self.add_locked(shared.lock_state(), shared.hasher.hash_one(&key), key, priority, note);
