@@ -59,7 +59,7 @@ use crate::runtime::causes::{
     Cause, CauseLog, ControllerQueue, Enqueuer, EventType, InformerKind, ObjectEvent, ResourceVersion,
     kind_name,
 };
-use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, Waited};
+use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, PendingWrites, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
 use crate::runtime::informer::{EventOrigin, Informer};
 use crate::runtime::introspection::{ControllerProbe, PassHistories, PassRecord};
@@ -516,8 +516,9 @@ struct Worker<Ctx, F> {
     passes: PassHistories,
     /// The informers whose delivery of a pass's writes the next pass waits for.
     freshness: Freshness,
-    /// What each key's last pass wrote (until its next pass has waited for it).
-    pending_writes: DashMap<ObjectKey, Vec<Write>>,
+    /// What each key's next pass waits for: its last pass's writes, reduced when that pass
+    /// ended to each informer's highest resourceVersion (no labels kept between passes).
+    pending_writes: DashMap<ObjectKey, PendingWrites>,
     hot_loops: parking_lot::Mutex<HotLoops>,
 }
 
@@ -636,8 +637,10 @@ where
         }
         let hot = self.watch_for_hot_loop(&key, &writes);
         let history = writes.iter().map(Write::for_history).collect();
-        if !writes.is_empty() {
-            self.pending_writes.insert(key.clone(), writes);
+        let pending = self.freshness.pending(&writes);
+        drop(writes);
+        if !pending.is_empty() {
+            self.pending_writes.insert(key.clone(), pending);
         }
         let last = PassRecord {
             causes,
@@ -660,8 +663,8 @@ where
 
     /// Waits (bounded) until the informers have delivered what the key's previous pass wrote.
     async fn wait_for_own_writes(&self, key: &ObjectKey) -> Option<Waited> {
-        let (_, writes) = self.pending_writes.remove(key)?;
-        let waited = self.freshness.wait_for(&writes, self.config.stale_cache_wait).await;
+        let (_, pending) = self.pending_writes.remove(key)?;
+        let waited = self.freshness.wait_for(pending, self.config.stale_cache_wait).await;
         if waited.waited.is_zero() {
             return None;
         }

@@ -1,7 +1,9 @@
 //! Read-your-writes: waiting until the informers have delivered a pass's own writes (KEP-5647).
 //!
-//! The controller registers every informer it reads ([`Freshness::watch`]). Before a key's next
-//! pass it calls [`Freshness::wait_for`] with what the previous pass wrote. A write is delivered
+//! The controller registers every informer it reads ([`Freshness::watch`]). When a pass ends it
+//! reduces what the pass wrote to what the next pass must wait for ([`Freshness::pending`]: per
+//! informer, the highest resourceVersion), so that no write's labels are kept between passes;
+//! before the key's next pass it waits for that ([`Freshness::wait_for`]). A write is delivered
 //! by each informer of its kind that selects it: its label selector matches the labels written,
 //! or its cache holds the object (a write that took the object out of the selector is delivered
 //! as a deletion). Several informers of one kind (different selectors) are told apart so, and a
@@ -124,36 +126,66 @@ impl Freshness {
         }
     }
 
-    /// Waits, at most `limit`, until every informer that delivers one of `writes` has delivered
-    /// the highest resourceVersion written among those it delivers. Writes that no informer
-    /// delivers are ignored.
-    pub async fn wait_for(&self, writes: &[Write], limit: Duration) -> Waited {
-        let pending: Vec<BoxFuture<'static, ()>> = {
-            let informers = self.informers.read();
-            // (informer, highest resourceVersion it must reach), a few entries at most.
-            let mut highest: Vec<(&Arc<dyn DeliveredVersion>, &str)> = Vec::new();
-            for write in writes {
-                let rv = write.resource_version.as_str();
-                let watched = informers.get(&write.kind).map(Vec::as_slice).unwrap_or_default();
-                for w in watched.iter().filter(|w| w.delivers(write)) {
-                    match highest.iter_mut().find(|(informer, _)| Arc::ptr_eq(informer, &w.informer)) {
-                        Some((_, seen)) if resource_version_reached(rv, seen) => *seen = rv,
-                        Some(_) => {}
-                        None => highest.push((&w.informer, rv)),
-                    }
+    /// What the next pass must wait for after a pass that made `writes`: each informer that
+    /// delivers one of them, with the highest resourceVersion written among those it delivers,
+    /// unless it has delivered that already. Writes that no informer delivers are dropped. A few
+    /// entries at most, and nothing of the writes' labels (a cluster's first pass writes about
+    /// ten labelled children, and its key keeps this until its next pass).
+    pub fn pending(&self, writes: &[Write]) -> PendingWrites {
+        let informers = self.informers.read();
+        let mut highest: Vec<(&Arc<dyn DeliveredVersion>, &str)> = Vec::new();
+        for write in writes {
+            let rv = write.resource_version.as_str();
+            let watched = informers.get(&write.kind).map(Vec::as_slice).unwrap_or_default();
+            for w in watched.iter().filter(|w| w.delivers(write)) {
+                match highest.iter_mut().find(|(informer, _)| Arc::ptr_eq(informer, &w.informer)) {
+                    Some((_, seen)) if resource_version_reached(rv, seen) => *seen = rv,
+                    Some(_) => {}
+                    None => highest.push((&w.informer, rv)),
                 }
             }
+        }
+        PendingWrites(
             highest
                 .into_iter()
                 .filter(|(informer, rv)| !informer.reached(rv))
-                .map(|(informer, rv)| Arc::clone(informer).reaching(rv.to_string()))
-                .collect()
-        };
-        if pending.is_empty() {
+                .map(|(informer, rv)| (Arc::clone(informer), rv.to_owned()))
+                .collect(),
+        )
+    }
+
+    /// Waits, at most `limit`, until every informer in `pending` has delivered its
+    /// resourceVersion.
+    pub async fn wait_for(&self, pending: PendingWrites, limit: Duration) -> Waited {
+        let waits: Vec<BoxFuture<'static, ()>> = pending
+            .0
+            .into_iter()
+            .filter(|(informer, rv)| !informer.reached(rv))
+            .map(|(informer, rv)| informer.reaching(rv))
+            .collect();
+        if waits.is_empty() {
             return Waited::default();
         }
         let started = Instant::now();
-        let timed_out = tokio::time::timeout(limit, future::join_all(pending)).await.is_err();
+        let timed_out = tokio::time::timeout(limit, future::join_all(waits)).await.is_err();
         Waited { waited: started.elapsed(), timed_out }
+    }
+}
+
+/// What a key's next pass waits for ([`Freshness::pending`]): informers, each with the
+/// resourceVersion it must have delivered.
+#[derive(Default)]
+pub struct PendingWrites(Vec<(Arc<dyn DeliveredVersion>, String)>);
+
+impl PendingWrites {
+    /// Nothing to wait for.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for PendingWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(_, rv)| rv)).finish()
     }
 }

@@ -67,8 +67,9 @@ pub enum Verb {
 /// One write the server acknowledged: which object, how, and the resourceVersion it returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
-    /// The object's labels as written: which informers' selectors deliver it (only until the
-    /// next pass has waited for it; a pass's history keeps none, see [`Write::for_history`]).
+    /// The object's labels as written: which informers' selectors deliver it (read when the
+    /// pass ends, by `Freshness::pending`; neither what the next pass waits for nor the pass's
+    /// history keeps them, see [`Write::for_history`]).
     pub labels: BTreeMap<String, String>,
     /// How it was written.
     pub verb: Verb,
