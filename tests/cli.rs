@@ -11,6 +11,7 @@ use clap::Parser;
 use dbcluster_operator::cli::{LogFormat, RunArgs};
 use dbcluster_operator::databasecluster::types::crd;
 use dbcluster_operator::sim::SimServer;
+use dbcluster_operator::sim::kubelet::addresses::{Range, allocate};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -162,7 +163,10 @@ fn kubeconfig_for(dir: &Path, server: &str) -> String {
 #[tokio::test]
 async fn an_unreachable_cluster_is_one_sentence_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // An address leased for this test alone, where nothing listens (a port found free on
+    // 127.0.0.1 could be taken by another listener before the binary connects).
+    let lease = allocate(Range::Pods).unwrap();
+    let closed = std::net::SocketAddr::from((lease.ip, 80));
     let kubeconfig = kubeconfig_for(dir.path(), &format!("http://{closed}"));
     let (code, stderr) = run_binary(&["--kubeconfig", &kubeconfig], dir.path()).await;
     assert_eq!(code, Some(1));

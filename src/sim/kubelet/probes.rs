@@ -303,7 +303,11 @@ mod tests {
         assert!(attempt(&Action::Http { addr, path: "/ok".into(), https: false }, &ctx, t).await.is_ok());
         let failed = attempt(&Action::Http { addr, path: "/bad".into(), https: false }, &ctx, t).await;
         assert_eq!(failed, Err("HTTP probe failed with statuscode: 503".into()));
-        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        // A leased address where nothing listens, not a port found free (which a listener
+        // elsewhere could take).
+        let lease =
+            crate::sim::kubelet::addresses::allocate(crate::sim::kubelet::addresses::Range::Pods).unwrap();
+        let closed = std::net::SocketAddr::from((lease.ip, 80));
         assert!(attempt(&Action::Tcp(closed), &ctx, t).await.is_err());
     }
 }
