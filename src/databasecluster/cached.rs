@@ -71,7 +71,7 @@ pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
 }
 
 /// Reduces `obj` to what the cache keeps of it: the cache writer's transform, and what
-/// `ensure_child` applies to an object a write or read returned.
+/// `ensure_child` applies to an object it read.
 fn to_cached_form<K: CacheShape>(obj: &mut K) {
     strip_managed_fields(obj);
     obj.shape();
@@ -90,7 +90,8 @@ pub trait ChildForm:
         + Serialize
         + DeserializeOwned;
 
-    /// The cached form of an object the server returned (a write's answer, or a read).
+    /// The cached form of an object read from the server (a create that found the child
+    /// already there reads it once).
     fn from_server(object: Self::Object) -> Self;
 
     /// Whether `live` differs from `desired` in a field the operator owns, the two compared in

@@ -52,7 +52,7 @@ pub struct Compact<K> {
 }
 
 impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta>> Compact<K> {
-    /// The compact form of `object` (a write's answer, say), its managedFields cut.
+    /// The compact form of `object` (a read's answer, say), its managedFields cut.
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
         object.metadata_mut().managed_fields = None;
         let text = RawValue::from_string(serde_json::to_string(&object)?)?;

@@ -317,9 +317,9 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let primaries: Vec<&str> = std::iter::once(primary_record.as_str()).chain(demoting.as_deref()).collect();
     let held = ValidSpec { replicas: held_replicas(spec.replicas, &primaries), ..spec.clone() };
     // The live StatefulSet the last `build` decoded: unchanged, it is the StatefulSet; updated,
-    // the one before. So a pass decodes the text once.
+    // the one before. So a pass decodes the text once, and a written one not at all.
     let mut read = None;
-    let (sts, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
+    let (written, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
         let mut desired = build_statefulset(&owner, &held);
         if let Some(live) = live {
             let live = expand_cached(live, "StatefulSet")?;
@@ -329,15 +329,13 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         Ok(desired)
     })
     .await?;
-    let (sts, scaling) = match (&outcome, read) {
-        (Outcome::Unchanged, Some(live)) => (live, None),
-        (Outcome::Updated, Some(before)) => {
-            let sts = expand_cached(&sts, "StatefulSet")?;
-            let scaling = scaling_event(&before, &sts);
-            (sts, scaling)
-        }
-        _ => (expand_cached(&sts, "StatefulSet")?, None),
+    let scaling = match (&read, &written) {
+        (Some(before), Some(after)) => scaling_event(before, after),
+        _ => None,
     };
+    // Invariant: a pass that wrote nothing compared the live StatefulSet, which `build` decoded
+    // into `read` (a decode that failed ended the pass above).
+    let sts = written.or(read).expect("an unwritten StatefulSet was read by `build`");
     report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
 
     ensure_pdb(ctx, cluster, &owner, spec.replicas).await?;
@@ -1012,15 +1010,15 @@ pub(super) async fn report(
 
 /// Brings one child to its desired state: creates it when absent, applies it when an owned field
 /// differs, and otherwise leaves it alone. `build` makes the desired object from the live one's
-/// cached form (if any); `kind` names the child in logs and errors. Returns the child's cached
-/// form as the server now has it, and what was done.
+/// cached form (if any); `kind` names the child in logs and errors. Returns the object as the
+/// server returned it from a write (none when nothing was written), and what was done.
 pub(super) async fn ensure_child<C: ChildForm>(
     ctx: &Context,
     owner: &Owner,
     kind: &'static str,
     cached: Option<Arc<C>>,
     mut build: impl FnMut(Option<&C>) -> Result<C::Object, Error>,
-) -> Result<(Arc<C>, Outcome), Error> {
+) -> Result<(Option<C::Object>, Outcome), Error> {
     let api: Api<C::Object> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let live = match cached {
         Some(live) => live,
@@ -1030,12 +1028,7 @@ pub(super) async fn ensure_child<C: ChildForm>(
             let params =
                 PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
             match api.create(&params, &desired).await {
-                Ok(created) => {
-                    return Ok((
-                        Arc::new(C::from_server(recorded_as(Verb::Create, created))),
-                        Outcome::Created,
-                    ));
-                }
+                Ok(created) => return Ok((Some(recorded_as(Verb::Create, created)), Outcome::Created)),
                 Err(kube::Error::Api(status)) if status.is_already_exists() => {
                     tracing::debug!(kind, %name, "the cache is behind the server; reading the child once");
                     let live =
@@ -1058,13 +1051,13 @@ pub(super) async fn ensure_child<C: ChildForm>(
     let desired = build(Some(&live))?;
     // The cache keeps some kinds in a form of their own ([`ChildForm`]): compare like with like.
     if !C::needs_update(&desired, &live) {
-        return Ok((live, Outcome::Unchanged));
+        return Ok((None, Outcome::Unchanged));
     }
     let applied = api
         .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
         .await
         .map_err(|source| child_error("applying", kind, &name, source))?;
-    Ok((Arc::new(C::from_server(recorded_as(Verb::Apply, applied))), Outcome::Updated))
+    Ok((Some(recorded_as(Verb::Apply, applied)), Outcome::Updated))
 }
 
 /// A child cached as text ([`Compact`]) decoded whole, for a pass that reads it.
