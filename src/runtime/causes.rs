@@ -317,16 +317,6 @@ struct Bounded {
 }
 
 impl Bounded {
-    /// Keeps `cause()` if there is room, else only counts it: the cause is then never built,
-    /// and `cause` comes back, for the caller to drop outside the queue's lock.
-    fn push<F: FnOnce() -> Cause>(&mut self, cause: F) -> Option<F> {
-        if !self.make_room() {
-            return Some(cause);
-        }
-        self.kept.push(cause());
-        None
-    }
-
     /// Whether one more cause is kept; if not, it is counted among the rest.
     fn make_room(&mut self) -> bool {
         if self.kept.len() == KEPT_CAUSES {
@@ -345,7 +335,9 @@ impl Bounded {
     fn append(&mut self, later: Bounded) {
         self.more += later.more;
         for cause in later.kept {
-            drop(self.push(|| cause));
+            if self.make_room() {
+                self.kept.push(cause);
+            }
         }
     }
 
@@ -379,23 +371,13 @@ pub struct CauseNotes {
 }
 
 impl CauseNotes {
-    /// Records `cause()`, due at the next pass or with the key's timer; once the line holds
+    /// Records `cause(key)`, due at the next pass or with the key's timer; once the line holds
     /// [`KEPT_CAUSES`], a cause is only counted and never built (`cause` then comes back, to be
-    /// dropped outside the queue's lock).
+    /// dropped outside the queue's lock). `key` is the key the queue tracks: an adder whose cause
+    /// names the key's own object hands over the queue's copy under the lock instead of cloning
+    /// its own first (a shared key's clone and drop write its count).
     #[must_use = "an unbuilt cause is handed back to be dropped outside the queue's lock"]
-    pub fn record<F: FnOnce() -> Cause>(&mut self, cause: F, due: Due) -> Option<F> {
-        match due {
-            Due::Now => self.due.push(cause),
-            Due::OnTimer => self.on_timer.get_or_insert_with(Box::default).push(cause),
-        }
-    }
-
-    /// [`CauseNotes::record`] of a cause built from `key`, the key the queue tracks: an adder
-    /// whose cause names the key's own object hands over the queue's copy under the lock instead
-    /// of cloning its own first (a shared key's clone and drop write its count, and a duplicate
-    /// add past the bound builds nothing).
-    #[must_use = "an unbuilt cause is handed back to be dropped outside the queue's lock"]
-    pub fn record_for<F: FnOnce(&ObjectKey) -> Cause>(
+    pub fn record<F: FnOnce(&ObjectKey) -> Cause>(
         &mut self,
         key: &ObjectKey,
         cause: F,
@@ -495,7 +477,7 @@ impl Enqueuer {
         if !self.record {
             return self.queue.add_with_priority(key, priority);
         }
-        self.queue.add_with_note(key, priority, |key, notes| notes.record_for(key, cause, Due::Now));
+        self.queue.add_with_note(key, priority, |key, notes| notes.record(key, cause, Due::Now));
     }
 
     /// Queues `key` at once, for `reason`: an explicit call (rule 1).
@@ -509,8 +491,9 @@ impl Enqueuer {
             return self.queue.add_after(key, delay);
         }
         let due = if delay.is_zero() { Due::Now } else { Due::OnTimer };
-        self.queue
-            .add_after_with_note(key, delay, |_, notes| notes.record(|| Cause::RequeueAfter(delay), due));
+        self.queue.add_after_with_note(key, delay, |key, notes| {
+            notes.record(key, |_| Cause::RequeueAfter(delay), due)
+        });
     }
 
     /// Puts a claimed key back for `delay` without running it, its causes still pending (they
@@ -525,9 +508,10 @@ impl Enqueuer {
         if !self.record {
             return self.queue.add_rate_limited_after(key, at_least);
         }
-        let cause = || Cause::Retry(error.into());
-        self.queue
-            .add_rate_limited_after_with_note(key, at_least, |_, notes| notes.record(cause, Due::OnTimer));
+        let cause = |_: &ObjectKey| Cause::Retry(error.into());
+        self.queue.add_rate_limited_after_with_note(key, at_least, |key, notes| {
+            notes.record(key, cause, Due::OnTimer)
+        });
     }
 }
 
@@ -570,9 +554,9 @@ mod tests {
     fn rule4_the_trigger_is_the_first_cause_and_the_count_of_the_others() {
         let mut notes = CauseNotes::default();
         assert_eq!(notes.take().trigger().to_string(), "none recorded");
-        assert!(notes.record(|| Cause::Mapped(event("pg", "4312")), Due::Now).is_none(), "kept");
-        assert!(notes.record(|| Cause::Watch(event("pg", "4313")), Due::Now).is_none(), "kept");
-        assert!(notes.record(|| Cause::Explicit("test".into()), Due::Now).is_none(), "kept");
+        assert!(notes.record(&key(), |_| Cause::Mapped(event("pg", "4312")), Due::Now).is_none(), "kept");
+        assert!(notes.record(&key(), |_| Cause::Watch(event("pg", "4313")), Due::Now).is_none(), "kept");
+        assert!(notes.record(&key(), |_| Cause::Explicit("test".into()), Due::Now).is_none(), "kept");
         let log = notes.take();
         assert_eq!(log.trigger().to_string(), "\"StatefulSet default/pg modified rv=4312 (owned)\" (+2)");
         let single = CauseLog { kept: [Cause::Watch(event("pg", "7"))].into(), more: 0 };
