@@ -1063,7 +1063,7 @@ pub(super) async fn ensure_child<C: ChildForm>(
 /// A child cached as text ([`Compact`]) decoded whole, for a pass that reads it.
 fn expand_cached<K>(cached: &Compact<K>, kind: &'static str) -> Result<K, Error>
 where
-    K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + k8s_openapi::Resource,
+    K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + k8s_openapi::Resource + 'static,
 {
     cached.expand().map_err(|source| Error::Cached {
         kind,
