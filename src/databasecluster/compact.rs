@@ -13,8 +13,8 @@
 //!   refuses what is not a `K`, as the typed decoder always did, so [`Compact::expand`] of a
 //!   cached object cannot fail but on a broken invariant;
 //! - the text is kept LZ4-compressed against its kind's dictionary ([`dictionary_of`]): the
-//!   first object of the kind this process kept, without its `data`, `stringData` and
-//!   `binaryData` (so no Secret's values outlive that Secret in it). The children of one operator
+//!   first named object of the kind this process kept (not a bookmark), without its `data`,
+//!   `stringData` and `binaryData` (so no Secret's values outlive that Secret in it). The children of one operator
 //!   differ mostly in names, uids, versions and times, so a 6.4 KB StatefulSet packs into about
 //!   150 bytes and a 1 KB Service into about 40: what was the largest part of a cluster's cache
 //!   (about 14 KB of text per cluster) becomes about 1 KB. Packing costs about as much as a tenth
@@ -68,7 +68,7 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Comp
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
         object.metadata_mut().managed_fields = None;
         let text = serde_json::to_vec(&object)?;
-        let dictionary = dictionary_of::<K>(&text);
+        let dictionary = dictionary_of::<K>(&text, object.metadata().name.is_some());
         Ok(Compact {
             metadata: identity(std::mem::take(object.metadata_mut())),
             packed: lz4_flex::block::compress_prepend_size_with_dict(&text, dictionary).into_boxed_slice(),
@@ -123,17 +123,23 @@ impl<K> Compact<K> {
     }
 }
 
-/// The dictionary `K`'s texts are packed against, for the life of the process: made from
-/// `first`, the first text of the kind, without its `data`, `stringData` and `binaryData` (see
-/// the module docs). Bounded: one per kind the caches keep as [`Compact`].
-fn dictionary_of<K: 'static>(first: &[u8]) -> &'static [u8] {
+/// The dictionary `K`'s texts are packed against, for the life of the process: made from the
+/// first named text of the kind (`text`, if there is none yet and `named` says it has a name),
+/// without its `data`, `stringData` and `binaryData` (see the module docs). A nameless text (a
+/// watch's bookmark: a resourceVersion and little else, and the first thing a watch of an empty
+/// collection sends) is packed against no dictionary and makes none. Bounded: one per kind the
+/// caches keep as [`Compact`].
+fn dictionary_of<K: 'static>(text: &[u8], named: bool) -> &'static [u8] {
     static DICTIONARIES: parking_lot::Mutex<Vec<(TypeId, &'static [u8])>> =
         parking_lot::Mutex::new(Vec::new());
     let mut dictionaries = DICTIONARIES.lock();
     if let Some((_, dictionary)) = dictionaries.iter().find(|(kind, _)| *kind == TypeId::of::<K>()) {
         return dictionary;
     }
-    let dictionary: &'static [u8] = Box::leak(dictionary_sample(first).into_boxed_slice());
+    if !named {
+        return &[];
+    }
+    let dictionary: &'static [u8] = Box::leak(dictionary_sample(text).into_boxed_slice());
     dictionaries.push((TypeId::of::<K>(), dictionary));
     dictionary
 }
@@ -420,6 +426,29 @@ mod tests {
         let sample: serde_json::Value = serde_json::from_slice(&sample).unwrap();
         assert_eq!(sample, json!({"metadata": {"name": "pg-app", "namespace": "team-1"}, "type": "Opaque"}));
         assert!(dictionary_sample(b"[1, 2]").is_empty(), "only an object makes a dictionary");
+    }
+
+    #[test]
+    fn a_bookmark_makes_no_dictionary() {
+        use k8s_openapi::api::core::v1::ResourceQuota;
+        // ResourceQuota: a kind no other test keeps. A watch of an empty collection sends its
+        // bookmark first.
+        let bookmark: ResourceQuota = serde_json::from_value(json!({"metadata": {"resourceVersion": "7",
+            "annotations": {INITIAL_EVENTS_END: "true"}}}))
+        .unwrap();
+        let kept = Compact::from_object(bookmark.clone()).unwrap();
+        assert!(kept.dictionary.is_empty());
+        assert_eq!(kept.expand().unwrap(), bookmark);
+        let quota = |name: &str| -> ResourceQuota {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "team-1",
+                "labels": {"app.kubernetes.io/managed-by": "dbcluster-operator"}},
+                "spec": {"hard": {"requests.cpu": "4", "requests.memory": "8Gi", "persistentvolumeclaims": "10"}}}))
+            .unwrap()
+        };
+        let first = Compact::from_object(quota("payments")).unwrap();
+        assert!(!first.dictionary.is_empty(), "the first named object makes it");
+        let later = Compact::from_object(bookmark).unwrap();
+        assert!(std::ptr::eq(later.dictionary, first.dictionary), "and it stays");
     }
 
     #[test]
