@@ -18,10 +18,11 @@
 //!   children of one operator differ mostly in names, uids, versions and times, so a 6 KB
 //!   StatefulSet packs into about 300 bytes. Packing costs about a tenth of the decode before
 //!   it (2 µs for that StatefulSet), unpacking about a hundredth of the parse after it;
-//! - its metadata (`Metadata::metadata`) holds only what the cache's indexes, the controller's owner mapping
-//!   and the watch's bookmarks read: name, namespace, uid, resourceVersion, generation, the
-//!   creation and deletion times, the ownerReferences, and the streaming list's end-of-initial-
-//!   events annotation. Labels and annotations stay in the text; [`Compact::expand`] has them.
+//! - its metadata (`Metadata::metadata`) holds only what the cache's indexes and the
+//!   controller's owner mapping read: name, namespace, uid, resourceVersion, generation, the
+//!   creation and deletion times and the ownerReferences. Labels and annotations stay in the
+//!   text; [`Compact::expand`] has them. (A watch's bookmark is read without decoding a `K`, so
+//!   none of its metadata needs keeping here.)
 //!   `metadata_mut` changes that copy only, never the text;
 //! - drift ([`Compact::drifted_from`]) compares the desired object with the text, both as JSON,
 //!   by the same rule as every other kind (`drift::needs_update_json`). The text never changes
@@ -32,7 +33,6 @@
 //!   parsing the text. A drift verdict is never remembered.
 
 use std::any::TypeId;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::marker::PhantomData;
@@ -48,7 +48,6 @@ use serde_json::value::RawValue;
 
 use crate::databasecluster::drift::needs_update_json;
 use crate::runtime::cache::CacheWriter;
-use crate::runtime::reflector::INITIAL_EVENTS_END;
 
 /// An object of kind `K` kept as its packed JSON text (see the module docs).
 pub struct Compact<K> {
@@ -178,9 +177,6 @@ fn desired_digest<K: Serialize>(desired: &K) -> Option<u64> {
 
 /// What a [`Compact`]'s own metadata keeps of an object's (see the module docs).
 fn identity(metadata: ObjectMeta) -> ObjectMeta {
-    let annotations = metadata.annotations.and_then(|mut a| {
-        a.remove(INITIAL_EVENTS_END).map(|v| BTreeMap::from([(INITIAL_EVENTS_END.to_owned(), v)]))
-    });
     ObjectMeta {
         name: metadata.name,
         namespace: metadata.namespace,
@@ -190,7 +186,6 @@ fn identity(metadata: ObjectMeta) -> ObjectMeta {
         creation_timestamp: metadata.creation_timestamp,
         deletion_timestamp: metadata.deletion_timestamp,
         owner_references: metadata.owner_references,
-        annotations,
         ..ObjectMeta::default()
     }
 }
@@ -268,7 +263,9 @@ mod tests {
 
     use super::*;
     use crate::runtime::ObjectKey;
-    use crate::runtime::reflector::{WatchLine, decode_watch_line};
+    use std::collections::BTreeMap;
+
+    use crate::runtime::reflector::{INITIAL_EVENTS_END, WatchLine, decode_watch_line};
 
     fn served_service() -> serde_json::Value {
         json!({

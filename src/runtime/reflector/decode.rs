@@ -7,8 +7,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status};
-use kube::Resource;
-use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeOwned, DeserializeSeed, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::ReflectorStats;
@@ -55,7 +54,7 @@ pub struct MalformedLine {
     pub error: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Copy, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 enum LineType {
     Added,
@@ -65,34 +64,82 @@ enum LineType {
     Error,
 }
 
+/// What a bookmark's object carries that the reflector reads: its resourceVersion, and whether
+/// it ends a streaming list's initial events. Nothing else of it is decoded.
 #[derive(Deserialize)]
-struct TypedLine<K> {
-    #[serde(rename = "type")]
-    kind: LineType,
-    object: K,
+struct BookmarkObject {
+    #[serde(default)]
+    metadata: BookmarkMeta,
 }
 
-/// Decodes one line of a watch stream. The common case (an object event that decodes as `K`) is a
-/// single pass; bookmarks and errors that are not valid `K`s, and malformed objects, take a slower
-/// second pass through `serde_json::Value` to say what they were.
-pub fn decode_watch_line<K: Resource + DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>, MalformedLine> {
-    match serde_json::from_slice::<TypedLine<K>>(line) {
-        Ok(TypedLine { kind: LineType::Added, object }) => Ok(WatchLine::Added(object)),
-        Ok(TypedLine { kind: LineType::Modified, object }) => Ok(WatchLine::Modified(object)),
-        Ok(TypedLine { kind: LineType::Deleted, object }) => Ok(WatchLine::Deleted(object)),
-        Ok(TypedLine { kind: LineType::Bookmark, object }) => {
-            let meta = object.meta();
-            Ok(WatchLine::Bookmark {
-                resource_version: meta.resource_version.clone().unwrap_or_default(),
-                initial_events_end: is_initial_events_end(meta.annotations.as_ref()),
-            })
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BookmarkMeta {
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+impl<K> From<BookmarkObject> for WatchLine<K> {
+    fn from(bookmark: BookmarkObject) -> Self {
+        let BookmarkMeta { resource_version, annotations } = bookmark.metadata;
+        WatchLine::Bookmark {
+            resource_version: resource_version.unwrap_or_default(),
+            initial_events_end: annotations
+                .as_ref()
+                .and_then(|a| a.get(INITIAL_EVENTS_END))
+                .is_some_and(|v| v == "true"),
         }
-        Ok(TypedLine { kind: LineType::Error, .. }) | Err(_) => decode_untyped_line(line),
     }
 }
 
-fn is_initial_events_end(annotations: Option<&BTreeMap<String, String>>) -> bool {
-    annotations.and_then(|a| a.get(INITIAL_EVENTS_END)).is_some_and(|v| v == "true")
+/// The single pass over a line whose `type` comes before its `object` (as the API server writes
+/// it): the object is decoded as what the type says, a `K` for an object event and only
+/// [`BookmarkObject`] for a bookmark (a bookmark is not a `K`: it has no name, and a cache must
+/// not keep what it carries). Anything else fails, for the slower second pass.
+struct TypedLine<K>(PhantomData<K>);
+
+impl<'de, K: DeserializeOwned> Visitor<'de> for TypedLine<K> {
+    type Value = WatchLine<K>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a watch event, its type first")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WatchLine<K>, A::Error> {
+        let mut kind = None;
+        let mut line = None;
+        while let Some(field) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match (field.as_ref(), kind) {
+                ("type", _) => kind = Some(map.next_value::<LineType>()?),
+                ("object", Some(LineType::Added)) => line = Some(WatchLine::Added(map.next_value()?)),
+                ("object", Some(LineType::Modified)) => line = Some(WatchLine::Modified(map.next_value()?)),
+                ("object", Some(LineType::Deleted)) => line = Some(WatchLine::Deleted(map.next_value()?)),
+                ("object", Some(LineType::Bookmark)) => {
+                    line = Some(map.next_value::<BookmarkObject>()?.into())
+                }
+                ("object", Some(LineType::Error) | None) => {
+                    return Err(A::Error::custom("an error event, or the object before its type"));
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        line.ok_or_else(|| A::Error::custom("a watch event without an object"))
+    }
+}
+
+/// Decodes one line of a watch stream. The common case (the type first, then an object that
+/// decodes as `K`, or a bookmark) is a single pass; errors, lines with the object first, and
+/// malformed objects take a slower second pass through `serde_json::Value` to say what they were.
+pub fn decode_watch_line<K: DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>, MalformedLine> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    match de.deserialize_map(TypedLine(PhantomData)).and_then(|decoded| de.end().map(|()| decoded)) {
+        Ok(decoded) => Ok(decoded),
+        Err(_) => decode_untyped_line(line),
+    }
 }
 
 fn decode_untyped_line<K: DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>, MalformedLine> {
@@ -103,14 +150,19 @@ fn decode_untyped_line<K: DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>,
     })?;
     let event_type = value["type"].as_str().unwrap_or("?").to_string();
     let object = &value["object"];
+    let as_k = |object: &serde_json::Value| serde_json::from_value::<K>(object.clone());
+    let malformed = |event_type: String, error: serde_json::Error| MalformedLine {
+        event_type,
+        object: describe(object),
+        error: error.to_string(),
+    };
     match event_type.as_str() {
-        "BOOKMARK" => {
-            let meta = &object["metadata"];
-            Ok(WatchLine::Bookmark {
-                resource_version: meta["resourceVersion"].as_str().unwrap_or_default().to_string(),
-                initial_events_end: meta["annotations"][INITIAL_EVENTS_END].as_str() == Some("true"),
-            })
-        }
+        "ADDED" => as_k(object).map(WatchLine::Added).map_err(|e| malformed(event_type, e)),
+        "MODIFIED" => as_k(object).map(WatchLine::Modified).map_err(|e| malformed(event_type, e)),
+        "DELETED" => as_k(object).map(WatchLine::Deleted).map_err(|e| malformed(event_type, e)),
+        "BOOKMARK" => serde_json::from_value::<BookmarkObject>(object.clone())
+            .map(WatchLine::from)
+            .map_err(|e| malformed(event_type, e)),
         "ERROR" => {
             let status: Status = serde_json::from_value(object.clone()).unwrap_or_default();
             Ok(WatchLine::Error {
@@ -119,13 +171,11 @@ fn decode_untyped_line<K: DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>,
                 message: status.message.unwrap_or_default(),
             })
         }
-        _ => {
-            let error = match serde_json::from_value::<K>(object.clone()) {
-                Err(e) => e.to_string(),
-                Ok(_) => format!("unknown event type {event_type:?}"),
-            };
-            Err(MalformedLine { event_type, object: describe(object), error })
-        }
+        _ => Err(MalformedLine {
+            error: format!("unknown event type {event_type:?}"),
+            event_type,
+            object: describe(object),
+        }),
     }
 }
 
@@ -274,6 +324,62 @@ mod tests {
             decode_watch_line::<ConfigMap>(error),
             Ok(WatchLine::Error { code: 410, reason: "Expired".into(), message: "too old".into() })
         );
+    }
+
+    /// A `K` that counts how often it was decoded.
+    #[derive(Debug, PartialEq)]
+    struct Counted;
+
+    static COUNTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    impl<'de> Deserialize<'de> for Counted {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            IgnoredAny::deserialize(deserializer)?;
+            COUNTED.fetch_add(1, Ordering::Relaxed);
+            Ok(Counted)
+        }
+    }
+
+    #[test]
+    fn a_bookmark_is_read_without_decoding_a_k_and_the_object_may_come_first() {
+        let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        let before = COUNTED.load(Ordering::Relaxed);
+        assert_eq!(
+            decode_watch_line::<Counted>(bookmark),
+            Ok(WatchLine::Bookmark { resource_version: "9".into(), initial_events_end: true })
+        );
+        let plain = br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"10"}}}"#;
+        assert_eq!(
+            decode_watch_line::<Counted>(plain),
+            Ok(WatchLine::Bookmark { resource_version: "10".into(), initial_events_end: false })
+        );
+        assert_eq!(COUNTED.load(Ordering::Relaxed), before, "a bookmark is never decoded as a K");
+        assert_eq!(
+            decode_watch_line::<Counted>(br#"{"type":"ADDED","object":{}}"#),
+            Ok(WatchLine::Added(Counted))
+        );
+        assert_eq!(COUNTED.load(Ordering::Relaxed), before + 1);
+
+        for (event, expected) in [("ADDED", "a"), ("MODIFIED", "b"), ("DELETED", "c")] {
+            let line = format!(
+                r#"{{"object":{{"metadata":{{"name":"{expected}","namespace":"n"}}}},"type":"{event}"}}"#
+            );
+            let name = match decode_watch_line::<ConfigMap>(line.as_bytes()) {
+                Ok(WatchLine::Added(cm) | WatchLine::Modified(cm) | WatchLine::Deleted(cm)) => {
+                    cm.metadata.name
+                }
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(name.as_deref(), Some(expected), "{event}, the object before the type");
+        }
+        let bookmark_last = br#"{"object":{"metadata":{"resourceVersion":"11"}},"type":"BOOKMARK"}"#;
+        assert_eq!(
+            decode_watch_line::<ConfigMap>(bookmark_last),
+            Ok(WatchLine::Bookmark { resource_version: "11".into(), initial_events_end: false })
+        );
+        let unknown =
+            decode_watch_line::<ConfigMap>(br#"{"type":"RENAMED","object":{"metadata":{"name":"a"}}}"#);
+        assert!(unknown.is_err_and(|e| e.error.contains("unknown event type") && e.object == "a"));
     }
 
     #[test]
