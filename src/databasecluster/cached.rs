@@ -8,7 +8,9 @@
 //!   it runs). Decoded straight from the server's JSON, the spec is skipped, never built: no
 //!   decode of containers and volumes on every pod event, and no `Option<PodSpec>` (1.4 KB
 //!   inline even when `None`) in every cached pod. Its annotations go (no pass reads them; a
-//!   map's node is 544 bytes however few entries it holds). Of its status it keeps only what
+//!   map's node is 544 bytes however few entries it holds), and of its labels it keeps the ones
+//!   a pass or a mapper reads ([`POD_LABELS_READ`]: the cluster's instance, a backup pod's
+//!   cluster, the revision and the role). Of its status it keeps only what
 //!   the passes read, as JSON text ([`CachedPod::new`], [`CachedPod::status`]): the phase, the
 //!   reason and message, the `Ready` condition, the pod IP and each container's name, state,
 //!   last state, readiness and restart count. The operator never
@@ -44,8 +46,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use super::backup::jobs::CLUSTER_LABEL;
 pub use super::compact::Compact;
 use super::drift::needs_update;
+use super::resources::label;
+use super::services::ROLE_LABEL;
+use super::topology::REVISION_LABEL;
 use super::types::DatabaseCluster;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
 
@@ -230,10 +236,18 @@ impl Metadata for CachedPod {
     }
 }
 
+/// The pod labels a pass or a mapper reads; a cached pod keeps these only.
+pub const POD_LABELS_READ: [&str; 4] = [label::INSTANCE, CLUSTER_LABEL, REVISION_LABEL, ROLE_LABEL];
+
 impl CacheShape for CachedPod {
     fn shape(&mut self) {
         // No pass reads a pod's annotations (the template's, copied to every pod): a map each.
         self.metadata.annotations = None;
+        // Nor most of its labels (the template's own, the StatefulSet controller's pod name and
+        // index): two strings each.
+        if let Some(labels) = self.metadata.labels.as_mut() {
+            labels.retain(|name, _| POD_LABELS_READ.contains(&name.as_str()));
+        }
     }
 }
 
@@ -464,14 +478,19 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_pod_is_decoded_from_a_whole_pod_without_its_spec_and_cached_without_its_annotations() {
+    fn a_cached_pod_is_decoded_from_a_whole_pod_without_its_spec_and_cached_without_its_annotations_and_unread_labels()
+     {
         let mut pod = Pod {
             spec: Some(PodSpec { containers: vec![Default::default()], ..PodSpec::default() }),
             ..Pod::default()
         };
         pod.metadata.name = Some("pg-0".into());
         pod.metadata.namespace = Some("default".into());
-        pod.metadata.labels = Some([("role".to_owned(), "primary".to_owned())].into());
+        let read = [(ROLE_LABEL, "primary"), (label::INSTANCE, "pg"), (REVISION_LABEL, "pg-7d9f")];
+        let others =
+            [("app.kubernetes.io/name", "postgresql"), ("statefulset.kubernetes.io/pod-name", "pg-0")];
+        pod.metadata.labels =
+            Some(read.iter().chain(&others).map(|(k, v)| (k.to_string(), v.to_string())).collect());
         pod.metadata.annotations = Some([("restart-config".to_owned(), "1f2e".to_owned())].into());
         pod.metadata.managed_fields = Some(vec![Default::default()]);
         pod.status = Some(PodStatus { phase: Some("Running".into()), ..PodStatus::default() });
@@ -489,6 +508,13 @@ mod tests {
         assert_eq!(kept.len(), 1);
         assert!(kept[0].metadata.managed_fields.is_none() && kept[0].metadata.annotations.is_none());
         assert_eq!(kept[0].metadata.name.as_deref(), Some("pg-0"));
-        assert_eq!(kept[0].metadata.labels, decoded_labels, "the labels stay");
+        let read: BTreeMap<String, String> =
+            read.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(
+            kept[0].metadata.labels.as_ref(),
+            Some(&read),
+            "the labels a pass reads stay, the others go"
+        );
+        assert_ne!(decoded_labels.as_ref(), Some(&read));
     }
 }
