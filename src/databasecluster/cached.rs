@@ -10,8 +10,8 @@
 //!   inline even when `None`) in every cached pod. Its annotations go (no pass reads them; a
 //!   map's node is 544 bytes however few entries it holds), and of its labels it keeps the ones
 //!   a pass or a mapper reads ([`POD_LABELS_READ`]: the cluster's instance, a backup pod's
-//!   cluster, the revision and the role). Of its status it keeps only what
-//!   the passes read, as JSON text ([`CachedPod::new`], [`CachedPod::status`]): the phase, the
+//!   cluster, the revision and the role). Of its status it keeps only what the passes read,
+//!   as packed JSON text ([`Packed`], [`CachedPod::new`], [`CachedPod::status`]): the phase, the
 //!   reason and message, the `Ready` condition, the pod IP and each container's name, state,
 //!   last state, readiness and restart count. The operator never
 //!   writes a pod whole (it patches labels and deletes), so nothing compares a desired pod;
@@ -20,7 +20,7 @@
 //!   the rest with what they would write, which [`CacheShape::drifted`] puts in the same shape
 //!   first, so a changed script is still drift. The scripts are most of a cluster's cached bytes.
 //! - a **StatefulSet**, **Service**, **Secret** (the operator's login Secrets) or
-//!   **PodDisruptionBudget** is cached as a [`Compact`]: its JSON text and the identity fields
+//!   **PodDisruptionBudget** is cached as a [`Compact`]: its packed JSON text and the identity fields
 //!   the cache reads, not a decoded k8s-openapi object (several times the size of its JSON: a
 //!   `Container` is about 2 KB inline, a `Volume` 3 KB, each non-empty map a 544-byte node).
 //!   Drift compares the desired object with the text as JSON, so every field still counts; a
@@ -43,12 +43,12 @@ use k8s_openapi::{Metadata, NamespaceResourceScope};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::backup::jobs::CLUSTER_LABEL;
 pub use super::compact::Compact;
 use super::drift::needs_update;
+use super::packed::Packed;
 use super::resources::label;
 use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
@@ -159,10 +159,11 @@ fn drifted_reshaped<K: CacheShape>(desired: &K, live: &K) -> bool {
 pub struct CachedPod {
     /// The pod's metadata.
     pub metadata: ObjectMeta,
-    /// The pod's status, reduced to what the passes read ([`CachedPod::new`]), as JSON text: a
-    /// decoded `PodStatus` is about 0.5 KB inline and a container's status as much again.
+    /// The pod's status, reduced to what the passes read ([`CachedPod::new`]), as packed JSON
+    /// text ([`Packed`]): a decoded `PodStatus` is about 0.5 KB inline and a container's status
+    /// as much again.
     #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<Box<RawValue>>,
+    status: Option<Packed>,
 }
 
 impl CachedPod {
@@ -186,8 +187,9 @@ impl CachedPod {
                 ..PodStatus::default()
             };
             // Invariant: a k8s-openapi object always serialises to JSON (see `needs_update_json`).
-            let text = serde_json::to_string(&kept).expect("a PodStatus serialises to JSON");
-            RawValue::from_string(text).expect("serde_json writes valid JSON")
+            let text = serde_json::to_vec(&kept).expect("a PodStatus serialises to JSON");
+            // A started pod's status is the typical one: it makes the dictionary.
+            Packed::pack::<PodStatus>(&text, kept.container_statuses.is_some())
         });
         CachedPod { metadata, status }
     }
@@ -196,7 +198,7 @@ impl CachedPod {
     pub fn status(&self) -> Option<PodStatus> {
         // Invariant: the text is a `PodStatus` this type wrote; were it not to decode, the pod
         // reads as one without a status.
-        serde_json::from_str(self.status.as_deref()?.get()).ok()
+        serde_json::from_slice(&self.status.as_ref()?.unpack().ok()?).ok()
     }
 }
 

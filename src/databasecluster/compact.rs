@@ -12,12 +12,8 @@
 //!   server sent it), written back as JSON with `metadata.managedFields` cut. Decoding as `K`
 //!   refuses what is not a `K`, as the typed decoder always did, so [`Compact::expand`] of a
 //!   cached object cannot fail but on a broken invariant;
-//! - the text is kept LZ4-compressed against its kind's dictionary ([`dictionary_of`]): the
-//!   first named object of the kind this process kept (not a bookmark), without its `data`,
-//!   `stringData` and `binaryData` (so no Secret's values outlive that Secret in it). The
-//!   children of one operator differ mostly in names, uids, versions and times, so a 6 KB
-//!   StatefulSet packs into about 300 bytes. Packing costs about a tenth of the decode before
-//!   it (2 µs for that StatefulSet), unpacking about a hundredth of the parse after it;
+//! - the text is kept packed ([`Packed`]: LZ4 against a dictionary per kind, the kind's first
+//!   named object, so not a bookmark);
 //! - its metadata (`Metadata::metadata`) holds only what the cache's indexes and the
 //!   controller's owner mapping read: name, namespace, uid, resourceVersion, generation, the
 //!   creation and deletion times and the ownerReferences. Labels and annotations stay in the
@@ -32,7 +28,6 @@
 //!   (every pass of a settled cluster, a resync's above all) compares digests instead of
 //!   parsing the text. A drift verdict is never remembered.
 
-use std::any::TypeId;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::marker::PhantomData;
@@ -42,20 +37,17 @@ use std::sync::{Arc, OnceLock};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, Resource};
 use serde::de::{DeserializeOwned, Error as _};
-use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::value::RawValue;
 
 use crate::databasecluster::drift::needs_update_json;
+use crate::databasecluster::packed::Packed;
 use crate::runtime::cache::CacheWriter;
 
 /// An object of kind `K` kept as its packed JSON text (see the module docs).
 pub struct Compact<K> {
     metadata: ObjectMeta,
-    /// The JSON text, LZ4-compressed against `dictionary`, its length prepended.
-    packed: Box<[u8]>,
-    /// `K`'s dictionary ([`dictionary_of`]): kept beside the text so unpacking takes no lock.
-    dictionary: &'static [u8],
+    /// The JSON text, packed against `K`'s dictionary.
+    text: Packed,
     /// [`desired_digest`] of the last desired object found covered by `text`; 0 for none.
     covered: AtomicU64,
     kind: PhantomData<fn() -> K>,
@@ -66,11 +58,9 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Comp
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
         object.metadata_mut().managed_fields = None;
         let text = serde_json::to_vec(&object)?;
-        let dictionary = dictionary_of::<K>(&text, object.metadata().name.is_some());
         Ok(Compact {
+            text: Packed::pack::<K>(&text, object.metadata().name.is_some()),
             metadata: identity(std::mem::take(object.metadata_mut())),
-            packed: lz4_flex::block::compress_prepend_size_with_dict(&text, dictionary).into_boxed_slice(),
-            dictionary,
             covered: AtomicU64::new(0),
             kind: PhantomData,
         })
@@ -87,12 +77,12 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Comp
 
     /// The object decoded whole, for a pass that reads more than its identity.
     pub fn expand(&self) -> serde_json::Result<K> {
-        serde_json::from_slice(&self.text()?)
+        serde_json::from_slice(&self.text.unpack()?)
     }
 
     /// The object as JSON, for drift.
     pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
-        serde_json::from_slice(&self.text()?)
+        serde_json::from_slice(&self.text.unpack()?)
     }
 
     /// Whether this object differs from `desired` in a field `desired` sets (a write is due),
@@ -109,49 +99,6 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Comp
         }
         drifted
     }
-}
-
-impl<K> Compact<K> {
-    /// The JSON text, unpacked. It fails only if the packed text was corrupted in memory (it was
-    /// packed by this process against the same dictionary).
-    fn text(&self) -> serde_json::Result<Vec<u8>> {
-        lz4_flex::block::decompress_size_prepended_with_dict(&self.packed, self.dictionary).map_err(|error| {
-            <serde_json::Error as serde::de::Error>::custom(format!("unpacking a cached object: {error}"))
-        })
-    }
-}
-
-/// The dictionary `K`'s texts are packed against, for the life of the process: made from the
-/// first named text of the kind (`text`, if there is none yet and `named` says it has a name),
-/// without its `data`, `stringData` and `binaryData` (see the module docs). A nameless text (a
-/// watch's bookmark: a resourceVersion and little else, and the first thing a watch of an empty
-/// collection sends) is packed against no dictionary and makes none. Bounded: one per kind the
-/// caches keep as [`Compact`].
-fn dictionary_of<K: 'static>(text: &[u8], named: bool) -> &'static [u8] {
-    static DICTIONARIES: parking_lot::Mutex<Vec<(TypeId, &'static [u8])>> =
-        parking_lot::Mutex::new(Vec::new());
-    let mut dictionaries = DICTIONARIES.lock();
-    if let Some((_, dictionary)) = dictionaries.iter().find(|(kind, _)| *kind == TypeId::of::<K>()) {
-        return dictionary;
-    }
-    if !named {
-        return &[];
-    }
-    let dictionary: &'static [u8] = Box::leak(dictionary_sample(text).into_boxed_slice());
-    dictionaries.push((TypeId::of::<K>(), dictionary));
-    dictionary
-}
-
-/// `text` without its top-level `data`, `stringData` and `binaryData` (the values of a Secret or
-/// ConfigMap, which no other object shares anyway); empty if `text` is not a JSON object.
-fn dictionary_sample(text: &[u8]) -> Vec<u8> {
-    let Ok(mut object) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(text) else {
-        return Vec::new();
-    };
-    for values in ["data", "stringData", "binaryData"] {
-        object.remove(values);
-    }
-    serde_json::to_vec(&object).unwrap_or_default()
 }
 
 /// A 64-bit digest of `desired`'s JSON, keyed once per process (SipHash with a random key, so no
@@ -194,8 +141,7 @@ impl<K> Clone for Compact<K> {
     fn clone(&self) -> Self {
         Compact {
             metadata: self.metadata.clone(),
-            packed: self.packed.clone(),
-            dictionary: self.dictionary,
+            text: self.text.clone(),
             covered: AtomicU64::new(self.covered.load(Ordering::Relaxed)),
             kind: PhantomData,
         }
@@ -209,7 +155,7 @@ impl<K: Resource> fmt::Debug for Compact<K> {
             .field("namespace", &self.metadata.namespace)
             .field("name", &self.metadata.name)
             .field("resource_version", &self.metadata.resource_version)
-            .field("packed_bytes", &self.packed.len())
+            .field("packed_bytes", &self.text.packed_len())
             .finish()
     }
 }
@@ -217,9 +163,7 @@ impl<K: Resource> fmt::Debug for Compact<K> {
 impl<K> Serialize for Compact<K> {
     /// The whole object: its text (see the module docs).
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let text = self.text().map_err(S::Error::custom)?;
-        let text = String::from_utf8(text).map_err(S::Error::custom)?;
-        RawValue::from_string(text).map_err(S::Error::custom)?.serialize(serializer)
+        self.text.serialize(serializer)
     }
 }
 
@@ -309,14 +253,14 @@ mod tests {
         let mut served = served_service();
         served["metadata"]["managedFields"] = json!([{"manager": "kubectl", "operation": "Update"}]);
         let kept: Compact<Service> = serde_json::from_value(served.clone()).unwrap();
-        assert!(!String::from_utf8(kept.text().unwrap()).unwrap().contains("managedFields"));
+        assert!(!String::from_utf8(kept.text.unpack().unwrap()).unwrap().contains("managedFields"));
         served["metadata"].as_object_mut().unwrap().remove("managedFields");
         assert_eq!(kept.to_value().unwrap(), served);
 
         let mut written: Service = serde_json::from_value(served.clone()).unwrap();
         written.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
         let kept = Compact::from_object(written).unwrap();
-        assert!(!String::from_utf8(kept.text().unwrap()).unwrap().contains("managedFields"));
+        assert!(!String::from_utf8(kept.text.unpack().unwrap()).unwrap().contains("managedFields"));
         assert_eq!(kept.metadata().name.as_deref(), Some("pg-rw"));
     }
 
@@ -388,52 +332,12 @@ mod tests {
     }
 
     #[test]
-    fn texts_of_a_kind_are_packed_against_its_first_text_without_its_values() {
-        use k8s_openapi::api::core::v1::Endpoints;
-        // Endpoints: a kind no other test keeps, so this test's first object makes the dictionary.
-        let endpoints = |name: &str, uid: &str| -> Endpoints {
-            serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": "team-1", "uid": uid, "resourceVersion": "42",
-                    "labels": {"app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "dbcluster-operator"},
-                    "ownerReferences": [{"apiVersion": "databases.madmmas.dev/v1alpha1", "kind": "DatabaseCluster",
-                        "name": name, "uid": "owner-1", "controller": true}]},
-                "subsets": [{"addresses": [{"ip": "10.0.0.1", "hostname": "pg-0"}, {"ip": "10.0.0.2", "hostname": "pg-1"}],
-                    "ports": [{"name": "postgres", "port": 5432, "protocol": "TCP"}]}],
-            }))
-            .unwrap()
-        };
-        let first = Compact::from_object(endpoints("payments", "u-1")).unwrap();
-        let second = Compact::from_object(endpoints("inventory", "u-2")).unwrap();
-        assert!(std::ptr::eq(first.dictionary, second.dictionary), "one dictionary per kind");
-        assert_eq!(second.expand().unwrap(), endpoints("inventory", "u-2"), "unpacked whole");
-        let text = serde_json::to_vec(&endpoints("inventory", "u-2")).unwrap();
-        assert!(
-            second.packed.len() * 4 < text.len(),
-            "a sibling of the first object packs into less than a quarter of its text: {} of {}",
-            second.packed.len(),
-            text.len()
-        );
-        let services: Compact<Service> = serde_json::from_value(served_service()).unwrap();
-        assert!(!std::ptr::eq(services.dictionary, first.dictionary), "another kind, another dictionary");
-
-        let secret = json!({"metadata": {"name": "pg-app", "namespace": "team-1"}, "type": "Opaque",
-            "data": {"password": "czNjcjN0LXZhbHVl"}, "stringData": {"user": "app"}});
-        let sample = dictionary_sample(&serde_json::to_vec(&secret).unwrap());
-        let sample: serde_json::Value = serde_json::from_slice(&sample).unwrap();
-        assert_eq!(sample, json!({"metadata": {"name": "pg-app", "namespace": "team-1"}, "type": "Opaque"}));
-        assert!(dictionary_sample(b"[1, 2]").is_empty(), "only an object makes a dictionary");
-    }
-
-    #[test]
-    fn a_bookmark_makes_no_dictionary() {
+    fn a_bookmark_first_does_not_spoil_its_kinds_dictionary() {
         use k8s_openapi::api::core::v1::ResourceQuota;
-        // ResourceQuota: a kind no other test keeps. A watch of an empty collection sends its
-        // bookmark first.
-        let bookmark: ResourceQuota = serde_json::from_value(json!({"metadata": {"resourceVersion": "7",
-            "annotations": {INITIAL_EVENTS_END: "true"}}}))
-        .unwrap();
+        // ResourceQuota: a kind no other test keeps.
+        let bookmark: ResourceQuota =
+            serde_json::from_value(json!({"metadata": {"resourceVersion": "7"}})).unwrap();
         let kept = Compact::from_object(bookmark.clone()).unwrap();
-        assert!(kept.dictionary.is_empty());
         assert_eq!(kept.expand().unwrap(), bookmark);
         let quota = |name: &str| -> ResourceQuota {
             serde_json::from_value(json!({"metadata": {"name": name, "namespace": "team-1",
@@ -441,10 +345,13 @@ mod tests {
                 "spec": {"hard": {"requests.cpu": "4", "requests.memory": "8Gi", "persistentvolumeclaims": "10"}}}))
             .unwrap()
         };
-        let first = Compact::from_object(quota("payments")).unwrap();
-        assert!(!first.dictionary.is_empty(), "the first named object makes it");
-        let later = Compact::from_object(bookmark).unwrap();
-        assert!(std::ptr::eq(later.dictionary, first.dictionary), "and it stays");
+        // The bookmark came first (a watch of an empty collection sends it before any object),
+        // and still the named objects pack against one of their own.
+        let text = serde_json::to_vec(&quota("inventory")).unwrap();
+        let _first = Compact::from_object(quota("payments")).unwrap();
+        let second = Compact::from_object(quota("inventory")).unwrap();
+        assert!(second.text.packed_len() * 4 < text.len(), "packed against the first named object");
+        assert_eq!(second.expand().unwrap(), quota("inventory"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub(crate) mod fixtures;
 pub mod instance_events;
 pub mod instances;
 pub mod operator;
+pub mod packed;
 pub mod promotion;
 pub mod reconcile;
 pub mod resources;
