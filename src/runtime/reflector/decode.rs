@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status};
 use serde::de::{DeserializeOwned, DeserializeSeed, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 use super::ReflectorStats;
 
@@ -94,46 +95,63 @@ impl<K> From<BookmarkObject> for WatchLine<K> {
     }
 }
 
-/// The single pass over a line whose `type` comes before its `object` (as the API server writes
-/// it): the object is decoded as what the type says, a `K` for an object event and only
-/// [`BookmarkObject`] for a bookmark (a bookmark is not a `K`: it has no name, and a cache must
-/// not keep what it carries). Anything else fails, for the slower second pass.
+/// The single pass over a line: the object is decoded as what the type says, a `K` for an
+/// object event and only [`BookmarkObject`] for a bookmark (a bookmark is not a `K`: it has no
+/// name, and a cache must not keep what it carries). The API server writes the type first; an
+/// object that comes before its type is only delimited (a borrowed raw value, no allocation)
+/// and decoded once the type is known. An error event, or an object that does not decode,
+/// fails, for the slower second pass.
 struct TypedLine<K>(PhantomData<K>);
 
 impl<'de, K: DeserializeOwned> Visitor<'de> for TypedLine<K> {
     type Value = WatchLine<K>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a watch event, its type first")
+        f.write_str("a watch event")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WatchLine<K>, A::Error> {
         let mut kind = None;
         let mut line = None;
+        let mut object_first: Option<&'de RawValue> = None;
         while let Some(field) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match (field.as_ref(), kind) {
                 ("type", _) => kind = Some(map.next_value::<LineType>()?),
-                ("object", Some(LineType::Added)) => line = Some(WatchLine::Added(map.next_value()?)),
-                ("object", Some(LineType::Modified)) => line = Some(WatchLine::Modified(map.next_value()?)),
-                ("object", Some(LineType::Deleted)) => line = Some(WatchLine::Deleted(map.next_value()?)),
-                ("object", Some(LineType::Bookmark)) => {
-                    line = Some(map.next_value::<BookmarkObject>()?.into())
-                }
-                ("object", Some(LineType::Error) | None) => {
-                    return Err(A::Error::custom("an error event, or the object before its type"));
-                }
+                ("object", Some(kind)) => line = Some(map.next_value_seed(ObjectOf::<K>(kind, PhantomData))?),
+                ("object", None) => object_first = Some(map.next_value()?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        line.ok_or_else(|| A::Error::custom("a watch event without an object"))
+        if let (None, Some(kind), Some(object)) = (&line, kind, object_first) {
+            let mut de = serde_json::Deserializer::from_str(object.get());
+            line = Some(ObjectOf::<K>(kind, PhantomData).deserialize(&mut de).map_err(A::Error::custom)?);
+        }
+        line.ok_or_else(|| A::Error::custom("a watch event without a type or an object"))
     }
 }
 
-/// Decodes one line of a watch stream. The common case (the type first, then an object that
-/// decodes as `K`, or a bookmark) is a single pass; errors, lines with the object first, and
-/// malformed objects take a slower second pass through `serde_json::Value` to say what they were.
+/// A line's object, decoded as what its type says.
+struct ObjectOf<K>(LineType, PhantomData<K>);
+
+impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ObjectOf<K> {
+    type Value = WatchLine<K>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<WatchLine<K>, D::Error> {
+        Ok(match self.0 {
+            LineType::Added => WatchLine::Added(K::deserialize(deserializer)?),
+            LineType::Modified => WatchLine::Modified(K::deserialize(deserializer)?),
+            LineType::Deleted => WatchLine::Deleted(K::deserialize(deserializer)?),
+            LineType::Bookmark => BookmarkObject::deserialize(deserializer)?.into(),
+            LineType::Error => return Err(D::Error::custom("an error event")),
+        })
+    }
+}
+
+/// Decodes one line of a watch stream. The common case (an object that decodes as `K`, or a
+/// bookmark) is a single pass; errors and malformed objects take a slower second pass through
+/// `serde_json::Value` to say what they were.
 pub fn decode_watch_line<K: DeserializeOwned>(line: &[u8]) -> Result<WatchLine<K>, MalformedLine> {
     let mut de = serde_json::Deserializer::from_slice(line);
     match de.deserialize_map(TypedLine(PhantomData)).and_then(|decoded| de.end().map(|()| decoded)) {
@@ -352,6 +370,11 @@ mod tests {
         assert_eq!(
             decode_watch_line::<Counted>(plain),
             Ok(WatchLine::Bookmark { resource_version: "10".into(), initial_events_end: false })
+        );
+        let object_first = br#"{"object":{"metadata":{"resourceVersion":"12"}},"type":"BOOKMARK"}"#;
+        assert_eq!(
+            decode_watch_line::<Counted>(object_first),
+            Ok(WatchLine::Bookmark { resource_version: "12".into(), initial_events_end: false })
         );
         assert_eq!(COUNTED.load(Ordering::Relaxed), before, "a bookmark is never decoded as a K");
         assert_eq!(

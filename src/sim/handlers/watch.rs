@@ -149,8 +149,11 @@ pub fn watch(cluster: Arc<Cluster>, call: &Call) -> Result<Response<Body>, ApiEr
     Ok(resp)
 }
 
-fn line(v: &Value) -> Bytes {
-    let mut s = v.to_string();
+/// One event line as the API server writes it (Go's `metav1.WatchEvent`): `type` first, then
+/// `object`. Written by hand, since a `serde_json` map orders its keys and would put the object
+/// first, which clients that read the type first must then buffer.
+fn line(event: &Value) -> Bytes {
+    let mut s = format!("{{\"type\":{},\"object\":{}}}", event["type"], event["object"]);
     s.push('\n');
     Bytes::from(s)
 }
@@ -232,5 +235,20 @@ async fn stream_events(cluster: Arc<Cluster>, open: OpenWatch) {
         {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_line_has_its_type_first_as_the_api_server_writes_it() {
+        let event = json!({"type": "ADDED", "object": {"kind": "Pod", "metadata": {"name": "a"}}});
+        let written = line(&event);
+        assert!(written.starts_with(br#"{"type":"ADDED","object":{"#), "{written:?}");
+        assert!(written.ends_with(b"}\n"));
+        let read: Value = serde_json::from_slice(&written).unwrap();
+        assert_eq!(read, event);
     }
 }
