@@ -41,7 +41,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::databasecluster::drift::needs_update_json;
 use crate::databasecluster::packed::Packed;
-use crate::runtime::cache::CacheWriter;
+use crate::runtime::cache::{CacheWriter, release_spare_room};
 
 /// An object of kind `K` kept as its packed JSON text (see the module docs).
 pub struct Compact<K> {
@@ -123,7 +123,8 @@ fn desired_digest<K: Serialize>(desired: &K) -> Option<u64> {
 }
 
 /// What a [`Compact`]'s own metadata keeps of an object's (see the module docs).
-fn identity(metadata: ObjectMeta) -> ObjectMeta {
+fn identity(mut metadata: ObjectMeta) -> ObjectMeta {
+    release_spare_room(&mut metadata);
     ObjectMeta {
         name: metadata.name,
         namespace: metadata.namespace,
@@ -307,6 +308,8 @@ mod tests {
         let line = serde_json::to_vec(&json!({"type": "ADDED", "object": served_service()})).unwrap();
         let Ok(WatchLine::Added(kept)) = decode_watch_line::<Compact<Service>>(&line) else { panic!() };
         assert_eq!(kept.metadata().name.as_deref(), Some("pg-rw"));
+        let owners = kept.metadata().owner_references.as_ref().unwrap();
+        assert_eq!((owners.len(), owners.capacity()), (1, 1), "no spare room kept from the decoder");
         let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Service", "apiVersion": "v1",
             "metadata": {"resourceVersion": "77", "annotations": {INITIAL_EVENTS_END: "true"}}}});
         let line = serde_json::to_vec(&bookmark).unwrap();

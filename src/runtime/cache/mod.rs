@@ -35,9 +35,24 @@ pub use writer::{CacheWriter, InformerEvent};
 pub type Transform<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
 
 /// The default transform: drops `metadata.managedFields`, which is often half an object's size
-/// and which a controller never reads.
+/// and which a controller never reads, and the spare room in the metadata's lists
+/// ([`release_spare_room`]).
 pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    release_spare_room(meta);
+}
+
+/// Gives back the room a decoder left spare in the metadata's lists, for an object a cache keeps:
+/// decoding a list of unknown length straight from the wire grows it from empty, so the usual
+/// single owner reference (about 100 bytes) holds room for four.
+pub fn release_spare_room(meta: &mut ObjectMeta) {
+    if let Some(finalizers) = meta.finalizers.as_mut() {
+        finalizers.shrink_to_fit();
+    }
+    if let Some(owners) = meta.owner_references.as_mut() {
+        owners.shrink_to_fit();
+    }
 }
 
 /// The store behind an informer, read-only: objects by key, plus indexes by namespace and

@@ -279,6 +279,21 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference};
 
+    #[test]
+    fn a_kept_object_holds_no_spare_room_in_its_metadata_lists() {
+        // As a watch line decodes it: a list of unknown length, grown from empty.
+        let served = br#"{"metadata":{"name":"a","namespace":"n","finalizers":["x"],
+            "ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p","uid":"u","controller":true}]}}"#;
+        let decoded: ConfigMap = serde_json::from_slice(served).unwrap();
+        let owners = |cm: &ConfigMap| cm.metadata.owner_references.as_ref().map(|o| (o.len(), o.capacity()));
+        assert!(owners(&decoded).is_some_and(|(len, capacity)| capacity > len), "the decoder leaves room");
+        let mut writer = CacheWriter::<ConfigMap>::default();
+        writer.apply(ReflectorEvent::Applied(decoded));
+        let kept = writer.cache().get(&ObjectKey::namespaced("n", "a")).unwrap();
+        assert_eq!(owners(&kept), Some((1, 1)));
+        assert_eq!(kept.metadata.finalizers.as_ref().map(Vec::capacity), Some(1));
+    }
+
     fn cm(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> ConfigMap {
         ConfigMap {
             metadata: ObjectMeta {
