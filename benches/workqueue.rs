@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::causes::{
-    Cause, CauseNotes, Enqueuer, EventType, InformerKind, ObjectEvent, ResourceVersion, kind_name,
+    Cause, CauseNotes, Enqueuer, EventType, ObjectEvent, ResourceVersion,
 };
 use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
+use dbcluster_operator::runtime::writes::{KindName, kind_name};
 use tokio::sync::{Notify, mpsc};
 
 /// Counts live heap bytes while `COUNTING` is on.
@@ -164,7 +165,7 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     }
 
     fn add(producer: &Self::Producer, key: ObjectKey) {
-        static INFORMER: std::sync::OnceLock<InformerKind> = std::sync::OnceLock::new();
+        static INFORMER: std::sync::OnceLock<KindName> = std::sync::OnceLock::new();
         let informer = *INFORMER.get_or_init(|| kind_name("apps/StatefulSet"));
         // As the controller's handlers do: the cause names the key's own object, the queue's
         // copy of the key, cloned only when the cause is kept.

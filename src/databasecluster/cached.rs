@@ -53,7 +53,7 @@ use super::resources::label;
 use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
 use super::types::DatabaseCluster;
-use crate::runtime::cache::{CacheWriter, release_spare_room, strip_managed_fields};
+use crate::runtime::cache::{CacheWriter, strip_managed_fields};
 
 /// ConfigMap values longer than this are cached as their digest.
 pub const DIGEST_ABOVE: usize = 256;
@@ -170,8 +170,7 @@ impl CachedPod {
     /// A cached pod of `metadata` and `status`, the status reduced to what the passes read: the
     /// phase, the reason and message, the `Ready` condition, the pod IP and each container's
     /// name, state, last state, readiness and restart count.
-    pub fn new(mut metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
-        release_spare_room(&mut metadata);
+    pub fn new(metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
         let status = status.map(|mut status| {
             let mut conditions = status.conditions.take();
             if let Some(conditions) = conditions.as_mut() {

@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use crate::runtime::ObjectKey;
 use crate::runtime::workqueue::{KeyNotes, Priority, WorkQueue};
+use crate::runtime::writes::KindName;
 use serde::Serialize;
 use serde::ser::SerializeStruct;
 use smallvec::SmallVec;
@@ -74,52 +75,14 @@ impl EventType {
 /// the caller's (56 bytes in all).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectEvent {
-    /// The informer's kind, `group/Kind` (`Kind` for the core group), from [`kind_name`].
-    pub informer: InformerKind,
+    /// The informer's kind, `group/Kind` (`Kind` for the core group), interned.
+    pub informer: KindName,
     /// Added, modified or deleted.
     pub event: EventType,
     /// The object the event is about.
     pub object: ObjectKey,
     /// Its resourceVersion in the event, if it had one.
     pub resource_version: Option<ResourceVersion>,
-}
-
-/// An informer's kind name, interned: one pointer wide (a cause is moved on every claim, so
-/// every byte of it costs), compared by its text, shown as the text.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct InformerKind(&'static String);
-
-impl InformerKind {
-    /// The name, `group/Kind` (`Kind` for the core group).
-    pub fn as_str(self) -> &'static str {
-        self.0
-    }
-}
-
-impl fmt::Debug for InformerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl fmt::Display for InformerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The one copy of the kind name `name` for the life of the process (informers register a
-/// handful of kinds; each distinct name is stored once, so causes refer to it for free).
-pub fn kind_name(name: &str) -> InformerKind {
-    static NAMES: parking_lot::Mutex<Vec<&'static String>> = parking_lot::Mutex::new(Vec::new());
-    let mut names = NAMES.lock();
-    if let Some(known) = names.iter().find(|known| known.as_str() == name) {
-        return InformerKind(known);
-    }
-    // Bounded: one entry per distinct kind name the process's informers use.
-    let interned: &'static String = Box::leak(Box::new(name.to_owned()));
-    names.push(interned);
-    InformerKind(interned)
 }
 
 /// A resourceVersion as an event carried it: opaque text, held inline when it is the decimal
@@ -523,6 +486,7 @@ pub fn pending(queue: &ControllerQueue, key: &ObjectKey) -> CauseLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::writes::kind_name;
 
     fn event(name: &str, rv: &str) -> ObjectEvent {
         ObjectEvent {

@@ -56,8 +56,7 @@ use tracing::Instrument;
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::{InformerEvent, controller_owner};
 use crate::runtime::causes::{
-    Cause, CauseLog, ControllerQueue, Enqueuer, EventType, InformerKind, ObjectEvent, ResourceVersion,
-    kind_name,
+    Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent, ResourceVersion,
 };
 use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, PendingWrites, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
@@ -334,7 +333,7 @@ where
         let for_sync = Arc::clone(informer);
         self.synced.push(async move { for_sync.synced().await }.boxed());
         let informer = Arc::clone(informer);
-        let kind = kind_name(KindName::of::<W>().0);
+        let kind = KindName::of::<W>();
         let replaying = Arc::clone(&self.replaying);
         let leadership = self.config.starts_on_leadership;
         self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
@@ -488,7 +487,7 @@ enum Via {
 /// The cause-side description of an informer event on an object of `kind` (whose key is `own`
 /// when it is the reconciled object itself).
 fn object_event<W: Resource>(
-    kind: InformerKind,
+    kind: KindName,
     own: Option<ObjectKey>,
     event: &InformerEvent<W>,
 ) -> ObjectEvent {

@@ -150,13 +150,13 @@ impl HotLoops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::writes::{KindName, Verb};
+    use crate::runtime::writes::{Verb, kind_name};
 
     fn write() -> Vec<Write> {
         vec![Write {
             labels: Default::default(),
             verb: Verb::Apply,
-            kind: KindName("ConfigMap"),
+            kind: kind_name("ConfigMap"),
             key: ObjectKey::namespaced("prod", "cm"),
             resource_version: "1".into(),
         }]

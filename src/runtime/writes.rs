@@ -21,13 +21,14 @@ use kube::Resource;
 use serde::Serialize;
 
 use crate::runtime::ObjectKey;
-use crate::runtime::causes::{ResourceVersion, kind_name};
+use crate::runtime::causes::ResourceVersion;
 
-/// The kind of an object, as the controller matches writes to informers: `group/Kind`
-/// (`Kind` alone for the core group). Interned ([`kind_name`]): a write, and every pass's
-/// history of writes, holds a pointer, not a copy of the text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct KindName(pub &'static str);
+/// The kind of an object, `group/Kind` (`Kind` alone for the core group): how the controller
+/// matches writes to informers, and how a cause names the informer it came from. Interned
+/// ([`kind_name`]): one pointer wide (a cause is moved on every claim, and every pass's history
+/// holds its writes' kinds), compared by its text, shown as the text.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KindName(&'static String);
 
 impl KindName {
     /// The kind of `K`.
@@ -38,13 +39,45 @@ impl KindName {
         let types = K::DynamicType::default();
         let group = K::group(&types);
         let kind = K::kind(&types);
-        Self(if group.is_empty() { kind_name(&kind) } else { kind_name(&format!("{group}/{kind}")) }.as_str())
+        if group.is_empty() { kind_name(&kind) } else { kind_name(&format!("{group}/{kind}")) }
+    }
+
+    /// The name, `group/Kind` (`Kind` for the core group).
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+/// The one copy of the kind name `name` for the life of the process (informers register a
+/// handful of kinds; each distinct name is stored once, so writes and causes refer to it for free).
+pub fn kind_name(name: &str) -> KindName {
+    static NAMES: parking_lot::Mutex<Vec<&'static String>> = parking_lot::Mutex::new(Vec::new());
+    let mut names = NAMES.lock();
+    if let Some(known) = names.iter().find(|known| known.as_str() == name) {
+        return KindName(known);
+    }
+    // Bounded: one entry per distinct kind name the process's informers and writes use.
+    let interned: &'static String = Box::leak(Box::new(name.to_owned()));
+    names.push(interned);
+    KindName(interned)
+}
+
+impl std::fmt::Debug for KindName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl std::fmt::Display for KindName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
+        f.write_str(self.as_str())
+    }
+}
+
+/// Serialized as the name.
+impl Serialize for KindName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -95,7 +128,7 @@ impl Write {
 
 /// A write as a pass's history keeps it, for `/debug/queue/<namespace>/<name>`: no labels, the
 /// kind interned, the key shared with the write, the resourceVersion inline when it is a number.
-/// Held for every key's last passes at scale, so it is kept to 64 bytes and no allocation of its
+/// Held for every key's last passes at scale, so it is kept to 64 bytes at most and no allocation of its
 /// own (a [`Write`] is 96 bytes beside its labels and resourceVersion text; a pass's history kept
 /// whole `Write`s, 104 bytes with a copy of the kind's text too, before).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -200,8 +233,8 @@ mod tests {
 
     #[test]
     fn kinds_are_named_by_group() {
-        assert_eq!(KindName::of::<ConfigMap>().0, "ConfigMap");
-        assert_eq!(KindName::of::<StatefulSet>().0, "apps/StatefulSet");
+        assert_eq!(KindName::of::<ConfigMap>().as_str(), "ConfigMap");
+        assert_eq!(KindName::of::<StatefulSet>().as_str(), "apps/StatefulSet");
     }
 
     #[tokio::test]
@@ -217,7 +250,7 @@ mod tests {
         let recorded: Vec<_> =
             writes.iter().map(|w| (w.key.name().to_string(), w.resource_version.as_str())).collect();
         assert_eq!(recorded, [("a".to_string(), "7"), ("b".to_string(), "8")]);
-        assert!(writes.iter().all(|w| w.kind.0 == "ConfigMap"));
+        assert!(writes.iter().all(|w| w.kind.as_str() == "ConfigMap"));
         assert_eq!([writes[0].verb, writes[1].verb], [Verb::Write, Verb::Create]);
     }
 
@@ -232,7 +265,10 @@ mod tests {
             resource_version: "4312".into(),
         };
         let kept = write.for_history();
-        assert!(std::ptr::eq(kept.kind.0, KindName::of::<StatefulSet>().0), "the kind is interned");
+        assert!(
+            std::ptr::eq(kept.kind.as_str(), KindName::of::<StatefulSet>().as_str()),
+            "the kind is interned"
+        );
         assert_eq!(kept.resource_version, ResourceVersion::Number(4312));
         assert_eq!(
             serde_json::to_value(&kept).unwrap(),
