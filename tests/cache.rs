@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::cache::Cache;
+use dbcluster_operator::runtime::cache::{Cache, CacheWriter, Indexes};
 use dbcluster_operator::runtime::informer::Informer;
+use dbcluster_operator::runtime::reflector::ReflectorConfig;
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -58,10 +59,13 @@ async fn namespace_and_controller_owner_indexes_follow_add_update_owner_change_a
     let sim = SimServer::start().await.unwrap();
     let default: Api<ConfigMap> = Api::namespaced(sim.client(), "default");
     let system: Api<ConfigMap> = Api::namespaced(sim.client(), "kube-system");
-    let informer = Informer::new(Api::<ConfigMap>::all(sim.client()));
+    let writer = CacheWriter::default().with_namespace_index().with_owner_index();
+    let informer =
+        Informer::with_writer(Api::<ConfigMap>::all(sim.client()), ReflectorConfig::default(), writer);
     informer.start();
     informer.synced().await;
     let cache: &Cache<ConfigMap> = informer.cache();
+    assert_eq!(cache.indexes(), Indexes { namespace: true, controller_owner: true, label: None });
     let (uid1, uid2, other) = (
         owner(&sim.client(), "ctl").await,
         owner(&sim.client(), "ctl2").await,

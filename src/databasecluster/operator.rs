@@ -170,7 +170,7 @@ impl Default for CacheWriters {
             configmaps: ConfigMap::cache_writer(),
             pdbs: Compact::<PodDisruptionBudget>::cache_writer(),
             // A pass reads its own cluster's pods and Jobs by label: indexed, not scanned.
-            pods: CachedPod::cache_writer().with_label_index(label::INSTANCE),
+            pods: CachedPod::cache_writer().with_label_index(label::INSTANCE).with_owner_index(),
             jobs: Job::cache_writer().with_label_index(CLUSTER_LABEL),
             cronjobs: CronJob::cache_writer(),
             volumes: PersistentVolumeClaim::cache_writer(),

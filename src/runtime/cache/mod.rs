@@ -1,7 +1,9 @@
-//! The informer's store, read side: one shared `Arc<K>` per object in a `DashMap`, with a namespace
-//! index, a controller-owner-UID index and, when its writer asks for one, an index by one label's
-//! value within a namespace (client-go's `Indexer` with one extra index function); the last
-//! resourceVersion seen, and a "synced" flag.
+//! The informer's store, read side: one shared `Arc<K>` per object in a `DashMap`, the last
+//! resourceVersion seen, a "synced" flag, and the indexes its writer asks for: by namespace, by
+//! controller owner's UID, by one label's value within a namespace (client-go's `Indexer`, whose
+//! index functions are registered per informer too). An index costs memory for every object of
+//! its kind, so a cache keeps only the ones its readers use; a lookup that has no index scans
+//! the objects instead (same answer, O(cache)).
 //!
 //! The store is split as kube-runtime's `Writer`/`Store` are: the informer's task owns the one
 //! [`CacheWriter`] (in [`writer`]), which applies each [`ReflectorEvent`](crate::runtime::reflector::ReflectorEvent)
@@ -55,12 +57,12 @@ pub fn release_spare_room(meta: &mut ObjectMeta) {
     }
 }
 
-/// The store behind an informer, read-only: objects by key, plus indexes by namespace and
-/// controller owner. Only its [`CacheWriter`] changes it.
+/// The store behind an informer, read-only: objects by key, plus the indexes its writer keeps
+/// ([`Indexes`]). Only its [`CacheWriter`] changes it.
 pub struct Cache<K> {
     objects: DashMap<ObjectKey, Arc<K>>,
-    by_namespace: DashMap<Arc<str>, HashSet<ObjectKey>>,
-    by_controller_uid: DashMap<Arc<str>, HashSet<ObjectKey>>,
+    by_namespace: Option<KeyIndex>,
+    by_controller_uid: Option<KeyIndex>,
     by_label: Option<LabelIndex>,
     resource_version: RwLock<Option<Arc<str>>>,
     synced: watch::Sender<bool>,
@@ -77,13 +79,13 @@ impl<K> fmt::Debug for Cache<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Cache<K> {
-    /// An empty cache (made by its writer), indexed by the value of `label` too when one is named.
-    fn empty(label: Option<&'static str>) -> Self {
+    /// An empty cache (made by its writer) that keeps `indexes`.
+    fn empty(indexes: Indexes) -> Self {
         Self {
             objects: DashMap::new(),
-            by_namespace: DashMap::new(),
-            by_controller_uid: DashMap::new(),
-            by_label: label.map(|label| LabelIndex { label, keys: DashMap::new() }),
+            by_namespace: indexes.namespace.then(KeyIndex::new),
+            by_controller_uid: indexes.controller_owner.then(KeyIndex::new),
+            by_label: indexes.label.map(|label| LabelIndex { label, keys: KeyIndex::new() }),
             resource_version: RwLock::new(None),
             synced: watch::Sender::new(false),
         }
@@ -104,15 +106,32 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         self.objects.iter().map(|entry| entry.key().clone()).collect()
     }
 
-    /// The cached objects in one namespace, found through the namespace index.
-    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
-        self.lookup(&self.by_namespace, namespace)
+    /// Which indexes this cache keeps.
+    pub fn indexes(&self) -> Indexes {
+        Indexes {
+            namespace: self.by_namespace.is_some(),
+            controller_owner: self.by_controller_uid.is_some(),
+            label: self.by_label.as_ref().map(|index| index.label),
+        }
     }
 
-    /// The cached objects whose controller ownerReference (`controller: true`) has this UID,
-    /// found through the owner index: O(children), not O(cache).
+    /// The cached objects in one namespace: through the namespace index when the cache keeps
+    /// one, else by scanning every object.
+    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
+        match &self.by_namespace {
+            Some(index) => self.lookup(index, namespace),
+            None => self.scan(|key, _| key.namespace() == Some(namespace)),
+        }
+    }
+
+    /// The cached objects whose controller ownerReference (`controller: true`) has this UID:
+    /// through the owner index when the cache keeps one (O(children)), else by scanning every
+    /// object (O(cache)).
     pub fn children_of(&self, owner_uid: &str) -> Vec<Arc<K>> {
-        self.lookup(&self.by_controller_uid, owner_uid)
+        match &self.by_controller_uid {
+            Some(index) => self.lookup(index, owner_uid),
+            None => self.scan(|_, obj| controller_uid(obj) == Some(owner_uid)),
+        }
     }
 
     /// The cached objects in `namespace` whose label `label` has the value `value`: through the
@@ -159,20 +178,44 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         let _ = rx.wait_for(|synced| *synced).await;
     }
 
-    fn lookup(&self, index: &DashMap<Arc<str>, HashSet<ObjectKey>>, value: &str) -> Vec<Arc<K>> {
+    fn lookup(&self, index: &KeyIndex, value: &str) -> Vec<Arc<K>> {
         let keys: Vec<ObjectKey> = match index.get(value) {
             Some(keys) => keys.iter().cloned().collect(),
             None => return Vec::new(),
         };
         keys.iter().filter_map(|key| self.get(key)).collect()
     }
+
+    fn scan(&self, wanted: impl Fn(&ObjectKey, &K) -> bool) -> Vec<Arc<K>> {
+        self.objects
+            .iter()
+            .filter(|entry| wanted(entry.key(), entry.value()))
+            .map(|entry| Arc::clone(entry.value()))
+            .collect()
+    }
 }
+
+/// Which indexes a cache keeps besides its objects by key: none by default; a writer asks for
+/// each ([`CacheWriter::with_namespace_index`], [`CacheWriter::with_owner_index`],
+/// [`CacheWriter::with_label_index`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Indexes {
+    /// By namespace ([`Cache::list_namespace`]).
+    pub namespace: bool,
+    /// By the UID of the controller ownerReference ([`Cache::children_of`]).
+    pub controller_owner: bool,
+    /// By this label's value within a namespace ([`Cache::list_labelled`]).
+    pub label: Option<&'static str>,
+}
+
+/// An index: a value → the keys of the objects filed under it.
+type KeyIndex = DashMap<Arc<str>, HashSet<ObjectKey>>;
 
 /// The index of a cache by one label's value: `namespace/value` → the keys of the objects in that
 /// namespace whose label has that value.
 struct LabelIndex {
     label: &'static str,
-    keys: DashMap<Arc<str>, HashSet<ObjectKey>>,
+    keys: KeyIndex,
 }
 
 impl LabelIndex {

@@ -14,10 +14,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use kube::Resource;
 
-use super::{Cache, LabelIndex, Transform, controller_uid, strip_managed_fields};
+use super::{Cache, Indexes, KeyIndex, LabelIndex, Transform, controller_uid, strip_managed_fields};
 use crate::runtime::ObjectKey;
 use crate::runtime::reflector::ReflectorEvent;
 
@@ -88,19 +87,38 @@ impl<K: Resource + Send + Sync + 'static> Default for CacheWriter<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
-    /// A writer of a new, empty cache that applies `transform` to every object before storing it
-    /// (pass `Arc::new(|_| {})` to store objects exactly as received; `default()` strips
-    /// `managedFields`).
+    /// A writer of a new, empty cache with no index, that applies `transform` to every object
+    /// before storing it (pass `Arc::new(|_| {})` to store objects exactly as received;
+    /// `default()` strips `managedFields`).
     pub fn new(transform: Transform<K>) -> Self {
-        Self { cache: Arc::new(Cache::empty(None)), transform, relist: None }
+        Self { cache: Arc::new(Cache::empty(Indexes::default())), transform, relist: None }
+    }
+
+    /// This writer, keeping its cache indexed by namespace too, for [`Cache::list_namespace`].
+    /// Call it on a new writer, before its cache is handed out (as every `with_*_index`): the
+    /// cache is made anew.
+    pub fn with_namespace_index(self) -> Self {
+        let indexes = Indexes { namespace: true, ..self.cache.indexes() };
+        self.indexed(indexes)
+    }
+
+    /// This writer, keeping its cache indexed by the UID of each object's controller owner too,
+    /// for [`Cache::children_of`].
+    pub fn with_owner_index(self) -> Self {
+        let indexes = Indexes { controller_owner: true, ..self.cache.indexes() };
+        self.indexed(indexes)
     }
 
     /// This writer, keeping its cache indexed by the value of `label` too, for
-    /// [`Cache::list_labelled`]. Call it on a new writer, before its cache is handed out: the
-    /// cache is made anew.
+    /// [`Cache::list_labelled`].
     pub fn with_label_index(self, label: &'static str) -> Self {
+        let indexes = Indexes { label: Some(label), ..self.cache.indexes() };
+        self.indexed(indexes)
+    }
+
+    fn indexed(self, indexes: Indexes) -> Self {
         debug_assert!(self.cache.is_empty() && Arc::strong_count(&self.cache) == 1, "a new writer's cache");
-        Self { cache: Arc::new(Cache::empty(Some(label))), ..self }
+        Self { cache: Arc::new(Cache::empty(indexes)), ..self }
     }
 
     /// The cache this writer keeps: clone the `Arc` to hand out read access.
@@ -183,14 +201,18 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
         Some(old)
     }
 
-    /// Moves `key` in every index from where `old` filed it to where `new` files it (`None`: the
-    /// object was not there before, or is gone now). An index whose entry did not change is not
-    /// touched, so an update that keeps its owner and label costs no index write.
+    /// Moves `key` in every index the cache keeps from where `old` filed it to where `new` files it
+    /// (`None`: the object was not there before, or is gone now). An index whose entry did not
+    /// change is not touched, so an update that keeps its owner and label costs no index write.
     fn reindex(&self, key: &ObjectKey, old: Option<&K>, new: Option<&K>) {
         let cache = &self.cache;
-        let namespace = key.namespace();
-        refile(&cache.by_namespace, old.and(namespace), new.and(namespace), key);
-        refile(&cache.by_controller_uid, old.and_then(controller_uid), new.and_then(controller_uid), key);
+        if let Some(index) = &cache.by_namespace {
+            let namespace = key.namespace();
+            refile(index, old.and(namespace), new.and(namespace), key);
+        }
+        if let Some(index) = &cache.by_controller_uid {
+            refile(index, old.and_then(controller_uid), new.and_then(controller_uid), key);
+        }
         if let Some(index) = &cache.by_label {
             index.refile(old.and_then(|o| index.place_of(o)), new.and_then(|n| index.place_of(n)), key);
         }
@@ -238,12 +260,7 @@ impl LabelIndex {
 
 /// Moves `key` in `index` from the entry `before` to the entry `after` (either absent: an add or
 /// a removal); nothing when they are the same.
-fn refile(
-    index: &DashMap<Arc<str>, HashSet<ObjectKey>>,
-    before: Option<&str>,
-    after: Option<&str>,
-    key: &ObjectKey,
-) {
+fn refile(index: &KeyIndex, before: Option<&str>, after: Option<&str>, key: &ObjectKey) {
     if before == after {
         return;
     }
@@ -255,7 +272,7 @@ fn refile(
     }
 }
 
-fn add_to(index: &DashMap<Arc<str>, HashSet<ObjectKey>>, value: &str, key: &ObjectKey) {
+fn add_to(index: &KeyIndex, value: &str, key: &ObjectKey) {
     match index.get_mut(value) {
         Some(mut keys) => {
             keys.insert(key.clone());
@@ -266,7 +283,7 @@ fn add_to(index: &DashMap<Arc<str>, HashSet<ObjectKey>>, value: &str, key: &Obje
     }
 }
 
-fn remove_from(index: &DashMap<Arc<str>, HashSet<ObjectKey>>, value: &str, key: &ObjectKey) {
+fn remove_from(index: &KeyIndex, value: &str, key: &ObjectKey) {
     index.remove_if_mut(value, |_, keys| {
         keys.remove(key);
         keys.is_empty()
@@ -390,31 +407,59 @@ mod tests {
     }
 
     #[test]
-    fn indexes_follow_add_owner_change_and_delete() {
-        let mut writer = CacheWriter::default();
-        for obj in
-            [cm("a", "x", "1", Some("owner-1")), cm("a", "y", "1", Some("owner-1")), cm("b", "z", "1", None)]
-        {
-            writer.apply(ReflectorEvent::Applied(obj));
-        }
-        let cache = Arc::clone(writer.cache());
-        assert_eq!(names(cache.list_namespace("a")), ["x", "y"]);
-        assert_eq!(names(cache.list_namespace("b")), ["z"]);
-        assert_eq!(names(cache.children_of("owner-1")), ["x", "y"]);
-        assert!(cache.children_of("not-the-controller").is_empty());
+    fn indexes_follow_add_owner_change_and_delete_and_a_scan_gives_the_same_answers() {
+        let mut indexed = CacheWriter::default().with_namespace_index().with_owner_index();
+        let mut scanned = CacheWriter::default();
+        assert_eq!(scanned.cache().indexes(), Indexes::default(), "no index unless asked for");
+        assert_eq!(
+            indexed.cache().indexes(),
+            Indexes { namespace: true, controller_owner: true, label: None },
+            "each asked-for index kept"
+        );
+        let (by_index, by_scan) = (Arc::clone(indexed.cache()), Arc::clone(scanned.cache()));
+        let mut apply_both = |event: fn() -> ReflectorEvent<ConfigMap>| {
+            indexed.apply(event());
+            scanned.apply(event());
+        };
+        let check = |namespaces: [(&str, &[&str]); 2], owners: [(&str, &[&str]); 3]| {
+            for cache in [&by_index, &by_scan] {
+                for (ns, want) in namespaces {
+                    assert_eq!(names(cache.list_namespace(ns)), want, "namespace {ns}");
+                }
+                for (uid, want) in owners {
+                    assert_eq!(names(cache.children_of(uid)), want, "children of {uid}");
+                }
+            }
+        };
+        apply_both(|| ReflectorEvent::Applied(cm("a", "x", "1", Some("owner-1"))));
+        apply_both(|| ReflectorEvent::Applied(cm("a", "y", "1", Some("owner-1"))));
+        apply_both(|| ReflectorEvent::Applied(cm("b", "z", "1", None)));
+        check(
+            [("a", &["x", "y"]), ("b", &["z"])],
+            [("owner-1", &["x", "y"]), ("owner-2", &[]), ("not-the-controller", &[])],
+        );
 
-        writer.apply(ReflectorEvent::Applied(cm("a", "y", "2", Some("owner-2"))));
-        assert_eq!(names(cache.children_of("owner-1")), ["x"]);
-        assert_eq!(names(cache.children_of("owner-2")), ["y"]);
-        writer.apply(ReflectorEvent::Applied(cm("a", "y", "3", None)));
-        assert!(cache.children_of("owner-2").is_empty());
+        apply_both(|| ReflectorEvent::Applied(cm("a", "y", "2", Some("owner-2"))));
+        check(
+            [("a", &["x", "y"]), ("b", &["z"])],
+            [("owner-1", &["x"]), ("owner-2", &["y"]), ("not-the-controller", &[])],
+        );
+        apply_both(|| ReflectorEvent::Applied(cm("a", "y", "3", None)));
+        check(
+            [("a", &["x", "y"]), ("b", &["z"])],
+            [("owner-1", &["x"]), ("owner-2", &[]), ("not-the-controller", &[])],
+        );
 
-        writer.apply(ReflectorEvent::Deleted(cm("a", "x", "4", Some("owner-1"))));
-        assert!(cache.children_of("owner-1").is_empty());
-        assert_eq!(names(cache.list_namespace("a")), ["y"]);
-        writer.apply(ReflectorEvent::Deleted(cm("a", "y", "5", None)));
-        assert!(cache.list_namespace("a").is_empty());
-        assert!(cache.by_namespace.get("a").is_none(), "empty index entries are dropped");
+        apply_both(|| ReflectorEvent::Deleted(cm("a", "x", "4", Some("owner-1"))));
+        check(
+            [("a", &["y"]), ("b", &["z"])],
+            [("owner-1", &[]), ("owner-2", &[]), ("not-the-controller", &[])],
+        );
+        apply_both(|| ReflectorEvent::Deleted(cm("a", "y", "5", None)));
+        check([("a", &[]), ("b", &["z"])], [("owner-1", &[]), ("owner-2", &[]), ("not-the-controller", &[])]);
+        let index = by_index.by_namespace.as_ref().unwrap();
+        assert!(index.get("a").is_none(), "empty index entries are dropped");
+        assert!(by_index.by_controller_uid.as_ref().unwrap().is_empty());
     }
 
     fn labelled(ns: &str, name: &str, rv: &str, instance: Option<&str>) -> ConfigMap {
