@@ -8,9 +8,11 @@
 //!   it runs). Decoded straight from the server's JSON, the spec is skipped, never built: no
 //!   decode of containers and volumes on every pod event, and no `Option<PodSpec>` (1.4 KB
 //!   inline even when `None`) in every cached pod. Its annotations go (no pass reads them; a
-//!   map's node is 544 bytes however few entries it holds), and of its labels it keeps the ones
-//!   a pass or a mapper reads ([`POD_LABELS_READ`]: the cluster's instance, a backup pod's
-//!   cluster, the revision and the role). Of its status it keeps only what the passes read,
+//!   map's node is 544 bytes however few entries it holds), and of its labels it keeps the
+//!   values of the ones a pass or a mapper reads ([`POD_LABELS_READ`]: the cluster's instance, a
+//!   backup pod's cluster, the revision and the role), outside its metadata and without a map:
+//!   read them with [`CachedPod::label`] (the pods' cache does, for its label index). Of its
+//!   status it keeps only what the passes read,
 //!   as packed JSON text ([`Packed`], [`CachedPod::new`], [`CachedPod::status`]): the phase, the
 //!   reason and message, the `Ready` condition, the pod IP and each container's name, state,
 //!   last state, readiness and restart count. The operator never
@@ -151,26 +153,35 @@ fn drifted_reshaped<K: CacheShape>(desired: &K, live: &K) -> bool {
     needs_update(&shaped, live)
 }
 
-/// A Pod as the operator's caches keep it: its metadata and, as JSON text, the part of its status
+/// A Pod as the operator's caches keep it: its metadata without labels or annotations, the values
+/// of the labels the passes read ([`CachedPod::label`]) and, as JSON text, the part of its status
 /// the passes read; no spec (see the module docs). The same resource as k8s-openapi's `Pod`
 /// (`v1`, `pods`), so an informer of it lists and watches pods; serde skips the fields it does
 /// not name.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct CachedPod {
-    /// The pod's metadata.
+    /// The pod's metadata, without its labels (they are in `labels`) or annotations.
     pub metadata: ObjectMeta,
+    /// The values of [`POD_LABELS_READ`], in that order: a label map's node alone is 544 bytes
+    /// however few entries it holds.
+    labels: [Option<Box<str>>; POD_LABELS_READ.len()],
     /// The pod's status, reduced to what the passes read ([`CachedPod::new`]), as packed JSON
     /// text ([`Packed`]): a decoded `PodStatus` is about 0.5 KB inline and a container's status
     /// as much again.
-    #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<Packed>,
 }
 
 impl CachedPod {
-    /// A cached pod of `metadata` and `status`, the status reduced to what the passes read: the
-    /// phase, the reason and message, the `Ready` condition, the pod IP and each container's
-    /// name, state, last state, readiness and restart count.
-    pub fn new(metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
+    /// A cached pod of `metadata` and `status`: of the metadata's labels it keeps the values of
+    /// [`POD_LABELS_READ`], of its annotations none; the status is reduced to what the passes
+    /// read: the phase, the reason and message, the `Ready` condition, the pod IP and each
+    /// container's name, state, last state, readiness and restart count.
+    pub fn new(mut metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
+        // No pass reads a pod's annotations (the template's, copied to every pod), nor most of
+        // its labels (the template's own, the StatefulSet controller's pod name and index).
+        metadata.annotations = None;
+        let mut all_labels = metadata.labels.take().unwrap_or_default();
+        let labels = POD_LABELS_READ.map(|name| all_labels.remove(name).map(String::into_boxed_str));
         let status = status.map(|mut status| {
             let mut conditions = status.conditions.take();
             if let Some(conditions) = conditions.as_mut() {
@@ -191,7 +202,14 @@ impl CachedPod {
             // A started pod's status is the typical one: it makes the dictionary.
             Packed::pack::<PodStatus>(&text, kept.container_statuses.is_some())
         });
-        CachedPod { metadata, status }
+        CachedPod { metadata, labels, status }
+    }
+
+    /// The value of label `name`, if it is one the cache keeps ([`POD_LABELS_READ`]) and the pod
+    /// has it; `None` for any other label.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        let at = POD_LABELS_READ.iter().position(|read| *read == name)?;
+        self.labels[at].as_deref()
     }
 
     /// The pod's status as the cache keeps it (see [`CachedPod::new`]), decoded for the caller.
@@ -199,6 +217,24 @@ impl CachedPod {
         // Invariant: the text is a `PodStatus` this type wrote; were it not to decode, the pod
         // reads as one without a status.
         serde_json::from_slice(&self.status.as_ref()?.unpack().ok()?).ok()
+    }
+}
+
+impl Serialize for CachedPod {
+    /// As a pod: its metadata with the labels kept, and the status kept.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            metadata: ObjectMeta,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            status: Option<&'a Packed>,
+        }
+        let labels: std::collections::BTreeMap<String, String> = POD_LABELS_READ
+            .iter()
+            .filter_map(|name| Some((name.to_string(), self.label(name)?.to_owned())))
+            .collect();
+        let metadata = ObjectMeta { labels: Some(labels).filter(|l| !l.is_empty()), ..self.metadata.clone() };
+        Shown { metadata, status: self.status.as_ref() }.serialize(serializer)
     }
 }
 
@@ -242,14 +278,10 @@ impl Metadata for CachedPod {
 pub const POD_LABELS_READ: [&str; 4] = [label::INSTANCE, CLUSTER_LABEL, REVISION_LABEL, ROLE_LABEL];
 
 impl CacheShape for CachedPod {
-    fn shape(&mut self) {
-        // No pass reads a pod's annotations (the template's, copied to every pod): a map each.
-        self.metadata.annotations = None;
-        // Nor most of its labels (the template's own, the StatefulSet controller's pod name and
-        // index): two strings each.
-        if let Some(labels) = self.metadata.labels.as_mut() {
-            labels.retain(|name, _| POD_LABELS_READ.contains(&name.as_str()));
-        }
+    /// Shaped as it is made ([`CachedPod::new`]); its cache reads labels with
+    /// [`CachedPod::label`].
+    fn cache_writer() -> CacheWriter<Self> {
+        CacheWriter::new(Arc::new(to_cached_form::<Self>)).with_label_reader(|pod, name| pod.label(name))
     }
 }
 
@@ -497,26 +529,41 @@ mod tests {
         pod.metadata.managed_fields = Some(vec![Default::default()]);
         pod.status = Some(PodStatus { phase: Some("Running".into()), ..PodStatus::default() });
         let decoded: CachedPod = serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
-        assert_eq!((decoded.metadata.clone(), decoded.status()), (pod.metadata, pod.status));
-        let decoded_labels = decoded.metadata.labels.clone();
+        assert_eq!(decoded.status(), pod.status);
         assert_eq!(ObjectKey::of(&decoded), ObjectKey::namespaced("default", "pg-0"));
         assert_eq!(<CachedPod as Resource>::kind(&()), "Pod");
         assert_eq!(<CachedPod as Resource>::plural(&()), "pods");
         assert!(size_of::<CachedPod>() * 2 < size_of::<Pod>(), "the spec's inline bytes are gone");
 
-        let mut writer = CachedPod::cache_writer();
+        let mut writer = CachedPod::cache_writer().with_label_index(label::INSTANCE);
         writer.apply(crate::runtime::reflector::ReflectorEvent::Applied(decoded));
         let kept = writer.cache().list();
         assert_eq!(kept.len(), 1);
-        assert!(kept[0].metadata.managed_fields.is_none() && kept[0].metadata.annotations.is_none());
-        assert_eq!(kept[0].metadata.name.as_deref(), Some("pg-0"));
-        let read: BTreeMap<String, String> =
-            read.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        assert_eq!(
-            kept[0].metadata.labels.as_ref(),
-            Some(&read),
-            "the labels a pass reads stay, the others go"
-        );
-        assert_ne!(decoded_labels.as_ref(), Some(&read));
+        let kept = &kept[0];
+        assert!(kept.metadata.managed_fields.is_none() && kept.metadata.annotations.is_none());
+        assert!(kept.metadata.labels.is_none(), "no label map: the values read are kept apart");
+        let mut metadata = pod.metadata.clone();
+        (metadata.labels, metadata.annotations, metadata.managed_fields) = (None, None, None);
+        assert_eq!(kept.metadata, metadata, "the rest of the metadata as served");
+        for (name, value) in read {
+            assert_eq!(kept.label(name), Some(value), "{name}: a label a pass reads stays");
+        }
+        for (name, _) in others {
+            assert_eq!(kept.label(name), None, "{name}: the others go");
+        }
+        assert_eq!(kept.label(CLUSTER_LABEL), None, "a read label the pod does not carry");
+
+        // The cache reads the kept labels: its label index and a scan for another label.
+        let cache = writer.cache();
+        assert_eq!(cache.list_labelled("default", label::INSTANCE, "pg").len(), 1);
+        assert_eq!(cache.list_labelled("default", ROLE_LABEL, "primary").len(), 1);
+        assert!(cache.list_labelled("default", ROLE_LABEL, "replica").is_empty());
+
+        // Shown as a pod: the kept labels back in its metadata.
+        let shown = serde_json::to_value(kept.as_ref()).unwrap();
+        let want: serde_json::Map<String, serde_json::Value> =
+            read.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        assert_eq!(shown["metadata"]["labels"], serde_json::Value::Object(want));
+        assert_eq!(shown["status"]["phase"], "Running");
     }
 }

@@ -378,9 +378,8 @@ pub async fn workload(
 /// The DatabaseCluster a pod belongs to: its `app.kubernetes.io/instance` label (the pod's
 /// controller is the StatefulSet, not the cluster), or a backup pod's cluster label (its
 /// termination message is the backup's manifest).
-fn cluster_of_pod(pod: &CachedPod) -> Option<ObjectKey> {
-    let labels = pod.metadata.labels.as_ref()?;
-    let name = labels.get(label::INSTANCE).or_else(|| labels.get(CLUSTER_LABEL))?;
+pub fn cluster_of_pod(pod: &CachedPod) -> Option<ObjectKey> {
+    let name = pod.label(label::INSTANCE).or_else(|| pod.label(CLUSTER_LABEL))?;
     Some(ObjectKey::new(pod.metadata.namespace.as_deref(), name))
 }
 

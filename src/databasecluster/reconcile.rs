@@ -531,7 +531,6 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
         .filter_map(|pod| {
             let name = pod.metadata.name.clone()?;
             let ordinal = name.strip_prefix(&prefix)?.parse().ok()?;
-            let labels = pod.metadata.labels.as_ref();
             let status = pod.status();
             let status = status.as_ref();
             let ready_condition = status
@@ -547,8 +546,8 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
                 ready,
                 not_ready_since,
                 deleting: pod.metadata.deletion_timestamp.is_some(),
-                revision: labels.and_then(|l| l.get(REVISION_LABEL)).cloned(),
-                role_label: labels.and_then(|l| l.get(ROLE_LABEL)).cloned(),
+                revision: pod.label(REVISION_LABEL).map(str::to_owned),
+                role_label: pod.label(ROLE_LABEL).map(str::to_owned),
                 failure: status.and_then(container_failure),
             })
         })

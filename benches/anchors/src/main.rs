@@ -20,9 +20,10 @@ use std::time::Duration;
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
 use dbcluster_operator::databasecluster::cached::CachedPod;
-use dbcluster_operator::databasecluster::operator::{CacheWriters, backup_volume_selector, managed_selector};
+use dbcluster_operator::databasecluster::operator::{
+    CacheWriters, backup_volume_selector, cluster_of_pod, managed_selector,
+};
 use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
-use dbcluster_operator::databasecluster::resources::label;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::CacheWriter;
@@ -181,7 +182,8 @@ async fn main() {
         .owns_stream(children(&client, &managed, writers.pdbs))
         .owns_stream(children(&client, &managed, writers.cronjobs))
         .watches_stream(children(&client, &managed, writers.pods), |pod: CachedPod| {
-            cluster_by_label(&pod, &[label::INSTANCE, CLUSTER_LABEL])
+            let cluster = cluster_of_pod(&pod)?;
+            Some(ObjectRef::new(cluster.name()).within(cluster.namespace().unwrap_or("default")))
         })
         .watches_stream(children(&client, APP_SECRET_OF, writers.app_secrets), |secret: Secret| {
             cluster_by_label(&secret, &[APP_SECRET_OF])

@@ -64,6 +64,7 @@ pub struct Cache<K> {
     by_namespace: Option<KeyIndex>,
     by_controller_uid: Option<KeyIndex>,
     by_label: Option<LabelIndex>,
+    label_of: LabelReader<K>,
     resource_version: RwLock<Option<Arc<str>>>,
     synced: watch::Sender<bool>,
 }
@@ -79,13 +80,14 @@ impl<K> fmt::Debug for Cache<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Cache<K> {
-    /// An empty cache (made by its writer) that keeps `indexes`.
-    fn empty(indexes: Indexes) -> Self {
+    /// An empty cache (made by its writer) that keeps `indexes` and reads labels with `label_of`.
+    fn empty(indexes: Indexes, label_of: LabelReader<K>) -> Self {
         Self {
             objects: DashMap::new(),
             by_namespace: indexes.namespace.then(KeyIndex::new),
             by_controller_uid: indexes.controller_owner.then(KeyIndex::new),
             by_label: indexes.label.map(|label| LabelIndex { label, keys: KeyIndex::new() }),
+            label_of,
             resource_version: RwLock::new(None),
             synced: watch::Sender::new(false),
         }
@@ -145,7 +147,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
             }
             _ => {
                 let mut objects = self.list_namespace(namespace);
-                objects.retain(|obj| label_value(obj.as_ref(), label) == Some(value));
+                objects.retain(|obj| (self.label_of)(obj, label) == Some(value));
                 objects
             }
         }
@@ -226,13 +228,18 @@ impl LabelIndex {
 
     /// The namespace and label value that place `obj` in the index, if it carries the label (and
     /// is namespaced): compared without building the entry, since most updates keep both.
-    fn place_of<'a, K: Resource>(&self, obj: &'a K) -> Option<(&'a str, &'a str)> {
-        Some((obj.meta().namespace.as_deref()?, label_value(obj, self.label)?))
+    fn place_of<'a, K: Resource>(&self, obj: &'a K, label_of: LabelReader<K>) -> Option<(&'a str, &'a str)> {
+        Some((obj.meta().namespace.as_deref()?, label_of(obj, self.label)?))
     }
 }
 
-/// The value of label `label` on `obj`, if set.
-fn label_value<'a, K: Resource>(obj: &'a K, label: &str) -> Option<&'a str> {
+/// Reads one label of a cached object: a cache reads them from the metadata ([`metadata_label`])
+/// unless its writer names another reader ([`CacheWriter::with_label_reader`]), for a cached form
+/// that keeps its labels elsewhere.
+pub type LabelReader<K> = for<'a> fn(&'a K, &str) -> Option<&'a str>;
+
+/// The value of label `label` in `obj`'s metadata, if set: how a cache reads labels by default.
+pub fn metadata_label<'a, K: Resource>(obj: &'a K, label: &str) -> Option<&'a str> {
     obj.meta().labels.as_ref()?.get(label).map(String::as_str)
 }
 

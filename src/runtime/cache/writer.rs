@@ -16,7 +16,10 @@ use std::sync::Arc;
 
 use kube::Resource;
 
-use super::{Cache, Indexes, KeyIndex, LabelIndex, Transform, controller_uid, strip_managed_fields};
+use super::{
+    Cache, Indexes, KeyIndex, LabelIndex, LabelReader, Transform, controller_uid, metadata_label,
+    strip_managed_fields,
+};
 use crate::runtime::ObjectKey;
 use crate::runtime::reflector::ReflectorEvent;
 
@@ -91,7 +94,18 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
     /// before storing it (pass `Arc::new(|_| {})` to store objects exactly as received;
     /// `default()` strips `managedFields`).
     pub fn new(transform: Transform<K>) -> Self {
-        Self { cache: Arc::new(Cache::empty(Indexes::default())), transform, relist: None }
+        Self {
+            cache: Arc::new(Cache::empty(Indexes::default(), metadata_label::<K>)),
+            transform,
+            relist: None,
+        }
+    }
+
+    /// This writer, its cache reading each object's labels with `label_of` (for the label index
+    /// and [`Cache::list_labelled`]): for a cached form that keeps its labels outside its metadata.
+    pub fn with_label_reader(self, label_of: LabelReader<K>) -> Self {
+        let indexes = self.cache.indexes();
+        self.remade(indexes, label_of)
     }
 
     /// This writer, keeping its cache indexed by namespace too, for [`Cache::list_namespace`].
@@ -117,8 +131,13 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
     }
 
     fn indexed(self, indexes: Indexes) -> Self {
+        let label_of = self.cache.label_of;
+        self.remade(indexes, label_of)
+    }
+
+    fn remade(self, indexes: Indexes, label_of: LabelReader<K>) -> Self {
         debug_assert!(self.cache.is_empty() && Arc::strong_count(&self.cache) == 1, "a new writer's cache");
-        Self { cache: Arc::new(Cache::empty(indexes)), ..self }
+        Self { cache: Arc::new(Cache::empty(indexes, label_of)), ..self }
     }
 
     /// The cache this writer keeps: clone the `Arc` to hand out read access.
@@ -214,7 +233,8 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
             refile(index, old.and_then(controller_uid), new.and_then(controller_uid), key);
         }
         if let Some(index) = &cache.by_label {
-            index.refile(old.and_then(|o| index.place_of(o)), new.and_then(|n| index.place_of(n)), key);
+            let place_of = |obj| index.place_of(obj, cache.label_of);
+            index.refile(old.and_then(place_of), new.and_then(place_of), key);
         }
     }
 
