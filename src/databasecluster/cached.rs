@@ -17,17 +17,16 @@
 //!   reason and message, the `Ready` condition, the pod IP and each container's name, state,
 //!   last state, readiness and restart count. The operator never
 //!   writes a pod whole (it patches labels and deletes), so nothing compares a desired pod;
-//! - a **ConfigMap** keeps each `data` value longer than [`DIGEST_ABOVE`] bytes as its SHA-256
-//!   digest (`sha256:<hex>`): the passes read the short records (`primary`, `demoting`) and compare
-//!   the rest with what they would write, which [`CacheShape::drifted`] puts in the same shape
-//!   first, so a changed script is still drift. The scripts are most of a cluster's cached bytes.
-//! - a **StatefulSet**, **Service**, **Secret** (the operator's login Secrets) or
+//! - a **StatefulSet**, **Service**, **Secret** (the operator's login Secrets), **ConfigMap** or
 //!   **PodDisruptionBudget** is cached as a [`Compact`]: its packed JSON text and the identity fields
 //!   the cache reads, not a decoded k8s-openapi object (several times the size of its JSON: a
 //!   `Container` is about 2 KB inline, a `Volume` 3 KB, each non-empty map a 544-byte node).
 //!   Drift compares the desired object with the text as JSON, so every field still counts; a
 //!   pass that reads one (the StatefulSet's replicas, claim templates and status, a login
-//!   Secret's password) decodes it for that pass ([`Compact::expand`]).
+//!   Secret's password) decodes it for that pass ([`Compact::expand`]), or only the fields it
+//!   reads (the ConfigMap's `primary` and `demoting` records, [`Compact::decode_as`], without
+//!   its scripts). A ConfigMap's text packs into little: its scripts are the same in every
+//!   cluster's, and in the kind's dictionary.
 //!
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
 //! [`ChildForm`] is what `ensure_child` needs of a child's cached form, whichever it is.
@@ -39,13 +38,12 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, PersistentVolumeClaim, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, PodStatus, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, NamespaceResourceScope};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::backup::jobs::CLUSTER_LABEL;
 pub use super::compact::Compact;
@@ -56,9 +54,6 @@ use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
 use super::types::DatabaseCluster;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
-
-/// ConfigMap values longer than this are cached as their digest.
-pub const DIGEST_ABOVE: usize = 256;
 
 /// How an object of this kind is kept in the operator's caches (see the module docs).
 pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
@@ -143,14 +138,6 @@ where
     fn needs_update(desired: &K, live: &Self) -> bool {
         live.drifted_from(desired)
     }
-}
-
-/// [`CacheShape::drifted`] for a kind whose `shape` a desired object survives: `desired` is put
-/// in the shape the cache keeps first (a copy), so like is compared with like.
-fn drifted_reshaped<K: CacheShape>(desired: &K, live: &K) -> bool {
-    let mut shaped = desired.clone();
-    shaped.shape();
-    needs_update(&shaped, live)
 }
 
 /// A Pod as the operator's caches keep it: its metadata without labels or annotations, the values
@@ -285,23 +272,6 @@ impl CacheShape for CachedPod {
     }
 }
 
-impl CacheShape for ConfigMap {
-    fn shape(&mut self) {
-        for value in self.data.iter_mut().flat_map(|data| data.values_mut()) {
-            if value.len() > DIGEST_ABOVE {
-                let digest = Sha256::digest(value.as_bytes());
-                *value = std::iter::once("sha256:".to_owned())
-                    .chain(digest.iter().map(|b| format!("{b:02x}")))
-                    .collect();
-            }
-        }
-    }
-
-    fn drifted(desired: &Self, live: &Self) -> bool {
-        drifted_reshaped(desired, live)
-    }
-}
-
 /// Container statuses as a cached Pod keeps them: name, state, last state, readiness, restarts.
 fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
     statuses
@@ -326,8 +296,6 @@ impl CacheShape for PersistentVolumeClaim {}
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
@@ -339,39 +307,28 @@ mod tests {
     use crate::databasecluster::topology::container_failure;
     use crate::runtime::ObjectKey;
 
-    fn config_map(script: &str) -> ConfigMap {
-        ConfigMap {
-            data: Some(BTreeMap::from([
-                ("primary".to_owned(), "pg-0".to_owned()),
-                ("instance.sh".to_owned(), script.to_owned()),
-            ])),
-            ..ConfigMap::default()
-        }
-    }
-
-    fn cached(mut obj: ConfigMap) -> ConfigMap {
-        obj.shape();
-        obj
-    }
-
     #[test]
-    fn long_values_are_cached_as_digests_and_short_ones_as_they_are() {
-        let script = "#!/bin/sh\n".repeat(100);
-        let kept = cached(config_map(&script));
-        let data = kept.data.unwrap();
-        assert_eq!(data["primary"], "pg-0");
-        assert!(data["instance.sh"].starts_with("sha256:"), "{}", data["instance.sh"]);
-        assert!(data["instance.sh"].len() < 80);
-    }
+    fn a_cached_config_map_is_drift_for_a_changed_script_and_its_records_read_without_it() {
+        use crate::databasecluster::config::{Records, SCRIPT_KEY, build_config_map};
+        use crate::databasecluster::fixtures::{owner, seed};
+        use crate::databasecluster::validation::validate_spec;
+        use k8s_openapi::api::core::v1::ConfigMap;
 
-    #[test]
-    fn a_changed_long_value_is_still_drift_and_an_unchanged_one_is_not() {
-        let script = "#!/bin/sh\n".repeat(100);
-        let live = cached(config_map(&script));
-        let desired = config_map(&script);
-        assert!(!ConfigMap::drifted(&desired, &live));
-        let edited = cached(config_map(&format!("{script}echo edited\n")));
-        assert!(ConfigMap::drifted(&desired, &edited));
+        let spec = validate_spec(&seed().spec).unwrap();
+        let desired = build_config_map(&owner(), &spec, "production-postgres-1", None);
+        let served = |edit: fn(&mut serde_json::Value)| {
+            let mut live = serde_json::to_value(&desired).unwrap();
+            live["metadata"]["resourceVersion"] = json!("42");
+            edit(&mut live);
+            let compact: Compact<ConfigMap> = serde_json::from_value(live).unwrap();
+            compact
+        };
+        let live = served(|_| {});
+        assert!(!Compact::needs_update(&desired, &live));
+        let records: Records = live.decode_as().unwrap();
+        assert_eq!(records.primary().as_deref(), Some("production-postgres-1"));
+        let edited = served(|live| live["data"][SCRIPT_KEY] = json!("#!/bin/sh\nexit 0\n"));
+        assert!(Compact::needs_update(&desired, &edited), "a changed script is drift");
     }
 
     #[test]

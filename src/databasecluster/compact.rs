@@ -77,6 +77,12 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Comp
 
     /// The object decoded whole, for a pass that reads more than its identity.
     pub fn expand(&self) -> serde_json::Result<K> {
+        self.decode_as()
+    }
+
+    /// The object's text decoded as `T`: a view of the few fields a pass reads, for which serde
+    /// passes over the rest without building it (a ConfigMap's records beside its scripts).
+    pub fn decode_as<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
         serde_json::from_slice(&self.text.unpack()?)
     }
 

@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::resources::{Owner, child_metadata, statefulset_name};
@@ -129,15 +130,35 @@ pub fn initial_primary(cluster_name: &str) -> String {
     format!("{}-0", statefulset_name(cluster_name))
 }
 
-/// The primary the live ConfigMap records, if any.
-pub fn recorded_primary(live: &ConfigMap) -> Option<String> {
-    let name = live.data.as_ref()?.get(PRIMARY_KEY)?.trim();
-    (!name.is_empty()).then(|| name.to_owned())
+/// The records a pass reads from the live ConfigMap: decoded from its JSON, `data`'s `primary` and
+/// `demoting` only (serde passes over the scripts without building them).
+#[derive(Debug, Default, Deserialize)]
+pub struct Records {
+    #[serde(default)]
+    data: RecordValues,
 }
 
-/// The primary a switchover is demoting, as the live ConfigMap records it.
-pub fn recorded_demoting(live: &ConfigMap) -> Option<String> {
-    let name = live.data.as_ref()?.get(DEMOTING_KEY)?.trim();
+/// [`PRIMARY_KEY`] and [`DEMOTING_KEY`] (a test holds the names to them).
+#[derive(Debug, Default, Deserialize)]
+struct RecordValues {
+    primary: Option<String>,
+    demoting: Option<String>,
+}
+
+impl Records {
+    /// The primary the live ConfigMap records, if any.
+    pub fn primary(&self) -> Option<String> {
+        recorded(&self.data.primary)
+    }
+
+    /// The primary a switchover is demoting, as the live ConfigMap records it.
+    pub fn demoting(&self) -> Option<String> {
+        recorded(&self.data.demoting)
+    }
+}
+
+fn recorded(value: &Option<String>) -> Option<String> {
+    let name = value.as_deref()?.trim();
     (!name.is_empty()).then(|| name.to_owned())
 }
 
@@ -243,6 +264,28 @@ fn quote(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::databasecluster::fixtures::{owner, seed};
+    use crate::databasecluster::validation::validate_spec;
+
+    /// The records as a pass reads them from the ConfigMap `build_config_map` writes.
+    fn records_of(primary: &str, demoting: Option<&str>) -> Records {
+        let spec = validate_spec(&seed().spec).unwrap();
+        let written = serde_json::to_value(build_config_map(&owner(), &spec, primary, demoting)).unwrap();
+        serde_json::from_value(written).unwrap()
+    }
+
+    #[test]
+    fn the_records_read_back_what_the_config_map_records() {
+        let records = records_of("production-postgres-1", Some("production-postgres-0"));
+        assert_eq!(records.primary().as_deref(), Some("production-postgres-1"), "{PRIMARY_KEY}");
+        assert_eq!(records.demoting().as_deref(), Some("production-postgres-0"), "{DEMOTING_KEY}");
+        let records = records_of(" production-postgres-2\n", None);
+        assert_eq!(records.primary().as_deref(), Some("production-postgres-2"), "trimmed");
+        assert_eq!(records.demoting(), None);
+        assert_eq!(records_of("  ", None).primary(), None, "a blank record is none");
+        let empty: Records = serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
+        assert_eq!((empty.primary(), empty.demoting()), (None, None));
+    }
 
     fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect()

@@ -114,7 +114,7 @@ pub struct OperatorHandles {
     /// The users' own app Secrets (`spec.appSecretName`), by the label the operator puts on them.
     pub app_secrets: Arc<Informer<Secret>>,
     /// The ConfigMap informer.
-    pub configmaps: Arc<Informer<ConfigMap>>,
+    pub configmaps: Arc<Informer<Compact<ConfigMap>>>,
     /// The PodDisruptionBudget informer.
     pub pdbs: Arc<Informer<Compact<PodDisruptionBudget>>>,
     /// The pod informer (the clusters' pods, mapped to their cluster by label).
@@ -146,7 +146,7 @@ pub struct CacheWriters {
     /// The users' own app Secrets, by the label the operator puts on them.
     pub app_secrets: CacheWriter<Secret>,
     /// The operator's ConfigMaps.
-    pub configmaps: CacheWriter<ConfigMap>,
+    pub configmaps: CacheWriter<Compact<ConfigMap>>,
     /// The operator's PodDisruptionBudgets.
     pub pdbs: CacheWriter<Compact<PodDisruptionBudget>>,
     /// The clusters' pods, indexed by their cluster's name (`app.kubernetes.io/instance`).
@@ -167,7 +167,7 @@ impl Default for CacheWriters {
             services: Compact::<Service>::cache_writer(),
             secrets: Compact::<Secret>::cache_writer(),
             app_secrets: Secret::cache_writer(),
-            configmaps: ConfigMap::cache_writer(),
+            configmaps: Compact::<ConfigMap>::cache_writer(),
             pdbs: Compact::<PodDisruptionBudget>::cache_writer(),
             // A pass reads its own cluster's pods and Jobs by label: indexed, not scanned.
             pods: CachedPod::cache_writer().with_label_index(label::INSTANCE).with_owner_index(),

@@ -65,10 +65,7 @@ use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
 use super::cached::{CachedPod, ChildForm, Compact};
-use super::config::{
-    build_config_map, config_map_name, desired_config_hash, initial_primary, recorded_demoting,
-    recorded_primary,
-};
+use super::config::{Records, build_config_map, config_map_name, desired_config_hash, initial_primary};
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
 use super::demotion::{Switch, advance, begin};
 use super::drift::keep_immutable_fields;
@@ -133,7 +130,7 @@ pub struct Context {
     /// The users' own app Secrets (`spec.appSecretName`) once labelled ([`app_secret`]).
     pub app_secrets: Arc<Cache<Secret>>,
     /// The operator's ConfigMaps.
-    pub configmaps: Arc<Cache<ConfigMap>>,
+    pub configmaps: Arc<Cache<Compact<ConfigMap>>>,
     /// The operator's PodDisruptionBudgets, as text.
     pub pdbs: Arc<Cache<Compact<PodDisruptionBudget>>>,
     /// The clusters' pods (labelled managed-by the operator through the pod template).
@@ -293,9 +290,16 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
 
     let config_key = child_key(cluster, config_map_name);
     let cached = ctx.configmaps.get(&config_key);
-    let primary_record =
-        cached.as_deref().and_then(recorded_primary).unwrap_or_else(|| initial_primary(owner.name()));
-    let demoting = cached.as_deref().and_then(recorded_demoting);
+    let records = match cached.as_deref() {
+        Some(live) => live.decode_as::<Records>().map_err(|source| Error::Cached {
+            kind: "ConfigMap",
+            name: live.meta().name.clone().unwrap_or_default(),
+            source,
+        })?,
+        None => Records::default(),
+    };
+    let primary_record = records.primary().unwrap_or_else(|| initial_primary(owner.name()));
+    let demoting = records.demoting();
     let (_, outcome) = ensure_child(ctx, &owner, "ConfigMap", cached, |_| {
         Ok(build_config_map(&owner, &spec, &primary_record, demoting.as_deref()))
     })
