@@ -22,7 +22,10 @@ async fn a_running_cluster_costs_no_writes_and_no_passes() {
 
     // The operator has seen its own Running write and has finished the pass it brought.
     let cache = operator.handles.clusters.cache();
-    await_cached(cache, &key(NAME), "Running in the operator's cache", |c| phase(c) == Some("Running")).await;
+    await_cached(cache, &key(NAME), "Running in the operator's cache", |c| {
+        phase(&c.expand().unwrap()) == Some("Running")
+    })
+    .await;
     reconcile_now(&operator, &key(NAME)).await;
     let passes = operator.passes();
     // Ten children (StatefulSet, four Services, ConfigMap, three Secrets, PDB) each bring a watch

@@ -27,6 +27,9 @@
 //!   reads (the ConfigMap's `primary` and `demoting` records, [`Compact::decode_as`], without
 //!   its scripts). A ConfigMap's text packs into little: its scripts are the same in every
 //!   cluster's, and in the kind's dictionary.
+//! - the **DatabaseCluster** itself is a [`Compact`] too: a pass decodes it whole once, at its
+//!   start (`reconcile`), and the controller's handlers read only its identity (generation,
+//!   deletion, owner).
 //!
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
 //! [`ChildForm`] is what `ensure_child` needs of a child's cached form, whichever it is.
@@ -52,7 +55,6 @@ use super::packed::Packed;
 use super::resources::label;
 use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
-use super::types::DatabaseCluster;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
 
 /// How an object of this kind is kept in the operator's caches (see the module docs).
@@ -288,7 +290,6 @@ fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
         .collect()
 }
 
-impl CacheShape for DatabaseCluster {}
 impl CacheShape for Secret {}
 impl CacheShape for Job {}
 impl CacheShape for CronJob {}

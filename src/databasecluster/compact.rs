@@ -1,7 +1,9 @@
 //! [`Compact<K>`]: an object the operator's caches keep as compressed JSON text, for the child
-//! kinds a pass mostly compares with what it would write (the StatefulSet, Services, login Secrets
-//! and the PodDisruptionBudget), and decodes ([`Compact::expand`]) for the few fields it reads (the
-//! StatefulSet's, a password). A decoded k8s-openapi object costs several times its JSON: its inline
+//! kinds a pass mostly compares with what it would write (the StatefulSet, Services, login Secrets,
+//! the ConfigMap and the PodDisruptionBudget), and decodes ([`Compact::expand`]) for the few fields
+//! it reads (the StatefulSet's, a password), and for the DatabaseCluster, which a pass decodes
+//! once. `K` is any `kube::Resource` of a static type (k8s-openapi's kinds and the operator's own
+//! custom resource alike); a `Compact<K>` is the same resource. A decoded k8s-openapi object costs several times its JSON: its inline
 //! struct is mostly empty `Option`s (a `Service` is 824 bytes before any of its heap), each
 //! non-empty map (labels, a selector, a Secret's data) allocates a 544-byte node, and every
 //! string is an allocation of its own. Kept as text, a Service is its packed JSON plus the few
@@ -34,8 +36,10 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use std::borrow::Cow;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::{Metadata, Resource};
+use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -53,14 +57,14 @@ pub struct Compact<K> {
     kind: PhantomData<fn() -> K>,
 }
 
-impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Compact<K> {
+impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Compact<K> {
     /// The compact form of `object` (a read's answer, say), its managedFields cut.
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
-        object.metadata_mut().managed_fields = None;
+        object.meta_mut().managed_fields = None;
         let text = serde_json::to_vec(&object)?;
         Ok(Compact {
-            text: Packed::pack::<K>(&text, object.metadata().name.is_some()),
-            metadata: identity(std::mem::take(object.metadata_mut())),
+            text: Packed::pack::<K>(&text, object.meta().name.is_some()),
+            metadata: identity(std::mem::take(object.meta_mut())),
             covered: AtomicU64::new(0),
             kind: PhantomData,
         })
@@ -68,10 +72,7 @@ impl<K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Comp
 
     /// A writer of a cache that keeps objects of kind `K` in this form. It strips nothing:
     /// decoding already kept only the identity beside the text.
-    pub fn cache_writer() -> CacheWriter<Self>
-    where
-        K: Resource + 'static,
-    {
+    pub fn cache_writer() -> CacheWriter<Self> {
         CacheWriter::new(Arc::new(|_: &mut Self| {}))
     }
 
@@ -155,10 +156,10 @@ impl<K> Clone for Compact<K> {
     }
 }
 
-impl<K: Resource> fmt::Debug for Compact<K> {
+impl<K: Resource<DynamicType = ()>> fmt::Debug for Compact<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Compact")
-            .field("kind", &K::KIND)
+            .field("kind", &K::kind(&()))
             .field("namespace", &self.metadata.namespace)
             .field("name", &self.metadata.name)
             .field("resource_version", &self.metadata.resource_version)
@@ -174,7 +175,7 @@ impl<K> Serialize for Compact<K> {
     }
 }
 
-impl<'de, K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static> Deserialize<'de>
+impl<'de, K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Deserialize<'de>
     for Compact<K>
 {
     /// Decodes a `K` (so that what is not a `K` is refused as before) and keeps it as text. Not
@@ -185,23 +186,37 @@ impl<'de, K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + 'static>
     }
 }
 
-impl<K: Resource> Resource for Compact<K> {
-    const API_VERSION: &'static str = K::API_VERSION;
-    const GROUP: &'static str = K::GROUP;
-    const KIND: &'static str = K::KIND;
-    const VERSION: &'static str = K::VERSION;
-    const URL_PATH_SEGMENT: &'static str = K::URL_PATH_SEGMENT;
+/// The same resource as `K` (kind, group, version, plural, scope), so an informer of it lists and
+/// watches `K`'s objects; its metadata is the identity kept (see the module docs).
+impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
+    type DynamicType = ();
     type Scope = K::Scope;
-}
 
-impl<K: Resource> Metadata for Compact<K> {
-    type Ty = ObjectMeta;
+    fn kind(dynamic: &()) -> Cow<'_, str> {
+        K::kind(dynamic)
+    }
 
-    fn metadata(&self) -> &ObjectMeta {
+    fn group(dynamic: &()) -> Cow<'_, str> {
+        K::group(dynamic)
+    }
+
+    fn version(dynamic: &()) -> Cow<'_, str> {
+        K::version(dynamic)
+    }
+
+    fn api_version(dynamic: &()) -> Cow<'_, str> {
+        K::api_version(dynamic)
+    }
+
+    fn plural(dynamic: &()) -> Cow<'_, str> {
+        K::plural(dynamic)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
         &self.metadata
     }
 
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
 }
@@ -243,7 +258,7 @@ mod tests {
         assert_eq!(serde_json::to_value(&kept).unwrap(), served, "the whole object, as sent");
         assert_eq!(kept.to_value().unwrap(), served);
         assert_eq!(kept.expand().unwrap(), serde_json::from_value::<Service>(served).unwrap());
-        let meta = kept.metadata();
+        let meta = kept.meta();
         assert_eq!(ObjectKey::of(&kept), ObjectKey::namespaced("team-1", "pg-rw"));
         assert_eq!((meta.uid.as_deref(), meta.resource_version.as_deref()), (Some("u-1"), Some("42")));
         assert_eq!(crate::runtime::cache::controller_uid(&kept), Some("owner-1"));
@@ -268,7 +283,7 @@ mod tests {
         written.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
         let kept = Compact::from_object(written).unwrap();
         assert!(!String::from_utf8(kept.text.unpack().unwrap()).unwrap().contains("managedFields"));
-        assert_eq!(kept.metadata().name.as_deref(), Some("pg-rw"));
+        assert_eq!(kept.meta().name.as_deref(), Some("pg-rw"));
     }
 
     #[test]
@@ -313,8 +328,8 @@ mod tests {
     fn watch_lines_decode_including_the_end_of_a_streaming_lists_initial_events() {
         let line = serde_json::to_vec(&json!({"type": "ADDED", "object": served_service()})).unwrap();
         let Ok(WatchLine::Added(kept)) = decode_watch_line::<Compact<Service>>(&line) else { panic!() };
-        assert_eq!(kept.metadata().name.as_deref(), Some("pg-rw"));
-        let owners = kept.metadata().owner_references.as_ref().unwrap();
+        assert_eq!(kept.meta().name.as_deref(), Some("pg-rw"));
+        let owners = kept.meta().owner_references.as_ref().unwrap();
         assert_eq!((owners.len(), owners.capacity()), (1, 1), "no spare room kept from the decoder");
         let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Service", "apiVersion": "v1",
             "metadata": {"resourceVersion": "77", "annotations": {INITIAL_EVENTS_END: "true"}}}});
@@ -361,6 +376,31 @@ mod tests {
         let second = Compact::from_object(quota("inventory")).unwrap();
         assert!(second.text.packed_len() * 4 < text.len(), "packed against the first named object");
         assert_eq!(second.expand().unwrap(), quota("inventory"));
+    }
+
+    #[test]
+    fn the_custom_resource_is_kept_and_read_back_whole() {
+        use crate::databasecluster::fixtures::seed;
+        use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterStatus, Phase};
+
+        let mut served = seed();
+        served.metadata.resource_version = Some("9".into());
+        served.status = Some(DatabaseClusterStatus {
+            phase: Some(Phase::Running),
+            ready_replicas: 3,
+            ..Default::default()
+        });
+        let kept: Compact<DatabaseCluster> =
+            serde_json::from_value(serde_json::to_value(&served).unwrap()).unwrap();
+        assert_eq!(kept.expand().unwrap(), served);
+        assert_eq!(ObjectKey::of(&kept), ObjectKey::of(&served));
+        assert_eq!((kept.meta().generation, kept.meta().uid.as_deref()), (Some(1), Some("uid-1")));
+        assert_eq!(<Compact<DatabaseCluster> as kube::Resource>::kind(&()), "DatabaseCluster");
+        assert_eq!(<Compact<DatabaseCluster> as kube::Resource>::plural(&()), "databaseclusters");
+        assert_eq!(
+            <Compact<DatabaseCluster> as kube::Resource>::api_version(&()),
+            <DatabaseCluster as kube::Resource>::api_version(&())
+        );
     }
 
     #[test]

@@ -104,7 +104,7 @@ pub struct OperatorHandles {
     /// The metrics registry (for `/metrics`).
     pub metrics: Arc<Metrics>,
     /// The DatabaseCluster informer.
-    pub clusters: Arc<Informer<DatabaseCluster>>,
+    pub clusters: Arc<Informer<Compact<DatabaseCluster>>>,
     /// The StatefulSet informer.
     pub statefulsets: Arc<Informer<Compact<StatefulSet>>>,
     /// The Service informer.
@@ -136,7 +136,7 @@ pub struct OperatorHandles {
 #[derive(Debug)]
 pub struct CacheWriters {
     /// The DatabaseClusters.
-    pub clusters: CacheWriter<DatabaseCluster>,
+    pub clusters: CacheWriter<Compact<DatabaseCluster>>,
     /// The operator's StatefulSets.
     pub statefulsets: CacheWriter<Compact<StatefulSet>>,
     /// The operator's Services.
@@ -162,7 +162,7 @@ pub struct CacheWriters {
 impl Default for CacheWriters {
     fn default() -> Self {
         CacheWriters {
-            clusters: DatabaseCluster::cache_writer(),
+            clusters: Compact::<DatabaseCluster>::cache_writer(),
             statefulsets: Compact::<StatefulSet>::cache_writer(),
             services: Compact::<Service>::cache_writer(),
             secrets: Compact::<Secret>::cache_writer(),
@@ -203,7 +203,7 @@ impl CacheWriters {
 
 /// The operator, built but not yet running.
 pub struct Operator {
-    controller: Controller<DatabaseCluster>,
+    controller: Controller<Compact<DatabaseCluster>>,
     context: Arc<Context>,
     handles: OperatorHandles,
 }
@@ -239,7 +239,7 @@ impl Operator {
         let writers = CacheWriters::default();
         let context = Arc::new(writers.context(client.clone(), options.instance));
         let clusters = Arc::new(Informer::with_writer(
-            api::<DatabaseCluster>(&client, namespace),
+            api::<Compact<DatabaseCluster>>(&client, namespace),
             ReflectorConfig::default(),
             writers.clusters,
         ));

@@ -48,12 +48,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
@@ -120,7 +118,7 @@ pub struct Context {
     /// The client every write goes through.
     pub client: Client,
     /// The DatabaseClusters, as the primary informer holds them.
-    pub clusters: Arc<Cache<DatabaseCluster>>,
+    pub clusters: Arc<Cache<Compact<DatabaseCluster>>>,
     /// The operator's StatefulSets.
     pub statefulsets: Arc<Cache<Compact<StatefulSet>>>,
     /// The operator's Services (headless and client), as text.
@@ -227,16 +225,17 @@ impl ReconcileError for Error {
 
 /// One reconcile pass for the DatabaseCluster `key`; see the module docs.
 pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Some(cluster) = ctx.clusters.get(&key) else {
+    let Some(cached) = ctx.clusters.get(&key) else {
         tracing::info!("DatabaseCluster not found: deleted; nothing to do");
         ctx.events.clear_error(&key);
         ctx.failures.clear(&key);
         return Ok(Action::Done);
     };
-    if cluster.metadata.deletion_timestamp.is_some() {
+    if cached.meta().deletion_timestamp.is_some() {
         tracing::info!("DatabaseCluster is being deleted; the garbage collector removes its children");
         return Ok(Action::Done);
     }
+    let cluster = expand_cached(&cached, "DatabaseCluster")?;
     let result = reconcile_cluster(&cluster, &ctx).await;
     match &result {
         Err(error) if !error.is_terminal() => {
@@ -1063,10 +1062,10 @@ pub(super) async fn ensure_child<C: ChildForm>(
     Ok((Some(recorded_as(Verb::Apply, applied)), Outcome::Updated))
 }
 
-/// A child cached as text ([`Compact`]) decoded whole, for a pass that reads it.
-fn expand_cached<K>(cached: &Compact<K>, kind: &'static str) -> Result<K, Error>
+/// An object cached as text ([`Compact`]) decoded whole, for a pass that reads it.
+pub(super) fn expand_cached<K>(cached: &Compact<K>, kind: &'static str) -> Result<K, Error>
 where
-    K: Serialize + DeserializeOwned + Metadata<Ty = ObjectMeta> + k8s_openapi::Resource + 'static,
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
 {
     cached.expand().map_err(|source| Error::Cached {
         kind,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
-use dbcluster_operator::databasecluster::cached::CachedPod;
+use dbcluster_operator::databasecluster::cached::{CachedPod, Compact};
 use dbcluster_operator::databasecluster::operator::{
     CacheWriters, backup_volume_selector, cluster_of_pod, managed_selector,
 };
@@ -40,6 +40,9 @@ use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A DatabaseCluster as the operator's caches keep it (both stores hold this form).
+type Cluster = Compact<DatabaseCluster>;
 
 /// The reconcile context plus the pass counters `/metrics` reports.
 struct Anchor {
@@ -98,14 +101,14 @@ where
 }
 
 /// The cluster an object names in label `key`, as the operator maps pods, Jobs and claims.
-fn cluster_by_label<K: Resource>(obj: &K, keys: &[&str]) -> Option<ObjectRef<DatabaseCluster>> {
+fn cluster_by_label<K: Resource>(obj: &K, keys: &[&str]) -> Option<ObjectRef<Cluster>> {
     let labels = obj.meta().labels.as_ref()?;
     let name = keys.iter().find_map(|key| labels.get(*key))?;
     let namespace = obj.meta().namespace.as_deref().unwrap_or("default");
     Some(ObjectRef::new(name).within(namespace))
 }
 
-async fn pass(cluster: Arc<DatabaseCluster>, anchor: Arc<Anchor>) -> Result<Action, Error> {
+async fn pass(cluster: Arc<Cluster>, anchor: Arc<Anchor>) -> Result<Action, Error> {
     let result = reconcile(ObjectKey::of(&*cluster), Arc::clone(&anchor.context)).await;
     anchor.passes.fetch_add(1, Ordering::Relaxed);
     match result {
@@ -118,7 +121,7 @@ async fn pass(cluster: Arc<DatabaseCluster>, anchor: Arc<Anchor>) -> Result<Acti
     }
 }
 
-fn error_policy(_: Arc<DatabaseCluster>, error: &Error, _: Arc<Anchor>) -> Action {
+fn error_policy(_: Arc<Cluster>, error: &Error, _: Arc<Anchor>) -> Action {
     if error.is_terminal() { Action::await_change() } else { Action::requeue(Duration::from_secs(1)) }
 }
 
@@ -171,7 +174,7 @@ async fn main() {
     let managed = managed_selector();
     let (reader, writer) = reflector::store();
     let clusters =
-        reflector(writer, mirrored(Api::<DatabaseCluster>::all(client.clone()), None, writers.clusters))
+        reflector(writer, mirrored(Api::<Cluster>::all(client.clone()), None, writers.clusters))
             .touched_objects();
     let controller = Controller::for_stream(clusters, reader)
         .with_config(controller::Config::default().concurrency(4))

@@ -27,7 +27,7 @@ use super::restore::{build_restore_job, first_data_claim, resolve_backup, restor
 use super::spec::RestoredFrom;
 use super::status::{JobOutcome, JobView, job_view};
 use crate::databasecluster::events::{EventNote, EventType};
-use crate::databasecluster::reconcile::{Context, Error, child_error, ensure_child, report};
+use crate::databasecluster::reconcile::{Context, Error, child_error, ensure_child, expand_cached, report};
 use crate::databasecluster::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::validation::ValidSpec;
@@ -195,7 +195,8 @@ pub async fn ensure_restore(
         };
         create_once(ctx, owner, &claim).await?;
         let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
-        let backup = resolve_backup(from, source.as_deref());
+        let source = source.map(|source| expand_cached(&source, "DatabaseCluster")).transpose()?;
+        let backup = resolve_backup(from, source.as_ref());
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         create_once(ctx, owner, &build_restore_job(owner, spec, from, &backup, &claim_name)).await?;
         tracing::info!(source = %from.cluster, %backup, "restore started");
