@@ -194,9 +194,11 @@ pub async fn ensure_restore(
             return Ok(RestoreGate::Closed);
         };
         create_once(ctx, owner, &claim).await?;
-        let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
-        let source = source.map(|source| expand_cached(&source, "DatabaseCluster")).transpose()?;
-        let backup = resolve_backup(from, source.as_ref());
+        let backup = {
+            let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
+            let source = source.map(|source| expand_cached(&source, "DatabaseCluster")).transpose()?;
+            resolve_backup(from, source.as_ref())
+        };
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         create_once(ctx, owner, &build_restore_job(owner, spec, from, &backup, &claim_name)).await?;
         tracing::info!(source = %from.cluster, %backup, "restore started");
