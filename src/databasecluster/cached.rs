@@ -7,8 +7,9 @@
 //!   read its name, labels, owner, deletion and `status`: the StatefulSet, not the pod, says what
 //!   it runs). Decoded straight from the server's JSON, the spec is skipped, never built: no
 //!   decode of containers and volumes on every pod event, and no `Option<PodSpec>` (1.4 KB
-//!   inline even when `None`) in every cached pod. Its annotations go (no pass reads them; a
-//!   map's node is 544 bytes however few entries it holds), and of its labels it keeps the
+//!   inline even when `None`) in every cached pod. Its metadata is the identity a [`Compact`]
+//!   keeps; its annotations go (no pass reads them; a map's node is 544 bytes however few
+//!   entries it holds), and of its labels it keeps the
 //!   values of the ones a pass or a mapper reads ([`POD_LABELS_READ`]: the cluster's instance, a
 //!   backup pod's cluster, the revision and the role), outside its metadata and without a map:
 //!   read them with [`CachedPod::label`] (the pods' cache does, for its label index). Of its
@@ -50,6 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use super::backup::jobs::CLUSTER_LABEL;
 pub use super::compact::Compact;
+use super::compact::identity;
 use super::drift::needs_update;
 use super::packed::Packed;
 use super::resources::label;
@@ -161,16 +163,18 @@ pub struct CachedPod {
 }
 
 impl CachedPod {
-    /// A cached pod of `metadata` and `status`: of the metadata's labels it keeps the values of
-    /// [`POD_LABELS_READ`], of its annotations none; the status is reduced to what the passes
+    /// A cached pod of `metadata` and `status`: of the metadata it keeps the identity a
+    /// [`Compact`] keeps (name, namespace, uid, resourceVersion, generation, creation and
+    /// deletion times, ownerReferences) and the values of the labels in [`POD_LABELS_READ`]
+    /// (no annotations, no generateName); the status is reduced to what the passes
     /// read: the phase, the reason and message, the `Ready` condition, the pod IP and each
     /// container's name, state, last state, readiness and restart count.
     pub fn new(mut metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
         // No pass reads a pod's annotations (the template's, copied to every pod), nor most of
         // its labels (the template's own, the StatefulSet controller's pod name and index).
-        metadata.annotations = None;
         let mut all_labels = metadata.labels.take().unwrap_or_default();
         let labels = POD_LABELS_READ.map(|name| all_labels.remove(name).map(String::into_boxed_str));
+        let metadata = identity(metadata);
         let status = status.map(|mut status| {
             let mut conditions = status.conditions.take();
             if let Some(conditions) = conditions.as_mut() {
@@ -485,6 +489,8 @@ mod tests {
             Some(read.iter().chain(&others).map(|(k, v)| (k.to_string(), v.to_string())).collect());
         pod.metadata.annotations = Some([("restart-config".to_owned(), "1f2e".to_owned())].into());
         pod.metadata.managed_fields = Some(vec![Default::default()]);
+        pod.metadata.generate_name = Some("pg-".into());
+        pod.metadata.uid = Some("pod-uid".into());
         pod.status = Some(PodStatus { phase: Some("Running".into()), ..PodStatus::default() });
         let decoded: CachedPod = serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
         assert_eq!(decoded.status(), pod.status);
@@ -501,8 +507,9 @@ mod tests {
         assert!(kept.metadata.managed_fields.is_none() && kept.metadata.annotations.is_none());
         assert!(kept.metadata.labels.is_none(), "no label map: the values read are kept apart");
         let mut metadata = pod.metadata.clone();
-        (metadata.labels, metadata.annotations, metadata.managed_fields) = (None, None, None);
-        assert_eq!(kept.metadata, metadata, "the rest of the metadata as served");
+        (metadata.labels, metadata.annotations, metadata.managed_fields, metadata.generate_name) =
+            (None, None, None, None);
+        assert_eq!(kept.metadata, metadata, "the identity as served");
         for (name, value) in read {
             assert_eq!(kept.label(name), Some(value), "{name}: a label a pass reads stays");
         }

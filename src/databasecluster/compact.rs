@@ -129,8 +129,9 @@ fn desired_digest<K: Serialize>(desired: &K) -> Option<u64> {
     Some(digesting.0.finish().max(1))
 }
 
-/// What a [`Compact`]'s own metadata keeps of an object's (see the module docs).
-fn identity(mut metadata: ObjectMeta) -> ObjectMeta {
+/// What a [`Compact`]'s own metadata keeps of an object's (see the module docs); a cached pod's
+/// metadata keeps the same.
+pub(super) fn identity(mut metadata: ObjectMeta) -> ObjectMeta {
     release_spare_room(&mut metadata);
     ObjectMeta {
         name: metadata.name,
