@@ -35,8 +35,8 @@
 //! Every other kind is kept whole: its spec is compared with what the operator would write.
 //! [`ChildForm`] is what `ensure_child` needs of a child's cached form, whichever it is.
 //!
-//! `shape` runs once per object, on the object as the server sent it (the cache writer's
-//! transform, or a read after a create found the object already there).
+//! The form is made once per object, from the object as the server sent it (a watch event, or a
+//! read after a create found the object already there).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -59,29 +59,13 @@ use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
 
-/// How an object of this kind is kept in the operator's caches (see the module docs).
+/// How an object of this kind is kept in the operator's caches (see the module docs): whole,
+/// without `managedFields`, unless the kind says otherwise.
 pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
-    /// Reduces `self` to what the cache keeps, besides `managedFields` (none by default).
-    fn shape(&mut self) {}
-
-    /// Whether `live` (cached, or as a write returned it) differs from `desired` in a field the
-    /// operator owns (`drift::needs_update`), the two compared in the same shape. The kinds kept
-    /// whole compare `desired` as it is (no copy on every pass).
-    fn drifted(desired: &Self, live: &Self) -> bool {
-        needs_update(desired, live)
-    }
-
     /// A writer of a cache that keeps objects of this kind in this shape.
     fn cache_writer() -> CacheWriter<Self> {
-        CacheWriter::new(Arc::new(to_cached_form::<Self>))
+        CacheWriter::new(Arc::new(strip_managed_fields::<Self>))
     }
-}
-
-/// Reduces `obj` to what the cache keeps of it: the cache writer's transform, and what
-/// `ensure_child` applies to an object it read.
-fn to_cached_form<K: CacheShape>(obj: &mut K) {
-    strip_managed_fields(obj);
-    obj.shape();
 }
 
 /// A child kind's form in the operator's caches, beside the object the operator builds and
@@ -113,12 +97,12 @@ where
     type Object = K;
 
     fn from_server(mut object: K) -> K {
-        to_cached_form(&mut object);
+        strip_managed_fields(&mut object);
         object
     }
 
     fn needs_update(desired: &K, live: &K) -> bool {
-        K::drifted(desired, live)
+        needs_update(desired, live)
     }
 }
 
@@ -274,7 +258,8 @@ impl CacheShape for CachedPod {
     /// Shaped as it is made ([`CachedPod::new`]); its cache reads labels with
     /// [`CachedPod::label`].
     fn cache_writer() -> CacheWriter<Self> {
-        CacheWriter::new(Arc::new(to_cached_form::<Self>)).with_label_reader(|pod, name| pod.label(name))
+        CacheWriter::new(Arc::new(strip_managed_fields::<Self>))
+            .with_label_reader(|pod, name| pod.label(name))
     }
 }
 
