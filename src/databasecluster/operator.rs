@@ -169,7 +169,8 @@ impl Default for CacheWriters {
             app_secrets: Secret::cache_writer(),
             configmaps: Compact::<ConfigMap>::cache_writer(),
             pdbs: Compact::<PodDisruptionBudget>::cache_writer(),
-            // A pass reads its own cluster's pods and Jobs by label: indexed, not scanned.
+            // A pass reads its own cluster's pods and Jobs by label, and a backup Job's pods by
+            // their owner: indexed, not scanned. No other cache keeps an index.
             pods: CachedPod::cache_writer().with_label_index(label::INSTANCE).with_owner_index(),
             jobs: Job::cache_writer().with_label_index(CLUSTER_LABEL),
             cronjobs: CronJob::cache_writer(),
