@@ -135,7 +135,7 @@ where
 /// not name.
 #[derive(Clone, Debug)]
 pub struct CachedPod {
-    /// The pod's metadata, without its labels (they are in `labels`) or annotations.
+    /// The pod's identity ([`CachedPod::new`]): no labels (they are in `labels`), no annotations.
     pub metadata: ObjectMeta,
     /// The values of [`POD_LABELS_READ`], in that order: a label map's node alone is 544 bytes
     /// however few entries it holds.
