@@ -108,8 +108,7 @@ where
 
 impl<K> ChildForm for Compact<K>
 where
-    K: k8s_openapi::Resource<Scope = NamespaceResourceScope>
-        + Metadata<Ty = ObjectMeta>
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
         + Debug
         + Serialize

@@ -236,7 +236,7 @@ pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Erro
         return Ok(Action::Done);
     }
     // Boxed: the pass's future holds it across every await (a decoded cluster is 1.4 KB inline).
-    let cluster = Box::new(expand_cached(&cached, "DatabaseCluster")?);
+    let cluster: Box<DatabaseCluster> = Box::new(decode_cached(&cached, "DatabaseCluster")?);
     let result = reconcile_cluster(&cluster, &ctx).await;
     match &result {
         Err(error) if !error.is_terminal() => {
@@ -277,7 +277,10 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         Ok(spec) => spec,
         Err(error) => {
             let cached = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
-            let observed = cached.as_deref().map(|sts| expand_cached(sts, "StatefulSet")).transpose()?;
+            let observed = cached
+                .as_deref()
+                .map(|sts| decode_cached::<StatefulSet, _>(sts, "StatefulSet"))
+                .transpose()?;
             let status = compute_status(cluster, Err(&error), observed.as_ref(), Timestamp::now());
             write_status(ctx, cluster, status).await?;
             return Err(Error::InvalidSpec(error));
@@ -290,12 +293,8 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
 
     let config_key = child_key(cluster, config_map_name);
     let cached = ctx.configmaps.get(&config_key);
-    let records = match cached.as_deref() {
-        Some(live) => live.decode_as::<Records>().map_err(|source| Error::Cached {
-            kind: "ConfigMap",
-            name: live.meta().name.clone().unwrap_or_default(),
-            source,
-        })?,
+    let records: Records = match cached.as_deref() {
+        Some(live) => decode_cached(live, "ConfigMap")?,
         None => Records::default(),
     };
     let primary_record = records.primary().unwrap_or_else(|| initial_primary(owner.name()));
@@ -326,7 +325,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let (written, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
         let mut desired = build_statefulset(&owner, &held);
         if let Some(live) = live {
-            let live = expand_cached(live, "StatefulSet")?;
+            let live: StatefulSet = decode_cached(live, "StatefulSet")?;
             keep_immutable_fields(&mut desired, &live);
             read = Some(live);
         }
@@ -474,7 +473,7 @@ async fn ensure_secrets(
         // with it, or already holding it, since a differing password is drift).
         let mut chosen = None;
         let (_, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&Compact<Secret>>| {
-            let live = live.map(|live| expand_cached(live, "Secret")).transpose()?;
+            let live = live.map(|live| decode_cached::<Secret, _>(live, "Secret")).transpose()?;
             let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
                 if live.is_some() {
                     tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
@@ -1063,12 +1062,14 @@ pub(super) async fn ensure_child<C: ChildForm>(
     Ok((Some(recorded_as(Verb::Apply, applied)), Outcome::Updated))
 }
 
-/// An object cached as text ([`Compact`]) decoded whole, for a pass that reads it.
-pub(super) fn expand_cached<K>(cached: &Compact<K>, kind: &'static str) -> Result<K, Error>
+/// An object cached as text ([`Compact`]) decoded for a pass that reads it: whole (`T` is `K`), or
+/// only the fields `T` names ([`Compact::decode_as`]).
+pub(super) fn decode_cached<T, K>(cached: &Compact<K>, kind: &'static str) -> Result<T, Error>
 where
+    T: DeserializeOwned,
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
 {
-    cached.expand().map_err(|source| Error::Cached {
+    cached.decode_as().map_err(|source| Error::Cached {
         kind,
         name: cached.meta().name.clone().unwrap_or_default(),
         source,

@@ -27,7 +27,7 @@ use super::restore::{build_restore_job, first_data_claim, resolve_backup, restor
 use super::spec::RestoredFrom;
 use super::status::{JobOutcome, JobView, job_view};
 use crate::databasecluster::events::{EventNote, EventType};
-use crate::databasecluster::reconcile::{Context, Error, child_error, ensure_child, expand_cached, report};
+use crate::databasecluster::reconcile::{Context, Error, child_error, decode_cached, ensure_child, report};
 use crate::databasecluster::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::validation::ValidSpec;
@@ -196,7 +196,9 @@ pub async fn ensure_restore(
         create_once(ctx, owner, &claim).await?;
         let backup = {
             let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
-            let source = source.map(|source| expand_cached(&source, "DatabaseCluster")).transpose()?;
+            let source = source
+                .map(|source| decode_cached::<DatabaseCluster, _>(&source, "DatabaseCluster"))
+                .transpose()?;
             resolve_backup(from, source.as_ref())
         };
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
