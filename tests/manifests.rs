@@ -185,7 +185,10 @@ fn the_dockerfile_builds_locked_and_runs_non_root() {
     assert!(dockerfile.contains("cargo build --profile dist --locked"));
     let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
     let dist = manifest.split("[profile.dist]").nth(1).expect("Cargo.toml has the dist profile");
-    assert!(dist.contains(r#"lto = "fat""#) && dist.contains("codegen-units = 1"), "what ships is optimised whole");
+    assert!(
+        dist.contains(r#"lto = "fat""#) && dist.contains("codegen-units = 1"),
+        "what ships is optimised whole"
+    );
     assert!(dockerfile.contains("distroless") && dockerfile.contains(":nonroot"));
     assert!(dockerfile.lines().any(|l| l.starts_with("USER 65532")));
     assert!(dockerfile.contains(r#"ENTRYPOINT ["/usr/local/bin/dbcluster-operator", "run"]"#));

@@ -11,9 +11,13 @@
 //!
 //! The contract:
 //! - the text is the whole object as decoded into a `K` (every field k8s-openapi knows, as the
-//!   server sent it), written back as JSON with `metadata.managedFields` cut. Decoding as `K`
-//!   refuses what is not a `K`, as the typed decoder always did, so [`Compact::expand`] of a
-//!   cached object cannot fail but on a broken invariant;
+//!   server sent it), written back as JSON with `metadata.managedFields` cut, and without the
+//!   identity fields kept beside it (below): those are the ones packing cannot shrink (two UIDs,
+//!   a resourceVersion, a timestamp, names), kept once, not twice. [`Compact::expand`],
+//!   [`Compact::to_value`] and serialising put them back, so each sees the whole object; a view
+//!   ([`Compact::decode_as`]) sees the text only. Decoding as `K` refuses what is not a `K`, as
+//!   the typed decoder always did, so [`Compact::expand`] of a cached object cannot fail but on
+//!   a broken invariant;
 //! - the text is kept packed ([`Packed`]: LZ4 against a dictionary per kind, the kind's first
 //!   named object, so not a bookmark);
 //! - its metadata (`Metadata::metadata`) holds only what the cache's indexes and the
@@ -41,6 +45,7 @@ use std::borrow::Cow;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
+use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::databasecluster::drift::needs_update_json;
@@ -60,11 +65,12 @@ pub struct Compact<K> {
 impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Compact<K> {
     /// The compact form of `object` (a read's answer, say), its managedFields cut.
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
-        object.meta_mut().managed_fields = None;
+        let (identity, rest) = split_identity(std::mem::take(object.meta_mut()));
+        *object.meta_mut() = rest;
         let text = serde_json::to_vec(&object)?;
         Ok(Compact {
-            text: Packed::pack::<K>(&text, object.meta().name.is_some()),
-            metadata: identity(std::mem::take(object.meta_mut())),
+            text: Packed::pack::<K>(&text, identity.name.is_some()),
+            metadata: identity,
             covered: AtomicU64::new(0),
             kind: PhantomData,
         })
@@ -76,20 +82,25 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Com
         CacheWriter::new(Arc::new(|_: &mut Self| {}))
     }
 
-    /// The object decoded whole, for a pass that reads more than its identity.
+    /// The object decoded whole (its identity put back), for a pass that reads more than its
+    /// identity.
     pub fn expand(&self) -> serde_json::Result<K> {
-        self.decode_as()
+        let mut object: K = self.decode_as()?;
+        restore_identity(object.meta_mut(), &self.metadata);
+        Ok(object)
     }
 
     /// The object's text decoded as `T`: a view of the few fields a pass reads, for which serde
-    /// passes over the rest without building it (a ConfigMap's records beside its scripts).
+    /// passes over the rest without building it (a ConfigMap's records beside its scripts). The
+    /// text has no identity fields (name, UID, resourceVersion, ownerReferences, …): a view reads
+    /// those from [`Resource::meta`], a whole object comes from [`Compact::expand`].
     pub fn decode_as<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
         serde_json::from_slice(&self.text.unpack()?)
     }
 
-    /// The object as JSON, for drift.
+    /// The whole object as JSON (its identity put back), for drift.
     pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
-        serde_json::from_slice(&self.text.unpack()?)
+        whole_value(&self.text, &self.metadata)
     }
 
     /// Whether this object differs from `desired` in a field `desired` sets (a write is due),
@@ -131,19 +142,55 @@ fn desired_digest<K: Serialize>(desired: &K) -> Option<u64> {
 
 /// What a [`Compact`]'s own metadata keeps of an object's (see the module docs); a cached pod's
 /// metadata keeps the same.
-pub(super) fn identity(mut metadata: ObjectMeta) -> ObjectMeta {
+pub(super) fn identity(metadata: ObjectMeta) -> ObjectMeta {
+    split_identity(metadata).0
+}
+
+/// `metadata` split into the identity a [`Compact`] keeps beside its text and the rest, which
+/// the text keeps (labels, annotations, finalizers, …; managedFields cut).
+fn split_identity(mut metadata: ObjectMeta) -> (ObjectMeta, ObjectMeta) {
     release_spare_room(&mut metadata);
-    ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        uid: metadata.uid,
-        resource_version: metadata.resource_version,
-        generation: metadata.generation,
-        creation_timestamp: metadata.creation_timestamp,
-        deletion_timestamp: metadata.deletion_timestamp,
-        owner_references: metadata.owner_references,
+    metadata.managed_fields = None;
+    let identity = ObjectMeta {
+        name: metadata.name.take(),
+        namespace: metadata.namespace.take(),
+        uid: metadata.uid.take(),
+        resource_version: metadata.resource_version.take(),
+        generation: metadata.generation.take(),
+        creation_timestamp: metadata.creation_timestamp.take(),
+        deletion_timestamp: metadata.deletion_timestamp.take(),
+        owner_references: metadata.owner_references.take(),
         ..ObjectMeta::default()
+    };
+    (identity, metadata)
+}
+
+/// Puts `identity`'s fields (see [`split_identity`]) back into `metadata`, decoded from a text.
+fn restore_identity(metadata: &mut ObjectMeta, identity: &ObjectMeta) {
+    let identity = identity.clone();
+    metadata.name = identity.name;
+    metadata.namespace = identity.namespace;
+    metadata.uid = identity.uid;
+    metadata.resource_version = identity.resource_version;
+    metadata.generation = identity.generation;
+    metadata.creation_timestamp = identity.creation_timestamp;
+    metadata.deletion_timestamp = identity.deletion_timestamp;
+    metadata.owner_references = identity.owner_references;
+}
+
+/// The text as JSON with `identity`'s fields put back into its metadata: the whole object.
+fn whole_value(text: &Packed, identity: &ObjectMeta) -> serde_json::Result<serde_json::Value> {
+    use serde_json::Value;
+    let mut value: Value = serde_json::from_slice(&text.unpack()?)?;
+    if let (Value::Object(object), Value::Object(identity)) = (&mut value, serde_json::to_value(identity)?) {
+        match object.get_mut("metadata") {
+            Some(Value::Object(metadata)) => metadata.extend(identity),
+            _ => {
+                object.insert("metadata".to_owned(), Value::Object(identity));
+            }
+        }
     }
+    Ok(value)
 }
 
 impl<K> Clone for Compact<K> {
@@ -170,9 +217,9 @@ impl<K: Resource<DynamicType = ()>> fmt::Debug for Compact<K> {
 }
 
 impl<K> Serialize for Compact<K> {
-    /// The whole object: its text (see the module docs).
+    /// The whole object: its text with its identity put back (see the module docs).
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.text.serialize(serializer)
+        whole_value(&self.text, &self.metadata).map_err(S::Error::custom)?.serialize(serializer)
     }
 }
 
@@ -269,6 +316,25 @@ mod tests {
         );
         assert_eq!(<Compact<Service> as kube::Resource>::kind(&()), "Service");
         assert_eq!(<Compact<Service> as kube::Resource>::plural(&()), "services");
+    }
+
+    #[test]
+    fn the_identity_is_kept_once_beside_the_text_not_in_it() {
+        let kept: Compact<Service> = serde_json::from_value(served_service()).unwrap();
+        let text = String::from_utf8(kept.text.unpack().unwrap()).unwrap();
+        for beside in ["pg-rw", "team-1", "u-1", "owner-1", "\"42\"", "creationTimestamp", "ownerReferences"]
+        {
+            assert!(!text.contains(beside), "{beside} is kept beside the text, not in it: {text}");
+        }
+        assert!(
+            text.contains("payments") && text.contains("app.kubernetes.io/instance"),
+            "labels and annotations are"
+        );
+        let view: serde_json::Value = kept.decode_as().unwrap();
+        assert_eq!(view["metadata"].get("name"), None, "a view reads the text only");
+        let whole = kept.expand().unwrap();
+        assert_eq!(whole.metadata.uid.as_deref(), Some("u-1"));
+        assert_eq!(whole.metadata.owner_references.unwrap()[0].uid, "owner-1");
     }
 
     #[test]

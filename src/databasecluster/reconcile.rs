@@ -277,10 +277,8 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         Ok(spec) => spec,
         Err(error) => {
             let cached = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
-            let observed = cached
-                .as_deref()
-                .map(|sts| decode_cached::<StatefulSet, _>(sts, "StatefulSet"))
-                .transpose()?;
+            let observed =
+                cached.as_deref().map(|sts| decode_cached::<StatefulSet>(sts, "StatefulSet")).transpose()?;
             let status = compute_status(cluster, Err(&error), observed.as_ref(), Timestamp::now());
             write_status(ctx, cluster, status).await?;
             return Err(Error::InvalidSpec(error));
@@ -294,7 +292,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let config_key = child_key(cluster, config_map_name);
     let cached = ctx.configmaps.get(&config_key);
     let records: Records = match cached.as_deref() {
-        Some(live) => decode_cached(live, "ConfigMap")?,
+        Some(live) => view_cached(live, "ConfigMap")?,
         None => Records::default(),
     };
     let primary_record = records.primary().unwrap_or_else(|| initial_primary(owner.name()));
@@ -473,7 +471,7 @@ async fn ensure_secrets(
         // with it, or already holding it, since a differing password is drift).
         let mut chosen = None;
         let (_, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&Compact<Secret>>| {
-            let live = live.map(|live| decode_cached::<Secret, _>(live, "Secret")).transpose()?;
+            let live = live.map(|live| decode_cached::<Secret>(live, "Secret")).transpose()?;
             let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
                 if live.is_some() {
                     tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
@@ -1062,18 +1060,27 @@ pub(super) async fn ensure_child<C: ChildForm>(
     Ok((Some(recorded_as(Verb::Apply, applied)), Outcome::Updated))
 }
 
-/// An object cached as text ([`Compact`]) decoded for a pass that reads it: whole (`T` is `K`), or
-/// only the fields `T` names ([`Compact::decode_as`]).
-pub(super) fn decode_cached<T, K>(cached: &Compact<K>, kind: &'static str) -> Result<T, Error>
+/// An object cached as text ([`Compact`]) decoded whole for a pass that reads it
+/// ([`Compact::expand`]: its identity included).
+pub(super) fn decode_cached<K>(cached: &Compact<K>, kind: &'static str) -> Result<K, Error>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
+{
+    cached.expand().map_err(|source| cached_error(cached, kind, source))
+}
+
+/// The few fields `T` names of an object cached as text ([`Compact::decode_as`]; not its
+/// identity, which the text does not hold).
+pub(super) fn view_cached<T, K>(cached: &Compact<K>, kind: &'static str) -> Result<T, Error>
 where
     T: DeserializeOwned,
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
 {
-    cached.decode_as().map_err(|source| Error::Cached {
-        kind,
-        name: cached.meta().name.clone().unwrap_or_default(),
-        source,
-    })
+    cached.decode_as().map_err(|source| cached_error(cached, kind, source))
+}
+
+fn cached_error<K: Resource>(cached: &K, kind: &'static str, source: serde_json::Error) -> Error {
+    Error::Cached { kind, name: cached.meta().name.clone().unwrap_or_default(), source }
 }
 
 pub(super) fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {

@@ -197,7 +197,7 @@ pub async fn ensure_restore(
         let backup = {
             let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
             let source = source
-                .map(|source| decode_cached::<DatabaseCluster, _>(&source, "DatabaseCluster"))
+                .map(|source| decode_cached::<DatabaseCluster>(&source, "DatabaseCluster"))
                 .transpose()?;
             resolve_backup(from, source.as_ref())
         };
