@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use dbcluster_operator::databasecluster::cached::{CacheShape, CachedPod, Compact};
+use dbcluster_operator::databasecluster::cached::{CachedPod, Compact};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::CacheWriter;
 use dbcluster_operator::runtime::reflector::{
@@ -112,7 +112,7 @@ fn decode<K: Resource + DeserializeOwned>(line: &[u8]) -> K {
 }
 
 /// What the informer does with a watch line: cut managedFields out of the text, then decode.
-fn elide_and_decode<K: Resource + DeserializeOwned>(line: &[u8]) -> K {
+fn elide_and_decode<K: dbcluster_operator::runtime::Object + DeserializeOwned>(line: &[u8]) -> K {
     let elided = elide_managed_fields(line);
     match decode_watch_line::<K>(elided.as_deref().unwrap_or(line)) {
         Ok(WatchLine::Added(obj)) => obj,
@@ -136,7 +136,7 @@ fn cache_store<K: Resource + DeserializeOwned + Send + Sync + 'static>(lines: &[
 }
 
 /// `cache` with each watch line decoded and stored.
-fn filled<K: Resource + DeserializeOwned + Send + Sync + 'static>(
+fn filled<K: dbcluster_operator::runtime::Object + DeserializeOwned + Send + Sync + 'static>(
     mut cache: CacheWriter<K>,
     lines: &[String],
 ) -> CacheWriter<K> {
@@ -244,7 +244,7 @@ where
 fn shaped_report<W, S>(kind: &str, n: usize, line: fn(usize, u64) -> String, writer: fn() -> CacheWriter<S>)
 where
     W: Resource + DeserializeOwned + Send + Sync + 'static,
-    S: Resource + DeserializeOwned + Send + Sync + 'static,
+    S: dbcluster_operator::runtime::Object + DeserializeOwned + Send + Sync + 'static,
 {
     let lines: Vec<String> = (0..n).map(|i| line(i, 1000 + i as u64)).collect();
     let (whole, cache) = retained_per_object(n, || cache_store::<W>(&lines));

@@ -7,9 +7,9 @@
 //!   read its name, labels, owner, deletion and `status`: the StatefulSet, not the pod, says what
 //!   it runs). Decoded straight from the server's JSON, the spec is skipped, never built: no
 //!   decode of containers and volumes on every pod event, and no `Option<PodSpec>` (1.4 KB
-//!   inline even when `None`) in every cached pod. Its metadata is the identity a [`Compact`]
-//!   keeps; its annotations go (no pass reads them; a map's node is 544 bytes however few
-//!   entries it holds), and of its labels it keeps the
+//!   inline even when `None`) in every cached pod. Of its metadata it keeps the [`Identity`] a
+//!   [`Compact`] keeps and its creation time; its annotations go (no pass reads them; a map's
+//!   node is 544 bytes however few entries it holds), and of its labels it keeps the
 //!   values of the ones a pass or a mapper reads ([`POD_LABELS_READ`]: the cluster's instance, a
 //!   backup pod's cluster, the revision and the role), outside its metadata and without a map:
 //!   read them with [`CachedPod::label`] (the pods' cache does, for its label index). Of its
@@ -41,23 +41,24 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, PodStatus, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::{Metadata, NamespaceResourceScope};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::backup::jobs::CLUSTER_LABEL;
 pub use super::compact::Compact;
-use super::compact::identity;
 use super::drift::needs_update;
+use super::identity::Identity;
 use super::packed::Packed;
 use super::resources::label;
 use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
+use crate::runtime::object::{Object, OwnerRef};
 
 /// How an object of this kind is kept in the operator's caches (see the module docs): whole,
 /// without `managedFields`, unless the kind says otherwise.
@@ -72,7 +73,7 @@ pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
 /// writes: the object itself for a kind kept as a k8s-openapi object ([`CacheShape`]), a
 /// [`Compact`] for a kind kept as text. `ensure_child` reads and compares either.
 pub trait ChildForm:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope> + Send + Sync + 'static
+    Object<Resource: Resource<DynamicType = (), Scope = NamespaceResourceScope>> + Send + Sync + 'static
 {
     /// The object as the operator builds and writes it.
     type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -127,15 +128,16 @@ where
     }
 }
 
-/// A Pod as the operator's caches keep it: its metadata without labels or annotations, the values
-/// of the labels the passes read ([`CachedPod::label`]) and, as JSON text, the part of its status
-/// the passes read; no spec (see the module docs). The same resource as k8s-openapi's `Pod`
-/// (`v1`, `pods`), so an informer of it lists and watches pods; serde skips the fields it does
-/// not name.
+/// A Pod as the operator's caches keep it: its [`Identity`], the values of the labels the passes
+/// read ([`CachedPod::label`]) and, as JSON text, the part of its status the passes read; no
+/// spec (see the module docs). An [`Object`] whose resource is k8s-openapi's `Pod`, so an
+/// informer of it lists and watches pods; serde skips the fields it does not name.
 #[derive(Clone, Debug)]
 pub struct CachedPod {
-    /// The pod's identity ([`CachedPod::new`]): no labels (they are in `labels`), no annotations.
-    pub metadata: ObjectMeta,
+    /// The pod's identity ([`CachedPod::new`]).
+    identity: Identity,
+    /// `metadata.creationTimestamp`: which of a backup Job's pods is its latest.
+    created: Option<jiff::Timestamp>,
     /// The values of [`POD_LABELS_READ`], in that order: a label map's node alone is 544 bytes
     /// however few entries it holds.
     labels: [Option<Box<str>>; POD_LABELS_READ.len()],
@@ -146,10 +148,9 @@ pub struct CachedPod {
 }
 
 impl CachedPod {
-    /// A cached pod of `metadata` and `status`: of the metadata it keeps the identity a
-    /// [`Compact`] keeps (name, namespace, uid, resourceVersion, generation, creation and
-    /// deletion times, ownerReferences) and the values of the labels in [`POD_LABELS_READ`]
-    /// (no annotations, no generateName); the status is reduced to what the passes
+    /// A cached pod of `metadata` and `status`: of the metadata it keeps the [`Identity`] a
+    /// [`Compact`] keeps (name, namespace, resourceVersion, generation, deletion, the controller
+    /// owner) and the values of the labels in [`POD_LABELS_READ`]; the status is reduced to what the passes
     /// read: the phase, the reason and message, the `Ready` condition, the pod IP and each
     /// container's name, state, last state, readiness and restart count.
     pub fn new(mut metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
@@ -157,7 +158,8 @@ impl CachedPod {
         // its labels (the template's own, the StatefulSet controller's pod name and index).
         let mut all_labels = metadata.labels.take().unwrap_or_default();
         let labels = POD_LABELS_READ.map(|name| all_labels.remove(name).map(String::into_boxed_str));
-        let metadata = identity(metadata);
+        let identity = Identity::of(&metadata);
+        let created = metadata.creation_timestamp.map(|time| time.0);
         let status = status.map(|mut status| {
             let mut conditions = status.conditions.take();
             if let Some(conditions) = conditions.as_mut() {
@@ -178,7 +180,22 @@ impl CachedPod {
             // A started pod's status is the typical one: it makes the dictionary.
             Packed::pack::<PodStatus>(&text, kept.container_statuses.is_some())
         });
-        CachedPod { metadata, labels, status }
+        CachedPod { identity, created, labels, status }
+    }
+
+    /// The pod's identity (see [`CachedPod::new`]).
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// When the pod was created (`metadata.creationTimestamp`).
+    pub fn created(&self) -> Option<jiff::Timestamp> {
+        self.created
+    }
+
+    /// A writer of a cache that keeps pods in this form (made as they are decoded).
+    pub fn cache_writer() -> CacheWriter<Self> {
+        CacheWriter::new(Arc::new(|_: &mut Self| {}))
     }
 
     /// The value of label `name`, if it is one the cache keeps ([`POD_LABELS_READ`]) and the pod
@@ -197,7 +214,7 @@ impl CachedPod {
 }
 
 impl Serialize for CachedPod {
-    /// As a pod: its metadata with the labels kept, and the status kept.
+    /// As a pod: its identity and the labels kept as its metadata, and the status kept.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Shown<'a> {
@@ -209,7 +226,20 @@ impl Serialize for CachedPod {
             .iter()
             .filter_map(|name| Some((name.to_string(), self.label(name)?.to_owned())))
             .collect();
-        let metadata = ObjectMeta { labels: Some(labels).filter(|l| !l.is_empty()), ..self.metadata.clone() };
+        let owner = self.identity.controller_owner().map(|owner| OwnerReference {
+            api_version: owner.api_version.to_owned(),
+            kind: owner.kind.to_owned(),
+            name: owner.name.to_owned(),
+            uid: owner.uid.to_owned(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        });
+        let metadata = ObjectMeta {
+            labels: Some(labels).filter(|l| !l.is_empty()),
+            owner_references: owner.map(|owner| vec![owner]),
+            creation_timestamp: self.created.map(Time),
+            ..self.identity.own_fields()
+        };
         Shown { metadata, status: self.status.as_ref() }.serialize(serializer)
     }
 }
@@ -229,38 +259,41 @@ impl<'de> Deserialize<'de> for CachedPod {
     }
 }
 
-impl k8s_openapi::Resource for CachedPod {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Pod";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "pods";
-    type Scope = NamespaceResourceScope;
-}
+/// A pod, to the runtime: its identity and the labels kept.
+impl Object for CachedPod {
+    type Resource = Pod;
 
-impl Metadata for CachedPod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn name(&self) -> Option<&str> {
+        self.identity.name()
     }
 
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+    fn namespace(&self) -> Option<&str> {
+        self.identity.namespace()
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.identity.resource_version()
+    }
+
+    fn generation(&self) -> Option<i64> {
+        self.identity.generation()
+    }
+
+    fn is_deleting(&self) -> bool {
+        self.identity.is_deleting()
+    }
+
+    fn controller_owner(&self) -> Option<OwnerRef<'_>> {
+        self.identity.controller_owner()
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        CachedPod::label(self, key)
     }
 }
 
 /// The pod labels a pass or a mapper reads; a cached pod keeps these only.
 pub const POD_LABELS_READ: [&str; 4] = [label::INSTANCE, CLUSTER_LABEL, REVISION_LABEL, ROLE_LABEL];
-
-impl CacheShape for CachedPod {
-    /// Shaped as it is made ([`CachedPod::new`]); its cache reads labels with
-    /// [`CachedPod::label`].
-    fn cache_writer() -> CacheWriter<Self> {
-        CacheWriter::new(Arc::new(strip_managed_fields::<Self>))
-            .with_label_reader(|pod, name| pod.label(name))
-    }
-}
 
 /// Container statuses as a cached Pod keeps them: name, state, last state, readiness, restarts.
 fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
@@ -479,8 +512,6 @@ mod tests {
         let decoded: CachedPod = serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
         assert_eq!(decoded.status(), pod.status);
         assert_eq!(ObjectKey::of(&decoded), ObjectKey::namespaced("default", "pg-0"));
-        assert_eq!(<CachedPod as Resource>::kind(&()), "Pod");
-        assert_eq!(<CachedPod as Resource>::plural(&()), "pods");
         assert!(size_of::<CachedPod>() * 2 < size_of::<Pod>(), "the spec's inline bytes are gone");
 
         let mut writer = CachedPod::cache_writer().with_label_index(label::INSTANCE);
@@ -488,12 +519,8 @@ mod tests {
         let kept = writer.cache().list();
         assert_eq!(kept.len(), 1);
         let kept = &kept[0];
-        assert!(kept.metadata.managed_fields.is_none() && kept.metadata.annotations.is_none());
-        assert!(kept.metadata.labels.is_none(), "no label map: the values read are kept apart");
-        let mut metadata = pod.metadata.clone();
-        (metadata.labels, metadata.annotations, metadata.managed_fields, metadata.generate_name) =
-            (None, None, None, None);
-        assert_eq!(kept.metadata, metadata, "the identity as served");
+        assert_eq!(kept.identity(), &Identity::of(&pod.metadata), "the identity as served");
+        assert_eq!((kept.name(), kept.namespace()), (Some("pg-0"), Some("default")));
         for (name, value) in read {
             assert_eq!(kept.label(name), Some(value), "{name}: a label a pass reads stays");
         }

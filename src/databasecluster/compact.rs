@@ -3,7 +3,8 @@
 //! the ConfigMap and the PodDisruptionBudget), and decodes ([`Compact::expand`]) for the few fields
 //! it reads (the StatefulSet's, a password), and for the DatabaseCluster, which a pass decodes
 //! once. `K` is any `kube::Resource` of a static type (k8s-openapi's kinds and the operator's own
-//! custom resource alike); a `Compact<K>` is the same resource. A decoded k8s-openapi object costs
+//! custom resource alike); to the runtime, a `Compact<K>` is an [`Object`] of the same resource. A
+//! decoded k8s-openapi object costs
 //! several times its JSON: its inline struct is mostly empty `Option`s (a `Service` is 824 bytes
 //! before any of its heap), each non-empty map (labels, a selector, a Secret's data) allocates a
 //! 544-byte node, and every string is an allocation of its own. Kept as text, a Service is its
@@ -12,20 +13,19 @@
 //! The contract:
 //! - the text is the whole object as decoded into a `K` (every field k8s-openapi knows, as the
 //!   server sent it), written back as JSON with `metadata.managedFields` cut, and without the
-//!   identity fields kept beside it (below): those are the ones packing cannot shrink (two UIDs,
-//!   a resourceVersion, a timestamp, names), kept once, not twice. [`Compact::expand`],
-//!   [`Compact::to_value`] and serialising put them back, so each sees the whole object; a view
-//!   ([`Compact::decode_as`]) sees the text only. Decoding as `K` refuses what is not a `K`, as
-//!   the typed decoder always did, so [`Compact::expand`] of a cached object cannot fail but on
-//!   a broken invariant;
+//!   name, namespace, resourceVersion and generation, which are kept beside it (below), once,
+//!   not twice. [`Compact::expand`], [`Compact::to_value`] and serialising put them back, so
+//!   each sees the whole object; a view ([`Compact::decode_as`]) sees the text only. Decoding as
+//!   `K` refuses what is not a `K`, as the typed decoder always did, so [`Compact::expand`] of a
+//!   cached object cannot fail but on a broken invariant;
 //! - the text is kept packed ([`Packed`]: LZ4 against a dictionary per kind, the kind's first
 //!   named object, so not a bookmark);
-//! - its metadata (`Metadata::metadata`) holds only what the cache's indexes and the
-//!   controller's owner mapping read: name, namespace, uid, resourceVersion, generation, the
-//!   creation and deletion times and the ownerReferences. Labels and annotations stay in the
-//!   text; [`Compact::expand`] has them. (A watch's bookmark is read without decoding a `K`, so
-//!   none of its metadata needs keeping here.)
-//!   `metadata_mut` changes that copy only, never the text;
+//! - beside it, an [`Identity`] holds what the runtime ([`Object`]) and the controller's owner
+//!   mapping read without decoding: name, namespace, resourceVersion, generation, whether it is
+//!   being deleted, and the controller ownerReference (which the text keeps too, with the other
+//!   ownerReferences). A `Compact` is not a `kube::Resource`: that would need a whole
+//!   `ObjectMeta` (360 bytes inline, and an allocation per string); it is an [`Object`] whose
+//!   resource is `K`, so an informer of it lists and watches `K`'s objects;
 //! - drift ([`Compact::drifted_from`]) compares the desired object with the text, both as JSON,
 //!   by the same rule as every other kind (`drift::needs_update_json`). The text never changes
 //!   (a changed object is a new `Compact` from its watch event), so a "no drift" verdict holds
@@ -40,21 +40,20 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use std::borrow::Cow;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::databasecluster::drift::needs_update_json;
+use crate::databasecluster::identity::Identity;
 use crate::databasecluster::packed::Packed;
-use crate::runtime::cache::{CacheWriter, release_spare_room};
+use crate::runtime::cache::CacheWriter;
+use crate::runtime::object::{Object, OwnerRef};
 
 /// An object of kind `K` kept as its packed JSON text (see the module docs).
 pub struct Compact<K> {
-    metadata: ObjectMeta,
+    identity: Identity,
     /// The JSON text, packed against `K`'s dictionary.
     text: Packed,
     /// [`desired_digest`] of the last desired object found covered by `text`; 0 for none.
@@ -65,12 +64,18 @@ pub struct Compact<K> {
 impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Compact<K> {
     /// The compact form of `object` (a read's answer, say), its managedFields cut.
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
-        let (identity, rest) = split_identity(std::mem::take(object.meta_mut()));
-        *object.meta_mut() = rest;
+        let metadata = object.meta_mut();
+        let identity = Identity::of(metadata);
+        // What the identity keeps is left out of the text (see the module docs).
+        metadata.name = None;
+        metadata.namespace = None;
+        metadata.resource_version = None;
+        metadata.generation = None;
+        metadata.managed_fields = None;
         let text = serde_json::to_vec(&object)?;
         Ok(Compact {
-            text: Packed::pack::<K>(&text, identity.name.is_some()),
-            metadata: identity,
+            text: Packed::pack::<K>(&text, identity.name().is_some()),
+            identity,
             covered: AtomicU64::new(0),
             kind: PhantomData,
         })
@@ -86,21 +91,30 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Com
     /// identity.
     pub fn expand(&self) -> serde_json::Result<K> {
         let mut object: K = self.decode_as()?;
-        restore_identity(object.meta_mut(), &self.metadata);
+        let metadata = object.meta_mut();
+        metadata.name = self.identity.name().map(str::to_owned);
+        metadata.namespace = self.identity.namespace().map(str::to_owned);
+        metadata.resource_version = self.identity.resource_version().map(str::to_owned);
+        metadata.generation = self.identity.generation();
         Ok(object)
     }
 
     /// The object's text decoded as `T`: a view of the few fields a pass reads, for which serde
     /// passes over the rest without building it (a ConfigMap's records beside its scripts). The
-    /// text has no identity fields (name, UID, resourceVersion, ownerReferences, …): a view reads
-    /// those from [`Resource::meta`], a whole object comes from [`Compact::expand`].
+    /// text has no name, namespace, resourceVersion or generation: a view reads those from
+    /// [`Compact::identity`], a whole object comes from [`Compact::expand`].
     pub fn decode_as<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
         serde_json::from_slice(&self.text.unpack()?)
     }
 
     /// The whole object as JSON (its identity put back), for drift.
     pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
-        whole_value(&self.text, &self.metadata)
+        whole_value(&self.text, &self.identity)
+    }
+
+    /// What is kept beside the text (see the module docs).
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// Whether this object differs from `desired` in a field `desired` sets (a write is due),
@@ -140,49 +154,12 @@ fn desired_digest<K: Serialize>(desired: &K) -> Option<u64> {
     Some(digesting.0.finish().max(1))
 }
 
-/// What a [`Compact`]'s own metadata keeps of an object's (see the module docs); a cached pod's
-/// metadata keeps the same.
-pub(super) fn identity(metadata: ObjectMeta) -> ObjectMeta {
-    split_identity(metadata).0
-}
-
-/// `metadata` split into the identity a [`Compact`] keeps beside its text and the rest, which
-/// the text keeps (labels, annotations, finalizers, …; managedFields cut).
-fn split_identity(mut metadata: ObjectMeta) -> (ObjectMeta, ObjectMeta) {
-    release_spare_room(&mut metadata);
-    metadata.managed_fields = None;
-    let identity = ObjectMeta {
-        name: metadata.name.take(),
-        namespace: metadata.namespace.take(),
-        uid: metadata.uid.take(),
-        resource_version: metadata.resource_version.take(),
-        generation: metadata.generation.take(),
-        creation_timestamp: metadata.creation_timestamp.take(),
-        deletion_timestamp: metadata.deletion_timestamp.take(),
-        owner_references: metadata.owner_references.take(),
-        ..ObjectMeta::default()
-    };
-    (identity, metadata)
-}
-
-/// Puts `identity`'s fields (see [`split_identity`]) back into `metadata`, decoded from a text.
-fn restore_identity(metadata: &mut ObjectMeta, identity: &ObjectMeta) {
-    let identity = identity.clone();
-    metadata.name = identity.name;
-    metadata.namespace = identity.namespace;
-    metadata.uid = identity.uid;
-    metadata.resource_version = identity.resource_version;
-    metadata.generation = identity.generation;
-    metadata.creation_timestamp = identity.creation_timestamp;
-    metadata.deletion_timestamp = identity.deletion_timestamp;
-    metadata.owner_references = identity.owner_references;
-}
-
-/// The text as JSON with `identity`'s fields put back into its metadata: the whole object.
-fn whole_value(text: &Packed, identity: &ObjectMeta) -> serde_json::Result<serde_json::Value> {
+/// The text as JSON with the fields `identity` keeps put back into its metadata: the whole object.
+fn whole_value(text: &Packed, identity: &Identity) -> serde_json::Result<serde_json::Value> {
     use serde_json::Value;
     let mut value: Value = serde_json::from_slice(&text.unpack()?)?;
-    if let (Value::Object(object), Value::Object(identity)) = (&mut value, serde_json::to_value(identity)?) {
+    let own_fields = serde_json::to_value(identity.own_fields())?;
+    if let (Value::Object(object), Value::Object(identity)) = (&mut value, own_fields) {
         match object.get_mut("metadata") {
             Some(Value::Object(metadata)) => metadata.extend(identity),
             _ => {
@@ -196,7 +173,7 @@ fn whole_value(text: &Packed, identity: &ObjectMeta) -> serde_json::Result<serde
 impl<K> Clone for Compact<K> {
     fn clone(&self) -> Self {
         Compact {
-            metadata: self.metadata.clone(),
+            identity: self.identity.clone(),
             text: self.text.clone(),
             covered: AtomicU64::new(self.covered.load(Ordering::Relaxed)),
             kind: PhantomData,
@@ -208,9 +185,7 @@ impl<K: Resource<DynamicType = ()>> fmt::Debug for Compact<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Compact")
             .field("kind", &K::kind(&()))
-            .field("namespace", &self.metadata.namespace)
-            .field("name", &self.metadata.name)
-            .field("resource_version", &self.metadata.resource_version)
+            .field("identity", &self.identity)
             .field("packed_bytes", &self.text.packed_len())
             .finish()
     }
@@ -219,7 +194,7 @@ impl<K: Resource<DynamicType = ()>> fmt::Debug for Compact<K> {
 impl<K> Serialize for Compact<K> {
     /// The whole object: its text with its identity put back (see the module docs).
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        whole_value(&self.text, &self.metadata).map_err(S::Error::custom)?.serialize(serializer)
+        whole_value(&self.text, &self.identity).map_err(S::Error::custom)?.serialize(serializer)
     }
 }
 
@@ -234,38 +209,38 @@ impl<'de, K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static
     }
 }
 
-/// The same resource as `K` (kind, group, version, plural, scope), so an informer of it lists and
-/// watches `K`'s objects; its metadata is the identity kept (see the module docs).
-impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
+/// The same resource as `K`, so an informer of it lists and watches `K`'s objects; its identity is
+/// the one kept beside the text (see the module docs).
+impl<K: Resource<DynamicType = ()>> Object for Compact<K> {
+    type Resource = K;
 
-    fn kind(dynamic: &()) -> Cow<'_, str> {
-        K::kind(dynamic)
+    fn name(&self) -> Option<&str> {
+        self.identity.name()
     }
 
-    fn group(dynamic: &()) -> Cow<'_, str> {
-        K::group(dynamic)
+    fn namespace(&self) -> Option<&str> {
+        self.identity.namespace()
     }
 
-    fn version(dynamic: &()) -> Cow<'_, str> {
-        K::version(dynamic)
+    fn resource_version(&self) -> Option<&str> {
+        self.identity.resource_version()
     }
 
-    fn api_version(dynamic: &()) -> Cow<'_, str> {
-        K::api_version(dynamic)
+    fn generation(&self) -> Option<i64> {
+        self.identity.generation()
     }
 
-    fn plural(dynamic: &()) -> Cow<'_, str> {
-        K::plural(dynamic)
+    fn is_deleting(&self) -> bool {
+        self.identity.is_deleting()
     }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
+    fn controller_owner(&self) -> Option<OwnerRef<'_>> {
+        self.identity.controller_owner()
     }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+    /// Labels stay in the text: a cache of `Compact`s keeps no label index.
+    fn label(&self, _: &str) -> Option<&str> {
+        None
     }
 }
 
@@ -306,30 +281,23 @@ mod tests {
         assert_eq!(serde_json::to_value(&kept).unwrap(), served, "the whole object, as sent");
         assert_eq!(kept.to_value().unwrap(), served);
         assert_eq!(kept.expand().unwrap(), serde_json::from_value::<Service>(served).unwrap());
-        let meta = kept.meta();
         assert_eq!(ObjectKey::of(&kept), ObjectKey::namespaced("team-1", "pg-rw"));
-        assert_eq!((meta.uid.as_deref(), meta.resource_version.as_deref()), (Some("u-1"), Some("42")));
+        assert_eq!(kept.resource_version(), Some("42"));
         assert_eq!(crate::runtime::cache::controller_uid(&kept), Some("owner-1"));
-        assert!(
-            meta.labels.is_none() && meta.annotations.is_none(),
-            "labels and annotations stay in the text"
-        );
-        assert_eq!(<Compact<Service> as kube::Resource>::kind(&()), "Service");
-        assert_eq!(<Compact<Service> as kube::Resource>::plural(&()), "services");
+        assert_eq!(kept.label("app.kubernetes.io/instance"), None, "labels stay in the text");
+        assert_eq!(<<Compact<Service> as Object>::Resource as kube::Resource>::plural(&()), "services");
     }
 
     #[test]
     fn the_identity_is_kept_once_beside_the_text_not_in_it() {
         let kept: Compact<Service> = serde_json::from_value(served_service()).unwrap();
         let text = String::from_utf8(kept.text.unpack().unwrap()).unwrap();
-        for beside in ["pg-rw", "team-1", "u-1", "owner-1", "\"42\"", "creationTimestamp", "ownerReferences"]
-        {
+        for beside in ["pg-rw", "team-1", "\"42\"", "resourceVersion"] {
             assert!(!text.contains(beside), "{beside} is kept beside the text, not in it: {text}");
         }
-        assert!(
-            text.contains("payments") && text.contains("app.kubernetes.io/instance"),
-            "labels and annotations are"
-        );
+        for in_text in ["payments", "app.kubernetes.io/instance", "u-1", "owner-1", "creationTimestamp"] {
+            assert!(text.contains(in_text), "{in_text} is in the text: {text}");
+        }
         let view: serde_json::Value = kept.decode_as().unwrap();
         assert_eq!(view["metadata"].get("name"), None, "a view reads the text only");
         let whole = kept.expand().unwrap();
@@ -350,7 +318,7 @@ mod tests {
         written.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
         let kept = Compact::from_object(written).unwrap();
         assert!(!String::from_utf8(kept.text.unpack().unwrap()).unwrap().contains("managedFields"));
-        assert_eq!(kept.meta().name.as_deref(), Some("pg-rw"));
+        assert_eq!(kept.name(), Some("pg-rw"));
     }
 
     #[test]
@@ -395,9 +363,8 @@ mod tests {
     fn watch_lines_decode_including_the_end_of_a_streaming_lists_initial_events() {
         let line = serde_json::to_vec(&json!({"type": "ADDED", "object": served_service()})).unwrap();
         let Ok(WatchLine::Added(kept)) = decode_watch_line::<Compact<Service>>(&line) else { panic!() };
-        assert_eq!(kept.meta().name.as_deref(), Some("pg-rw"));
-        let owners = kept.meta().owner_references.as_ref().unwrap();
-        assert_eq!((owners.len(), owners.capacity()), (1, 1), "no spare room kept from the decoder");
+        assert_eq!(kept.name(), Some("pg-rw"));
+        assert_eq!(kept.controller_owner().map(|owner| owner.name), Some("pg"));
         let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Service", "apiVersion": "v1",
             "metadata": {"resourceVersion": "77", "annotations": {INITIAL_EVENTS_END: "true"}}}});
         let line = serde_json::to_vec(&bookmark).unwrap();
@@ -461,17 +428,16 @@ mod tests {
             serde_json::from_value(serde_json::to_value(&served).unwrap()).unwrap();
         assert_eq!(kept.expand().unwrap(), served);
         assert_eq!(ObjectKey::of(&kept), ObjectKey::of(&served));
-        assert_eq!((kept.meta().generation, kept.meta().uid.as_deref()), (Some(1), Some("uid-1")));
-        assert_eq!(<Compact<DatabaseCluster> as kube::Resource>::kind(&()), "DatabaseCluster");
-        assert_eq!(<Compact<DatabaseCluster> as kube::Resource>::plural(&()), "databaseclusters");
-        assert_eq!(
-            <Compact<DatabaseCluster> as kube::Resource>::api_version(&()),
-            <DatabaseCluster as kube::Resource>::api_version(&())
-        );
+        assert_eq!(kept.generation(), Some(1));
+        assert!(!kept.is_deleting());
     }
 
     #[test]
     fn a_compact_service_takes_less_than_the_decoded_one() {
-        assert!(size_of::<Compact<Service>>() * 2 < size_of::<Service>());
+        assert!(
+            size_of::<Compact<Service>>() * 6 < size_of::<Service>(),
+            "{}",
+            size_of::<Compact<Service>>()
+        );
     }
 }

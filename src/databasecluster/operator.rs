@@ -39,7 +39,6 @@ use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
 use super::resources::{FIELD_MANAGER, label};
 use super::types::DatabaseCluster;
-use crate::runtime::ObjectKey;
 use crate::runtime::cache::CacheWriter;
 use crate::runtime::causes::ControllerQueue;
 use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};
@@ -50,6 +49,7 @@ use crate::runtime::manager::WorkloadContext;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::reflector::ReflectorConfig;
 use crate::runtime::workqueue::QueueConfig;
+use crate::runtime::{Object, ObjectKey};
 
 /// The controller's name: its queue's and metrics' label.
 pub const CONTROLLER_NAME: &str = "databasecluster";
@@ -381,7 +381,7 @@ pub async fn workload(
 /// termination message is the backup's manifest).
 pub fn cluster_of_pod(pod: &CachedPod) -> Option<ObjectKey> {
     let name = pod.label(label::INSTANCE).or_else(|| pod.label(CLUSTER_LABEL))?;
-    Some(ObjectKey::new(pod.metadata.namespace.as_deref(), name))
+    Some(ObjectKey::new(pod.namespace(), name))
 }
 
 /// The DatabaseCluster whose `spec.appSecretName` names this Secret: the label the operator put
@@ -391,9 +391,9 @@ fn cluster_of_app_secret(secret: &Secret) -> Option<ObjectKey> {
     Some(ObjectKey::new(secret.metadata.namespace.as_deref(), name))
 }
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K::Resource>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    K: Object<Resource: Resource<DynamicType = (), Scope = NamespaceResourceScope>>,
 {
     match namespace {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
@@ -421,7 +421,7 @@ fn labelled_informer<K>(
     writer: CacheWriter<K>,
 ) -> Arc<Informer<K>>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    K: Object<Resource: Resource<DynamicType = (), Scope = NamespaceResourceScope>>
         + Clone
         + DeserializeOwned
         + std::fmt::Debug

@@ -100,11 +100,11 @@ use super::types::{
     SwitchoverStatus,
 };
 use super::validation::{SpecError, ValidSpec, validate};
-use crate::runtime::ObjectKey;
 use crate::runtime::cache::Cache;
 use crate::runtime::client;
 use crate::runtime::controller::{Action, ReconcileError};
 use crate::runtime::writes::{Verb, recorded_as};
+use crate::runtime::{Object, ObjectKey};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How long to wait before looking again while replicas are not ready, even without an event.
@@ -231,7 +231,7 @@ pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Erro
         ctx.failures.clear(&key);
         return Ok(Action::Done);
     };
-    if cached.meta().deletion_timestamp.is_some() {
+    if cached.is_deleting() {
         tracing::info!("DatabaseCluster is being deleted; the garbage collector removes its children");
         return Ok(Action::Done);
     }
@@ -530,7 +530,7 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
         .list_labelled(owner.namespace(), label::INSTANCE, owner.name())
         .iter()
         .filter_map(|pod| {
-            let name = pod.metadata.name.clone()?;
+            let name = pod.name()?.to_owned();
             let ordinal = name.strip_prefix(&prefix)?.parse().ok()?;
             let status = pod.status();
             let status = status.as_ref();
@@ -546,7 +546,7 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
                 ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
                 ready,
                 not_ready_since,
-                deleting: pod.metadata.deletion_timestamp.is_some(),
+                deleting: pod.is_deleting(),
                 revision: pod.label(REVISION_LABEL).map(str::to_owned),
                 role_label: pod.label(ROLE_LABEL).map(str::to_owned),
                 failure: status.and_then(container_failure),
@@ -1039,13 +1039,13 @@ pub(super) async fn ensure_child<C: ChildForm>(
             }
         }
     };
-    let name = live.meta().name.clone().unwrap_or_default();
-    if let Some(other) = foreign_controller(live.meta(), owner) {
+    let name = live.name().unwrap_or_default().to_owned();
+    if let Some(other) = foreign_controller(live.as_ref(), owner) {
         return Err(Error::ForeignChild {
             kind,
             name,
-            owner_kind: other.kind.clone(),
-            owner_name: other.name.clone(),
+            owner_kind: other.kind.to_owned(),
+            owner_name: other.name.to_owned(),
         });
     }
     let desired = build(Some(&live))?;
@@ -1079,8 +1079,8 @@ where
     cached.decode_as().map_err(|source| cached_error(cached, kind, source))
 }
 
-fn cached_error<K: Resource>(cached: &K, kind: &'static str, source: serde_json::Error) -> Error {
-    Error::Cached { kind, name: cached.meta().name.clone().unwrap_or_default(), source }
+fn cached_error<K: Object>(cached: &K, kind: &'static str, source: serde_json::Error) -> Error {
+    Error::Cached { kind, name: cached.name().unwrap_or_default().to_owned(), source }
 }
 
 pub(super) fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {

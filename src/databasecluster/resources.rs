@@ -58,7 +58,7 @@ use super::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash
 use super::credentials::{APP_DATABASE, Login, mounted_secret_name};
 use super::types::{DatabaseCluster, PvcRetention};
 use super::validation::{StorageSize, ValidSpec};
-use crate::runtime::cache::controller_owner;
+use crate::runtime::object::{Object, OwnerRef};
 
 /// The field manager of every write the operator makes (server-side apply and status).
 pub const FIELD_MANAGER: &str = "dbcluster-operator";
@@ -144,8 +144,8 @@ impl Owner {
 
 /// The controller ownerReference on `meta` that is not `owner`'s, if any: such an object belongs
 /// to someone else and must not be taken over.
-pub fn foreign_controller<'a>(meta: &'a ObjectMeta, owner: &Owner) -> Option<&'a OwnerReference> {
-    controller_owner(meta).filter(|reference| reference.uid != owner.reference.uid)
+pub fn foreign_controller<'a, O: Object + ?Sized>(object: &'a O, owner: &Owner) -> Option<OwnerRef<'a>> {
+    object.controller_owner().filter(|reference| reference.uid != owner.reference.uid)
 }
 
 /// The labels that select the cluster's pods: stable for the cluster's life (a StatefulSet's
@@ -883,12 +883,12 @@ mod tests {
     #[test]
     fn another_controllers_object_is_recognised() {
         let owner = owner();
-        let mut meta = build_headless_service(&owner).metadata;
-        assert_eq!(foreign_controller(&meta, &owner), None);
+        let mut service = build_headless_service(&owner);
+        assert_eq!(foreign_controller(&service, &owner), None);
         let other = OwnerReference { uid: "other".into(), ..owner.reference().clone() };
-        meta.owner_references = Some(vec![other.clone()]);
-        assert_eq!(foreign_controller(&meta, &owner), Some(&other));
-        meta.owner_references = Some(vec![OwnerReference { controller: None, ..other }]);
-        assert_eq!(foreign_controller(&meta, &owner), None, "a plain owner is not a controller");
+        service.metadata.owner_references = Some(vec![other.clone()]);
+        assert_eq!(foreign_controller(&service, &owner).map(|found| found.uid), Some("other"));
+        service.metadata.owner_references = Some(vec![OwnerReference { controller: None, ..other }]);
+        assert_eq!(foreign_controller(&service, &owner), None, "a plain owner is not a controller");
     }
 }

@@ -53,8 +53,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::runtime::ObjectKey;
-use crate::runtime::cache::{InformerEvent, controller_owner};
+use crate::runtime::cache::InformerEvent;
 use crate::runtime::causes::{
     Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent, ResourceVersion,
 };
@@ -65,6 +64,7 @@ use crate::runtime::introspection::{ControllerProbe, PassHistories, PassRecord};
 use crate::runtime::metrics::ControllerMetrics;
 use crate::runtime::workqueue::{Priority, QueueConfig};
 use crate::runtime::writes::{KindName, Write, record_writes};
+use crate::runtime::{Object, ObjectKey};
 
 /// What a successful reconcile pass asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,7 +269,13 @@ impl<K> std::fmt::Debug for Controller<K> {
 
 impl<K> Controller<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Object<Resource: Resource<DynamicType = ()>>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     /// A controller reconciling the objects of `primary`: each event enqueues the object's own key.
     pub fn new(primary: &Arc<Informer<K>>, config: ControllerConfig) -> Self {
@@ -293,8 +299,8 @@ where
     /// ownerReference, if it names a `K`, gives the owner's key (same namespace as the child).
     pub fn owns<C>(self, children: &Arc<Informer<C>>) -> Self
     where
-        C: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-        C::DynamicType: Default,
+        C: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        <C::Resource as Resource>::DynamicType: Default,
     {
         self.watch_events(children, |child: &C| controller_owner_key::<K, C>(child), Via::Mapper)
     }
@@ -309,8 +315,8 @@ where
         mapper: impl Fn(&W) -> I + Send + Sync + 'static,
     ) -> Self
     where
-        W: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-        W::DynamicType: Default,
+        W: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        <W::Resource as Resource>::DynamicType: Default,
         I: IntoIterator<Item = ObjectKey> + 'static,
     {
         self.watch_events(informer, mapper, Via::Mapper)
@@ -325,15 +331,15 @@ where
         via: Via,
     ) -> Self
     where
-        W: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-        W::DynamicType: Default,
+        W: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        <W::Resource as Resource>::DynamicType: Default,
         I: IntoIterator<Item = ObjectKey> + 'static,
     {
         self.freshness.watch(informer);
         let for_sync = Arc::clone(informer);
         self.synced.push(async move { for_sync.synced().await }.boxed());
         let informer = Arc::clone(informer);
-        let kind = KindName::of::<W>();
+        let kind = KindName::of::<W::Resource>();
         let replaying = Arc::clone(&self.replaying);
         let leadership = self.config.starts_on_leadership;
         self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
@@ -466,15 +472,14 @@ where
 /// API group and kind, as controller-runtime does, so a version bump does not orphan children).
 pub fn controller_owner_key<K, C>(child: &C) -> Option<ObjectKey>
 where
-    K: Resource<DynamicType = ()>,
-    C: Resource,
+    K: Object<Resource: Resource<DynamicType = ()>> + ?Sized,
+    C: Object + ?Sized,
 {
-    let kind = K::kind(&());
-    let group = K::group(&());
-    let owner = controller_owner(child.meta())?;
+    let kind = K::Resource::kind(&());
+    let group = K::Resource::group(&());
+    let owner = child.controller_owner()?;
     let owner_group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
-    (owner.kind == kind && owner_group == group)
-        .then(|| ObjectKey::new(child.meta().namespace.as_deref(), &owner.name))
+    (owner.kind == kind && owner_group == group).then(|| ObjectKey::new(child.namespace(), owner.name))
 }
 
 /// Whether a watch's keys are its objects' own (the primary kind) or mapped from other objects.
@@ -486,11 +491,7 @@ enum Via {
 
 /// The cause-side description of an informer event on an object of `kind` (whose key is `own`
 /// when it is the reconciled object itself).
-fn object_event<W: Resource>(
-    kind: KindName,
-    own: Option<ObjectKey>,
-    event: &InformerEvent<W>,
-) -> ObjectEvent {
+fn object_event<W: Object>(kind: KindName, own: Option<ObjectKey>, event: &InformerEvent<W>) -> ObjectEvent {
     let object = event.object();
     ObjectEvent {
         informer: kind,
@@ -500,7 +501,7 @@ fn object_event<W: Resource>(
             InformerEvent::Deleted(_) => EventType::Deleted,
         },
         object: own.unwrap_or_else(|| ObjectKey::of(object.as_ref())),
-        resource_version: object.meta().resource_version.as_deref().map(ResourceVersion::from),
+        resource_version: object.resource_version().map(ResourceVersion::from),
     }
 }
 

@@ -25,10 +25,10 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::runtime::ObjectKey;
 use crate::runtime::informer::Informer;
 use crate::runtime::selector::LabelSelector;
 use crate::runtime::writes::{KindName, Write, resource_version_reached};
+use crate::runtime::{Object, ObjectKey};
 
 /// How long a pass waits at most for the informers to deliver its key's last writes.
 pub const DEFAULT_STALE_CACHE_WAIT: Duration = Duration::from_secs(5);
@@ -45,7 +45,7 @@ trait DeliveredVersion: Send + Sync + 'static {
 
 impl<K> DeliveredVersion for Informer<K>
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     fn reached(&self, resource_version: &str) -> bool {
         self.cache().resource_version().is_some_and(|seen| resource_version_reached(&seen, resource_version))
@@ -114,13 +114,13 @@ impl Freshness {
     /// holds). Registering the same informer twice keeps one.
     pub fn watch<K>(&self, informer: &Arc<Informer<K>>)
     where
-        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-        K::DynamicType: Default,
+        K: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        <K::Resource as Resource>::DynamicType: Default,
     {
         let probe: Arc<dyn DeliveredVersion> = Arc::clone(informer) as Arc<dyn DeliveredVersion>;
         let selector = informer.label_selector().and_then(|s| LabelSelector::parse(s).ok());
         let mut informers = self.informers.write();
-        let watched = informers.entry(KindName::of::<K>()).or_default();
+        let watched = informers.entry(KindName::of::<K::Resource>()).or_default();
         if !watched.iter().any(|w| Arc::ptr_eq(&w.informer, &probe)) {
             watched.push(Watched { selector, informer: probe });
         }

@@ -20,9 +20,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
-use crate::runtime::ObjectKey;
 use crate::runtime::cache::{Cache, CacheWriter, Transform};
 use crate::runtime::reflector::{InitialList, Reflector, ReflectorConfig, ReflectorEvent, ReflectorStats};
+use crate::runtime::{Object, ObjectKey};
 
 pub use crate::runtime::cache::InformerEvent;
 
@@ -167,15 +167,21 @@ where
             Arc::new(crate::runtime::cache::strip_managed_fields::<K>),
         )
     }
+}
 
+impl<K> Informer<K>
+where
+    K: Object + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+{
     /// An informer with explicit reflector settings and cache transform.
-    pub fn with_config(api: Api<K>, config: ReflectorConfig, transform: Transform<K>) -> Self {
+    pub fn with_config(api: Api<K::Resource>, config: ReflectorConfig, transform: Transform<K>) -> Self {
         Self::with_writer(api, config, CacheWriter::new(transform))
     }
 
     /// An informer that keeps the cache of `writer` (made beforehand, e.g. so that readers can be
-    /// handed the cache before the informers exist).
-    pub fn with_writer(api: Api<K>, config: ReflectorConfig, writer: CacheWriter<K>) -> Self {
+    /// handed the cache before the informers exist), of `K`: the resource `api` addresses, or a
+    /// cached form of it.
+    pub fn with_writer(api: Api<K::Resource>, config: ReflectorConfig, writer: CacheWriter<K>) -> Self {
         let label_selector = config.label_selector.clone();
         let reflector = Reflector::new(api, config);
         Self {
@@ -323,7 +329,7 @@ struct KeyMapper<K, M, S> {
 
 impl<K, M, S, I> EventHandler<K> for KeyMapper<K, M, S>
 where
-    K: Resource + 'static,
+    K: Object + 'static,
     M: Fn(&K) -> I + Send + Sync + 'static,
     S: Fn(ObjectKey, EventOrigin, &InformerEvent<K>) + Send + Sync + 'static,
     I: IntoIterator<Item = ObjectKey> + 'static,

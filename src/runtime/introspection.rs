@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 
-use kube::Resource;
 use parking_lot::RwLock;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -26,13 +25,13 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
-use crate::runtime::ObjectKey;
 use crate::runtime::causes::{self, CauseLog, ControllerQueue};
 use crate::runtime::controller::PassResult;
 use crate::runtime::freshness::Waited;
 use crate::runtime::informer::{Informer, InformerStats};
 use crate::runtime::workqueue::{KeyPhase, KeyState};
 use crate::runtime::writes::PassWrite;
+use crate::runtime::{Object, ObjectKey};
 
 /// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,7 +199,7 @@ pub trait InformerProbe: Send + Sync + 'static {
 
 impl<K> InformerProbe for Informer<K>
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     fn stats(&self) -> InformerStats {
         Informer::stats(self)

@@ -51,10 +51,9 @@ impl ObjectKey {
         }
     }
 
-    /// The key of a Kubernetes object, from its metadata.
-    pub fn of<K: kube::Resource>(obj: &K) -> Self {
-        let meta = obj.meta();
-        Self::new(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default())
+    /// The key of a Kubernetes object, from its namespace and name.
+    pub fn of<K: crate::runtime::Object + ?Sized>(obj: &K) -> Self {
+        Self::new(obj.namespace(), obj.name().unwrap_or_default())
     }
 
     /// The namespace, or `None` for a cluster-scoped object.

@@ -1,5 +1,6 @@
 //! The controller runtime: everything between the API server's watch streams and `reconcile`.
-//! Generic over any Kubernetes resource; nothing here knows about Postgres.
+//! Generic over any Kubernetes resource, or any cached form of one that is an [`Object`] (design
+//! change: ARCHITECTURE.md says any k8s resource; see `object`); nothing here knows about Postgres.
 //!
 //! `reflector/` lists and watches one kind; `cache/` stores it (one writer, many readers);
 //! `informer` ties the two together and tells handlers; `controller` turns those events into
@@ -21,6 +22,7 @@ pub mod leader;
 pub mod live;
 pub mod manager;
 pub mod metrics;
+pub mod object;
 pub mod process_metrics;
 pub mod reflector;
 pub mod selector;
@@ -30,3 +32,4 @@ pub mod workqueue;
 pub mod writes;
 
 pub use key::ObjectKey;
+pub use object::Object;

@@ -366,7 +366,7 @@ where
 /// Waits until the operator's cache holds `key` in a state satisfying `done`.
 pub async fn await_cached<K>(cache: &Cache<K>, key: &ObjectKey, what: &str, done: impl Fn(&K) -> bool)
 where
-    K: Resource + Debug + Send + Sync + 'static,
+    K: dbcluster_operator::runtime::Object + Debug + Send + Sync + 'static,
 {
     eventually(what, WAIT_LIMIT, || async {
         match cache.get(key) {

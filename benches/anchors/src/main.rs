@@ -9,6 +9,12 @@
 //! its `Controller` needs it: this anchor holds each cluster twice, which the figures include).
 //! kube-runtime has no read-your-writes wait; the passes read whatever the caches hold.
 //!
+//! kube-runtime watches and stores only `kube::Resource`s, and the operator's cached forms
+//! (`Compact`, `CachedPod`) are not: they keep a lean identity instead of an `ObjectMeta`. So the
+//! anchor watches each such kind as [`Watched`]: the same form, decoded the same way, with the
+//! `ObjectMeta` kube-runtime reads (name, namespace, resourceVersion, generation, the controller
+//! ownerReference) beside it.
+//!
 //! Usage, as the bench starts it: `kube-runtime-anchor run --kubeconfig PATH --metrics-addr ADDR`
 //! (other flags are ignored). `/metrics` on ADDR answers `controller_runtime_reconcile_total` and
 //! `controller_runtime_reconcile_errors_total`; SIGTERM exits.
@@ -31,18 +37,129 @@ use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileErr
 use dbcluster_operator::runtime::reflector::ReflectorEvent;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use std::borrow::Cow;
+
+use dbcluster_operator::runtime::Object;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A DatabaseCluster as the operator's caches keep it (both stores hold this form).
-type Cluster = Compact<DatabaseCluster>;
+/// A DatabaseCluster as the operator's caches keep it, as kube-runtime's store holds it.
+type Cluster = Watched<Compact<DatabaseCluster>>;
+
+/// A cached form of the operator's (`F`) with the `ObjectMeta` that kube-runtime's watcher,
+/// store and `Controller` read, made from the form's identity as it is decoded.
+#[derive(Clone, Debug)]
+struct Watched<F> {
+    metadata: ObjectMeta,
+    form: F,
+}
+
+impl<'de, F: Object + Deserialize<'de>> Deserialize<'de> for Watched<F> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let form = F::deserialize(deserializer)?;
+        let owner = form.controller_owner().map(|owner| OwnerReference {
+            api_version: owner.api_version.to_owned(),
+            kind: owner.kind.to_owned(),
+            name: owner.name.to_owned(),
+            uid: owner.uid.to_owned(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        });
+        let metadata = ObjectMeta {
+            name: form.name().map(str::to_owned),
+            namespace: form.namespace().map(str::to_owned),
+            resource_version: form.resource_version().map(str::to_owned),
+            generation: form.generation(),
+            owner_references: owner.map(|owner| vec![owner]),
+            ..ObjectMeta::default()
+        };
+        Ok(Watched { metadata, form })
+    }
+}
+
+impl<F: Object<Resource: Resource<DynamicType = ()>>> Resource for Watched<F> {
+    type DynamicType = ();
+    type Scope = <F::Resource as Resource>::Scope;
+
+    fn kind(dynamic: &()) -> Cow<'_, str> {
+        F::Resource::kind(dynamic)
+    }
+
+    fn group(dynamic: &()) -> Cow<'_, str> {
+        F::Resource::group(dynamic)
+    }
+
+    fn version(dynamic: &()) -> Cow<'_, str> {
+        F::Resource::version(dynamic)
+    }
+
+    fn api_version(dynamic: &()) -> Cow<'_, str> {
+        F::Resource::api_version(dynamic)
+    }
+
+    fn plural(dynamic: &()) -> Cow<'_, str> {
+        F::Resource::plural(dynamic)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// What a watched object puts in the operator's cache of its kind: itself for a kind the operator
+/// keeps whole, the form for a [`Watched`] one.
+trait Mirrored: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static {
+    /// The operator's cached form.
+    type Form: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static;
+
+    /// The cached form of this object.
+    fn form(&self) -> Self::Form;
+}
+
+impl<F> Mirrored for Watched<F>
+where
+    F: Object<Resource: Resource<DynamicType = ()>>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    type Form = F;
+
+    fn form(&self) -> F {
+        self.form.clone()
+    }
+}
+
+macro_rules! mirrored_whole {
+    ($($kind:ty),*) => {$(
+        impl Mirrored for $kind {
+            type Form = $kind;
+
+            fn form(&self) -> $kind {
+                self.clone()
+            }
+        }
+    )*};
+}
+mirrored_whole!(Secret, Job, CronJob, PersistentVolumeClaim);
 
 /// The reconcile context plus the pass counters `/metrics` reports.
 struct Anchor {
@@ -56,10 +173,10 @@ struct Anchor {
 fn mirrored<K>(
     api: Api<K>,
     labels: Option<&str>,
-    mut writer: CacheWriter<K>,
+    mut writer: CacheWriter<K::Form>,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Mirrored,
 {
     let config = match labels {
         Some(selector) => watcher::Config::default().labels(selector),
@@ -69,12 +186,12 @@ where
         move |event| {
             let mirrored = match event {
                 Ok(watcher::Event::Init) => ReflectorEvent::RelistStarted,
-                Ok(watcher::Event::InitApply(obj)) => ReflectorEvent::Listed(obj.clone()),
+                Ok(watcher::Event::InitApply(obj)) => ReflectorEvent::Listed(obj.form()),
                 Ok(watcher::Event::InitDone) => {
                     ReflectorEvent::RelistDone { resource_version: String::new() }
                 }
-                Ok(watcher::Event::Apply(obj)) => ReflectorEvent::Applied(obj.clone()),
-                Ok(watcher::Event::Delete(obj)) => ReflectorEvent::Deleted(obj.clone()),
+                Ok(watcher::Event::Apply(obj)) => ReflectorEvent::Applied(obj.form()),
+                Ok(watcher::Event::Delete(obj)) => ReflectorEvent::Deleted(obj.form()),
                 Err(_) => return,
             };
             writer.apply(mirrored);
@@ -86,16 +203,10 @@ where
 fn children<K>(
     client: &Client,
     labels: &str,
-    writer: CacheWriter<K>,
+    writer: CacheWriter<K::Form>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Mirrored + Resource<DynamicType = (), Scope = NamespaceResourceScope>,
 {
     mirrored(Api::<K>::all(client.clone()), Some(labels), writer).touched_objects()
 }
@@ -109,7 +220,7 @@ fn cluster_by_label<K: Resource>(obj: &K, keys: &[&str]) -> Option<ObjectRef<Clu
 }
 
 async fn pass(cluster: Arc<Cluster>, anchor: Arc<Anchor>) -> Result<Action, Error> {
-    let result = reconcile(ObjectKey::of(&*cluster), Arc::clone(&anchor.context)).await;
+    let result = reconcile(ObjectKey::of(&cluster.form), Arc::clone(&anchor.context)).await;
     anchor.passes.fetch_add(1, Ordering::Relaxed);
     match result {
         Ok(PassResult::Done) => Ok(Action::await_change()),
@@ -173,19 +284,18 @@ async fn main() {
 
     let managed = managed_selector();
     let (reader, writer) = reflector::store();
-    let clusters =
-        reflector(writer, mirrored(Api::<Cluster>::all(client.clone()), None, writers.clusters))
-            .touched_objects();
+    let clusters = reflector(writer, mirrored(Api::<Cluster>::all(client.clone()), None, writers.clusters))
+        .touched_objects();
     let controller = Controller::for_stream(clusters, reader)
         .with_config(controller::Config::default().concurrency(4))
-        .owns_stream(children(&client, &managed, writers.statefulsets))
-        .owns_stream(children(&client, &managed, writers.services))
-        .owns_stream(children(&client, &managed, writers.secrets))
-        .owns_stream(children(&client, &managed, writers.configmaps))
-        .owns_stream(children(&client, &managed, writers.pdbs))
-        .owns_stream(children(&client, &managed, writers.cronjobs))
-        .watches_stream(children(&client, &managed, writers.pods), |pod: CachedPod| {
-            let cluster = cluster_of_pod(&pod)?;
+        .owns_stream(children::<Watched<Compact<StatefulSet>>>(&client, &managed, writers.statefulsets))
+        .owns_stream(children::<Watched<Compact<Service>>>(&client, &managed, writers.services))
+        .owns_stream(children::<Watched<Compact<Secret>>>(&client, &managed, writers.secrets))
+        .owns_stream(children::<Watched<Compact<ConfigMap>>>(&client, &managed, writers.configmaps))
+        .owns_stream(children::<Watched<Compact<PodDisruptionBudget>>>(&client, &managed, writers.pdbs))
+        .owns_stream(children::<CronJob>(&client, &managed, writers.cronjobs))
+        .watches_stream(children::<Watched<CachedPod>>(&client, &managed, writers.pods), |pod| {
+            let cluster = cluster_of_pod(&pod.form)?;
             Some(ObjectRef::new(cluster.name()).within(cluster.namespace().unwrap_or("default")))
         })
         .watches_stream(children(&client, APP_SECRET_OF, writers.app_secrets), |secret: Secret| {

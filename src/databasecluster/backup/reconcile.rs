@@ -136,10 +136,8 @@ fn backup_jobs(ctx: &Context, owner: &Owner) -> Vec<JobView> {
         .map(|job| {
             let uid = job.metadata.uid.as_deref().unwrap_or_default();
             let pods = ctx.pods.children_of(uid);
-            let pod = pods
-                .iter()
-                .filter(|p| controller_uid(p.as_ref()) == Some(uid))
-                .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+            let pod =
+                pods.iter().filter(|p| controller_uid(p.as_ref()) == Some(uid)).max_by_key(|p| p.created());
             job_view(job, pod.map(Arc::as_ref))
         })
         .collect()

@@ -26,6 +26,8 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
+
+use crate::runtime::Object;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
@@ -64,7 +66,6 @@ pub struct Cache<K> {
     by_namespace: Option<KeyIndex>,
     by_controller_uid: Option<KeyIndex>,
     by_label: Option<LabelIndex>,
-    label_of: LabelReader<K>,
     resource_version: RwLock<Option<Arc<str>>>,
     synced: watch::Sender<bool>,
 }
@@ -79,15 +80,14 @@ impl<K> fmt::Debug for Cache<K> {
     }
 }
 
-impl<K: Resource + Send + Sync + 'static> Cache<K> {
-    /// An empty cache (made by its writer) that keeps `indexes` and reads labels with `label_of`.
-    fn empty(indexes: Indexes, label_of: LabelReader<K>) -> Self {
+impl<K: Object + Send + Sync + 'static> Cache<K> {
+    /// An empty cache (made by its writer) that keeps `indexes`.
+    fn empty(indexes: Indexes) -> Self {
         Self {
             objects: DashMap::new(),
             by_namespace: indexes.namespace.then(KeyIndex::new),
             by_controller_uid: indexes.controller_owner.then(KeyIndex::new),
             by_label: indexes.label.map(|label| LabelIndex { label, keys: KeyIndex::new() }),
-            label_of,
             resource_version: RwLock::new(None),
             synced: watch::Sender::new(false),
         }
@@ -147,7 +147,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
             }
             _ => {
                 let mut objects = self.list_namespace(namespace);
-                objects.retain(|obj| (self.label_of)(obj, label) == Some(value));
+                objects.retain(|obj| obj.label(label) == Some(value));
                 objects
             }
         }
@@ -228,19 +228,9 @@ impl LabelIndex {
 
     /// The namespace and label value that place `obj` in the index, if it carries the label (and
     /// is namespaced): compared without building the entry, since most updates keep both.
-    fn place_of<'a, K: Resource>(&self, obj: &'a K, label_of: LabelReader<K>) -> Option<(&'a str, &'a str)> {
-        Some((obj.meta().namespace.as_deref()?, label_of(obj, self.label)?))
+    fn place_of<'a, K: Object>(&self, obj: &'a K) -> Option<(&'a str, &'a str)> {
+        Some((obj.namespace()?, obj.label(self.label)?))
     }
-}
-
-/// Reads one label of a cached object: a cache reads them from the metadata ([`metadata_label`])
-/// unless its writer names another reader ([`CacheWriter::with_label_reader`]), for a cached form
-/// that keeps its labels elsewhere.
-pub type LabelReader<K> = for<'a> fn(&'a K, &str) -> Option<&'a str>;
-
-/// The value of label `label` in `obj`'s metadata, if set: how a cache reads labels by default.
-pub fn metadata_label<'a, K: Resource>(obj: &'a K, label: &str) -> Option<&'a str> {
-    obj.meta().labels.as_ref()?.get(label).map(String::as_str)
 }
 
 /// The object's controller ownerReference (the one with `controller: true`; the API server allows
@@ -250,6 +240,6 @@ pub fn controller_owner(meta: &ObjectMeta) -> Option<&OwnerReference> {
 }
 
 /// The UID named by the object's controller ownerReference: the key of the owner index.
-pub fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
-    controller_owner(obj.meta()).map(|owner| owner.uid.as_str())
+pub fn controller_uid<K: Object>(obj: &K) -> Option<&str> {
+    obj.controller_owner().map(|owner| owner.uid)
 }

@@ -16,12 +16,9 @@ use std::sync::Arc;
 
 use kube::Resource;
 
-use super::{
-    Cache, Indexes, KeyIndex, LabelIndex, LabelReader, Transform, controller_uid, metadata_label,
-    strip_managed_fields,
-};
-use crate::runtime::ObjectKey;
+use super::{Cache, Indexes, KeyIndex, LabelIndex, Transform, controller_uid, strip_managed_fields};
 use crate::runtime::reflector::ReflectorEvent;
+use crate::runtime::{Object, ObjectKey};
 
 /// A change to the cache, as the informer's handlers see it.
 #[derive(Debug)]
@@ -39,7 +36,7 @@ pub enum InformerEvent<K> {
     Deleted(Arc<K>),
 }
 
-impl<K: Resource> InformerEvent<K> {
+impl<K: Object> InformerEvent<K> {
     /// The object as it is now (or was last, for a delete).
     pub fn object(&self) -> &Arc<K> {
         match self {
@@ -60,7 +57,7 @@ impl<K: Resource> InformerEvent<K> {
     /// metadata-only write), so a handler can skip those.
     pub fn generation_changed(&self) -> bool {
         match self {
-            Self::Updated { old, new } => old.meta().generation != new.meta().generation,
+            Self::Updated { old, new } => old.generation() != new.generation(),
             _ => true,
         }
     }
@@ -89,23 +86,12 @@ impl<K: Resource + Send + Sync + 'static> Default for CacheWriter<K> {
     }
 }
 
-impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
+impl<K: Object + Send + Sync + 'static> CacheWriter<K> {
     /// A writer of a new, empty cache with no index, that applies `transform` to every object
     /// before storing it (pass `Arc::new(|_| {})` to store objects exactly as received;
     /// `default()` strips `managedFields`).
     pub fn new(transform: Transform<K>) -> Self {
-        Self {
-            cache: Arc::new(Cache::empty(Indexes::default(), metadata_label::<K>)),
-            transform,
-            relist: None,
-        }
-    }
-
-    /// This writer, its cache reading each object's labels with `label_of` (for the label index
-    /// and [`Cache::list_labelled`]): for a cached form that keeps its labels outside its metadata.
-    pub fn with_label_reader(self, label_of: LabelReader<K>) -> Self {
-        let indexes = self.cache.indexes();
-        self.remade(indexes, label_of)
+        Self { cache: Arc::new(Cache::empty(Indexes::default())), transform, relist: None }
     }
 
     /// This writer, keeping its cache indexed by namespace too, for [`Cache::list_namespace`].
@@ -131,13 +117,8 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
     }
 
     fn indexed(self, indexes: Indexes) -> Self {
-        let label_of = self.cache.label_of;
-        self.remade(indexes, label_of)
-    }
-
-    fn remade(self, indexes: Indexes, label_of: LabelReader<K>) -> Self {
         debug_assert!(self.cache.is_empty() && Arc::strong_count(&self.cache) == 1, "a new writer's cache");
-        Self { cache: Arc::new(Cache::empty(indexes, label_of)), ..self }
+        Self { cache: Arc::new(Cache::empty(indexes)), ..self }
     }
 
     /// The cache this writer keeps: clone the `Arc` to hand out read access.
@@ -166,7 +147,7 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
                 removed
             }
             ReflectorEvent::Applied(obj) => {
-                let resource_version = obj.meta().resource_version.clone();
+                let resource_version = obj.resource_version().map(str::to_owned);
                 let change = self.store(obj);
                 if let Some(rv) = resource_version {
                     self.set_resource_version(&rv);
@@ -174,7 +155,7 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
                 change.into_iter().collect()
             }
             ReflectorEvent::Deleted(mut obj) => {
-                let resource_version = obj.meta().resource_version.clone();
+                let resource_version = obj.resource_version().map(str::to_owned);
                 self.remove(&ObjectKey::of(&obj));
                 (self.transform)(&mut obj);
                 if let Some(rv) = resource_version {
@@ -233,7 +214,7 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
             refile(index, old.and_then(controller_uid), new.and_then(controller_uid), key);
         }
         if let Some(index) = &cache.by_label {
-            let place_of = |obj| index.place_of(obj, cache.label_of);
+            let place_of = |obj| index.place_of(obj);
             index.refile(old.and_then(place_of), new.and_then(place_of), key);
         }
     }
@@ -259,8 +240,8 @@ impl<K: Resource + Send + Sync + 'static> CacheWriter<K> {
     }
 }
 
-fn same_version<K: Resource>(cached: &K, incoming: &K) -> bool {
-    match (&cached.meta().resource_version, &incoming.meta().resource_version) {
+fn same_version<K: Object>(cached: &K, incoming: &K) -> bool {
+    match (cached.resource_version(), incoming.resource_version()) {
         (Some(a), Some(b)) => a == b,
         _ => false,
     }

@@ -50,10 +50,12 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::client::Body;
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
+
+use crate::runtime::Object;
 
 pub use backoff::{ReconnectBackoff, ReconnectBackoffConfig};
 pub use decode::{INITIAL_EVENTS_END, MalformedLine, WatchLine, decode_list_page, decode_watch_line};
@@ -246,10 +248,11 @@ impl<K> fmt::Debug for Reflector<K> {
 
 impl<K> Reflector<K>
 where
-    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    K: Object + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
 {
-    /// A reflector over the objects `api` addresses (one namespace, or all of them).
-    pub fn new(api: Api<K>, config: ReflectorConfig) -> Self {
+    /// A reflector over the objects `api` addresses (one namespace, or all of them), decoded as
+    /// `K` (the resource itself, or a cached form of it).
+    pub fn new(api: Api<K::Resource>, config: ReflectorConfig) -> Self {
         let url = api.resource_url().to_string();
         Self {
             client: api.into_client(),
@@ -429,12 +432,12 @@ where
                         sink(ReflectorEvent::Listed(obj));
                     }
                     Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) => {
-                        advance(&mut resume, obj.meta().resource_version.as_deref());
+                        advance(&mut resume, obj.resource_version());
                         sink(ReflectorEvent::Applied(obj));
                     }
                     Ok(WatchLine::Deleted(obj)) => {
                         if !listing {
-                            advance(&mut resume, obj.meta().resource_version.as_deref());
+                            advance(&mut resume, obj.resource_version());
                         }
                         sink(ReflectorEvent::Deleted(obj));
                     }
