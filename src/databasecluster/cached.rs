@@ -44,7 +44,7 @@ use std::sync::Arc;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -52,13 +52,13 @@ use serde::{Deserialize, Serialize};
 use super::backup::jobs::CLUSTER_LABEL;
 pub use super::compact::Compact;
 use super::drift::needs_update;
-use super::identity::Identity;
+use super::identity::{Identity, object_by_identity};
 use super::packed::Packed;
 use super::resources::label;
 use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
 use crate::runtime::cache::{CacheWriter, strip_managed_fields};
-use crate::runtime::object::{Object, OwnerRef};
+use crate::runtime::object::Object;
 
 /// How an object of this kind is kept in the operator's caches (see the module docs): whole,
 /// without `managedFields`, unless the kind says otherwise.
@@ -226,14 +226,7 @@ impl Serialize for CachedPod {
             .iter()
             .filter_map(|name| Some((name.to_string(), self.label(name)?.to_owned())))
             .collect();
-        let owner = self.identity.controller_owner().map(|owner| OwnerReference {
-            api_version: owner.api_version.to_owned(),
-            kind: owner.kind.to_owned(),
-            name: owner.name.to_owned(),
-            uid: owner.uid.to_owned(),
-            controller: Some(true),
-            ..OwnerReference::default()
-        });
+        let owner = self.identity.controller_owner().map(|owner| owner.to_reference());
         let metadata = ObjectMeta {
             labels: Some(labels).filter(|l| !l.is_empty()),
             owner_references: owner.map(|owner| vec![owner]),
@@ -263,29 +256,7 @@ impl<'de> Deserialize<'de> for CachedPod {
 impl Object for CachedPod {
     type Resource = Pod;
 
-    fn name(&self) -> Option<&str> {
-        self.identity.name()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        self.identity.namespace()
-    }
-
-    fn resource_version(&self) -> Option<&str> {
-        self.identity.resource_version()
-    }
-
-    fn generation(&self) -> Option<i64> {
-        self.identity.generation()
-    }
-
-    fn is_deleting(&self) -> bool {
-        self.identity.is_deleting()
-    }
-
-    fn controller_owner(&self) -> Option<OwnerRef<'_>> {
-        self.identity.controller_owner()
-    }
+    object_by_identity!();
 
     fn label(&self, key: &str) -> Option<&str> {
         CachedPod::label(self, key)

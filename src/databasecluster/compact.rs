@@ -46,10 +46,10 @@ use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::databasecluster::drift::needs_update_json;
-use crate::databasecluster::identity::Identity;
+use crate::databasecluster::identity::{Identity, object_by_identity};
 use crate::databasecluster::packed::Packed;
 use crate::runtime::cache::CacheWriter;
-use crate::runtime::object::{Object, OwnerRef};
+use crate::runtime::object::Object;
 
 /// An object of kind `K` kept as its packed JSON text (see the module docs).
 pub struct Compact<K> {
@@ -214,29 +214,7 @@ impl<'de, K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static
 impl<K: Resource<DynamicType = ()>> Object for Compact<K> {
     type Resource = K;
 
-    fn name(&self) -> Option<&str> {
-        self.identity.name()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        self.identity.namespace()
-    }
-
-    fn resource_version(&self) -> Option<&str> {
-        self.identity.resource_version()
-    }
-
-    fn generation(&self) -> Option<i64> {
-        self.identity.generation()
-    }
-
-    fn is_deleting(&self) -> bool {
-        self.identity.is_deleting()
-    }
-
-    fn controller_owner(&self) -> Option<OwnerRef<'_>> {
-        self.identity.controller_owner()
-    }
+    object_by_identity!();
 
     /// Labels stay in the text: a cache of `Compact`s keeps no label index.
     fn label(&self, _: &str) -> Option<&str> {

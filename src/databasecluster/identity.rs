@@ -115,6 +115,37 @@ impl Identity {
     }
 }
 
+/// The [`Object`](crate::runtime::Object) methods of a cached form that keeps its [`Identity`] in
+/// a field `identity` (all but `label`).
+macro_rules! object_by_identity {
+    () => {
+        fn name(&self) -> Option<&str> {
+            self.identity.name()
+        }
+
+        fn namespace(&self) -> Option<&str> {
+            self.identity.namespace()
+        }
+
+        fn resource_version(&self) -> Option<&str> {
+            self.identity.resource_version()
+        }
+
+        fn generation(&self) -> Option<i64> {
+            self.identity.generation()
+        }
+
+        fn is_deleting(&self) -> bool {
+            self.identity.is_deleting()
+        }
+
+        fn controller_owner(&self) -> Option<crate::runtime::object::OwnerRef<'_>> {
+            self.identity.controller_owner()
+        }
+    };
+}
+pub(crate) use object_by_identity;
+
 impl fmt::Debug for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Identity")

@@ -26,7 +26,6 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +46,7 @@ use crate::runtime::introspection::{InformerProbe, Introspection};
 use crate::runtime::leader;
 use crate::runtime::manager::WorkloadContext;
 use crate::runtime::metrics::Metrics;
+use crate::runtime::object::InformerObject;
 use crate::runtime::reflector::ReflectorConfig;
 use crate::runtime::workqueue::QueueConfig;
 use crate::runtime::{Object, ObjectKey};
@@ -421,13 +421,7 @@ fn labelled_informer<K>(
     writer: CacheWriter<K>,
 ) -> Arc<Informer<K>>
 where
-    K: Object<Resource: Resource<DynamicType = (), Scope = NamespaceResourceScope>>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: InformerObject<Resource: Resource<DynamicType = (), Scope = NamespaceResourceScope>>,
 {
     let config = ReflectorConfig { label_selector: Some(selector.to_owned()), ..ReflectorConfig::default() };
     Arc::new(Informer::with_writer(api::<K>(client, namespace), config, writer))

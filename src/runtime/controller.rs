@@ -47,7 +47,6 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::Resource;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -62,6 +61,7 @@ use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
 use crate::runtime::informer::{EventOrigin, Informer};
 use crate::runtime::introspection::{ControllerProbe, PassHistories, PassRecord};
 use crate::runtime::metrics::ControllerMetrics;
+use crate::runtime::object::InformerObject;
 use crate::runtime::workqueue::{Priority, QueueConfig};
 use crate::runtime::writes::{KindName, Write, record_writes};
 use crate::runtime::{Object, ObjectKey};
@@ -269,13 +269,7 @@ impl<K> std::fmt::Debug for Controller<K> {
 
 impl<K> Controller<K>
 where
-    K: Object<Resource: Resource<DynamicType = ()>>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: InformerObject<Resource: Resource<DynamicType = ()>>,
 {
     /// A controller reconciling the objects of `primary`: each event enqueues the object's own key.
     pub fn new(primary: &Arc<Informer<K>>, config: ControllerConfig) -> Self {
@@ -299,7 +293,7 @@ where
     /// ownerReference, if it names a `K`, gives the owner's key (same namespace as the child).
     pub fn owns<C>(self, children: &Arc<Informer<C>>) -> Self
     where
-        C: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        C: InformerObject,
         <C::Resource as Resource>::DynamicType: Default,
     {
         self.watch_events(children, |child: &C| controller_owner_key::<K, C>(child), Via::Mapper)
@@ -315,7 +309,7 @@ where
         mapper: impl Fn(&W) -> I + Send + Sync + 'static,
     ) -> Self
     where
-        W: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        W: InformerObject,
         <W::Resource as Resource>::DynamicType: Default,
         I: IntoIterator<Item = ObjectKey> + 'static,
     {
@@ -331,7 +325,7 @@ where
         via: Via,
     ) -> Self
     where
-        W: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        W: InformerObject,
         <W::Resource as Resource>::DynamicType: Default,
         I: IntoIterator<Item = ObjectKey> + 'static,
     {

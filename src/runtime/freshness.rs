@@ -22,13 +22,13 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, future};
 use kube::Resource;
 use parking_lot::RwLock;
-use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use crate::runtime::ObjectKey;
 use crate::runtime::informer::Informer;
+use crate::runtime::object::InformerObject;
 use crate::runtime::selector::LabelSelector;
 use crate::runtime::writes::{KindName, Write, resource_version_reached};
-use crate::runtime::{Object, ObjectKey};
 
 /// How long a pass waits at most for the informers to deliver its key's last writes.
 pub const DEFAULT_STALE_CACHE_WAIT: Duration = Duration::from_secs(5);
@@ -45,7 +45,7 @@ trait DeliveredVersion: Send + Sync + 'static {
 
 impl<K> DeliveredVersion for Informer<K>
 where
-    K: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: InformerObject,
 {
     fn reached(&self, resource_version: &str) -> bool {
         self.cache().resource_version().is_some_and(|seen| resource_version_reached(&seen, resource_version))
@@ -114,7 +114,7 @@ impl Freshness {
     /// holds). Registering the same informer twice keeps one.
     pub fn watch<K>(&self, informer: &Arc<Informer<K>>)
     where
-        K: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        K: InformerObject,
         <K::Resource as Resource>::DynamicType: Default,
     {
         let probe: Arc<dyn DeliveredVersion> = Arc::clone(informer) as Arc<dyn DeliveredVersion>;

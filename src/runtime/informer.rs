@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use crate::runtime::cache::{Cache, CacheWriter, Transform};
+use crate::runtime::object::InformerObject;
 use crate::runtime::reflector::{InitialList, Reflector, ReflectorConfig, ReflectorEvent, ReflectorStats};
 use crate::runtime::{Object, ObjectKey};
 
@@ -171,7 +172,7 @@ where
 
 impl<K> Informer<K>
 where
-    K: Object + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    K: InformerObject,
 {
     /// An informer with explicit reflector settings and cache transform.
     pub fn with_config(api: Api<K::Resource>, config: ReflectorConfig, transform: Transform<K>) -> Self {

@@ -21,17 +21,17 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
+use crate::runtime::ObjectKey;
 use crate::runtime::causes::{self, CauseLog, ControllerQueue};
 use crate::runtime::controller::PassResult;
 use crate::runtime::freshness::Waited;
 use crate::runtime::informer::{Informer, InformerStats};
+use crate::runtime::object::InformerObject;
 use crate::runtime::workqueue::{KeyPhase, KeyState};
 use crate::runtime::writes::PassWrite;
-use crate::runtime::{Object, ObjectKey};
 
 /// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,7 +199,7 @@ pub trait InformerProbe: Send + Sync + 'static {
 
 impl<K> InformerProbe for Informer<K>
 where
-    K: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: InformerObject,
 {
     fn stats(&self) -> InformerStats {
         Informer::stats(self)

@@ -7,6 +7,11 @@
 //! ([`Object::Resource`]): its informer lists and watches that resource's URL, and owners and
 //! writes are matched by that resource's kind.
 
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde::de::DeserializeOwned;
+
 use crate::runtime::cache::controller_owner;
 
 /// An object as the runtime reads it (see the module docs).
@@ -30,6 +35,12 @@ pub trait Object {
     fn label(&self, key: &str) -> Option<&str>;
 }
 
+/// An [`Object`] an informer can hold: decoded from the API's JSON, shared across tasks. Every
+/// type that is all of these is one.
+pub trait InformerObject: Object + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
+
+impl<T: Object + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static> InformerObject for T {}
+
 /// An object's controller ownerReference, as the runtime reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OwnerRef<'a> {
@@ -41,6 +52,20 @@ pub struct OwnerRef<'a> {
     pub name: &'a str,
     /// `uid`.
     pub uid: &'a str,
+}
+
+impl OwnerRef<'_> {
+    /// The ownerReference itself (`controller: true`), for an object shown or handed on whole.
+    pub fn to_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.api_version.to_owned(),
+            kind: self.kind.to_owned(),
+            name: self.name.to_owned(),
+            uid: self.uid.to_owned(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }
+    }
 }
 
 impl<K: kube::Resource> Object for K {

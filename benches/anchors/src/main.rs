@@ -40,11 +40,12 @@ use k8s_openapi::NamespaceResourceScope;
 use std::borrow::Cow;
 
 use dbcluster_operator::runtime::Object;
+use dbcluster_operator::runtime::object::InformerObject;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
@@ -68,14 +69,7 @@ struct Watched<F> {
 impl<'de, F: Object + Deserialize<'de>> Deserialize<'de> for Watched<F> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let form = F::deserialize(deserializer)?;
-        let owner = form.controller_owner().map(|owner| OwnerReference {
-            api_version: owner.api_version.to_owned(),
-            kind: owner.kind.to_owned(),
-            name: owner.name.to_owned(),
-            uid: owner.uid.to_owned(),
-            controller: Some(true),
-            ..OwnerReference::default()
-        });
+        let owner = form.controller_owner().map(|owner| owner.to_reference());
         let metadata = ObjectMeta {
             name: form.name().map(str::to_owned),
             namespace: form.namespace().map(str::to_owned),
@@ -125,7 +119,7 @@ impl<F: Object<Resource: Resource<DynamicType = ()>>> Resource for Watched<F> {
 /// keeps whole, the form for a [`Watched`] one.
 trait Mirrored: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static {
     /// The operator's cached form.
-    type Form: Object + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static;
+    type Form: InformerObject;
 
     /// The cached form of this object.
     fn form(&self) -> Self::Form;
@@ -133,13 +127,7 @@ trait Mirrored: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + S
 
 impl<F> Mirrored for Watched<F>
 where
-    F: Object<Resource: Resource<DynamicType = ()>>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    F: InformerObject<Resource: Resource<DynamicType = ()>>,
 {
     type Form = F;
 

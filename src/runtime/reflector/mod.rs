@@ -52,10 +52,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::client::Body;
 use kube::{Api, Client};
 use parking_lot::Mutex;
-use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::runtime::Object;
+use crate::runtime::object::InformerObject;
 
 pub use backoff::{ReconnectBackoff, ReconnectBackoffConfig};
 pub use decode::{INITIAL_EVENTS_END, MalformedLine, WatchLine, decode_list_page, decode_watch_line};
@@ -248,7 +247,7 @@ impl<K> fmt::Debug for Reflector<K> {
 
 impl<K> Reflector<K>
 where
-    K: Object + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    K: InformerObject,
 {
     /// A reflector over the objects `api` addresses (one namespace, or all of them), decoded as
     /// `K` (the resource itself, or a cached form of it).
