@@ -36,6 +36,7 @@
 //!
 //! Reconcile receives only the key and the shared context; it reads objects from the caches.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -630,7 +631,17 @@ where
             m.pass(result, took);
         }
         let hot = self.watch_for_hot_loop(&key, &writes);
-        let history = writes.iter().map(Write::for_history).collect();
+        let history = writes
+            .iter()
+            .map(|write| {
+                let mut kept = write.for_history();
+                if kept.key == key {
+                    // The key's own object (its status): the queue's copy, not one more text.
+                    kept.key = key.clone();
+                }
+                kept
+            })
+            .collect();
         let pending = self.freshness.pending(&writes);
         drop(writes);
         if !pending.is_empty() {
@@ -640,8 +651,7 @@ where
             causes,
             started,
             result,
-            error: error_message,
-            finished: Instant::now(),
+            error: error_message.map(String::into_boxed_str),
             took,
             writes: history,
             stale_cache_wait: stale_wait,
@@ -707,8 +717,9 @@ where
     /// deleted object that reconciled cleanly leaves no record behind, so the records stay as
     /// many as the objects.
     ///
-    /// Held for every key at scale, so it is kept tight: the history grows to its bound and no
-    /// further (not to the next power of two), and a pass's causes keep no spare room.
+    /// Held for every key at scale, so it is kept tight: the history grows one record at a time
+    /// up to its bound (a settled key's few passes leave no spare room), and a pass's causes keep
+    /// none either.
     fn remember(&self, key: ObjectKey, mut last: PassRecord) {
         if last.result == PassResult::Success && !(self.exists)(&key) {
             self.passes.remove(&key);
@@ -717,18 +728,18 @@ where
             return;
         }
         last.causes.kept.shrink_to_fit();
-        let bound = self.config.pass_history.max(1);
-        let mut history = self.passes.entry(key).or_default();
-        while history.len() >= bound {
-            history.pop_front();
-        }
-        let len = history.len();
-        if len == history.capacity() {
-            // Below the bound after the pops above, so this makes room for one more at least.
-            history.reserve_exact((len * 2).max(4).min(bound) - len);
-        }
-        history.push_back(last);
+        keep_last(&mut self.passes.entry(key).or_default(), last, self.config.pass_history);
     }
+}
+
+/// Appends `pass` to `history`, dropping the oldest records beyond `bound` (at least one is
+/// kept), and growing the history one record at a time: no spare room.
+fn keep_last(history: &mut VecDeque<PassRecord>, pass: PassRecord, bound: usize) {
+    while history.len() >= bound.max(1) {
+        history.pop_front();
+    }
+    history.reserve_exact(1);
+    history.push_back(pass);
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -745,6 +756,36 @@ mod tests {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    fn pass_of(took_ms: u64) -> PassRecord {
+        PassRecord {
+            causes: CauseLog::default(),
+            started: Instant::now(),
+            result: PassResult::Success,
+            error: None,
+            took: Duration::from_millis(took_ms),
+            writes: Box::new([]),
+            stale_cache_wait: None,
+            hot_loop: false,
+        }
+    }
+
+    #[test]
+    fn a_history_keeps_its_last_passes_with_no_spare_room() {
+        let mut history = VecDeque::new();
+        for took in 0..3 {
+            keep_last(&mut history, pass_of(took), 10);
+            assert_eq!(history.capacity(), history.len(), "no room beyond the records");
+        }
+        for took in 3..12 {
+            keep_last(&mut history, pass_of(took), 10);
+        }
+        let kept: Vec<u128> = history.iter().map(|pass| pass.took.as_millis()).collect();
+        assert_eq!(kept, (2..12).collect::<Vec<_>>(), "the last ten, oldest first");
+        assert_eq!(history.capacity(), 10);
+        let pass = pass_of(5);
+        assert_eq!(pass.finished(), pass.started + Duration::from_millis(5));
+    }
 
     fn pod_owned_by(kind: &str, api_version: &str, controller: bool) -> Pod {
         Pod {

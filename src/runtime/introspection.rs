@@ -43,9 +43,7 @@ pub struct PassRecord {
     /// The outcome.
     pub result: PassResult,
     /// The error's message, for an error, a panic or a timeout.
-    pub error: Option<String>,
-    /// When the pass ended.
-    pub finished: Instant,
+    pub error: Option<Box<str>>,
     /// How long the pass took.
     pub took: Duration,
     /// What it wrote (the server's resourceVersions).
@@ -54,6 +52,14 @@ pub struct PassRecord {
     pub stale_cache_wait: Option<Waited>,
     /// The key was in a hot loop after this pass.
     pub hot_loop: bool,
+}
+
+impl PassRecord {
+    /// When the pass ended: its start and how long it took (a record is kept for every key, so
+    /// it does not hold what it can derive).
+    pub fn finished(&self) -> Instant {
+        self.started + self.took
+    }
 }
 
 /// One key as the debug endpoint shows it: the queue's view and the last pass.
@@ -143,12 +149,12 @@ impl ControllerProbe {
         let mut latest: BinaryHeap<Reverse<Latest>> = BinaryHeap::with_capacity(limit + 1);
         for entry in self.passes.iter() {
             for pass in entry.value().iter().rev() {
-                let older = latest.peek().is_some_and(|Reverse(oldest)| oldest.finished >= pass.finished);
+                let older = latest.peek().is_some_and(|Reverse(oldest)| oldest.finished >= pass.finished());
                 if limit == 0 || (latest.len() == limit && older) {
                     break;
                 }
                 let (key, pass) = (entry.key().clone(), pass.clone());
-                latest.push(Reverse(Latest { finished: pass.finished, key, pass }));
+                latest.push(Reverse(Latest { finished: pass.finished(), key, pass }));
                 if latest.len() > limit {
                     latest.pop();
                 }
@@ -524,13 +530,13 @@ impl KeyView {
 
 impl PassView {
     fn of(pass: &PassRecord, clock: &Clock) -> Self {
-        let (finished, offset) = clock.render(pass.finished);
+        let (finished, offset) = clock.render(pass.finished());
         Self {
             trigger: pass.causes.trigger().to_string(),
             causes: pass.causes.clone(),
             started: clock.render(pass.started).0,
             result: pass.result,
-            error: pass.error.clone(),
+            error: pass.error.as_deref().map(str::to_owned),
             finished,
             finished_seconds_ago: -offset,
             took_seconds: round_ms(pass.took.as_secs_f64()),
