@@ -26,12 +26,10 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
-
-use crate::runtime::Object;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
-use crate::runtime::ObjectKey;
+use crate::runtime::{Object, ObjectKey};
 
 pub use writer::{CacheWriter, InformerEvent};
 
