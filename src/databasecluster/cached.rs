@@ -150,9 +150,10 @@ pub struct CachedPod {
 impl CachedPod {
     /// A cached pod of `metadata` and `status`: of the metadata it keeps the [`Identity`] a
     /// [`Compact`] keeps (name, namespace, resourceVersion, generation, deletion, the controller
-    /// owner) and the values of the labels in [`POD_LABELS_READ`]; the status is reduced to what the passes
-    /// read: the phase, the reason and message, the `Ready` condition, the pod IP and each
-    /// container's name, state, last state, readiness and restart count.
+    /// owner), the creation time and the values of the labels in [`POD_LABELS_READ`]; the status
+    /// is reduced to what the passes read: the phase, the reason and message, the `Ready`
+    /// condition, the pod IP and each container's name, state, last state, readiness and restart
+    /// count.
     pub fn new(mut metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
         // No pass reads a pod's annotations (the template's, copied to every pod), nor most of
         // its labels (the template's own, the StatefulSet controller's pod name and index).

@@ -3,12 +3,11 @@
 //! the ConfigMap and the PodDisruptionBudget), and decodes ([`Compact::expand`]) for the few fields
 //! it reads (the StatefulSet's, a password), and for the DatabaseCluster, which a pass decodes
 //! once. `K` is any `kube::Resource` of a static type (k8s-openapi's kinds and the operator's own
-//! custom resource alike); to the runtime, a `Compact<K>` is an [`Object`] of the same resource. A
-//! decoded k8s-openapi object costs
-//! several times its JSON: its inline struct is mostly empty `Option`s (a `Service` is 824 bytes
-//! before any of its heap), each non-empty map (labels, a selector, a Secret's data) allocates a
-//! 544-byte node, and every string is an allocation of its own. Kept as text, a Service is its
-//! packed JSON plus the few identity fields the cache and the controller read.
+//! custom resource alike); to the runtime, a `Compact<K>` is an [`Object`] of the same resource.
+//! A decoded k8s-openapi object costs several times its JSON: its inline struct is mostly empty
+//! `Option`s (a `Service` is 824 bytes before any of its heap), each non-empty map (labels, a
+//! selector, a Secret's data) allocates a 544-byte node, and every string is an allocation of its
+//! own. Kept as text, a Service is its packed JSON plus the few identity fields the runtime reads.
 //!
 //! The contract:
 //! - the text is the whole object as decoded into a `K` (every field k8s-openapi knows, as the
@@ -216,7 +215,8 @@ impl<K: Resource<DynamicType = ()>> Object for Compact<K> {
 
     object_by_identity!();
 
-    /// Labels stay in the text: a cache of `Compact`s keeps no label index.
+    /// `None`: labels stay in the text, so neither a label index nor `Cache::list_labelled` finds
+    /// a `Compact` by its labels (the operator reads none of these caches by label).
     fn label(&self, _: &str) -> Option<&str> {
         None
     }

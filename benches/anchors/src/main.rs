@@ -19,6 +19,7 @@
 //! (other flags are ignored). `/metrics` on ADDR answers `controller_runtime_reconcile_total` and
 //! `controller_runtime_reconcile_errors_total`; SIGTERM exits.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -31,16 +32,13 @@ use dbcluster_operator::databasecluster::operator::{
 };
 use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
-use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::CacheWriter;
 use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileError};
+use dbcluster_operator::runtime::object::InformerObject;
 use dbcluster_operator::runtime::reflector::ReflectorEvent;
+use dbcluster_operator::runtime::{Object, ObjectKey};
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
-use std::borrow::Cow;
-
-use dbcluster_operator::runtime::Object;
-use dbcluster_operator::runtime::object::InformerObject;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
