@@ -263,12 +263,12 @@ fn memory(_: &mut Criterion) {
     let n = std::env::var("CACHE_BENCH_OBJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     memory_report::<Pod>("Pod", n, pod_line);
     memory_report::<StatefulSet>("StatefulSet", n, statefulset_line);
-    shaped_report::<Pod, CachedPod>("Pod", n, pod_line, CachedPod::cache_writer);
+    shaped_report::<Pod, CachedPod>("Pod", n, pod_line, CacheWriter::<CachedPod>::as_received);
     shaped_report::<StatefulSet, Compact<StatefulSet>>(
         "StatefulSet",
         n,
         statefulset_line,
-        Compact::<StatefulSet>::cache_writer,
+        CacheWriter::<Compact<StatefulSet>>::as_received,
     );
 }
 

@@ -39,11 +39,9 @@
 //! read after a create found the object already there).
 
 use std::fmt::Debug;
-use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::de::DeserializeOwned;
@@ -57,21 +55,12 @@ use super::packed::Packed;
 use super::resources::label;
 use super::services::ROLE_LABEL;
 use super::topology::REVISION_LABEL;
-use crate::runtime::cache::{CacheWriter, strip_managed_fields};
-use crate::runtime::object::Object;
-
-/// How an object of this kind is kept in the operator's caches (see the module docs): whole,
-/// without `managedFields`, unless the kind says otherwise.
-pub trait CacheShape: Resource + Clone + Serialize + Send + Sync + 'static {
-    /// A writer of a cache that keeps objects of this kind in this shape.
-    fn cache_writer() -> CacheWriter<Self> {
-        CacheWriter::new(Arc::new(strip_managed_fields::<Self>))
-    }
-}
+use crate::runtime::cache::strip_managed_fields;
+use crate::runtime::object::{Object, shown_metadata};
 
 /// A child kind's form in the operator's caches, beside the object the operator builds and
-/// writes: the object itself for a kind kept as a k8s-openapi object ([`CacheShape`]), a
-/// [`Compact`] for a kind kept as text. `ensure_child` reads and compares either.
+/// writes: the object itself for a kind kept whole (a `kube::Resource`, without `managedFields`),
+/// a [`Compact`] for a kind kept as text. `ensure_child` reads and compares either.
 pub trait ChildForm:
     Object<Resource: Resource<DynamicType = (), Scope = NamespaceResourceScope>> + Send + Sync + 'static
 {
@@ -93,7 +82,14 @@ pub trait ChildForm:
 
 impl<K> ChildForm for K
 where
-    K: CacheShape + Resource<DynamicType = (), Scope = NamespaceResourceScope> + Debug + DeserializeOwned,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     type Object = K;
 
@@ -194,11 +190,6 @@ impl CachedPod {
         self.created
     }
 
-    /// A writer of a cache that keeps pods in this form (made as they are decoded).
-    pub fn cache_writer() -> CacheWriter<Self> {
-        CacheWriter::new(Arc::new(|_: &mut Self| {}))
-    }
-
     /// The value of label `name`, if it is one the cache keeps ([`POD_LABELS_READ`]) and the pod
     /// has it; `None` for any other label.
     pub fn label(&self, name: &str) -> Option<&str> {
@@ -227,12 +218,10 @@ impl Serialize for CachedPod {
             .iter()
             .filter_map(|name| Some((name.to_string(), self.label(name)?.to_owned())))
             .collect();
-        let owner = self.identity.controller_owner().map(|owner| owner.to_reference());
         let metadata = ObjectMeta {
             labels: Some(labels).filter(|l| !l.is_empty()),
-            owner_references: owner.map(|owner| vec![owner]),
             creation_timestamp: self.created.map(Time),
-            ..self.identity.own_fields()
+            ..shown_metadata(self)
         };
         Shown { metadata, status: self.status.as_ref() }.serialize(serializer)
     }
@@ -282,11 +271,6 @@ fn states_only(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
         })
         .collect()
 }
-
-impl CacheShape for Secret {}
-impl CacheShape for Job {}
-impl CacheShape for CronJob {}
-impl CacheShape for PersistentVolumeClaim {}
 
 #[cfg(test)]
 mod tests {
@@ -486,7 +470,8 @@ mod tests {
         assert_eq!(ObjectKey::of(&decoded), ObjectKey::namespaced("default", "pg-0"));
         assert!(size_of::<CachedPod>() * 2 < size_of::<Pod>(), "the spec's inline bytes are gone");
 
-        let mut writer = CachedPod::cache_writer().with_label_index(label::INSTANCE);
+        let mut writer =
+            crate::runtime::cache::CacheWriter::<CachedPod>::as_received().with_label_index(label::INSTANCE);
         writer.apply(crate::runtime::reflector::ReflectorEvent::Applied(decoded));
         let kept = writer.cache().list();
         assert_eq!(kept.len(), 1);

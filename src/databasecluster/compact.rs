@@ -36,9 +36,10 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::Error as _;
@@ -47,7 +48,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::databasecluster::drift::needs_update_json;
 use crate::databasecluster::identity::{Identity, object_by_identity};
 use crate::databasecluster::packed::Packed;
-use crate::runtime::cache::CacheWriter;
 use crate::runtime::object::Object;
 
 /// An object of kind `K` kept as its packed JSON text (see the module docs).
@@ -65,11 +65,7 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Com
     pub fn from_object(mut object: K) -> serde_json::Result<Self> {
         let metadata = object.meta_mut();
         let identity = Identity::of(metadata);
-        // What the identity keeps is left out of the text (see the module docs).
-        metadata.name = None;
-        metadata.namespace = None;
-        metadata.resource_version = None;
-        metadata.generation = None;
+        move_own_fields(metadata, &mut ObjectMeta::default());
         metadata.managed_fields = None;
         let text = serde_json::to_vec(&object)?;
         Ok(Compact {
@@ -80,21 +76,11 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Com
         })
     }
 
-    /// A writer of a cache that keeps objects of kind `K` in this form. It strips nothing:
-    /// decoding already kept only the identity beside the text.
-    pub fn cache_writer() -> CacheWriter<Self> {
-        CacheWriter::new(Arc::new(|_: &mut Self| {}))
-    }
-
     /// The object decoded whole (its identity put back), for a pass that reads more than its
     /// identity.
     pub fn expand(&self) -> serde_json::Result<K> {
         let mut object: K = self.decode_as()?;
-        let metadata = object.meta_mut();
-        metadata.name = self.identity.name().map(str::to_owned);
-        metadata.namespace = self.identity.namespace().map(str::to_owned);
-        metadata.resource_version = self.identity.resource_version().map(str::to_owned);
-        metadata.generation = self.identity.generation();
+        move_own_fields(&mut self.identity.own_fields(), object.meta_mut());
         Ok(object)
     }
 
@@ -151,6 +137,15 @@ fn desired_digest<K: Serialize>(desired: &K) -> Option<u64> {
     let mut digesting = Digesting(KEY.get_or_init(RandomState::new).build_hasher());
     serde_json::to_writer(&mut digesting, desired).ok()?;
     Some(digesting.0.finish().max(1))
+}
+
+/// Moves the fields the text leaves out, which the identity keeps (see the module docs), from
+/// `from` to `into`: the one list of them.
+fn move_own_fields(from: &mut ObjectMeta, into: &mut ObjectMeta) {
+    into.name = from.name.take();
+    into.namespace = from.namespace.take();
+    into.resource_version = from.resource_version.take();
+    into.generation = from.generation.take();
 }
 
 /// The text as JSON with the fields `identity` keeps put back into its metadata: the whole object.

@@ -161,20 +161,10 @@ impl fmt::Debug for Identity {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-
-    fn owner(name: &str, controller: bool) -> OwnerReference {
-        OwnerReference {
-            api_version: "databases.madmmas.dev/v1alpha1".into(),
-            kind: "DatabaseCluster".into(),
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            controller: Some(controller),
-            ..OwnerReference::default()
-        }
-    }
+    use crate::runtime::object::test_owner as owner;
 
     #[test]
     fn it_reads_as_the_metadata_it_was_made_of() {

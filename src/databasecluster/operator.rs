@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::app_secret::APP_SECRET_OF;
 use super::backup::jobs::CLUSTER_LABEL;
 use super::backup::reconcile::cluster_of_backup_object;
-use super::cached::{CacheShape, CachedPod, Compact};
+use super::cached::{CachedPod, Compact};
 use super::events::{EventFlusher, EventPublisher};
 use super::failures::FailureCounts;
 use super::reconcile::{Context, reconcile};
@@ -130,7 +130,8 @@ pub struct OperatorHandles {
 }
 
 /// The writers of the caches a pass reads, one per watched kind, each keeping what the passes
-/// read ([`CacheShape`]). [`Operator::new`] hands each to its informer;
+/// read (`cached.rs`: a form as received, or a kind whole without `managedFields`).
+/// [`Operator::new`] hands each to its informer;
 /// the kube-runtime anchor (`benches/anchors`) to its own watches. [`CacheWriters::context`] is
 /// the one place a reconcile [`Context`] is made.
 #[derive(Debug)]
@@ -162,19 +163,19 @@ pub struct CacheWriters {
 impl Default for CacheWriters {
     fn default() -> Self {
         CacheWriters {
-            clusters: Compact::<DatabaseCluster>::cache_writer(),
-            statefulsets: Compact::<StatefulSet>::cache_writer(),
-            services: Compact::<Service>::cache_writer(),
-            secrets: Compact::<Secret>::cache_writer(),
-            app_secrets: Secret::cache_writer(),
-            configmaps: Compact::<ConfigMap>::cache_writer(),
-            pdbs: Compact::<PodDisruptionBudget>::cache_writer(),
+            clusters: CacheWriter::as_received(),
+            statefulsets: CacheWriter::as_received(),
+            services: CacheWriter::as_received(),
+            secrets: CacheWriter::as_received(),
+            app_secrets: CacheWriter::default(),
+            configmaps: CacheWriter::as_received(),
+            pdbs: CacheWriter::as_received(),
             // A pass reads its own cluster's pods and Jobs by label, and a backup Job's pods by
             // their owner: indexed, not scanned. No other cache keeps an index.
-            pods: CachedPod::cache_writer().with_label_index(label::INSTANCE).with_owner_index(),
-            jobs: Job::cache_writer().with_label_index(CLUSTER_LABEL),
-            cronjobs: CronJob::cache_writer(),
-            volumes: PersistentVolumeClaim::cache_writer(),
+            pods: CacheWriter::as_received().with_label_index(label::INSTANCE).with_owner_index(),
+            jobs: CacheWriter::default().with_label_index(CLUSTER_LABEL),
+            cronjobs: CacheWriter::default(),
+            volumes: CacheWriter::default(),
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::de::DeserializeOwned;
 
 use crate::runtime::cache::controller_owner;
@@ -54,17 +54,25 @@ pub struct OwnerRef<'a> {
     pub uid: &'a str,
 }
 
-impl OwnerRef<'_> {
-    /// The ownerReference itself (`controller: true`), for an object shown or handed on whole.
-    pub fn to_reference(&self) -> OwnerReference {
-        OwnerReference {
-            api_version: self.api_version.to_owned(),
-            kind: self.kind.to_owned(),
-            name: self.name.to_owned(),
-            uid: self.uid.to_owned(),
-            controller: Some(true),
-            ..OwnerReference::default()
-        }
+/// The metadata an [`Object`] can show: its name, namespace, resourceVersion, generation and
+/// controller ownerReference; for a cached form shown, or handed on, as an object.
+pub fn shown_metadata<O: Object + ?Sized>(object: &O) -> ObjectMeta {
+    ObjectMeta {
+        name: object.name().map(str::to_owned),
+        namespace: object.namespace().map(str::to_owned),
+        resource_version: object.resource_version().map(str::to_owned),
+        generation: object.generation(),
+        owner_references: object.controller_owner().map(|owner| {
+            vec![OwnerReference {
+                api_version: owner.api_version.to_owned(),
+                kind: owner.kind.to_owned(),
+                name: owner.name.to_owned(),
+                uid: owner.uid.to_owned(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]
+        }),
+        ..ObjectMeta::default()
     }
 }
 
@@ -102,5 +110,52 @@ impl<K: kube::Resource> Object for K {
 
     fn label(&self, key: &str) -> Option<&str> {
         self.meta().labels.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+/// A DatabaseCluster's ownerReference named `name` (uid `uid-<name>`), for the tests of the
+/// objects that read one.
+#[cfg(test)]
+pub(crate) fn test_owner(name: &str, controller: bool) -> OwnerReference {
+    OwnerReference {
+        api_version: "databases.madmmas.dev/v1alpha1".into(),
+        kind: "DatabaseCluster".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        controller: Some(controller),
+        ..OwnerReference::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    #[test]
+    fn a_resource_reads_as_its_metadata_and_shows_its_identity_with_its_controller_only() {
+        let metadata = ObjectMeta {
+            name: Some("pg-config".into()),
+            namespace: Some("team-1".into()),
+            resource_version: Some("42".into()),
+            generation: Some(2),
+            labels: Some([("app".to_owned(), "pg".to_owned())].into()),
+            owner_references: Some(vec![test_owner("other", false), test_owner("pg", true)]),
+            ..ObjectMeta::default()
+        };
+        let config_map = ConfigMap { metadata, ..ConfigMap::default() };
+        assert_eq!(config_map.label("app"), Some("pg"));
+        assert_eq!(config_map.controller_owner().map(|owner| owner.uid), Some("uid-pg"));
+        assert!(!config_map.is_deleting());
+        let shown = shown_metadata(&config_map);
+        assert_eq!(
+            shown,
+            ObjectMeta {
+                labels: None,
+                owner_references: Some(vec![test_owner("pg", true)]),
+                ..config_map.metadata.clone()
+            }
+        );
     }
 }

@@ -34,7 +34,7 @@ use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use dbcluster_operator::runtime::cache::CacheWriter;
 use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileError};
-use dbcluster_operator::runtime::object::InformerObject;
+use dbcluster_operator::runtime::object::{InformerObject, shown_metadata};
 use dbcluster_operator::runtime::reflector::ReflectorEvent;
 use dbcluster_operator::runtime::{Object, ObjectKey};
 use futures::{Stream, StreamExt};
@@ -67,16 +67,7 @@ struct Watched<F> {
 impl<'de, F: Object + Deserialize<'de>> Deserialize<'de> for Watched<F> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let form = F::deserialize(deserializer)?;
-        let owner = form.controller_owner().map(|owner| owner.to_reference());
-        let metadata = ObjectMeta {
-            name: form.name().map(str::to_owned),
-            namespace: form.namespace().map(str::to_owned),
-            resource_version: form.resource_version().map(str::to_owned),
-            generation: form.generation(),
-            owner_references: owner.map(|owner| vec![owner]),
-            ..ObjectMeta::default()
-        };
-        Ok(Watched { metadata, form })
+        Ok(Watched { metadata: shown_metadata(&form), form })
     }
 }
 

@@ -88,10 +88,15 @@ impl<K: Resource + Send + Sync + 'static> Default for CacheWriter<K> {
 
 impl<K: Object + Send + Sync + 'static> CacheWriter<K> {
     /// A writer of a new, empty cache with no index, that applies `transform` to every object
-    /// before storing it (pass `Arc::new(|_| {})` to store objects exactly as received;
-    /// `default()` strips `managedFields`).
+    /// before storing it (`default()` strips `managedFields`).
     pub fn new(transform: Transform<K>) -> Self {
         Self { cache: Arc::new(Cache::empty(Indexes::default())), transform, relist: None }
+    }
+
+    /// A writer that stores objects exactly as received: for a cached form that is already what
+    /// the cache should keep once decoded.
+    pub fn as_received() -> Self {
+        Self::new(Arc::new(|_: &mut K| {}))
     }
 
     /// This writer, keeping its cache indexed by namespace too, for [`Cache::list_namespace`].
