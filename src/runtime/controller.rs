@@ -63,6 +63,7 @@ use crate::runtime::informer::{EventOrigin, Informer};
 use crate::runtime::introspection::{ControllerProbe, PassHistories, PassRecord};
 use crate::runtime::metrics::ControllerMetrics;
 use crate::runtime::object::InformerObject;
+use crate::runtime::packed_pass::PackedPass;
 use crate::runtime::workqueue::{Priority, QueueConfig};
 use crate::runtime::writes::{KindName, Write, record_writes};
 use crate::runtime::{Object, ObjectKey};
@@ -631,17 +632,7 @@ where
             m.pass(result, took);
         }
         let hot = self.watch_for_hot_loop(&key, &writes);
-        let history = writes
-            .iter()
-            .map(|write| {
-                let mut kept = write.for_history();
-                if kept.key == key {
-                    // The key's own object (its status): the queue's copy, not one more text.
-                    kept.key = key.clone();
-                }
-                kept
-            })
-            .collect();
+        let history = writes.iter().map(Write::for_history).collect();
         let pending = self.freshness.pending(&writes);
         drop(writes);
         if !pending.is_empty() {
@@ -717,24 +708,25 @@ where
     /// deleted object that reconciled cleanly leaves no record behind, so the records stay as
     /// many as the objects.
     ///
-    /// Held for every key at scale, so it is kept tight: the history grows one record at a time
-    /// up to its bound (a settled key's few passes leave no spare room), and a pass's causes keep
-    /// none either.
-    fn remember(&self, key: ObjectKey, mut last: PassRecord) {
+    /// Held for every key at scale, so it is kept tight: each pass packed ([`PackedPass`]), and
+    /// the history grown one record at a time up to its bound (a settled key's few passes leave
+    /// no spare room).
+    fn remember(&self, key: ObjectKey, last: PassRecord) {
         if last.result == PassResult::Success && !(self.exists)(&key) {
             self.passes.remove(&key);
             self.pending_writes.remove(&key);
             self.hot_loops.lock().remove(&key);
             return;
         }
-        last.causes.kept.shrink_to_fit();
-        keep_last(&mut self.passes.entry(key).or_default(), last, self.config.pass_history);
+        let packed = PackedPass::pack(&key, &last);
+        drop(last);
+        keep_last(&mut self.passes.entry(key).or_default(), packed, self.config.pass_history);
     }
 }
 
 /// Appends `pass` to `history`, dropping the oldest records beyond `bound` (at least one is
 /// kept), and growing the history one record at a time: no spare room.
-fn keep_last(history: &mut VecDeque<PassRecord>, pass: PassRecord, bound: usize) {
+fn keep_last<T>(history: &mut VecDeque<T>, pass: T, bound: usize) {
     while history.len() >= bound.max(1) {
         history.pop_front();
     }

@@ -30,10 +30,12 @@ use crate::runtime::controller::PassResult;
 use crate::runtime::freshness::Waited;
 use crate::runtime::informer::{Informer, InformerStats};
 use crate::runtime::object::InformerObject;
+use crate::runtime::packed_pass::PackedPass;
 use crate::runtime::workqueue::{KeyPhase, KeyState};
 use crate::runtime::writes::PassWrite;
 
-/// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote.
+/// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote. The history
+/// keeps it packed ([`PackedPass`]) and unpacks it for a reader.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PassRecord {
     /// Why it ran: the causes recorded since the previous pass.
@@ -75,8 +77,8 @@ pub struct KeyReport {
     pub pending: CauseLog,
 }
 
-/// Each key's last passes, newest last, as the controller keeps them.
-pub type PassHistories = Arc<DashMap<ObjectKey, VecDeque<PassRecord>>>;
+/// Each key's last passes, newest last, as the controller keeps them: packed ([`PackedPass`]).
+pub type PassHistories = Arc<DashMap<ObjectKey, VecDeque<PackedPass>>>;
 
 /// A read-only view of a controller's queue and last passes, taken before `run` consumes the
 /// controller (`Controller::probe`) and valid while it runs.
@@ -115,7 +117,7 @@ impl ControllerProbe {
             .iter()
             .map(|entry| {
                 let key = entry.key().clone();
-                let last = entry.value().back().cloned();
+                let last = entry.value().back().map(|pass| pass.unpack(&key));
                 (key.clone(), KeyReport { key, queue: None, last, pending: CauseLog::default() })
             })
             .collect();
@@ -131,8 +133,11 @@ impl ControllerProbe {
 
     /// The key's state and last passes (oldest first), if the controller knows the key.
     pub fn history(&self, key: &ObjectKey) -> Option<(KeyReport, Vec<PassRecord>)> {
-        let passes: Vec<PassRecord> =
-            self.passes.get(key).map(|passes| passes.iter().cloned().collect()).unwrap_or_default();
+        let passes: Vec<PassRecord> = self
+            .passes
+            .get(key)
+            .map(|passes| passes.iter().map(|pass| pass.unpack(key)).collect())
+            .unwrap_or_default();
         let queue = self.queue.snapshot().into_iter().find(|state| &state.key == key);
         let pending = causes::pending(&self.queue, key);
         if passes.is_empty() && queue.is_none() && pending.total() == 0 {
@@ -149,18 +154,26 @@ impl ControllerProbe {
         let mut latest: BinaryHeap<Reverse<Latest>> = BinaryHeap::with_capacity(limit + 1);
         for entry in self.passes.iter() {
             for pass in entry.value().iter().rev() {
-                let older = latest.peek().is_some_and(|Reverse(oldest)| oldest.finished >= pass.finished());
+                let finished = pass.finished();
+                let older = latest.peek().is_some_and(|Reverse(oldest)| oldest.finished >= finished);
                 if limit == 0 || (latest.len() == limit && older) {
                     break;
                 }
                 let (key, pass) = (entry.key().clone(), pass.clone());
-                latest.push(Reverse(Latest { finished: pass.finished(), key, pass }));
+                latest.push(Reverse(Latest { finished, key, pass }));
                 if latest.len() > limit {
                     latest.pop();
                 }
             }
         }
-        latest.into_sorted_vec().into_iter().map(|Reverse(l)| (l.key, l.pass)).collect()
+        latest
+            .into_sorted_vec()
+            .into_iter()
+            .map(|Reverse(l)| {
+                let pass = l.pass.unpack(&l.key);
+                (l.key, pass)
+            })
+            .collect()
     }
 
     fn empty_report(&self, key: ObjectKey) -> KeyReport {
@@ -172,7 +185,7 @@ impl ControllerProbe {
 struct Latest {
     finished: Instant,
     key: ObjectKey,
-    pass: PassRecord,
+    pass: PackedPass,
 }
 
 impl PartialEq for Latest {

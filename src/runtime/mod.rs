@@ -4,7 +4,8 @@
 //!
 //! `reflector/` lists and watches one kind; `cache/` stores it (one writer, many readers);
 //! `informer` ties the two together and tells handlers; `controller` turns those events into
-//! reconcile passes through a `workqueue/`; `introspection` and `server` show all of it.
+//! reconcile passes through a `workqueue/`; `introspection` and `server` show all of it, and
+//! `packed_pass` keeps each key's pass history small.
 
 #![warn(missing_docs, missing_debug_implementations)]
 
@@ -23,6 +24,7 @@ pub mod live;
 pub mod manager;
 pub mod metrics;
 pub mod object;
+pub mod packed_pass;
 pub mod process_metrics;
 pub mod reflector;
 pub mod selector;

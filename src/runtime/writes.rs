@@ -46,13 +46,31 @@ impl KindName {
     pub fn as_str(self) -> &'static str {
         self.0
     }
+
+    /// Its place among the interned names, fixed for the life of the process: what a packed
+    /// pass keeps instead of the name (see `packed_pass`).
+    pub(crate) fn index(self) -> usize {
+        // Invariant: the field is private and only `kind_name` makes one, from `KIND_NAMES`.
+        KIND_NAMES
+            .lock()
+            .iter()
+            .position(|known| std::ptr::eq(*known, self.0))
+            .expect("every KindName is interned")
+    }
+
+    /// The interned name at `index`, if there is one.
+    pub(crate) fn by_index(index: usize) -> Option<Self> {
+        KIND_NAMES.lock().get(index).map(|known| KindName(known))
+    }
 }
+
+/// Every kind name interned so far, in the order they were first asked for.
+static KIND_NAMES: parking_lot::Mutex<Vec<&'static String>> = parking_lot::Mutex::new(Vec::new());
 
 /// The one copy of the kind name `name` for the life of the process (informers register a
 /// handful of kinds; each distinct name is stored once, so writes and causes refer to it for free).
 pub fn kind_name(name: &str) -> KindName {
-    static NAMES: parking_lot::Mutex<Vec<&'static String>> = parking_lot::Mutex::new(Vec::new());
-    let mut names = NAMES.lock();
+    let mut names = KIND_NAMES.lock();
     if let Some(known) = names.iter().find(|known| known.as_str() == name) {
         return KindName(known);
     }
@@ -126,11 +144,9 @@ impl Write {
     }
 }
 
-/// A write as a pass's history keeps it, for `/debug/queue/<namespace>/<name>`: no labels, the
+/// A write as a pass's record shows it, for `/debug/queue/<namespace>/<name>`: no labels, the
 /// kind interned, the key shared with the write, the resourceVersion inline when it is a number.
-/// Held for every key's last passes at scale, so it is kept to 64 bytes at most and no allocation of its
-/// own (a [`Write`] is 96 bytes beside its labels and resourceVersion text; a pass's history kept
-/// whole `Write`s, 104 bytes with a copy of the kind's text too, before).
+/// The history keeps it packed (`packed_pass`: a verb, a kind's index, a name and a number).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PassWrite {
     /// How it was written.
