@@ -403,6 +403,36 @@ async fn each_outcome_tells_the_queue_the_right_thing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_pass_that_ends_done_cancels_the_requeue_an_earlier_pass_asked_for() {
+    let h = Harness::start().await;
+    h.recorder.behaviour.lock().insert("settles".into(), Behaviour::RequeueAfter(Duration::from_secs(30)));
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("settles")).await.unwrap();
+    h.config_maps.start();
+    h.secrets.start();
+    let controller = h.controller();
+    let queue = controller.queue().clone();
+    let (_stop, _task) = h.run(controller);
+    h.recorder.wait_until(|r| r.passes_of("settles").len() == 1).await;
+
+    // Before the 30 s are up, a change brings a pass that finds nothing left to do.
+    h.recorder.behaviour.lock().insert("settles".into(), Behaviour::Done);
+    let change = json!({"data": {"changed": "yes"}});
+    h.api::<ConfigMap>().patch("settles", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
+    h.recorder.wait_until(|r| r.passes_of("settles").len() == 2).await;
+    let key = ObjectKey::namespaced("default", "settles");
+    common::eventually("the settled key to leave the queue", Duration::from_secs(5), || async {
+        let tracked: Vec<_> = queue.snapshot().into_iter().filter(|state| state.key == key).collect();
+        if tracked.is_empty() { Ok(()) } else { Err(tracked) }
+    })
+    .await;
+
+    // The requeue the first pass asked for is cancelled: no third pass, however long we wait.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(h.recorder.passes_of("settles").len(), 2);
+    assert_eq!(queue.timer_entries(), 0, "the cancelled timer's entry was dropped when it came due");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_panic_or_a_timeout_is_an_error_retried_with_backoff() {
     let h = Harness::start().await;
     h.recorder.behaviour.lock().insert("buggy".into(), Behaviour::Panic);

@@ -182,6 +182,26 @@ async fn rule4_retries_back_off_exponentially_up_to_the_cap_and_forget_resets() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn settle_cancels_the_pending_timer_that_forget_leaves() {
+    let q = queue();
+    // `forget` keeps a delayed add's timer (client-go's `Forget`): it still fires once.
+    q.add_after(key(1), ms(30));
+    q.forget(&key(1));
+    assert_eq!(next(&q).await, (key(1), ms(30)));
+    // `settle` cancels it, a retry's too: nothing becomes ready, and nothing stays tracked.
+    q.add_after(key(2), ms(30));
+    q.add_rate_limited(key(3));
+    q.settle(&key(2));
+    q.settle(&key(3));
+    assert_eq!(q.num_requeues(&key(3)), 0);
+    assert!(stays_pending(q.get()).await);
+    assert_eq!((q.tracked_keys(), q.timer_entries()), (0, 0));
+    // A settled key is added again as any other.
+    q.add_after(key(2), ms(5));
+    assert_eq!(next(&q).await, (key(2), ms(5)));
+}
+
+#[tokio::test(start_paused = true)]
 async fn rule4_jitter_keeps_each_delay_within_the_upper_half_of_its_step() {
     let config = QueueConfig {
         backoff: BackoffConfig { jitter: true, ..BackoffConfig::default() },

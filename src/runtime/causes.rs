@@ -391,6 +391,11 @@ impl KeyNotes for CauseNotes {
         }
     }
 
+    /// The timer's causes go with it: the pass that settled the key ran after them.
+    fn timer_cancelled(&mut self) {
+        self.on_timer = None;
+    }
+
     /// Rule 3: a pass takes what is due when its worker claims the key; what waits for the
     /// timer stays.
     fn take(&mut self) -> CauseLog {
@@ -618,6 +623,19 @@ mod tests {
         assert_eq!(timer.more, (rounds - KEPT_CAUSES) as u64);
         assert_eq!(timer.trigger().to_string(), format!("\"requeue after 10s\" (+{})", rounds - 1));
         assert_eq!(queue.tracked_keys(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settled_key_drops_the_causes_that_waited_for_its_timer() {
+        let queue = queue();
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        enqueuer.requeue_after(key(), Duration::from_secs(10));
+        assert_eq!(pending(&queue, &key()).total(), 1);
+        queue.settle(&key());
+        assert_eq!(pending(&queue, &key()).total(), 0, "gone with the timer");
+        enqueuer.add(key(), Priority::Normal, |_| Cause::Watch(event("pg", "2")));
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert_eq!(next_causes(&queue).await.kept[..], [Cause::Watch(event("pg", "2"))]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,10 +11,16 @@
 //!
 //! | reconcile returned | queue |
 //! |---|---|
-//! | `Ok(Action::Done)` | `forget` (backoff reset) |
+//! | `Ok(Action::Done)` | `settle`: `forget` (backoff reset), and the key's pending timer cancelled |
 //! | `Ok(Action::RequeueAfter(d))` | `forget`, then `add_after(d)` |
 //! | `Err(e)`, not terminal (or a panic, or a timeout) | `add_rate_limited` (per-key backoff), no earlier than `e.retry_after()` |
 //! | `Err(e)` with `e.is_terminal()` | `forget`; no retry until the next event |
+//!
+//! `Done` cancels the timer an earlier pass's `RequeueAfter` (or retry) left pending (a design
+//! beyond the anchors: client-go's `Forget` and kube-runtime's scheduler keep it, and it runs
+//! one more pass for nothing). A pass that ends `Done` read a newer state than the pass that
+//! asked to look again, and `reconcile` asks again whenever it still needs to: so a cluster
+//! that became ready while an earlier pass's 10-second check was pending gets no pass 10 s later.
 //!
 //! Each pass runs inside [`record_writes`]: what it wrote through [`recorded`] is kept for the
 //! key. Before the key's next pass the worker waits (at most `stale_cache_wait`, then goes on and
@@ -589,7 +595,7 @@ where
         let mut error_message = None;
         let result = match outcome {
             Ok(Ok(Ok(Action::Done))) => {
-                self.queue.forget(&key);
+                self.queue.settle(&key);
                 PassResult::Success
             }
             Ok(Ok(Ok(Action::RequeueAfter(delay)))) => {

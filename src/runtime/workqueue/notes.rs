@@ -13,7 +13,9 @@
 //! - When a worker claims the key, [`KeyNotes::take`] hands what is due to the claim, under the
 //!   same lock: what is recorded after that belongs to the next pass.
 //! - When the key's timer fires (a delayed add, or a retry released from the retry line),
-//!   [`KeyNotes::timer_fired`] is called, so notes can wait for the timer they belong to.
+//!   [`KeyNotes::timer_fired`] is called, so notes can wait for the timer they belong to; when
+//!   it is cancelled ([`WorkQueue::settle`](super::WorkQueue::settle)),
+//!   [`KeyNotes::timer_cancelled`].
 //! - `()` is the empty note: a queue without notes stores and does nothing.
 
 /// What a queue keeps per key beside its own state (see the module docs).
@@ -23,6 +25,12 @@ pub trait KeyNotes: Default + Send + 'static {
 
     /// The key's pending timer fired: what waited for it is due now.
     fn timer_fired(&mut self);
+
+    /// The key's pending timer was cancelled ([`WorkQueue::settle`]): what waited for it is
+    /// dropped.
+    ///
+    /// [`WorkQueue::settle`]: super::WorkQueue::settle
+    fn timer_cancelled(&mut self);
 
     /// A worker claimed the key: what is due goes to its claim; the rest stays.
     fn take(&mut self) -> Self::Taken;
@@ -39,6 +47,8 @@ impl KeyNotes for () {
     type Taken = ();
 
     fn timer_fired(&mut self) {}
+
+    fn timer_cancelled(&mut self) {}
 
     fn take(&mut self) {}
 

@@ -447,6 +447,20 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         }
     }
 
+    /// `forget`, and also cancels `key`'s pending timer (a delayed add or a retry not yet in the
+    /// retry line) with the notes that waited for it: no pass runs for the key until it is added
+    /// again. For a key whose last pass found nothing left to do, so that a requeue an earlier
+    /// pass asked for does not run one more pass for nothing (client-go and controller-runtime
+    /// keep the timer: `Forget` leaves it).
+    pub fn settle(&self, key: &K) {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(key);
+        let mut state = shared.lock_state();
+        if let Some(id) = state.find(hash, key) {
+            state.settle(id);
+        }
+    }
+
     /// Failures of `key` since it was last forgotten.
     pub fn num_requeues(&self, key: &K) -> u32 {
         let shared = &*self.shared;

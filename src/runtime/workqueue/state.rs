@@ -450,6 +450,17 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         self.release_if_idle(id);
     }
 
+    /// `forget`, and cancels the pending timer of `id` (its heap entry goes stale) unless its
+    /// retry already waits in the retry line; the notes that waited for it are dropped.
+    pub(crate) fn settle(&mut self, id: u32) {
+        let slot = self.slots.slot(id);
+        if slot.due() != NEVER && !slot.is_in_retry_line() {
+            slot.set_due(NEVER);
+            self.notes[id as usize].timer_cancelled();
+        }
+        self.forget(id);
+    }
+
     /// Fires every timer due at `now`: plain timers add their key, retries join the retry line,
     /// which is then served while `take_token` grants tokens (`Err(at)`: next token at `at`).
     /// Returns what was released and when the retry line needs another look.
