@@ -725,7 +725,6 @@ where
             return;
         }
         let packed = PackedPass::pack(&key, &last);
-        drop(last);
         keep_last(&mut self.passes.entry(key).or_default(), packed, self.config.pass_history);
     }
 }

@@ -370,10 +370,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Reads the notes of `key`, if the queue tracks it (for `/debug/queue`).
     pub fn notes_of<R>(&self, key: &K, read: impl FnOnce(&N) -> R) -> Option<R> {
+        self.on_tracked(key, |state, id| read(state.notes(id)))
+    }
+
+    /// Under the lock: runs `op` on the slot of `key`, if the queue tracks it.
+    fn on_tracked<R>(&self, key: &K, op: impl FnOnce(&mut State<K, N>, u32) -> R) -> Option<R> {
         let shared = &*self.shared;
         let hash = shared.hasher.hash_one(key);
-        let state = shared.lock_state();
-        state.find(hash, key).map(|id| read(state.notes(id)))
+        let mut state = shared.lock_state();
+        let id = state.find(hash, key)?;
+        Some(op(&mut state, id))
     }
 
     /// Waits for a ready key and claims it; dropping the claim marks the key done. Returns
@@ -439,12 +445,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// Drops the failure history of `key` (`num_requeues` becomes 0). A key that is otherwise idle
     /// leaves nothing behind. Call it when a key succeeds or its object is deleted.
     pub fn forget(&self, key: &K) {
-        let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(key);
-        let mut state = shared.lock_state();
-        if let Some(id) = state.find(hash, key) {
-            state.forget(id);
-        }
+        self.on_tracked(key, State::forget);
     }
 
     /// `forget`, and also cancels `key`'s pending timer (a delayed add or a retry not yet in the
@@ -453,20 +454,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// pass asked for does not run one more pass for nothing (client-go and controller-runtime
     /// keep the timer: `Forget` leaves it).
     pub fn settle(&self, key: &K) {
-        let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(key);
-        let mut state = shared.lock_state();
-        if let Some(id) = state.find(hash, key) {
-            state.settle(id);
-        }
+        self.on_tracked(key, State::settle);
     }
 
     /// Failures of `key` since it was last forgotten.
     pub fn num_requeues(&self, key: &K) -> u32 {
-        let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(key);
-        let state = shared.lock_state();
-        state.find(hash, key).map_or(0, |id| state.slot(id).failures())
+        self.on_tracked(key, |state, id| state.slot(id).failures()).unwrap_or(0)
     }
 
     /// Ready keys: neither being processed nor waiting for a timer.
