@@ -36,8 +36,11 @@ enum Behaviour {
     Hang,
     /// Fails with a server hint to retry after this long.
     FailRetryAfter(Duration),
-    /// Writes the object on every pass (a flapping field), recording the write.
+    /// Writes a child Secret on every pass (a flapping field), recording the write.
     Flap,
+    /// Writes its own object on every pass (a label that counts the passes), recording the
+    /// write, and ends `Done`.
+    WriteSelf,
     /// Reads `data.n` from the cache and writes `n + 1` with the cached resourceVersion as a
     /// precondition, until it is 3 (a pass acting on what it read from the cache).
     CountToThree,
@@ -85,6 +88,8 @@ struct Recorder {
     /// The client for the writing behaviours, and the ConfigMap cache they read.
     client: Mutex<Option<(kube::Client, Arc<Informer<ConfigMap>>)>>,
     conflicts: Mutex<usize>,
+    /// Writes made by `Flap` so far.
+    flaps: Mutex<u64>,
     /// The informer `CountLabelToThree` reads.
     picked: Mutex<Option<Arc<Informer<Secret>>>>,
 }
@@ -126,7 +131,15 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
         Behaviour::FailRetryAfter(after) => {
             Err(TestError { message: "throttled", terminal: false, retry_after: Some(after) })
         }
-        Behaviour::Flap | Behaviour::CountToThree => write_pass(&key, &rec, behaviour).await,
+        Behaviour::Flap => flap_pass(&key, &rec).await,
+        Behaviour::WriteSelf => {
+            let (client, _) = rec.client.lock().clone().expect("the test set a client");
+            let n = rec.passes_of(key.name()).len().to_string();
+            let api: Api<ConfigMap> = Api::default_namespaced(client);
+            patch_recorded(&api, key.name(), &json!({"metadata": {"labels": {"passes": n}}}), &rec).await?;
+            Ok(Action::Done)
+        }
+        Behaviour::CountToThree => write_pass(&key, &rec, behaviour).await,
         Behaviour::CountLabelToThree => label_pass(&key, &rec).await,
         Behaviour::LeavePicked => leave_pass(&key, &rec).await,
         Behaviour::Panic => panic!("reconcile bug"),
@@ -139,6 +152,32 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
             }
             Ok(Action::Done)
         }
+    }
+}
+
+/// The flapping behaviour: a label of the key's child Secret changed on every pass, each write
+/// recorded. A loop through a child: the child's event queues its owner again (the echo of a
+/// settled pass's write to its own object would not).
+async fn flap_pass(key: &ObjectKey, rec: &Recorder) -> Result<Action, TestError> {
+    let (client, informer) = rec.client.lock().clone().expect("the test set a client");
+    let Some(owner) = informer.cache().get(key) else { return Ok(Action::Done) };
+    let api: Api<Secret> = Api::default_namespaced(client);
+    let name = format!("{}-child", key.name());
+    let n = {
+        let mut flaps = rec.flaps.lock();
+        *flaps += 1;
+        flaps.to_string()
+    };
+    match api.create(&PostParams::default(), &secret(&name, &owner, true, json!({"n": n}))).await {
+        Ok(created) => {
+            recorded(created);
+            Ok(Action::Done)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            patch_recorded(&api, &name, &json!({"metadata": {"labels": {"n": n}}}), rec).await?;
+            Ok(Action::Done)
+        }
+        Err(_) => Err(TestError::new("write failed", false)),
     }
 }
 
@@ -430,6 +469,40 @@ async fn a_pass_that_ends_done_cancels_the_requeue_an_earlier_pass_asked_for() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(h.recorder.passes_of("settles").len(), 2);
     assert_eq!(queue.timer_entries(), 0, "the cancelled timer's entry was dropped when it came due");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_echo_of_a_settled_passs_own_write_queues_no_pass() {
+    let h = Harness::start().await;
+    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("self")).await.unwrap();
+    h.config_maps.start();
+    h.secrets.start();
+    let (_debug, _stop, _task) = h.run_writer("self", Behaviour::WriteSelf);
+    h.recorder.wait_until(|r| r.passes_of("self").len() == 1).await;
+    let cache = Arc::clone(h.config_maps.cache());
+    let labelled = |n: &'static str| {
+        let cached = cache.get(&ObjectKey::namespaced("default", "self"));
+        let passes = cached.and_then(|c| c.metadata.labels.clone()).and_then(|l| l.get("passes").cloned());
+        async move {
+            match passes {
+                Some(passes) if passes == n => Ok(()),
+                other => Err(other),
+            }
+        }
+    };
+    common::eventually("the cache to hold the pass's write", Duration::from_secs(5), || labelled("1")).await;
+    // Its watch event came back and queued nothing: the pass that wrote it had settled the key.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(h.recorder.passes_of("self").len(), 1);
+
+    // Someone else's write queues a pass as ever, and that pass's own echo again nothing.
+    let change = json!({"data": {"changed": "yes"}});
+    h.api::<ConfigMap>().patch("self", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
+    h.recorder.wait_until(|r| r.passes_of("self").len() == 2).await;
+    common::eventually("the cache to hold the second write", Duration::from_secs(5), || labelled("2")).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(h.recorder.passes_of("self").len(), 2);
+    assert_eq!(metric(&h.metrics, "controller_runtime_hot_loop_keys{controller=\"test\"}"), Some(0.0));
 }
 
 #[tokio::test(start_paused = true)]

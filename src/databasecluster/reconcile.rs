@@ -270,7 +270,9 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     if is_first_pass(cluster) {
         tracing::info!("new DatabaseCluster: setting phase Provisioning");
         write_status(ctx, cluster, initial_status(cluster, Timestamp::now())).await?;
-        return Ok(Action::Done);
+        // Not `Done`: the children are still to be made, by the next pass, which reads the
+        // status just written (the echo of a `Done` pass's own write queues nothing).
+        return Ok(Action::RequeueAfter(Duration::ZERO));
     }
 
     let spec = match validate(cluster) {

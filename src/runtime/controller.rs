@@ -21,6 +21,8 @@
 //! one more pass for nothing). A pass that ends `Done` read a newer state than the pass that
 //! asked to look again, and `reconcile` asks again whenever it still needs to: so a cluster
 //! that became ready while an earlier pass's 10-second check was pending gets no pass 10 s later.
+//! For the same reason the watch event that brings back a `Done` pass's own write to its key's
+//! object (its status) queues no pass (see `echoes`; the anchors queue it).
 //!
 //! Each pass runs inside [`record_writes`]: what it wrote through [`recorded`] is kept for the
 //! key. Before the key's next pass the worker waits (at most `stale_cache_wait`, then goes on and
@@ -63,6 +65,7 @@ use crate::runtime::cache::InformerEvent;
 use crate::runtime::causes::{
     Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent, ResourceVersion,
 };
+use crate::runtime::echoes::OwnEchoes;
 use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, PendingWrites, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
 use crate::runtime::informer::{EventOrigin, Informer};
@@ -266,6 +269,8 @@ pub struct Controller<K> {
     /// True while the caches are replayed to the handlers `run` registers.
     replaying: Arc<AtomicBool>,
     freshness: Freshness,
+    /// The echoes of settled passes' own writes, which queue nothing (see `echoes`).
+    echoes: Arc<OwnEchoes>,
     _primary: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -292,6 +297,7 @@ where
             passes: Arc::default(),
             replaying: Arc::default(),
             freshness: Freshness::default(),
+            echoes: Arc::default(),
             _primary: std::marker::PhantomData,
         };
         controller.watch_events(primary, |obj: &K| Some(ObjectKey::of(obj)), Via::Own)
@@ -344,8 +350,17 @@ where
         let kind = KindName::of::<W::Resource>();
         let replaying = Arc::clone(&self.replaying);
         let leadership = self.config.starts_on_leadership;
+        let echoes = Arc::clone(&self.echoes);
         self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
             informer.add_key_mapper(mapper, move |key, origin, event: &InformerEvent<W>| {
+                let echo = matches!(
+                    (via, origin, event),
+                    (Via::Own, EventOrigin::Watch, InformerEvent::Updated { .. })
+                ) && echoes.is_echo(&key, event.object().resource_version());
+                if echo {
+                    tracing::debug!(%key, "the echo of the key's own write in a settled pass: no pass");
+                    return;
+                }
                 let priority = match origin {
                     EventOrigin::List => Priority::Low,
                     EventOrigin::Watch => Priority::Normal,
@@ -407,7 +422,9 @@ where
         E: ReconcileError,
     {
         let enqueuer = self.enqueuer();
-        let Self { config, queue, synced, registrations, exists, passes, replaying, freshness, .. } = self;
+        let Self {
+            config, queue, synced, registrations, exists, passes, replaying, freshness, echoes, ..
+        } = self;
         let stop = CancellationToken::new();
         tokio::pin!(shutdown);
 
@@ -440,6 +457,8 @@ where
             exists,
             passes,
             freshness,
+            echoes,
+            own_kind: KindName::of::<K::Resource>(),
             pending_writes: DashMap::new(),
             hot_loops: parking_lot::Mutex::new(HotLoops::new(
                 config.hot_loop.clone(),
@@ -518,6 +537,10 @@ struct Worker<Ctx, F> {
     passes: PassHistories,
     /// The informers whose delivery of a pass's writes the next pass waits for.
     freshness: Freshness,
+    /// What settled passes wrote to their keys' own objects, whose echoes queue nothing.
+    echoes: Arc<OwnEchoes>,
+    /// The kind of the keys' own objects.
+    own_kind: KindName,
     /// What each key's next pass waits for: its last pass's writes, reduced when that pass
     /// ended to each informer's highest resourceVersion (no labels kept between passes).
     pending_writes: DashMap<ObjectKey, PendingWrites>,
@@ -639,6 +662,7 @@ where
         }
         let hot = self.watch_for_hot_loop(&key, &writes);
         let history = writes.iter().map(Write::for_history).collect();
+        self.echoes.after_pass(&key, self.own_kind, result == PassResult::Success, &writes);
         let pending = self.freshness.pending(&writes);
         drop(writes);
         if !pending.is_empty() {
@@ -721,6 +745,7 @@ where
         if last.result == PassResult::Success && !(self.exists)(&key) {
             self.passes.remove(&key);
             self.pending_writes.remove(&key);
+            self.echoes.forget(&key);
             self.hot_loops.lock().remove(&key);
             return;
         }

@@ -4,8 +4,9 @@
 //!
 //! `reflector/` lists and watches one kind; `cache/` stores it (one writer, many readers);
 //! `informer` ties the two together and tells handlers; `controller` turns those events into
-//! reconcile passes through a `workqueue/`; `introspection` and `server` show all of it, and
-//! `packed_pass` keeps each key's pass history small.
+//! reconcile passes through a `workqueue/` (`echoes` keeps a settled pass's own write from
+//! queueing it again); `introspection` and `server` show all of it, and `packed_pass` keeps each
+//! key's pass history small.
 
 #![warn(missing_docs, missing_debug_implementations)]
 
@@ -14,6 +15,7 @@ pub mod cache;
 pub mod causes;
 pub mod client;
 pub mod controller;
+pub(crate) mod echoes;
 pub mod freshness;
 pub mod hotloop;
 pub mod informer;
