@@ -21,8 +21,9 @@
 //! one more pass for nothing). A pass that ends `Done` read a newer state than the pass that
 //! asked to look again, and `reconcile` asks again whenever it still needs to: so a cluster
 //! that became ready while an earlier pass's 10-second check was pending gets no pass 10 s later.
-//! For the same reason the watch event that brings back a `Done` pass's own write to its key's
-//! object (its status) queues no pass (see `echoes`; the anchors queue it).
+//! For a like reason the watch event that brings back a pass's own write to its key's object (its
+//! status) queues no pass when the pass ended `Done` or `RequeueAfter`: it knew that state and
+//! chose what comes next (see `echoes`; the anchors queue it).
 //!
 //! Each pass runs inside [`record_writes`]: what it wrote through [`recorded`] is kept for the
 //! key. Before the key's next pass the worker waits (at most `stale_cache_wait`, then goes on and
@@ -269,7 +270,7 @@ pub struct Controller<K> {
     /// True while the caches are replayed to the handlers `run` registers.
     replaying: Arc<AtomicBool>,
     freshness: Freshness,
-    /// The echoes of settled passes' own writes, which queue nothing (see `echoes`).
+    /// The echoes of passes' own writes to their keys' objects, which queue nothing (see `echoes`).
     echoes: Arc<OwnEchoes>,
     _primary: std::marker::PhantomData<fn() -> K>,
 }
@@ -358,7 +359,7 @@ where
                     (Via::Own, EventOrigin::Watch, InformerEvent::Updated { .. })
                 ) && echoes.is_echo(&key, event.object().resource_version());
                 if echo {
-                    tracing::debug!(%key, "the echo of the key's own write in a settled pass: no pass");
+                    tracing::debug!(%key, "the echo of the key's own write in its last pass: no pass");
                     return;
                 }
                 let priority = match origin {
@@ -537,7 +538,8 @@ struct Worker<Ctx, F> {
     passes: PassHistories,
     /// The informers whose delivery of a pass's writes the next pass waits for.
     freshness: Freshness,
-    /// What settled passes wrote to their keys' own objects, whose echoes queue nothing.
+    /// What passes that chose their next step wrote to their keys' own objects, whose echoes
+    /// queue nothing.
     echoes: Arc<OwnEchoes>,
     /// The kind of the keys' own objects.
     own_kind: KindName,
@@ -660,9 +662,11 @@ where
         if let Some(m) = metrics {
             m.pass(result, took);
         }
-        let hot = self.watch_for_hot_loop(&key, &writes);
+        let chose = matches!(result, PassResult::Success | PassResult::RequeueAfter);
+        let echo_expected = self.echoes.after_pass(&key, self.own_kind, chose, &writes);
+        // A write whose echo queues nothing cannot feed a loop (see `hotloop`).
+        let hot = self.watch_for_hot_loop(&key, &writes, writes.len() > usize::from(echo_expected));
         let history = writes.iter().map(Write::for_history).collect();
-        self.echoes.after_pass(&key, self.own_kind, result == PassResult::Success, &writes);
         let pending = self.freshness.pending(&writes);
         drop(writes);
         if !pending.is_empty() {
@@ -704,10 +708,11 @@ where
         Some(waited)
     }
 
-    /// Feeds the pass's writes to the hot-loop detector; true if the key is hot.
-    fn watch_for_hot_loop(&self, key: &ObjectKey, writes: &[Write]) -> bool {
+    /// Feeds the pass to the hot-loop detector (`feeds_back`: it made a write that can queue the
+    /// key again; `writes` are named in the report); true if the key is hot.
+    fn watch_for_hot_loop(&self, key: &ObjectKey, writes: &[Write], feeds_back: bool) -> bool {
         let mut hot_loops = self.hot_loops.lock();
-        let verdict = hot_loops.observe(key, Instant::now(), writes);
+        let verdict = hot_loops.observe(key, Instant::now(), feeds_back);
         let hot_keys = hot_loops.hot_keys();
         drop(hot_loops);
         let changed = match &verdict {

@@ -1,12 +1,15 @@
 //! Hot loops: a key whose passes keep writing (a non-deterministic child spec, a status field that
 //! flips) triggers its own watch event and would run forever.
 //!
-//! The rule: a key whose passes each wrote something more than `writes` times within `window`
-//! (defaults: 10 in 60 s) is hot. It is reported once per window (the controller logs a WARN with
-//! the objects written and counts it in `controller_runtime_hot_loop_keys`), and each further
-//! writing pass is held back by the queue's per-key backoff (`not_before`), growing per pass,
-//! until a pass writes nothing: then the key has settled and its history goes. Pure bookkeeping:
-//! the caller passes the time.
+//! The rule: a key whose passes each made a write that can queue it again more than `writes`
+//! times within `window` (defaults: 10 in 60 s) is hot. It is reported once per window (the
+//! controller logs a WARN with the objects written and counts it in
+//! `controller_runtime_hot_loop_keys`), and each further such pass is held back by the queue's
+//! per-key backoff (`not_before`), growing per pass, until a pass makes no such write: then the
+//! key has settled and its history goes. A write to the key's own object whose echo queues
+//! nothing (see `echoes`) cannot feed a loop, so it does not count: a busy cluster whose passes
+//! each write only their status, each pass brought by another object's event, is not hot. Pure
+//! bookkeeping: the caller passes the time.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -15,7 +18,6 @@ use tokio::time::Instant;
 
 use crate::runtime::ObjectKey;
 use crate::runtime::workqueue::BackoffConfig;
-use crate::runtime::writes::Write;
 
 /// When a key counts as hot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,9 +94,10 @@ impl HotLoops {
         Self { config, backoff, keys: HashMap::new() }
     }
 
-    /// Records a pass of `key` that ended at `now` having made `writes`.
-    pub fn observe(&mut self, key: &ObjectKey, now: Instant, writes: &[Write]) -> Verdict {
-        if writes.is_empty() {
+    /// Records a pass of `key` that ended at `now`; `feeds_back`: it made a write that can queue
+    /// the key again.
+    pub fn observe(&mut self, key: &ObjectKey, now: Instant, feeds_back: bool) -> Verdict {
+        if !feeds_back {
             let settled = self.keys.remove(key).is_some_and(|h| h.hot_passes > 0);
             return Verdict::Calm { settled };
         }
@@ -150,17 +153,6 @@ impl HotLoops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::writes::{Verb, kind_name};
-
-    fn write() -> Vec<Write> {
-        vec![Write {
-            labels: Default::default(),
-            verb: Verb::Apply,
-            kind: kind_name("ConfigMap"),
-            key: ObjectKey::namespaced("prod", "cm"),
-            resource_version: "1".into(),
-        }]
-    }
 
     #[tokio::test(start_paused = true)]
     async fn the_eleventh_writing_pass_in_a_minute_is_hot_and_reported_once_per_window() {
@@ -169,21 +161,21 @@ mod tests {
         let start = Instant::now();
         let at = |s: u64| start + Duration::from_secs(s);
         for n in 0..10 {
-            assert_eq!(loops.observe(&key, at(n), &write()), Verdict::Calm { settled: false });
+            assert_eq!(loops.observe(&key, at(n), true), Verdict::Calm { settled: false });
         }
-        let verdict = loops.observe(&key, at(10), &write());
+        let verdict = loops.observe(&key, at(10), true);
         let delay = |n| BackoffConfig::default().nominal_delay(n);
         assert_eq!(verdict, Verdict::Hot { not_before: at(10) + delay(1), report: true, new: true });
         assert_eq!(loops.hot_keys(), 1);
-        let verdict = loops.observe(&key, at(11), &write());
+        let verdict = loops.observe(&key, at(11), true);
         assert_eq!(verdict, Verdict::Hot { not_before: at(11) + delay(2), report: false, new: false });
         // A window after the report it is reported again.
         for s in 12..70 {
-            loops.observe(&key, at(s), &write());
+            loops.observe(&key, at(s), true);
         }
-        assert!(matches!(loops.observe(&key, at(70), &write()), Verdict::Hot { report: true, .. }));
+        assert!(matches!(loops.observe(&key, at(70), true), Verdict::Hot { report: true, .. }));
         // A pass that writes nothing settles it.
-        assert_eq!(loops.observe(&key, at(71), &[]), Verdict::Calm { settled: true });
+        assert_eq!(loops.observe(&key, at(71), false), Verdict::Calm { settled: true });
         assert_eq!((loops.hot_keys(), loops.not_before(&key)), (0, None));
     }
 
@@ -193,7 +185,7 @@ mod tests {
         let key = ObjectKey::namespaced("prod", "pg");
         let start = Instant::now();
         for n in 0..100 {
-            let verdict = loops.observe(&key, start + Duration::from_secs(7 * n), &write());
+            let verdict = loops.observe(&key, start + Duration::from_secs(7 * n), true);
             assert_eq!(verdict, Verdict::Calm { settled: false });
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! `reflector/` lists and watches one kind; `cache/` stores it (one writer, many readers);
 //! `informer` ties the two together and tells handlers; `controller` turns those events into
-//! reconcile passes through a `workqueue/` (`echoes` keeps a settled pass's own write from
+//! reconcile passes through a `workqueue/` (`echoes` keeps a pass's own write from
 //! queueing it again); `introspection` and `server` show all of it, and `packed_pass` keeps each
 //! key's pass history small.
 
