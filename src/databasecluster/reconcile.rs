@@ -3,8 +3,9 @@
 //!
 //! 1. **Fetch** the DatabaseCluster from the cache; gone (or being deleted) → `Done`: the garbage
 //!    collector removes the children through their ownerReferences.
-//! 2. **First pass**: write phase Provisioning with every condition Unknown, and return; the status
-//!    write's own watch event brings the next pass.
+//! 2. **First pass**: write phase Provisioning with every condition Unknown, and end
+//!    `RequeueAfter(0)`: the next pass, at once, makes the children (the echo of a pass's own
+//!    status write queues no pass: `runtime::echoes`).
 //! 3. **Children**, each built purely from the cluster ([`super::resources`], [`super::config`],
 //!    [`super::credentials`], [`super::services`]): the headless and the three client Services,
 //!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
@@ -32,8 +33,10 @@
 //!    `Resizing` says how far that got, or why the StorageClass refuses it.
 //! 7. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
 //!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
-//!    the cached status. Then `Done`, or `RequeueAfter(10 s)` while the cluster converges, a
-//!    volume grows, or an instance operation is under way (neither brings a watch event).
+//!    the cached status. Then `RequeueAfter` while the cluster converges, a volume grows, or an
+//!    instance operation is under way (every 10 s, or sooner when a failover or switchover step
+//!    or the end of the failover delay is due: none of these brings a watch event), else `Done`
+//!    ([`next_look`]).
 //!
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
@@ -271,7 +274,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         tracing::info!("new DatabaseCluster: setting phase Provisioning");
         write_status(ctx, cluster, initial_status(cluster, Timestamp::now())).await?;
         // Not `Done`: the children are still to be made, by the next pass, which reads the
-        // status just written (the echo of a `Done` pass's own write queues nothing).
+        // status just written (the echo of the pass's own write queues nothing).
         return Ok(Action::RequeueAfter(Duration::ZERO));
     }
 
@@ -373,15 +376,32 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || topology.busy || resizing;
     write_status_with_events(ctx, cluster, status, backup_events).await?;
-    if let Some(soon) = topology.retry_after.filter(|soon| *soon < CONVERGING_REQUEUE) {
-        tracing::info!(?soon, "failover pending; requeuing");
-        Ok(Action::RequeueAfter(soon))
-    } else if converging {
-        tracing::info!(ready, desired = cluster.spec.replicas, "converging; requeuing");
-        Ok(Action::RequeueAfter(CONVERGING_REQUEUE))
-    } else {
-        tracing::info!(ready, "DatabaseCluster is in its desired state");
-        Ok(Action::Done)
+    let next = next_look(topology.retry_after, converging);
+    match next {
+        Action::RequeueAfter(after) => {
+            tracing::info!(
+                ready,
+                desired = cluster.spec.replicas,
+                ?after,
+                "converging or failing over; requeuing"
+            );
+        }
+        Action::Done => tracing::info!(ready, "DatabaseCluster is in its desired state"),
+    }
+    Ok(next)
+}
+
+/// What a pass that got to the status asks for next: a look when the instances' operation
+/// (`retry_after`: a failover or switchover step, or the end of the failover delay) or a
+/// converging cluster (every [`CONVERGING_REQUEUE`]) needs one, whichever is sooner; `Done`
+/// only when neither does. Nothing else brings that look: neither an instance's state nor the
+/// passing of time makes a watch event, and the echo of the pass's own status write queues no
+/// pass (see `runtime::echoes`).
+fn next_look(retry_after: Option<Duration>, converging: bool) -> Action {
+    let converging = converging.then_some(CONVERGING_REQUEUE);
+    match retry_after.into_iter().chain(converging).min() {
+        Some(after) => Action::RequeueAfter(after),
+        None => Action::Done,
     }
 }
 
@@ -1152,5 +1172,17 @@ mod tests {
             owner_name: "x".into(),
         };
         assert!(!foreign.is_terminal());
+    }
+
+    #[test]
+    fn a_pass_asks_for_the_sooner_of_the_instances_retry_and_the_converging_check() {
+        let secs = Duration::from_secs;
+        assert_eq!(next_look(None, false), Action::Done);
+        assert_eq!(next_look(None, true), Action::RequeueAfter(CONVERGING_REQUEUE));
+        assert_eq!(next_look(Some(secs(1)), true), Action::RequeueAfter(secs(1)));
+        assert_eq!(next_look(Some(secs(25)), true), Action::RequeueAfter(CONVERGING_REQUEUE));
+        // A failover delay that ends after the converging check, in a cluster not converging:
+        // nothing else would look again when it ends.
+        assert_eq!(next_look(Some(secs(25)), false), Action::RequeueAfter(secs(25)));
     }
 }
