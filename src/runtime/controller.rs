@@ -610,7 +610,7 @@ where
         // Dropped when the pass ends, is cancelled at shutdown or its worker is aborted.
         let _busy = metrics.map(ControllerMetrics::active_worker);
         let stale_wait = self.wait_for_own_writes(&key).await;
-        let hold = self.echoes.before_pass(&key);
+        self.echoes.before_pass(&key);
         let started = Instant::now();
         let pass = AssertUnwindSafe((self.reconcile)(key.clone(), Arc::clone(&self.context))).catch_unwind();
         let pass = record_writes(pass);
@@ -672,7 +672,6 @@ where
         }
         let chose = matches!(result, PassResult::Success | PassResult::RequeueAfter);
         let after = self.echoes.after_pass(&key, self.own_kind, chose, &writes);
-        drop(hold);
         for cause in after.to_queue {
             self.enqueuer.add(key.clone(), Priority::Normal, |_| cause);
         }

@@ -57,19 +57,6 @@ pub(crate) enum Arrival {
     Queued,
 }
 
-/// Ends a pass's hold if [`OwnEchoes::after_pass`] did not (see [`OwnEchoes::before_pass`]).
-#[derive(Debug)]
-pub(crate) struct HoldGuard<'a> {
-    echoes: &'a OwnEchoes,
-    key: &'a ObjectKey,
-}
-
-impl Drop for HoldGuard<'_> {
-    fn drop(&mut self) {
-        self.echoes.in_pass.remove(self.key);
-    }
-}
-
 /// What [`OwnEchoes::after_pass`] found.
 #[derive(Debug, Default)]
 pub(crate) struct AfterPass {
@@ -81,11 +68,8 @@ pub(crate) struct AfterPass {
 
 impl OwnEchoes {
     /// `key` starts a pass: updates of its own object are held until [`OwnEchoes::after_pass`].
-    /// Keep the guard for the pass: a pass cancelled before `after_pass` (at shutdown) ends the
-    /// hold when it is dropped, so no later update of the key waits for a pass that never ends.
-    pub(crate) fn before_pass<'a>(&'a self, key: &'a ObjectKey) -> HoldGuard<'a> {
+    pub(crate) fn before_pass(&self, key: &ObjectKey) {
         self.in_pass.insert(key.clone(), Vec::new());
-        HoldGuard { echoes: self, key }
     }
 
     /// An update of `key`'s own object at `resource_version`, delivered by the watch, whose
@@ -207,7 +191,7 @@ mod tests {
         let wrote = [write("example.com/DatabaseCluster", "pg", "12")];
         let arrived = |rv| echoes.arrived(&key, rv, cause);
 
-        let _pass = echoes.before_pass(&key);
+        echoes.before_pass(&key);
         assert_eq!(arrived(Some("12")), Arrival::Held, "the echo, before its pass ended");
         assert_eq!(arrived(Some("14")), Arrival::Held, "someone else's write");
         let after = echoes.after_pass(&key, kind, true, &wrote);
@@ -215,13 +199,10 @@ mod tests {
         assert_eq!(after.to_queue.len(), 1, "the other write is queued, the echo not");
         assert_eq!(arrived(Some("12")), Arrival::Queued, "the echo was used up");
 
-        let _pass = echoes.before_pass(&key);
+        echoes.before_pass(&key);
         assert_eq!(arrived(Some("16")), Arrival::Held);
         let after = echoes.after_pass(&key, kind, false, &[write("example.com/DatabaseCluster", "pg", "16")]);
         assert_eq!(after.to_queue.len(), 1, "a failed pass's echo is queued");
         assert_eq!(arrived(Some("17")), Arrival::Queued, "no longer in a pass");
-
-        drop(echoes.before_pass(&key));
-        assert_eq!(arrived(Some("18")), Arrival::Queued, "a cancelled pass holds nothing");
     }
 }
