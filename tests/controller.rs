@@ -41,9 +41,6 @@ enum Behaviour {
     /// Writes its own object on every pass (a label that counts the passes), recording the
     /// write, and ends `Done`, or `RequeueAfter` the given time.
     WriteSelf(Option<Duration>),
-    /// `WriteSelf(None)`, ending only once the write's watch event has reached the cache (and
-    /// a second later): the echo arrives while the pass runs.
-    WriteSelfAwaitingEcho,
     /// Reads `data.n` from the cache and writes `n + 1` with the cached resourceVersion as a
     /// precondition, until it is 3 (a pass acting on what it read from the cache).
     CountToThree,
@@ -136,25 +133,11 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
         }
         Behaviour::Flap => flap_pass(&key, &rec).await,
         Behaviour::WriteSelf(requeue) => {
-            write_self_pass(&key, &rec).await?;
+            let (client, _) = rec.client.lock().clone().expect("the test set a client");
+            let n = rec.passes_of(key.name()).len().to_string();
+            let api: Api<ConfigMap> = Api::default_namespaced(client);
+            patch_recorded(&api, key.name(), &json!({"metadata": {"labels": {"passes": n}}}), &rec).await?;
             Ok(requeue.map_or(Action::Done, Action::RequeueAfter))
-        }
-        Behaviour::WriteSelfAwaitingEcho => {
-            let (n, informer) = write_self_pass(&key, &rec).await?;
-            let cached = || {
-                let labels = informer.cache().get(&key).and_then(|c| c.metadata.labels.clone());
-                labels.and_then(|l| l.get("passes").cloned())
-            };
-            let echoed = async {
-                while cached().as_deref() != Some(n.as_str()) {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            };
-            tokio::time::timeout(Duration::from_secs(5), echoed)
-                .await
-                .map_err(|_| TestError::new("the echo never came", false))?;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            Ok(Action::Done)
         }
         Behaviour::CountToThree => write_pass(&key, &rec, behaviour).await,
         Behaviour::CountLabelToThree => label_pass(&key, &rec).await,
@@ -170,19 +153,6 @@ async fn reconcile(key: ObjectKey, rec: Arc<Recorder>) -> Result<Action, TestErr
             Ok(Action::Done)
         }
     }
-}
-
-/// The writing half of `WriteSelf`: the pass's number as the `passes` label of its own
-/// ConfigMap, recorded; returns that number and the ConfigMap informer.
-async fn write_self_pass(
-    key: &ObjectKey,
-    rec: &Recorder,
-) -> Result<(String, Arc<Informer<ConfigMap>>), TestError> {
-    let (client, informer) = rec.client.lock().clone().expect("the test set a client");
-    let n = rec.passes_of(key.name()).len().to_string();
-    let api: Api<ConfigMap> = Api::default_namespaced(client);
-    patch_recorded(&api, key.name(), &json!({"metadata": {"labels": {"passes": n}}}), rec).await?;
-    Ok((n, informer))
 }
 
 /// The flapping behaviour: a label of the key's child Secret changed on every pass, each write
@@ -504,13 +474,13 @@ async fn a_pass_that_ends_done_cancels_the_requeue_an_earlier_pass_asked_for() {
 /// What [`Harness::run_writer`] returns: kept while the controller runs.
 type Running = (Introspection, oneshot::Sender<()>, tokio::task::JoinHandle<()>);
 
-/// Runs `behaviour` (one that writes its own object) on the ConfigMap `self`.
-async fn write_self(behaviour: Behaviour) -> (Harness, Running) {
+/// Runs `Behaviour::WriteSelf(requeue)` on the ConfigMap `self`.
+async fn write_self(requeue: Option<Duration>) -> (Harness, Running) {
     let h = Harness::start().await;
     h.api::<ConfigMap>().create(&PostParams::default(), &config_map("self")).await.unwrap();
     h.config_maps.start();
     h.secrets.start();
-    let running = h.run_writer("self", behaviour);
+    let running = h.run_writer("self", Behaviour::WriteSelf(requeue));
     (h, running)
 }
 
@@ -528,7 +498,7 @@ fn labelled(h: &Harness, n: usize) -> impl Future<Output = Result<(), Option<Str
 
 #[tokio::test(start_paused = true)]
 async fn the_echo_of_a_settled_passs_own_write_queues_no_pass() {
-    let (h, _running) = write_self(Behaviour::WriteSelf(None)).await;
+    let (h, _running) = write_self(None).await;
     h.recorder.wait_until(|r| r.passes_of("self").len() == 1).await;
     common::eventually("the cache to hold the pass's write", Duration::from_secs(5), || labelled(&h, 1))
         .await;
@@ -549,7 +519,7 @@ async fn the_echo_of_a_settled_passs_own_write_queues_no_pass() {
 
 #[tokio::test(start_paused = true)]
 async fn passes_that_write_only_their_own_object_each_brought_by_another_change_are_no_hot_loop() {
-    let (h, _running) = write_self(Behaviour::WriteSelf(None)).await;
+    let (h, _running) = write_self(None).await;
     // 15 writing passes within a minute, more than the 10 that make a key hot, each queued by
     // someone else's change, none by its own echo.
     for n in 1..=15 {
@@ -565,18 +535,8 @@ async fn passes_that_write_only_their_own_object_each_brought_by_another_change_
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_echo_of_a_passs_own_write_that_arrives_before_the_pass_ends_queues_no_pass() {
-    let (h, _running) = write_self(Behaviour::WriteSelfAwaitingEcho).await;
-    h.recorder.wait_until(|r| r.passes_of("self").len() == 1).await;
-    common::eventually("the cache to hold the pass's write", Duration::from_secs(5), || labelled(&h, 1))
-        .await;
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(h.recorder.passes_of("self").len(), 1);
-}
-
-#[tokio::test(start_paused = true)]
 async fn the_echo_of_a_requeueing_passs_own_write_queues_no_pass_before_its_timer() {
-    let (h, _running) = write_self(Behaviour::WriteSelf(Some(Duration::from_secs(30)))).await;
+    let (h, _running) = write_self(Some(Duration::from_secs(30))).await;
     h.recorder.wait_until(|r| r.passes_of("self").len() == 1).await;
     let first = Instant::now();
     common::eventually("the cache to hold the pass's write", Duration::from_secs(5), || labelled(&h, 1))

@@ -66,7 +66,7 @@ use crate::runtime::cache::InformerEvent;
 use crate::runtime::causes::{
     Cause, CauseLog, ControllerQueue, Enqueuer, EventType, ObjectEvent, ResourceVersion,
 };
-use crate::runtime::echoes::{Arrival, OwnEchoes};
+use crate::runtime::echoes::OwnEchoes;
 use crate::runtime::freshness::{DEFAULT_STALE_CACHE_WAIT, Freshness, PendingWrites, Waited};
 use crate::runtime::hotloop::{HotLoopConfig, HotLoops, Verdict};
 use crate::runtime::informer::{EventOrigin, Informer};
@@ -354,20 +354,13 @@ where
         let echoes = Arc::clone(&self.echoes);
         self.registrations.push(Box::new(move |enqueuer: Enqueuer| {
             informer.add_key_mapper(mapper, move |key, origin, event: &InformerEvent<W>| {
-                let own_update = matches!(
+                let echo = matches!(
                     (via, origin, event),
                     (Via::Own, EventOrigin::Watch, InformerEvent::Updated { .. })
-                );
-                if own_update {
-                    let rv = event.object().resource_version();
-                    match echoes.arrived(&key, rv, || Cause::Watch(object_event(kind, Some(key.clone()), event))) {
-                        Arrival::Echo => {
-                            tracing::debug!(%key, "the echo of the key's own write in its last pass: no pass");
-                            return;
-                        }
-                        Arrival::Held => return,
-                        Arrival::Queued => {}
-                    }
+                ) && echoes.is_echo(&key, event.object().resource_version());
+                if echo {
+                    tracing::debug!(%key, "the echo of the key's own write in its last pass: no pass");
+                    return;
                 }
                 let priority = match origin {
                     EventOrigin::List => Priority::Low,
@@ -610,7 +603,6 @@ where
         // Dropped when the pass ends, is cancelled at shutdown or its worker is aborted.
         let _busy = metrics.map(ControllerMetrics::active_worker);
         let stale_wait = self.wait_for_own_writes(&key).await;
-        self.echoes.before_pass(&key);
         let started = Instant::now();
         let pass = AssertUnwindSafe((self.reconcile)(key.clone(), Arc::clone(&self.context))).catch_unwind();
         let pass = record_writes(pass);
@@ -671,12 +663,9 @@ where
             m.pass(result, took);
         }
         let chose = matches!(result, PassResult::Success | PassResult::RequeueAfter);
-        let after = self.echoes.after_pass(&key, self.own_kind, chose, &writes);
-        for cause in after.to_queue {
-            self.enqueuer.add(key.clone(), Priority::Normal, |_| cause);
-        }
+        let echo_expected = self.echoes.after_pass(&key, self.own_kind, chose, &writes);
         // A write whose echo queues nothing cannot feed a loop (see `hotloop`).
-        let hot = self.watch_for_hot_loop(&key, &writes, writes.len() > usize::from(after.echo_expected));
+        let hot = self.watch_for_hot_loop(&key, &writes, writes.len() > usize::from(echo_expected));
         let history = writes.iter().map(Write::for_history).collect();
         let pending = self.freshness.pending(&writes);
         drop(writes);
