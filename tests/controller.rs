@@ -300,6 +300,17 @@ impl Harness {
         Api::default_namespaced(self.sim.client())
     }
 
+    /// Creates the ConfigMap `name`, whose passes do `behaviour` (none: as `run_writer` sets
+    /// it, else `Done`), and starts both informers.
+    async fn start_with(&self, name: &str, behaviour: Option<Behaviour>) {
+        if let Some(behaviour) = behaviour {
+            self.recorder.behaviour.lock().insert(name.into(), behaviour);
+        }
+        self.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
+        self.config_maps.start();
+        self.secrets.start();
+    }
+
     fn controller(&self) -> Controller<ConfigMap> {
         let mut config = ControllerConfig::named("test");
         config.queue = config.queue.with_metrics(self.metrics.queue("test"));
@@ -444,10 +455,7 @@ async fn each_outcome_tells_the_queue_the_right_thing() {
 #[tokio::test(start_paused = true)]
 async fn a_pass_that_ends_done_cancels_the_requeue_an_earlier_pass_asked_for() {
     let h = Harness::start().await;
-    h.recorder.behaviour.lock().insert("settles".into(), Behaviour::RequeueAfter(Duration::from_secs(30)));
-    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("settles")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_with("settles", Some(Behaviour::RequeueAfter(Duration::from_secs(30)))).await;
     let controller = h.controller();
     let queue = controller.queue().clone();
     let (_stop, _task) = h.run(controller);
@@ -477,9 +485,7 @@ type Running = (Introspection, oneshot::Sender<()>, tokio::task::JoinHandle<()>)
 /// Runs `Behaviour::WriteSelf(requeue)` on the ConfigMap `self`.
 async fn write_self(requeue: Option<Duration>) -> (Harness, Running) {
     let h = Harness::start().await;
-    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("self")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_with("self", None).await;
     let running = h.run_writer("self", Behaviour::WriteSelf(requeue));
     (h, running)
 }
@@ -594,10 +600,7 @@ fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
 #[tokio::test(start_paused = true)]
 async fn an_error_with_a_retry_after_hint_is_retried_no_earlier() {
     let h = Harness::start().await;
-    h.recorder.behaviour.lock().insert("throttled".into(), Behaviour::FailRetryAfter(Duration::from_secs(2)));
-    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("throttled")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_with("throttled", Some(Behaviour::FailRetryAfter(Duration::from_secs(2)))).await;
     let (_stop, _task) = h.run(h.controller());
     h.recorder.wait_until(|r| r.passes_of("throttled").len() >= 3).await;
     let passes = h.recorder.passes_of("throttled");
@@ -617,9 +620,7 @@ async fn a_pass_waits_for_the_cache_to_hold_the_previous_passs_write() {
     // The watch lags 300 ms behind every write: a pass right after its own write would read the
     // old value, and its precondition would fail with 409.
     h.sim.faults().set_watch_event_latency(Duration::from_millis(300));
-    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("counter")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_with("counter", None).await;
     let (debug, _stop, _task) = h.run_writer("counter", Behaviour::CountToThree);
     // `/debug/queue` shows a pass's wait for the previous pass's writes (polled: it is the state
     // between two passes, bounded by the wait for the passes below).
@@ -717,9 +718,7 @@ async fn a_write_that_leaves_an_informers_selector_is_waited_for_on_that_informe
 #[tokio::test(start_paused = true)]
 async fn a_key_whose_passes_keep_writing_is_reported_and_slowed() {
     let h = Harness::start().await;
-    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("flapping")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_with("flapping", None).await;
     let (debug, _stop, _task) = h.run_writer("flapping", Behaviour::Flap);
     // Ten writing passes are tolerated; from the eleventh the backoff (5 ms, 10 ms, ...) holds it.
     h.recorder.wait_until(|r| r.passes_of("flapping").len() >= 16).await;
@@ -753,12 +752,9 @@ async fn a_key_whose_passes_keep_writing_is_reported_and_slowed() {
 #[tokio::test]
 async fn shutdown_lets_the_pass_in_flight_finish_and_starts_no_new_one() {
     let h = Harness::start().await;
-    h.recorder.behaviour.lock().insert("slow".into(), Behaviour::Hang);
     let (release, gate) = oneshot::channel();
     *h.recorder.gate.lock() = Some(gate);
-    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("slow")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_with("slow", Some(Behaviour::Hang)).await;
     let (stop, task) = h.run(h.controller());
     h.recorder.wait_until(|r| r.passes_of("slow").len() == 1).await;
 
@@ -781,10 +777,7 @@ fn active_workers(metrics: &Metrics) -> Option<i64> {
 #[tokio::test]
 async fn a_worker_aborted_mid_pass_does_not_leak_the_active_workers_gauge() {
     let h = Harness::start().await;
-    h.recorder.behaviour.lock().insert("stuck".into(), Behaviour::Hang);
-    h.api::<ConfigMap>().create(&PostParams::default(), &config_map("stuck")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_with("stuck", Some(Behaviour::Hang)).await;
     let mut config = ControllerConfig::named("test");
     config.shutdown_timeout = Duration::from_millis(50);
     config.metrics = Some(h.metrics.controller("test"));
