@@ -408,30 +408,29 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     fn try_claim(&self, park: bool, woken: bool) -> Option<Option<Claim<K, N>>> {
         let shared = &*self.shared;
         let mut now = shared.lazy_now();
-        let mut wakes = 0;
-        let (id, key, queued_at, notes) = {
-            let mut state = shared.lock_state();
-            if woken {
-                state.wake_arrived();
+        let mut state = shared.lock_state();
+        if woken {
+            state.wake_arrived();
+        }
+        let Some((id, queued_at)) = state.pop_ready(&mut now) else {
+            if state.shut_down {
+                return Some(None);
             }
-            match state.pop_ready(&mut now) {
-                Some((id, queued_at, notes)) => {
-                    if woken {
-                        wakes = state.pass_wakes_on();
-                    }
-                    // Invariant: a ready slot tracks a key (slots lose their key only when idle).
-                    let key = state.slot(id).key().cloned().expect("a ready slot tracks a key");
-                    (id, key, queued_at, notes)
-                }
-                None if state.shut_down => return Some(None),
-                None => {
-                    if park {
-                        state.parked_getters += 1;
-                    }
-                    return None;
-                }
+            if park {
+                state.parked_getters += 1;
             }
+            return None;
         };
+        let wakes = if woken { state.pass_wakes_on() } else { 0 };
+        // The claim is made in place, under the lock: its notes are moved once, from the slot.
+        // Invariant: a ready slot tracks a key (slots lose their key only when idle).
+        let claim = Claim {
+            key: state.slot(id).key().cloned().expect("a ready slot tracks a key"),
+            notes: state.take_notes(id),
+            shared: Arc::clone(&self.shared),
+            slot: id,
+        };
+        drop(state);
         for _ in 0..wakes {
             shared.getters.notify_one();
         }
@@ -439,7 +438,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             metrics.depth(-1);
             metrics.queue_duration(Duration::from_nanos(now.get().saturating_sub(queued_at)));
         }
-        Some(Some(Claim { shared: Arc::clone(&self.shared), key, slot: id, notes }))
+        Some(Some(claim))
     }
 
     /// Drops the failure history of `key` (`num_requeues` becomes 0). A key that is otherwise idle

@@ -357,12 +357,9 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
     }
 
     /// Hands out the next ready key (aged low keys first join the normal line; the normal line
-    /// goes before the low one): it becomes processing. Returns the slot, when it was queued and
-    /// the notes due for the claim.
-    pub(crate) fn pop_ready(
-        &mut self,
-        now: &mut LazyNow<impl FnMut() -> u64>,
-    ) -> Option<(u32, u64, N::Taken)> {
+    /// goes before the low one): it becomes processing. Returns the slot and when it was queued;
+    /// the claim then takes its notes ([`State::take_notes`]).
+    pub(crate) fn pop_ready(&mut self, now: &mut LazyNow<impl FnMut() -> u64>) -> Option<(u32, u64)> {
         if !self.low.is_empty() {
             self.promote_aged(now);
         }
@@ -383,7 +380,12 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
             }
             None => 0,
         };
-        Some((id, queued_at, self.notes[id as usize].take()))
+        Some((id, queued_at))
+    }
+
+    /// The notes due for the claim on `id` (see [`KeyNotes::take`]).
+    pub(crate) fn take_notes(&mut self, id: u32) -> N::Taken {
+        self.notes[id as usize].take()
     }
 
     /// The claim on `id` was dropped: requeue it if dirty, else release it if idle.
