@@ -423,7 +423,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         };
         let wakes = if woken { state.pass_wakes_on() } else { 0 };
         // The claim is made in place, under the lock: its notes are moved once, from the slot.
-        // Invariant: a ready slot tracks a key (slots lose their key only when idle).
+        // Nothing fails between its making and the lock's release (a claim dropped under the
+        // lock would wait for it: its drop takes the lock). Invariant: a ready slot tracks a key
+        // (slots lose their key only when idle); the key is cloned before the claim exists.
         let claim = Claim {
             key: state.slot(id).key().cloned().expect("a ready slot tracks a key"),
             notes: state.take_notes(id),
