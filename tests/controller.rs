@@ -307,6 +307,11 @@ impl Harness {
             self.recorder.behaviour.lock().insert(name.into(), behaviour);
         }
         self.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
+        self.start_informers();
+    }
+
+    /// Starts the ConfigMap and Secret informers.
+    fn start_informers(&self) {
         self.config_maps.start();
         self.secrets.start();
     }
@@ -355,8 +360,7 @@ async fn workers_start_after_every_informer_synced_and_reconcile_every_existing_
     }
     let controller = h.controller();
     // Informers start after the controller is built: it must wait for both first lists.
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_informers();
     let (_stop, _task) = h.run(controller);
     h.recorder.wait_until(|r| r.passes.lock().len() >= 3).await;
     assert_eq!(*h.recorder.synced_at_first_pass.lock(), Some(true));
@@ -370,8 +374,7 @@ async fn a_change_to_an_owned_child_reconciles_its_controller_owner_only() {
     let h = Harness::start().await;
     let owner = h.api::<ConfigMap>().create(&PostParams::default(), &config_map("pg")).await.unwrap();
     let other = h.api::<ConfigMap>().create(&PostParams::default(), &config_map("bystander")).await.unwrap();
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_informers();
     let (_stop, _task) = h.run(h.controller());
     h.recorder.wait_until(|r| r.passes.lock().len() >= 2).await;
 
@@ -391,8 +394,7 @@ async fn a_change_to_an_owned_child_reconciles_its_controller_owner_only() {
 #[tokio::test]
 async fn watches_maps_events_of_any_kind_through_its_mapper() {
     let h = Harness::start().await;
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_informers();
     let mut config = ControllerConfig::named("mapper");
     config.workers = 1;
     let controller = Controller::new(&h.config_maps, config).watches(&h.secrets, |s: &Secret| {
@@ -419,8 +421,7 @@ async fn each_outcome_tells_the_queue_the_right_thing() {
     for name in ["done", "later", "fail", "terminal"] {
         h.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
     }
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_informers();
     let controller = h.controller();
     let queue = controller.queue().clone();
     let (_stop, _task) = h.run(controller);
@@ -562,8 +563,7 @@ async fn a_panic_or_a_timeout_is_an_error_retried_with_backoff() {
     for name in ["buggy", "stuck", "fine"] {
         h.api::<ConfigMap>().create(&PostParams::default(), &config_map(name)).await.unwrap();
     }
-    h.config_maps.start();
-    h.secrets.start();
+    h.start_informers();
     let mut config = ControllerConfig::named("test");
     config.reconcile_timeout = Some(Duration::from_secs(1));
     config.metrics = Some(h.metrics.controller("test"));
