@@ -15,7 +15,9 @@
 //! Settings by environment: `E2E_SIZES` (default `100,1000,5000`), `E2E_REST_SECS` (default 60),
 //! `E2E_ANCHOR` (path of the kube-runtime anchor binary built from `benches/anchors`, which takes
 //! the same `run` flags; measured after the operator at each size, in the same run, as the
-//! baseline).
+//! baseline), `E2E_OPERATOR` (path of the operator binary to measure instead of the one this
+//! bench was built with, which has the simulator in it: the image's build,
+//! `cargo build --profile dist --no-default-features`, is what ships).
 //!
 //! The simulator's CPU is this process's: the simulator, plus the bench's own creates and its
 //! watch of the clusters' status (small beside the simulator's share).
@@ -400,7 +402,8 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let rest = Duration::from_secs(env_or("E2E_REST_SECS", 60));
-    let ours = PathBuf::from(env!("CARGO_BIN_EXE_dbcluster-operator"));
+    let ours = std::env::var_os("E2E_OPERATOR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_dbcluster-operator")), PathBuf::from);
     let anchor = std::env::var_os("E2E_ANCHOR").map(PathBuf::from);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     let mut rows = Vec::new();
