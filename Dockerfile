@@ -13,7 +13,7 @@ COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src benches \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
- && for bench in workqueue cache; do echo 'fn main() {}' > "benches/$bench.rs"; done \
+ && for bench in workqueue cache e2e; do echo 'fn main() {}' > "benches/$bench.rs"; done \
  && cargo build --profile dist --locked --no-default-features --bin dbcluster-operator \
  && rm -rf src benches
 

@@ -212,3 +212,44 @@ fn the_image_is_built_without_the_simulator_from_pinned_bases_with_cached_depend
         "dependencies build before the sources arrive"
     );
 }
+
+/// The Dockerfile's first `RUN`: the commands that make the dependency layer's stub crate, before
+/// its `cargo build` (the continuation lines joined).
+fn dependency_stub_commands(dockerfile: &str) -> String {
+    let start = dockerfile.find("\nRUN ").expect("the Dockerfile has a RUN") + "\nRUN ".len();
+    let run = dockerfile[start..].split("\n\n").next().unwrap().replace("\\\n", " ");
+    let commands: Vec<&str> =
+        run.split("&&").map(str::trim).take_while(|c| !c.starts_with("cargo build")).collect();
+    commands.join(" && ")
+}
+
+#[test]
+fn the_dockerfiles_dependency_stub_is_a_crate_cargo_accepts() {
+    // Cargo refuses a manifest whose declared targets have no file (a bench added to Cargo.toml
+    // and not to the stub broke the image's build once): make the stub as the Dockerfile does,
+    // beside the real Cargo.toml and Cargo.lock, and have cargo load it and resolve its locked
+    // dependencies, offline, for this machine (the tests' own build fetched them).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    let stub = tempfile::tempdir().unwrap();
+    for file in ["Cargo.toml", "Cargo.lock"] {
+        std::fs::copy(root.join(file), stub.path().join(file)).unwrap();
+    }
+    let commands = dependency_stub_commands(&dockerfile);
+    assert!(commands.contains("src/main.rs"), "{commands}");
+    let made =
+        std::process::Command::new("sh").arg("-c").arg(&commands).current_dir(stub.path()).output().unwrap();
+    assert!(made.status.success(), "{commands}: {}", String::from_utf8_lossy(&made.stderr));
+
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = std::process::Command::new(rustc).arg("-vV").output().unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let host = version.lines().find_map(|l| l.strip_prefix("host: ")).expect("rustc -vV names the host");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let fetched = std::process::Command::new(cargo)
+        .args(["fetch", "--locked", "--offline", "--target", host])
+        .current_dir(stub.path())
+        .output()
+        .unwrap();
+    assert!(fetched.status.success(), "cargo refuses the stub: {}", String::from_utf8_lossy(&fetched.stderr));
+}
