@@ -17,7 +17,7 @@
 //! the same `run` flags; measured after the operator at each size, in the same run, as the
 //! baseline), `E2E_OPERATOR` (path of the operator binary to measure instead of the one this
 //! bench was built with, which has the simulator in it: the image's build,
-//! `cargo build --profile dist --no-default-features`, is what ships).
+//! `cargo build --profile dist --no-default-features --features jemalloc`, is what ships).
 //!
 //! The simulator's CPU is this process's: the simulator, plus the bench's own creates and its
 //! watch of the clusters' status (small beside the simulator's share).

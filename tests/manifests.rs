@@ -195,11 +195,12 @@ fn the_dockerfile_builds_locked_and_runs_non_root() {
 }
 
 #[test]
-fn the_image_is_built_without_the_simulator_from_pinned_bases_with_cached_dependencies() {
+fn the_image_is_built_without_the_simulator_with_jemalloc_from_pinned_bases_with_cached_dependencies() {
     let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile")).unwrap();
     let builds: Vec<&str> = dockerfile.lines().filter(|l| l.contains("cargo build")).collect();
     assert_eq!(builds.len(), 2, "the dependencies, then the crate: {builds:?}");
     assert!(builds.iter().all(|l| l.contains("--no-default-features")), "{builds:?}");
+    assert!(builds.iter().all(|l| l.contains("--features jemalloc")), "the image's allocator: {builds:?}");
     for from in dockerfile.lines().filter_map(|l| l.strip_prefix("FROM ")) {
         let image = from.split_whitespace().next().unwrap();
         let (_, tag) = image.rsplit_once(':').unwrap_or_else(|| panic!("{image} has no tag"));
@@ -228,7 +229,7 @@ fn the_dockerfiles_dependency_stub_is_a_crate_cargo_accepts() {
     // Cargo refuses a manifest whose declared targets have no file (a bench added to Cargo.toml
     // and not to the stub broke the image's build once): make the stub as the Dockerfile does,
     // beside the real Cargo.toml and Cargo.lock, and have cargo load it and resolve its locked
-    // dependencies, offline, for this machine (the tests' own build fetched them).
+    // dependencies, offline, for this machine (`scripts/test` fetched them).
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
     let stub = tempfile::tempdir().unwrap();

@@ -8,6 +8,7 @@
 //! one through a `CacheWriter` (kube-runtime's own store of DatabaseClusters is kept as well, since
 //! its `Controller` needs it: this anchor holds each cluster twice, which the figures include).
 //! kube-runtime has no read-your-writes wait; the passes read whatever the caches hold.
+//! It allocates with jemalloc, as the operator's image does (its `jemalloc` feature).
 //!
 //! kube-runtime watches and stores only `kube::Resource`s, and the operator's cached forms
 //! (`Compact`, `CachedPod`) are not: they keep a lean identity instead of an `ObjectMeta`. So the
@@ -238,6 +239,11 @@ async fn serve_metrics(addr: String, anchor: Arc<Anchor>) {
 fn flag(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
 }
+
+/// The allocator of the operator's image (its `jemalloc` feature), so that both sides of the
+/// comparison allocate alike.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() {
