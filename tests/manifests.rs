@@ -18,6 +18,15 @@ fn manifests() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"))
 }
 
+/// The crate's root: the Dockerfile, Cargo.toml and Cargo.lock.
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn dockerfile() -> String {
+    std::fs::read_to_string(root().join("Dockerfile")).unwrap()
+}
+
 fn documents(file: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(manifests().join(file)).unwrap();
     serde_saphyr::from_multiple::<Value>(&text).unwrap().into_iter().filter(|d| !d.is_null()).collect()
@@ -180,10 +189,10 @@ fn the_deployment_runs_two_restricted_replicas_with_leader_election_and_probes()
 
 #[test]
 fn the_dockerfile_builds_locked_and_runs_non_root() {
-    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile")).unwrap();
+    let dockerfile = dockerfile();
     assert_eq!(dockerfile.lines().filter(|l| l.starts_with("FROM ")).count(), 2, "multi-stage");
     assert!(dockerfile.contains("cargo build --profile dist --locked"));
-    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     let dist = manifest.split("[profile.dist]").nth(1).expect("Cargo.toml has the dist profile");
     assert!(
         dist.contains(r#"lto = "fat""#) && dist.contains("codegen-units = 1"),
@@ -196,7 +205,7 @@ fn the_dockerfile_builds_locked_and_runs_non_root() {
 
 #[test]
 fn the_image_is_built_without_the_simulator_with_jemalloc_from_pinned_bases_with_cached_dependencies() {
-    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile")).unwrap();
+    let dockerfile = dockerfile();
     let builds: Vec<&str> = dockerfile.lines().filter(|l| l.contains("cargo build")).collect();
     assert_eq!(builds.len(), 2, "the dependencies, then the crate: {builds:?}");
     assert!(builds.iter().all(|l| l.contains("--no-default-features")), "{builds:?}");
@@ -230,13 +239,11 @@ fn the_dockerfiles_dependency_stub_is_a_crate_cargo_accepts() {
     // and not to the stub broke the image's build once): make the stub as the Dockerfile does,
     // beside the real Cargo.toml and Cargo.lock, and have cargo load it and resolve its locked
     // dependencies, offline, for this machine (`scripts/test` fetched them).
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
     let stub = tempfile::tempdir().unwrap();
     for file in ["Cargo.toml", "Cargo.lock"] {
-        std::fs::copy(root.join(file), stub.path().join(file)).unwrap();
+        std::fs::copy(root().join(file), stub.path().join(file)).unwrap();
     }
-    let commands = dependency_stub_commands(&dockerfile);
+    let commands = dependency_stub_commands(&dockerfile());
     assert!(commands.contains("src/main.rs"), "{commands}");
     let made =
         std::process::Command::new("sh").arg("-c").arg(&commands).current_dir(stub.path()).output().unwrap();
