@@ -5,7 +5,8 @@
 //! the log file fills (text, no colours), and the `status` command it prints shows the cluster
 //! with the operator's view, as does the key `s` in the demo itself; Ctrl-C stops it cleanly. By default on a host with
 //! root and PostgreSQL 15 it runs the sample as real PostgreSQL (the process kubelet) and prints
-//! how to connect with `psql`, which works as printed.
+//! how to connect with `psql`, which works as printed, and `status` shows each standby streaming
+//! with its lag.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -141,6 +142,11 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     assert_eq!(rest.last().map(String::as_str), Some("stopped"), "{rest:?}");
 }
 
+/// How long the standbys may take to show as streaming once the cluster is Running, and how often
+/// `status` is run meanwhile (each run is a process and a few API calls).
+const REPLICATION_LIMIT: Duration = Duration::from_secs(60);
+const STATUS_POLL: Duration = Duration::from_millis(500);
+
 /// The next line of the demo's output, within 30 s.
 async fn next_line(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> String {
     let next = common::within_limit("the next line", Duration::from_secs(30), lines.next_line()).await;
@@ -239,6 +245,32 @@ async fn by_default_the_demo_runs_real_postgres_and_prints_how_to_connect_with_p
     assert!(!log.contains(&password), "the password is not in the log");
     assert!(!seen.iter().any(|l| l.contains(&password)), "the password is not printed");
     assert!(log.contains("kubelet chosen"), "{log}");
+
+    // The `status` command printed at start shows each standby streaming from the primary, with
+    // its lag in bytes (the operator reads it from the primary's `pg_stat_replication`).
+    let status = seen.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
+    let words: Vec<String> = status.split_whitespace().skip(1).map(String::from).collect();
+    let text = common::eventually_every(
+        "two standbys streaming in `status`",
+        REPLICATION_LIMIT,
+        STATUS_POLL,
+        || {
+            let words = words.clone();
+            async move {
+                let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
+                    .args(&words)
+                    .output()
+                    .await
+                    .unwrap();
+                let text = String::from_utf8_lossy(&output.stdout).into_owned();
+                let streaming =
+                    text.lines().filter(|l| l.contains(" replica ") && l.contains(" B (streaming")).count();
+                if streaming == 2 { Ok(text) } else { Err(text) }
+            }
+        },
+    )
+    .await;
+    assert!(text.lines().any(|l| l.contains(" primary ") && l.ends_with("lag=-")), "{text}");
 
     signal_and_finish(&mut child, lines).await;
 }

@@ -113,13 +113,16 @@ pub fn render(snapshot: &Snapshot) -> String {
         for instance in instances {
             let _ = writeln!(
                 out,
-                "  {:<28} {:<8} ready={:<5} version={:<6} lag={}",
+                "  {:<28} {:<8} ready={:<5} version={:<6} {}",
                 text(instance, "/name"),
                 text(instance, "/role"),
                 text(instance, "/ready"),
                 text(instance, "/version"),
-                text(instance, "/lag")
+                replication(instance)
             );
+            if let Some(message) = instance.get("message").and_then(Value::as_str) {
+                let _ = writeln!(out, "      {message}");
+            }
         }
     }
     if let Some(value) = cluster.pointer("/status/lastBackupTime") {
@@ -178,6 +181,22 @@ fn render_view(out: &mut String, view: &RuntimeView) {
     }
 }
 
+/// A standby's replication as its primary last saw it: `lag=<bytes> B (<state>, <sync state>)`,
+/// or `lag=- (not streaming)` while the primary sees no connection from it; `lag=-` for the
+/// primary.
+fn replication(instance: &Value) -> String {
+    let state = instance.get("replicationState").and_then(Value::as_str);
+    let lag = instance.get("lagBytes").and_then(Value::as_i64);
+    if state.is_none() && lag.is_none() {
+        let standby = instance.get("role").and_then(Value::as_str) == Some("replica");
+        return if standby { "lag=- (not streaming)".into() } else { "lag=-".into() };
+    }
+    let lag = lag.map_or_else(|| "-".into(), |bytes| format!("{bytes} B"));
+    let how: Vec<&str> =
+        [state, instance.get("syncState").and_then(Value::as_str)].into_iter().flatten().collect();
+    format!("lag={lag} ({})", how.join(", "))
+}
+
 /// When the cluster's backup schedule (`spec.backup.schedule`, or the deprecated
 /// `spec.backupSchedule`) runs next after `now`, with the schedule; `suspended` if it is.
 fn next_backup(cluster: &Value, now: jiff::Timestamp) -> Option<String> {
@@ -225,6 +244,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::databasecluster::types::InstanceStatus;
 
     fn cluster(instances: bool) -> Value {
         let mut cluster = json!({
@@ -235,8 +255,27 @@ mod tests {
                     "message": "Service pg is controlled by ConfigMap x"}]}
         });
         if instances {
+            // Built from the status type itself, so the field names are the ones the operator writes.
+            let instance = |name: &str, role: &str| InstanceStatus {
+                name: name.into(),
+                role: role.into(),
+                ready: true,
+                version: Some("15.4".into()),
+                ..InstanceStatus::default()
+            };
+            let streaming = InstanceStatus {
+                replication_state: Some("streaming".into()),
+                lag_bytes: Some(4096),
+                sync_state: Some("async".into()),
+                ..instance("pg-1", "replica")
+            };
+            let down = InstanceStatus {
+                ready: false,
+                message: Some("container postgres: CrashLoopBackOff".into()),
+                ..instance("pg-2", "replica")
+            };
             cluster["status"]["instances"] =
-                json!([{"name": "pg-0", "role": "primary", "ready": true, "version": "15.4", "lag": 0}]);
+                serde_json::to_value([instance("pg-0", "primary"), streaming, down]).unwrap();
         }
         cluster
     }
@@ -266,7 +305,14 @@ mod tests {
         assert!(text.contains("Phase:     Degraded"), "{text}");
         assert!(text.contains("Ready:     2/3"), "{text}");
         assert!(text.contains("ReconcileError") && text.contains("controlled by ConfigMap x"), "{text}");
-        assert!(text.contains("pg-0") && text.contains("primary") && text.contains("lag=0"), "{text}");
+        let line = |name: &str| text.lines().find(|l| l.contains(name)).unwrap_or_default().to_owned();
+        assert!(line("pg-0").contains("primary") && line("pg-0").ends_with("lag=-"), "{text}");
+        assert!(line("pg-1").ends_with("lag=4096 B (streaming, async)"), "{text}");
+        assert!(
+            line("pg-2").contains("ready=false") && line("pg-2").ends_with("lag=- (not streaming)"),
+            "{text}"
+        );
+        assert!(text.contains("\n      container postgres: CrashLoopBackOff\n"), "{text}");
         assert!(text.contains("\n  Service      pg\n"), "a child without detail, no trailing blanks: {text}");
         assert!(text.contains("state: waiting, requeues: 2") && text.contains("error: boom"), "{text}");
         assert!(text.contains("next pass in 4.5s"), "{text}");
