@@ -8,25 +8,14 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use kube::api::PostParams;
 
 const NAME: &str = "production-postgres";
 
 #[tokio::test(start_paused = true)]
 async fn a_running_cluster_costs_no_writes_and_no_passes() {
     let cluster = TestCluster::start().await;
-    let operator = cluster.start_operator().await;
-    let api = cluster.clusters();
-    api.create(&PostParams::default(), &sample()).await.unwrap();
-    await_object(&api, NAME, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;
-
-    // The operator has seen its own Running write and has finished the pass it brought.
-    let cache = operator.handles.clusters.cache();
-    await_cached(cache, &key(NAME), "Running in the operator's cache", |c| {
-        phase(&c.expand().unwrap()) == Some("Running")
-    })
-    .await;
-    reconcile_now(&operator, &key(NAME)).await;
+    // Running, and the operator has seen its own Running write and finished the pass it brought.
+    let operator = sample_running(&cluster).await;
     let passes = operator.passes();
     // Ten children (StatefulSet, four Services, ConfigMap, three Secrets, PDB) each bring a watch
     // event back to the owner while the pods start; a self-triggered loop would bring many more.

@@ -15,8 +15,10 @@
 //!    compared like with like), so other managers' fields survive and an unchanged cluster costs no
 //!    write. A create answered `409 AlreadyExists` means the cache is behind: the object is
 //!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
-//!    when its Secret is created and read back from it ever after. One log line per child and
-//!    pass: `result=created|updated|none`.
+//!    when its Secret is created and read back from it ever after. A child that changed logs a
+//!    line at INFO (`result=created|updated`), one left alone at DEBUG (`result=none`); the pass
+//!    ends with one INFO line, `reconciled DatabaseCluster`, with its phase, readiness, primary
+//!    and what comes next (its span says why it ran), so a pass that changes nothing logs one line.
 //! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`],
 //!    [`super::failover`] and [`super::roll`]): each pod's instance is asked what it is; a primary
 //!    down for `failoverDelay` is replaced by a standby ([`super::promotion`]), and that pass ends
@@ -268,7 +270,7 @@ async fn show_error(ctx: &Context, cluster: &DatabaseCluster, error: &Error) {
 
 async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<Action, Error> {
     let phase = cluster.status.as_ref().and_then(|s| s.phase).map(|p| p.as_str());
-    tracing::info!(replicas = cluster.spec.replicas, version = %cluster.spec.version, phase, "reconciling DatabaseCluster");
+    tracing::debug!(replicas = cluster.spec.replicas, version = %cluster.spec.version, phase, "reconciling DatabaseCluster");
 
     if is_first_pass(cluster) {
         tracing::info!("new DatabaseCluster: setting phase Provisioning");
@@ -372,21 +374,28 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         status.restored_from = restored;
     }
     let ready = status.ready_replicas;
-    tracing::info!(ready, desired = cluster.spec.replicas, primary = ?status.current_primary, "observed instances");
+    let (phase, primary) = (status.phase.map(|p| p.as_str()), status.current_primary.clone());
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || topology.busy || resizing;
     write_status_with_events(ctx, cluster, status, backup_events).await?;
     let next = next_look(topology.retry_after, converging);
+    // The pass's one line at INFO (the changes it made have a line each): what it found and
+    // what comes next; the span around it says why it ran.
+    let desired = cluster.spec.replicas;
     match next {
         Action::RequeueAfter(after) => {
             tracing::info!(
+                phase,
                 ready,
-                desired = cluster.spec.replicas,
+                desired,
+                primary,
                 ?after,
-                "converging or failing over; requeuing"
-            );
+                "reconciled DatabaseCluster: converging, looking again"
+            )
         }
-        Action::Done => tracing::info!(ready, "DatabaseCluster is in its desired state"),
+        Action::Done => {
+            tracing::info!(phase, ready, desired, primary, "reconciled DatabaseCluster: in its desired state")
+        }
     }
     Ok(next)
 }
@@ -1020,7 +1029,12 @@ pub(super) async fn report(
     outcome: &Outcome,
     extra: Option<EventNote>,
 ) {
-    tracing::info!(kind = %kind, name = %key.name(), result = %outcome.as_str(), "child reconciled");
+    match outcome {
+        Outcome::Unchanged => {
+            tracing::debug!(kind = %kind, name = %key.name(), result = %outcome.as_str(), "child reconciled")
+        }
+        _ => tracing::info!(kind = %kind, name = %key.name(), result = %outcome.as_str(), "child reconciled"),
+    }
     let note = match outcome {
         Outcome::Created => Some(EventNote::created(kind, key.name())),
         _ => extra,

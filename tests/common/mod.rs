@@ -377,6 +377,23 @@ where
     .await
 }
 
+/// Starts the operator on `cluster`, applies the seed's sample, and returns once the cluster is
+/// Running 3/3 in the API and in the operator's cache and every pass that brought has finished.
+pub async fn sample_running(cluster: &TestCluster) -> RunningOperator {
+    let name = sample().metadata.name.expect("the sample is named");
+    let operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    api.create(&PostParams::default(), &sample()).await.unwrap();
+    await_object(&api, &name, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;
+    let cache = operator.handles.clusters.cache();
+    await_cached(cache, &key(&name), "Running in the operator's cache", |c| {
+        phase(&c.expand().unwrap()) == Some("Running")
+    })
+    .await;
+    reconcile_now(&operator, &key(&name)).await;
+    operator
+}
+
 /// Waits until the operator has finished at least `n` passes (polled on its metrics).
 pub async fn await_passes(operator: &RunningOperator, n: u64) {
     eventually(&format!("{n} reconcile passes"), WAIT_LIMIT, || async {
@@ -508,6 +525,11 @@ impl Captured {
             .with_ansi(false)
             .finish();
         tracing::subscriber::set_default(subscriber)
+    }
+
+    /// The captured lines.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
 
     /// How many times `needle` occurs in the captured lines.
