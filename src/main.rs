@@ -25,7 +25,8 @@ struct Cli {
 enum Command {
     /// Run the operator against a Kubernetes cluster.
     Run(Box<dbcluster_operator::cli::RunArgs>),
-    /// Show one DatabaseCluster: phase, conditions, children, recent Events and the operator's view.
+    /// Show one DatabaseCluster: phase, conditions, instances (role, version, replication lag),
+    /// children, backups, recent Events and the operator's view.
     Status(dbcluster_operator::cli::StatusArgs),
     /// Start the embedded simulated cluster, run the operator on it and show a sample cluster's progress.
     #[cfg(feature = "sim")]

@@ -90,7 +90,8 @@ pub struct RunArgs {
     pub shutdown_timeout: Duration,
 }
 
-/// Show one DatabaseCluster: phase, conditions, children, recent Events and the operator's view.
+/// Show one DatabaseCluster: phase, conditions, instances (role, version, replication lag),
+/// children, backups, recent Events and the operator's view.
 #[derive(Debug, Clone, PartialEq, Eq, Parser)]
 #[command(
     name = "status",
