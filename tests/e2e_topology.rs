@@ -533,3 +533,65 @@ async fn an_instance_that_cannot_start_says_why_in_the_status() {
     let phase = api.get(NAME).await.unwrap().status.unwrap().phase.map(|p| p.as_str());
     assert_ne!(phase, Some("Running"));
 }
+
+/// `Ready`'s reason and message once its reason is `reason` and the message holds `needle`.
+async fn await_ready(cluster: &TestCluster, reason: &str, needle: &str) -> String {
+    let api = cluster.clusters();
+    eventually_some(&format!("Ready with reason {reason}, saying {needle}"), || async {
+        let db = api.get(NAME).await.ok()?;
+        let ready = db.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        (ready.reason == reason && ready.message.contains(needle)).then_some(ready.message)
+    })
+    .await
+}
+
+/// A `postgresConfig` that PostgreSQL refuses (a bad value, an unknown name) is neither reloaded
+/// nor rolled out: the instance keeps its settings and keeps running, and `Ready=False`,
+/// `InvalidConfiguration`, names what PostgreSQL refuses, with a Warning Event. A fixed spec is
+/// then applied (here by a roll, for `max_connections`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_postgres_refuses_is_not_applied_and_the_status_says_why() {
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    create(&cluster, 1, &[("work_mem", "4MB")]).await;
+    await_streaming(&cluster, 1).await;
+    let pod = pods(&cluster).await.remove(0);
+    let uid = pod.metadata.uid.clone();
+    let uri = pod_uri(&cluster, &pod_ip(&pod), "postgres").await;
+
+    // A value it cannot parse: not reloaded.
+    patch_spec(&cluster, serde_json::json!({"postgresConfig": {"work_mem": "lots"}})).await;
+    await_ready(&cluster, "InvalidConfiguration", "work_mem = 'lots' (setting could not be applied)").await;
+    await_event_reasons(&cluster, NAME, &["InvalidConfiguration"]).await;
+    assert_eq!(psql(&uri, "SHOW work_mem").unwrap(), "4MB");
+
+    // A name it does not know, beside a restart parameter: no roll either.
+    let unknown = serde_json::json!({"postgresConfig": {"work_mem": null, "work_memm": "8MB", "max_connections": "150"}});
+    patch_spec(&cluster, unknown).await;
+    let message = await_ready(
+        &cluster,
+        "InvalidConfiguration",
+        "work_memm = '8MB' (unrecognized configuration parameter)",
+    )
+    .await;
+    assert!(!message.contains("max_connections"), "a restart parameter is not refused: {message}");
+    assert_eq!(pods(&cluster).await[0].metadata.uid, uid, "no roll while the file is refused");
+    assert_eq!(psql(&uri, "SHOW max_connections").unwrap(), "100");
+    let reloads = cluster.events_about(NAME).await;
+    assert!(!reloads.iter().any(|e| e.reason.as_deref() == Some("ConfigurationReloaded")), "{reloads:?}");
+
+    // Fixed: rolled out (max_connections), and Ready again.
+    patch_spec(&cluster, serde_json::json!({"postgresConfig": {"work_memm": null, "work_mem": "8MB"}})).await;
+    eventually_some("the instance rolled, with the fixed settings in force", || async {
+        let pod = pods(&cluster).await.into_iter().next()?;
+        if pod.metadata.uid == uid {
+            return None;
+        }
+        let uri = pod_uri(&cluster, &pod_ip(&pod), "postgres").await;
+        let settings =
+            psql(&uri, "SELECT current_setting('work_mem') || ' ' || current_setting('max_connections')");
+        (settings.ok()? == "8MB 150").then_some(())
+    })
+    .await;
+    await_ready(&cluster, "AllReplicasReady", "").await;
+}

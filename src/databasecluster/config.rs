@@ -34,6 +34,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::instances::InstanceFacts;
 use super::resources::{Owner, child_metadata, statefulset_name};
 use super::validation::ValidSpec;
 
@@ -261,10 +262,34 @@ fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
 }
 
+/// What PostgreSQL refuses of the configuration files on the instances (`facts`), once each, in
+/// file order: `name = 'value' (reason)` for a line of `spec.postgresConfig` (`postgres_config`),
+/// only the name and the reason for a line the operator wrote (its values are not the user's to
+/// see in a status: a connection string may be among them). Empty when every line applies.
+pub fn refused_configuration<'a>(
+    facts: impl IntoIterator<Item = &'a InstanceFacts>,
+    postgres_config: Option<&BTreeMap<String, String>>,
+) -> Vec<String> {
+    let mut refused: Vec<String> = Vec::new();
+    for setting in facts.into_iter().flat_map(|f| &f.refused_settings) {
+        let users = postgres_config.is_some_and(|config| config.contains_key(&setting.name));
+        let line = match (setting.name.as_str(), users) {
+            ("", _) => format!("a line PostgreSQL cannot read ({})", setting.error),
+            (name, true) => format!("{name} = '{}' ({})", setting.setting, setting.error),
+            (name, false) => format!("{name} ({})", setting.error),
+        };
+        if !refused.contains(&line) {
+            refused.push(line);
+        }
+    }
+    refused
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::databasecluster::fixtures::{owner, seed};
+    use crate::databasecluster::instances::RefusedSetting;
     use crate::databasecluster::validation::validate_spec;
 
     /// The records as a pass reads them from the ConfigMap `build_config_map` writes.
@@ -349,5 +374,31 @@ mod tests {
         assert_eq!(replication.len(), 1);
         assert_eq!(replication[0].split_whitespace().nth(2), Some("replicator"));
         assert!(PG_HBA_CONF.lines().filter(|l| l.starts_with("host")).all(|l| l.ends_with("scram-sha-256")));
+    }
+
+    #[test]
+    fn refused_lines_are_named_once_with_the_users_values_only() {
+        let refused = |name: &str, setting: &str, error: &str| RefusedSetting {
+            name: name.into(),
+            setting: setting.into(),
+            error: error.into(),
+        };
+        let bad_value = refused("work_mem", "lots", "setting could not be applied");
+        let unknown = refused("work_memm", "1MB", "unrecognized configuration parameter");
+        let operators = refused("primary_conninfo", "password=secret", "setting could not be applied");
+        let primary =
+            InstanceFacts { refused_settings: vec![bad_value.clone(), unknown], ..Default::default() };
+        let standby = InstanceFacts { refused_settings: vec![bad_value, operators], ..Default::default() };
+        let config: BTreeMap<String, String> =
+            [("work_mem", "lots"), ("work_memm", "1MB")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+        assert_eq!(
+            refused_configuration([&primary, &standby], Some(&config)),
+            [
+                "work_mem = 'lots' (setting could not be applied)",
+                "work_memm = '1MB' (unrecognized configuration parameter)",
+                "primary_conninfo (setting could not be applied)",
+            ]
+        );
+        assert!(refused_configuration([&InstanceFacts::default()], Some(&config)).is_empty());
     }
 }

@@ -115,7 +115,8 @@ pub(super) fn truncate(mut text: String, max_bytes: usize) -> String {
 
 /// The Events implied by a change of status from `old` (the live status, if any) to `new`:
 /// UpgradeStarted and UpgradeCompleted when `Upgrading` flips, and InvalidSpec (Warning) once per
-/// generation whose spec is invalid, ExpansionNotSupported (Warning) once per generation whose
+/// generation whose spec is invalid, InvalidConfiguration (Warning) once per generation whose
+/// `postgresConfig` PostgreSQL refuses, ExpansionNotSupported (Warning) once per generation whose
 /// storage growth the StorageClass refuses. An unchanged status implies none.
 pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
     let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
@@ -146,6 +147,7 @@ pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterS
     };
     warn_once(condition::RESIZING, reason::EXPANSION_NOT_SUPPORTED, "Resize");
     warn_once(condition::READY, reason::INVALID_SPEC, "Validate");
+    warn_once(condition::READY, reason::INVALID_CONFIGURATION, "Configure");
     events
 }
 

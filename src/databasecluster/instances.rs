@@ -77,6 +77,22 @@ pub struct InstanceFacts {
     pub standbys: Vec<StandbyFact>,
     /// On a primary: its physical replication slots.
     pub slots: Vec<SlotFact>,
+    /// The lines of its configuration files that PostgreSQL would not apply, a change that waits
+    /// for a restart aside (`pg_file_settings`, which reads the files on disk as they are now).
+    pub refused_settings: Vec<RefusedSetting>,
+}
+
+/// A line of an instance's configuration that PostgreSQL does not apply: a value it refuses
+/// (`work_mem = 'lots'`), or a name it does not know. A server that starts with such a file
+/// fails, and a reload applies nothing (an unknown name) or all but that line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedSetting {
+    /// The parameter's name as written (empty for a line PostgreSQL could not parse).
+    pub name: String,
+    /// The value as written.
+    pub setting: String,
+    /// PostgreSQL's reason (`setting could not be applied`, `unrecognized configuration parameter`).
+    pub error: String,
 }
 
 /// One row of the primary's `pg_stat_replication`.
@@ -202,6 +218,21 @@ pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
             checkpoint_lsn: row.get(6),
             ..InstanceFacts::default()
         };
+        // A changed parameter that only a restart applies reports an error too, with
+        // `pending_restart` set: a roll applies it, so it is not refused.
+        let refused = client
+            .query(
+                "SELECT coalesce(f.name, ''), coalesce(f.setting, ''), f.error \
+                 FROM pg_file_settings f LEFT JOIN pg_settings s ON s.name = f.name \
+                 WHERE f.error IS NOT NULL AND NOT coalesce(s.pending_restart, false) ORDER BY f.seqno",
+                &[],
+            )
+            .await
+            .map_err(err)?;
+        facts.refused_settings = refused
+            .iter()
+            .map(|r| RefusedSetting { name: r.get(0), setting: r.get(1), error: r.get(2) })
+            .collect();
         if !facts.in_recovery {
             let standbys = client
                 .query(

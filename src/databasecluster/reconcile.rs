@@ -24,8 +24,11 @@
 //!    down for `failoverDelay` is replaced by a standby ([`super::promotion`]), and that pass ends
 //!    there; role labels follow the answers;
 //!    the primary's slots are created and dropped; a configuration that has reached an instance
-//!    is reloaded; a password the primary refuses is set from its Secret (a refused superuser
-//!    password restarts the primary); and the next outdated pod of a roll is deleted. Failures
+//!    is reloaded, unless PostgreSQL refuses a line of it (then nothing of it is applied and
+//!    `Ready=False`, `InvalidConfiguration`, names the lines); a password the primary refuses is
+//!    set from its Secret (a refused superuser password restarts the primary); and the next
+//!    outdated pod of a roll is deleted, once every instance has the current configuration file
+//!    and PostgreSQL accepts it (a pod restarted with a refused file would not start). Failures
 //!    here are logged and retried on a later pass.
 //! 5. **Backups** ([`super::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
 //!    Jobs' outcomes go into the status with their Events. With `spec.bootstrap.fromBackup` the
@@ -68,7 +71,9 @@ use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
 use super::cached::{CachedPod, ChildForm, Compact};
-use super::config::{Records, build_config_map, config_map_name, desired_config_hash, initial_primary};
+use super::config::{
+    Records, build_config_map, config_map_name, desired_config_hash, initial_primary, refused_configuration,
+};
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
 use super::demotion::{Switch, advance, begin};
 use super::drift::keep_immutable_fields;
@@ -89,7 +94,8 @@ use super::resources::{
 use super::roll::{RollStep, next_step};
 use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name};
 use super::status::{
-    compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_resizing,
+    compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_refused_configuration,
+    with_resizing,
 };
 use super::storage::{Growth, grow_claims};
 use super::switchover::{
@@ -362,6 +368,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         now,
     );
     let status = with_instances(status, topology.statuses, topology.current_primary);
+    let status = with_refused_configuration(status, &topology.refused, now);
     let status = if spec.replicas > 0 {
         with_failover(status, &primary_record, &topology.decision, topology.promoted.as_ref(), now)
     } else {
@@ -600,6 +607,8 @@ struct Topology {
     promoted: Option<FailoverRecord>,
     /// The switchover record this pass made, if any.
     switchover: Option<SwitchoverStatus>,
+    /// What PostgreSQL refuses of the configuration ([`refused_configuration`]).
+    refused: Vec<String>,
 }
 
 /// What the `<name>-scripts` ConfigMap records ([`super::config`]).
@@ -634,6 +643,7 @@ async fn operate_instances(
             decision: Decision::Healthy,
             promoted: None,
             switchover: None,
+            refused: Vec::new(),
         };
     };
     let target = |ip: &str, user: &str, password: &str, database: &str| Target {
@@ -662,6 +672,7 @@ async fn operate_instances(
             }
         }
     }
+    let refused = refused_configuration(facts.values(), cluster.spec.postgres_config.as_ref());
     let previous = cluster.status.as_ref();
     let statuses = with_recorded_sync_states(
         instance_statuses(pods, &facts),
@@ -713,6 +724,7 @@ async fn operate_instances(
                 Decision::SwitchingOver { from: old.to_owned() }
             },
             promoted: None,
+            refused,
             switchover: Some(switchover_record(
                 requested,
                 now_phase,
@@ -760,6 +772,7 @@ async fn operate_instances(
             decision,
             promoted,
             switchover: None,
+            refused,
         };
     }
     let mut promoted = None;
@@ -786,7 +799,7 @@ async fn operate_instances(
             let login = login_to(primary_record);
             let why = format!("scale down to {} instances: ", spec.replicas);
             let begun = begin(&switch, login.as_ref(), &requested, &why).await;
-            return switching(statuses, current_primary, decision, primary_record, begun);
+            return switching(statuses, current_primary, decision, primary_record, begun, refused);
         }
         tracing::info!(primary = %primary_record, "scale down waits for a standby that stays to stream");
         busy = true;
@@ -825,7 +838,7 @@ async fn operate_instances(
                         Switch { ctx, cluster, owner, spec, pods: &pods_api, old: primary_record, new };
                     let login = login_to(primary_record);
                     let begun = begin(&switch, login.as_ref(), new, "").await;
-                    return switching(statuses, current_primary, decision, primary_record, begun);
+                    return switching(statuses, current_primary, decision, primary_record, begun, refused);
                 }
             }
         }
@@ -846,6 +859,11 @@ async fn operate_instances(
         let on_disk = found.config_hash_on_disk.as_deref() == Some(desired_hash.as_str());
         let applied = found.config_hash_applied.as_deref() == Some(desired_hash.as_str());
         if applied {
+            continue;
+        }
+        if !found.refused_settings.is_empty() {
+            // Not reloaded: PostgreSQL would apply all but the refused lines, or nothing (an
+            // unknown name). The status says what to fix; the next spec brings a new file.
             continue;
         }
         busy = true;
@@ -906,8 +924,21 @@ async fn operate_instances(
             _ => false,
         };
     let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
-    if let (true, Some(revision), false) =
-        (generation_observed, update_revision, primary_down_for_credentials)
+    // A roll waits until the instances have the current configuration file, and holds while
+    // PostgreSQL refuses it: an instance restarted with a refused file would not start.
+    let config_arrived =
+        facts.values().all(|found| found.config_hash_on_disk.as_deref() == Some(desired_hash.as_str()));
+    let roll_held = update_revision.is_some() && (!config_arrived || !refused.is_empty());
+    if roll_held {
+        tracing::debug!(
+            config_arrived,
+            refused = refused.len(),
+            "no roll step: the configuration is not in place"
+        );
+        busy |= !config_arrived;
+    }
+    if let (true, Some(revision), false, false) =
+        (generation_observed, update_revision, primary_down_for_credentials, roll_held)
     {
         let switch_over = spec.replicas >= 2
             && cluster.spec.primary_update_method.unwrap_or_default() == PrimaryUpdateMethod::Switchover;
@@ -934,7 +965,7 @@ async fn operate_instances(
             }
         }
     }
-    Topology { statuses, current_primary, busy, retry_after, decision, promoted, switchover }
+    Topology { statuses, current_primary, busy, retry_after, decision, promoted, switchover, refused }
 }
 
 /// The [`Topology`] of a pass that started a switchover from `old` (`begun`, when the fence
@@ -945,6 +976,7 @@ fn switching(
     decision: Decision,
     old: &str,
     begun: Option<SwitchoverStatus>,
+    refused: Vec<String>,
 ) -> Topology {
     Topology {
         statuses,
@@ -954,6 +986,7 @@ fn switching(
         decision: if begun.is_some() { Decision::SwitchingOver { from: old.to_owned() } } else { decision },
         promoted: None,
         switchover: begun,
+        refused,
     }
 }
 

@@ -44,6 +44,8 @@ pub mod reason {
     pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
     /// Ready=False: the spec cannot be acted on.
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Ready=False: PostgreSQL refuses part of `spec.postgresConfig`.
+    pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
     /// Degraded=False.
     pub const REPLICAS_READY: &str = "ReplicasReady";
     /// Degraded=True: an instance that was ready is not.
@@ -264,6 +266,31 @@ pub fn with_instances(
     }
     status.instances = instances;
     status
+}
+
+/// `status` with `Ready=False`, reason `InvalidConfiguration`, when PostgreSQL refuses lines of
+/// the instances' configuration (`refused`, from [`super::config::refused_configuration`]): they
+/// are not reloaded, the instances keep their previous values, and an instance restarted with them
+/// would not start. The message of a `Ready=False` for another reason follows this one.
+pub fn with_refused_configuration(
+    status: DatabaseClusterStatus,
+    refused: &[String],
+    now: Timestamp,
+) -> DatabaseClusterStatus {
+    if refused.is_empty() {
+        return status;
+    }
+    let mut message = format!(
+        "PostgreSQL refuses spec.postgresConfig: {}; nothing of it is applied, and an instance restarted with it would not start",
+        refused.join(", ")
+    );
+    let ready = status.conditions.iter().find(|c| c.type_ == condition::READY);
+    if let Some(other) = ready.filter(|c| c.status == "False") {
+        message = format!("{message}; {}", other.message);
+    }
+    let mut conditions = ConditionSetter::new(status.conditions, status.observed_generation, now);
+    conditions.set(condition::READY, "False", reason::INVALID_CONFIGURATION, message);
+    DatabaseClusterStatus { conditions: conditions.into_inner(), ..status }
 }
 
 /// `status` with the `Resizing` condition for `growth` ([`super::storage`]); `None` (the claims
@@ -602,6 +629,38 @@ mod tests {
             summary(&failing, "Ready"),
             s("False", "InstanceFailing", "1/2 replicas ready; db-1: container postgres: CrashLoopBackOff")
         );
+    }
+
+    #[test]
+    fn a_configuration_postgres_refuses_makes_ready_false_with_one_warning_per_generation() {
+        let cluster = running(3, "15.4");
+        let sts = Observed::settled("15.4", 3, 3).build();
+        let status = compute_status(&cluster, Some(&sts), at(1));
+        assert_eq!(with_refused_configuration(status.clone(), &[], at(1)), status, "nothing refused");
+
+        let refused = ["work_mem = 'lots' (setting could not be applied)".to_owned()];
+        let refusing = with_refused_configuration(status.clone(), &refused, at(1));
+        let ready = condition(&refusing, "Ready");
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidConfiguration"));
+        assert!(ready.message.contains("work_mem = 'lots'"), "{}", ready.message);
+        assert_eq!(refusing.phase, Some(Phase::Running), "the instances serve, with their old values");
+        let events = status_events(cluster.status.as_ref(), &refusing);
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            (events[0].type_, events[0].reason.as_str()),
+            (EventType::Warning, "InvalidConfiguration")
+        );
+        let cluster = next(&cluster, &refusing);
+        let again = with_refused_configuration(compute_status(&cluster, Some(&sts), at(2)), &refused, at(2));
+        assert!(status_events(cluster.status.as_ref(), &again).is_empty(), "already reported");
+
+        // With an instance down as well, Ready says both.
+        let starting = Observed::settled("15.4", 3, 2).build();
+        let down =
+            with_refused_configuration(compute_status(&cluster, Some(&starting), at(3)), &refused, at(3));
+        let ready = condition(&down, "Ready");
+        assert_eq!(ready.reason, "InvalidConfiguration");
+        assert!(ready.message.ends_with("; 2/3 replicas ready"), "{}", ready.message);
     }
 
     #[test]

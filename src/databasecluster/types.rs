@@ -172,6 +172,8 @@ pub struct DatabaseClusterSpec {
 
     /// PostgreSQL server parameters, written to the instances' configuration file: a parameter
     /// PostgreSQL reloads is applied without a restart; one that needs a restart rolls the instances.
+    /// A value or a name PostgreSQL refuses is not applied at all (Ready=False, reason
+    /// InvalidConfiguration, names it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgres_config: Option<BTreeMap<String, String>>,
 
