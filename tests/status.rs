@@ -64,6 +64,14 @@ async fn status_shows_the_cluster_its_children_events_and_the_operators_view() {
     assert!(!text.contains("look-alike"), "{text}");
     assert!(text.contains("CreatedStatefulSet"), "the Events about the cluster: {text}");
     assert!(text.contains("last pass: success") || text.contains("last pass: requeue_after"), "{text}");
+    // Each field the view reads is in the operator's real report and the real status (a field
+    // the view names wrongly shows as `-`).
+    let line = |prefix: &str| text.lines().find(|l| l.trim_start().starts_with(prefix)).unwrap_or_default();
+    assert!(text.contains("Version:   15.4"), "{text}");
+    assert!(line("state:").ends_with("requeues: 0"), "{text}");
+    let last = line("last pass:");
+    assert!(last.contains("s ago, took ") && !last.contains("-s") && last.ends_with("error: -"), "{text}");
+    assert!(line("last pass triggered by:").contains("\""), "{text}");
 
     // The operator down: the rest is still shown, and the view says why it is missing.
     signal.send(()).await.unwrap();
