@@ -559,14 +559,24 @@ async fn a_configuration_postgres_refuses_is_not_applied_and_the_status_says_why
     let uid = pod.metadata.uid.clone();
     let uri = pod_uri(&cluster, &pod_ip(&pod), "postgres").await;
 
-    // A value it cannot parse: not reloaded.
-    patch_spec(&cluster, serde_json::json!({"postgresConfig": {"work_mem": "lots"}})).await;
-    await_ready(&cluster, "InvalidConfiguration", "work_mem = 'lots' (setting could not be applied)").await;
+    // Values it cannot parse, of a reloadable and of a restart parameter: neither reloaded nor
+    // rolled out.
+    patch_spec(
+        &cluster,
+        serde_json::json!({"postgresConfig": {"work_mem": "lots", "shared_buffers": "lots"}}),
+    )
+    .await;
+    let message =
+        await_ready(&cluster, "InvalidConfiguration", "work_mem = 'lots' (setting could not be applied)")
+            .await;
+    assert!(message.contains("shared_buffers = 'lots' (setting could not be applied)"), "{message}");
     await_event_reasons(&cluster, NAME, &["InvalidConfiguration"]).await;
     assert_eq!(psql(&uri, "SHOW work_mem").unwrap(), "4MB");
+    assert_eq!(pods(&cluster).await[0].metadata.uid, uid, "no roll for a refused restart parameter");
 
     // A name it does not know, beside a restart parameter: no roll either.
-    let unknown = serde_json::json!({"postgresConfig": {"work_mem": null, "work_memm": "8MB", "max_connections": "150"}});
+    let unknown = serde_json::json!({"postgresConfig":
+        {"work_mem": null, "shared_buffers": null, "work_memm": "8MB", "max_connections": "150"}});
     patch_spec(&cluster, unknown).await;
     let message = await_ready(
         &cluster,
