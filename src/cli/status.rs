@@ -182,18 +182,20 @@ fn render_view(out: &mut String, view: &RuntimeView) {
 }
 
 /// A standby's replication as its primary last saw it: `lag=<bytes> B (<state>, <sync state>)`,
-/// or `lag=- (not streaming)` while the primary sees no connection from it; `lag=-` for the
+/// or `lag=- (not streaming[, <sync state last recorded>])` while the primary sees no connection
+/// from it; `lag=- (not observed)` for an instance the operator could not ask; `lag=-` for the
 /// primary.
 fn replication(instance: &Value) -> String {
-    let state = instance.get("replicationState").and_then(Value::as_str);
+    let field = |name: &str| instance.get(name).and_then(Value::as_str);
     let lag = instance.get("lagBytes").and_then(Value::as_i64);
-    if state.is_none() && lag.is_none() {
-        let standby = instance.get("role").and_then(Value::as_str) == Some("replica");
-        return if standby { "lag=- (not streaming)".into() } else { "lag=-".into() };
-    }
+    let state = match (field("replicationState"), field("role")) {
+        (Some(state), _) => state,
+        (None, Some("replica")) => "not streaming",
+        (None, Some("primary")) => return "lag=-".into(),
+        (None, _) => return "lag=- (not observed)".into(),
+    };
     let lag = lag.map_or_else(|| "-".into(), |bytes| format!("{bytes} B"));
-    let how: Vec<&str> =
-        [state, instance.get("syncState").and_then(Value::as_str)].into_iter().flatten().collect();
+    let how: Vec<&str> = [Some(state), field("syncState")].into_iter().flatten().collect();
     format!("lag={lag} ({})", how.join(", "))
 }
 
@@ -271,11 +273,13 @@ mod tests {
             };
             let down = InstanceStatus {
                 ready: false,
+                sync_state: Some("sync".into()),
                 message: Some("container postgres: CrashLoopBackOff".into()),
                 ..instance("pg-2", "replica")
             };
+            let unasked = instance("pg-3", "unknown");
             cluster["status"]["instances"] =
-                serde_json::to_value([instance("pg-0", "primary"), streaming, down]).unwrap();
+                serde_json::to_value([instance("pg-0", "primary"), streaming, down, unasked]).unwrap();
         }
         cluster
     }
@@ -309,9 +313,10 @@ mod tests {
         assert!(line("pg-0").contains("primary") && line("pg-0").ends_with("lag=-"), "{text}");
         assert!(line("pg-1").ends_with("lag=4096 B (streaming, async)"), "{text}");
         assert!(
-            line("pg-2").contains("ready=false") && line("pg-2").ends_with("lag=- (not streaming)"),
+            line("pg-2").contains("ready=false") && line("pg-2").ends_with("lag=- (not streaming, sync)"),
             "{text}"
         );
+        assert!(line("pg-3").ends_with("lag=- (not observed)"), "{text}");
         assert!(text.contains("\n      container postgres: CrashLoopBackOff\n"), "{text}");
         assert!(text.contains("\n  Service      pg\n"), "a child without detail, no trailing blanks: {text}");
         assert!(text.contains("state: waiting, requeues: 2") && text.contains("error: boom"), "{text}");
