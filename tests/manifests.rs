@@ -3,7 +3,7 @@
 //! kustomization applies the CRD, RBAC and Deployment, and the Deployment is what the issue asks
 //! for (two replicas with leader election, probes, resources, a restricted security context).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -14,13 +14,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-fn manifests() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"))
-}
-
 /// The crate's root: the Dockerfile, Cargo.toml and Cargo.lock.
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn manifests() -> PathBuf {
+    root().join("manifests")
 }
 
 fn dockerfile() -> String {

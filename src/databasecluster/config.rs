@@ -285,6 +285,37 @@ pub fn refused_configuration<'a>(
     refused
 }
 
+/// Where the instances stand with the current configuration file, as a roll needs to know: a
+/// pod restarted before the file reached every instance, or with a file PostgreSQL refuses, would
+/// not start with what the spec says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigurationState {
+    /// Every observed instance has the file (`desired_hash` on disk), and PostgreSQL accepts it.
+    InPlace,
+    /// Some observed instance still has an older file.
+    Arriving,
+    /// PostgreSQL refuses a line of it ([`refused_configuration`]).
+    Refused,
+}
+
+/// The [`ConfigurationState`] of the observed instances (`facts`) for the file whose hash is
+/// `desired_hash`.
+pub fn configuration_state<'a>(
+    facts: impl IntoIterator<Item = &'a InstanceFacts>,
+    desired_hash: &str,
+) -> ConfigurationState {
+    let mut state = ConfigurationState::InPlace;
+    for found in facts {
+        if !found.refused_settings.is_empty() {
+            return ConfigurationState::Refused;
+        }
+        if found.config_hash_on_disk.as_deref() != Some(desired_hash) {
+            state = ConfigurationState::Arriving;
+        }
+    }
+    state
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,5 +431,23 @@ mod tests {
             ]
         );
         assert!(refused_configuration([&InstanceFacts::default()], Some(&config)).is_empty());
+    }
+
+    #[test]
+    fn a_roll_waits_for_the_file_on_every_instance_and_for_postgres_to_accept_it() {
+        let with =
+            |hash: &str| InstanceFacts { config_hash_on_disk: Some(hash.into()), ..Default::default() };
+        let refusing = InstanceFacts {
+            refused_settings: vec![RefusedSetting {
+                name: "work_mem".into(),
+                setting: "lots".into(),
+                error: "setting could not be applied".into(),
+            }],
+            ..with("new")
+        };
+        assert_eq!(configuration_state([&with("new"), &with("new")], "new"), ConfigurationState::InPlace);
+        assert_eq!(configuration_state([&with("new"), &with("old")], "new"), ConfigurationState::Arriving);
+        assert_eq!(configuration_state([&with("old"), &refusing], "new"), ConfigurationState::Refused);
+        assert_eq!(configuration_state([], "new"), ConfigurationState::InPlace, "nothing observed");
     }
 }

@@ -196,18 +196,37 @@ pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
     let work = async {
         let client = connect(target).await?;
         let err = |source| postgres_error(target, source);
+        // The configuration files are read once (`files`, a CTE used twice is materialised): the
+        // hash on disk, and the lines PostgreSQL would not apply. A changed parameter that only a
+        // restart applies reports an error too, with `pending_restart` set: a roll applies it, so
+        // it is not refused.
         let row = client
             .query_one(
-                "SELECT pg_is_in_recovery(), current_setting('server_version'), \
+                "WITH files AS (SELECT seqno, name, setting, error FROM pg_file_settings), \
+                 refused AS (SELECT f.seqno, coalesce(f.name, '') AS name, coalesce(f.setting, '') AS setting, \
+                 f.error FROM files f LEFT JOIN pg_settings s ON s.name = f.name \
+                 WHERE f.error IS NOT NULL AND NOT coalesce(s.pending_restart, false)) \
+                 SELECT pg_is_in_recovery(), current_setting('server_version'), \
                  current_setting($1, true), \
-                 (SELECT setting FROM pg_file_settings WHERE name = $1 ORDER BY seqno DESC LIMIT 1), \
+                 (SELECT setting FROM files WHERE name = $1 ORDER BY seqno DESC LIMIT 1), \
                  pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint, \
                  pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::bigint, \
-                 pg_wal_lsn_diff((pg_control_checkpoint()).checkpoint_lsn, '0/0')::bigint",
+                 pg_wal_lsn_diff((pg_control_checkpoint()).checkpoint_lsn, '0/0')::bigint, \
+                 ARRAY(SELECT name FROM refused ORDER BY seqno), \
+                 ARRAY(SELECT setting FROM refused ORDER BY seqno), \
+                 ARRAY(SELECT error FROM refused ORDER BY seqno)",
                 &[&CONFIG_HASH_PARAMETER],
             )
             .await
             .map_err(err)?;
+        let (names, settings, errors): (Vec<String>, Vec<String>, Vec<String>) =
+            (row.get(7), row.get(8), row.get(9));
+        let refused_settings = names
+            .into_iter()
+            .zip(settings)
+            .zip(errors)
+            .map(|((name, setting), error)| RefusedSetting { name, setting, error })
+            .collect();
         let mut facts = InstanceFacts {
             in_recovery: row.get(0),
             version: row.get::<_, String>(1).split_whitespace().next().unwrap_or_default().to_owned(),
@@ -216,23 +235,9 @@ pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
             received_lsn: row.get(4),
             replay_lsn: row.get(5),
             checkpoint_lsn: row.get(6),
+            refused_settings,
             ..InstanceFacts::default()
         };
-        // A changed parameter that only a restart applies reports an error too, with
-        // `pending_restart` set: a roll applies it, so it is not refused.
-        let refused = client
-            .query(
-                "SELECT coalesce(f.name, ''), coalesce(f.setting, ''), f.error \
-                 FROM pg_file_settings f LEFT JOIN pg_settings s ON s.name = f.name \
-                 WHERE f.error IS NOT NULL AND NOT coalesce(s.pending_restart, false) ORDER BY f.seqno",
-                &[],
-            )
-            .await
-            .map_err(err)?;
-        facts.refused_settings = refused
-            .iter()
-            .map(|r| RefusedSetting { name: r.get(0), setting: r.get(1), error: r.get(2) })
-            .collect();
         if !facts.in_recovery {
             let standbys = client
                 .query(

@@ -72,7 +72,8 @@ use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ens
 use super::backup::status::apply_backup_status;
 use super::cached::{CachedPod, ChildForm, Compact};
 use super::config::{
-    Records, build_config_map, config_map_name, desired_config_hash, initial_primary, refused_configuration,
+    ConfigurationState, Records, build_config_map, config_map_name, configuration_state, desired_config_hash,
+    initial_primary, refused_configuration,
 };
 use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
 use super::demotion::{Switch, advance, begin};
@@ -924,18 +925,13 @@ async fn operate_instances(
             _ => false,
         };
     let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
-    // A roll waits until the instances have the current configuration file, and holds while
-    // PostgreSQL refuses it: an instance restarted with a refused file would not start.
-    let config_arrived =
-        facts.values().all(|found| found.config_hash_on_disk.as_deref() == Some(desired_hash.as_str()));
-    let roll_held = update_revision.is_some() && (!config_arrived || !refused.is_empty());
+    // A roll waits until the instances have the current configuration file (look again soon), and
+    // holds while PostgreSQL refuses it (until the spec changes).
+    let configuration = configuration_state(facts.values(), &desired_hash);
+    let roll_held = update_revision.is_some() && configuration != ConfigurationState::InPlace;
     if roll_held {
-        tracing::debug!(
-            config_arrived,
-            refused = refused.len(),
-            "no roll step: the configuration is not in place"
-        );
-        busy |= !config_arrived;
+        tracing::debug!(?configuration, "no roll step: the configuration is not in place");
+        busy |= configuration == ConfigurationState::Arriving;
     }
     if let (true, Some(revision), false, false) =
         (generation_observed, update_revision, primary_down_for_credentials, roll_held)

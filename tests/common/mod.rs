@@ -534,7 +534,7 @@ impl Captured {
 
     /// How many times `needle` occurs in the captured lines.
     pub fn count(&self, needle: &str) -> usize {
-        String::from_utf8_lossy(&self.0.lock()).matches(needle).count()
+        self.text().matches(needle).count()
     }
 }
 
