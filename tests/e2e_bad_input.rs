@@ -22,6 +22,15 @@ fn refusal(error: kube::Error) -> (u16, String) {
     }
 }
 
+/// Waits until cluster `name` is Failed with `Ready=False, InvalidSpec`; returns the condition's message.
+async fn await_invalid_spec(api: &kube::Api<DatabaseCluster>, name: &str) -> String {
+    let failed =
+        await_object(api, name, "phase Failed", |c: &DatabaseCluster| phase(c) == Some("Failed")).await;
+    assert_eq!(condition(&failed, "Ready"), Some(("False".into(), "InvalidSpec".into())));
+    let conditions = failed.status.expect("a status").conditions;
+    conditions.into_iter().find(|c| c.type_ == "Ready").expect("a Ready condition").message
+}
+
 #[tokio::test]
 async fn the_schema_refuses_an_unparsable_storage_size_and_negative_replicas() {
     let cluster = TestCluster::start().await;
@@ -124,13 +133,7 @@ async fn a_spec_that_bypassed_validation_fails_once_and_waits_for_a_fix() {
     api.create(&PostParams::default(), &bad).await.unwrap();
 
     let operator = cluster.start_operator().await;
-    let failed = await_object(&api, "production-postgres", "phase Failed", |c: &DatabaseCluster| {
-        phase(c) == Some("Failed")
-    })
-    .await;
-    assert_eq!(condition(&failed, "Ready"), Some(("False".into(), "InvalidSpec".into())));
-    let message =
-        &failed.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Ready").unwrap().message;
+    let message = await_invalid_spec(&api, "production-postgres").await;
     assert!(message.contains("spec.storageSize") && message.contains("lots"), "{message}");
 
     // A minute of simulated time: no retry storm, no child, one Warning.
@@ -235,5 +238,37 @@ async fn synchronous_replicas_stay_below_the_instances_in_the_crd_and_in_the_ope
         &failed.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Ready").unwrap().message;
     assert!(message.contains("spec.synchronousReplicas 2"), "{message}");
     assert!(cluster.api::<StatefulSet>().get_opt("sync-db").await.unwrap().is_none());
+    operator.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn resources_a_container_cannot_have_fail_the_spec_and_roll_nothing() {
+    let cluster = TestCluster::start().await;
+    let operator = sample_running(&cluster).await;
+    let api = cluster.clusters();
+    let statefulsets = cluster.api::<StatefulSet>();
+    let before = statefulsets.get("production-postgres").await.unwrap();
+
+    // The API server refuses a pod template whose request exceeds its limit, as Kubernetes does.
+    let mut over = serde_json::to_value(&before).unwrap();
+    over["metadata"] = json!({"name": "look-alike"});
+    over["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}});
+    let over: StatefulSet = serde_json::from_value(over).unwrap();
+    let (code, message) = refusal(statefulsets.create(&PostParams::default(), &over).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(message.contains("must be less than or equal to cpu limit of 1"), "{message}");
+
+    // So the operator refuses such a spec before it writes anything: no roll, one Warning.
+    let resources =
+        Patch::Merge(json!({"spec": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}}));
+    api.patch("production-postgres", &PatchParams::default(), &resources).await.unwrap();
+    let message = await_invalid_spec(&api, "production-postgres").await;
+    assert!(message.contains("requests.cpu 2 is more than limits.cpu 1"), "{message}");
+    let after = statefulsets.get("production-postgres").await.unwrap();
+    assert_eq!(after.metadata.generation, before.metadata.generation, "the StatefulSet was not changed");
+    let warnings = cluster.events_about("production-postgres").await;
+    let warnings: Vec<_> = warnings.iter().filter(|e| e.reason.as_deref() == Some("InvalidSpec")).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
     operator.stop().await;
 }

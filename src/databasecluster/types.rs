@@ -178,7 +178,8 @@ pub struct DatabaseClusterSpec {
     pub postgres_config: Option<BTreeMap<String, String>>,
 
     /// CPU and memory requests and limits of the PostgreSQL container (default: requests 100m/256Mi,
-    /// limits 500m/512Mi). A change rolls the instances.
+    /// limits 500m/512Mi). A change rolls the instances. What Kubernetes refuses in a container (a
+    /// request above its limit, a name that is not a container resource) is `InvalidSpec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 

@@ -209,6 +209,15 @@ pub enum SpecError {
     /// A `resources` quantity does not parse.
     #[error("spec.resources {0} is not a Kubernetes quantity such as 500m or 1Gi")]
     InvalidResource(String),
+    /// A `resources` name that a container cannot ask for.
+    #[error(
+        "spec.resources {0} is not a container resource: use cpu, memory, ephemeral-storage, \
+         hugepages-<size> or a domain-qualified extended resource"
+    )]
+    UnknownResource(String),
+    /// Requests and limits that Kubernetes refuses together in a container.
+    #[error("spec.resources {0}")]
+    RequestsAgainstLimits(String),
     /// The major version differs from the one the cluster runs.
     #[error(
         "spec.version {desired:?} changes the major version of a cluster running {running:?}: \
@@ -261,13 +270,7 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
         });
     }
     let resources = spec.resources.clone().unwrap_or_else(default_resources);
-    for (kind, quantities) in [("requests", &resources.requests), ("limits", &resources.limits)] {
-        for (name, value) in quantities.iter().flatten() {
-            if !is_resource_quantity(value) {
-                return Err(SpecError::InvalidResource(format!("{kind}.{name}={value:?}")));
-            }
-        }
-    }
+    check_resources(&resources)?;
     Ok(ValidSpec {
         replicas: spec.replicas,
         version,
@@ -290,14 +293,85 @@ pub fn default_resources() -> ResourceRequirements {
     ResourceRequirements { requests: quantities("100m", "256Mi"), limits: quantities("500m", "512Mi") }
 }
 
-/// A CPU or memory quantity: a positive decimal with an optional milli, SI or binary suffix.
-fn is_resource_quantity(text: &str) -> bool {
-    const SUFFIXES: [&str; 14] = ["", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+/// Checks the container's resources as the API server checks a pod template's (Kubernetes 1.28
+/// `ValidateResourceRequirements`), so that a spec it would refuse in the StatefulSet is an
+/// `InvalidSpec` before anything is written: every amount parses, every name is a container
+/// resource, a request is at most its limit, and one that cannot be overcommitted (huge pages, an
+/// extended resource) equals a limit that is set.
+fn check_resources(resources: &ResourceRequirements) -> Result<(), SpecError> {
+    type Amounts<'a> = BTreeMap<&'a str, (&'a str, u128)>;
+    fn parsed<'a>(
+        kind: &str,
+        quantities: &'a Option<BTreeMap<String, String>>,
+    ) -> Result<Amounts<'a>, SpecError> {
+        let mut amounts = BTreeMap::new();
+        for (name, value) in quantities.iter().flatten() {
+            let amount = resource_amount(value)
+                .ok_or_else(|| SpecError::InvalidResource(format!("{kind}.{name}={value:?}")))?;
+            let standard = matches!(name.as_str(), "cpu" | "memory" | "ephemeral-storage")
+                || name.starts_with("hugepages-");
+            if !standard && !name.contains('/') {
+                return Err(SpecError::UnknownResource(format!("{kind}.{name}")));
+            }
+            amounts.insert(name.as_str(), (value.as_str(), amount));
+        }
+        Ok(amounts)
+    }
+    let requests = parsed("requests", &resources.requests)?;
+    let limits = parsed("limits", &resources.limits)?;
+    for (name, (request, amount)) in &requests {
+        let overcommit = !name.contains('/') && !name.starts_with("hugepages-");
+        let refusal = match limits.get(name) {
+            Some((limit, bound)) if overcommit && amount > bound => {
+                format!("requests.{name} {request} is more than limits.{name} {limit}")
+            }
+            Some((limit, bound)) if !overcommit && amount != bound => {
+                format!(
+                    "requests.{name} {request} must equal limits.{name} {limit}: {name} cannot be overcommitted"
+                )
+            }
+            None if !overcommit => {
+                format!("requests.{name} needs limits.{name}: {name} cannot be overcommitted")
+            }
+            _ => continue,
+        };
+        return Err(SpecError::RequestsAgainstLimits(refusal));
+    }
+    let names = || requests.keys().chain(limits.keys());
+    if names().any(|n| n.starts_with("hugepages-")) && !names().any(|n| matches!(*n, "cpu" | "memory")) {
+        return Err(SpecError::RequestsAgainstLimits(
+            "hugepages need a cpu or memory amount beside them".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A CPU or memory quantity in nano-units, for comparing a request with its limit: a
+/// non-negative decimal with an optional milli, SI or binary suffix; `None` for anything else.
+fn resource_amount(text: &str) -> Option<u128> {
+    const NANOS: u128 = 1_000_000_000;
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, suffix) = text.split_at(split);
-    SUFFIXES.contains(&suffix)
-        && number.bytes().filter(|b| *b == b'.').count() <= 1
-        && number.bytes().any(|b| b.is_ascii_digit())
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+        return None;
+    }
+    let per_unit = match suffix {
+        "m" => NANOS / 1000,
+        "" => NANOS,
+        "k" | "M" | "G" | "T" | "P" | "E" => {
+            let power = "kMGTPE".find(suffix)? as u32 + 1;
+            NANOS * 1000u128.pow(power)
+        }
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
+            let power = "KMGTPE".find(&suffix[..1])? as u32 + 1;
+            NANOS << (10 * power)
+        }
+        _ => return None,
+    };
+    let mantissa = format!("{whole}{fraction}").parse::<u128>().ok()?;
+    let scale = 10u128.checked_pow(u32::try_from(fraction.len()).ok()?)?;
+    Some(mantissa.checked_mul(per_unit)? / scale)
 }
 
 /// Checks a cluster: its spec, and that the version does not change the major version of the one
@@ -391,6 +465,64 @@ mod tests {
                 Err(SpecError::InvalidStorageSize(bad.into())),
                 "storage {bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn resources_the_api_server_would_refuse_in_the_statefulset_are_refused() {
+        let with = |requests: &[(&str, &str)], limits: &[(&str, &str)]| {
+            let map = |pairs: &[(&str, &str)]| {
+                Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>())
+            };
+            let mut spec = spec(1, "15.4", "1Gi");
+            spec.resources = Some(ResourceRequirements { requests: map(requests), limits: map(limits) });
+            validate_spec(&spec).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            with(&[("cpu", "1500m"), ("memory", "1Gi")], &[("cpu", "1.5"), ("memory", "1024Mi")]),
+            Ok(())
+        );
+        assert_eq!(with(&[("cpu", "8")], &[]), Ok(()), "a request without a limit has no bound");
+        assert_eq!(
+            with(&[("cpu", "2")], &[("cpu", "1")]),
+            Err("spec.resources requests.cpu 2 is more than limits.cpu 1".into())
+        );
+        assert_eq!(
+            with(&[("memory", "1.5Gi")], &[("memory", "1500Mi")]),
+            Err("spec.resources requests.memory 1.5Gi is more than limits.memory 1500Mi".into())
+        );
+        assert!(with(&[("gpu", "1")], &[]).unwrap_err().contains("requests.gpu is not a container resource"));
+        assert!(
+            with(&[], &[("cpu", "lots")])
+                .unwrap_err()
+                .contains("limits.cpu=\"lots\" is not a Kubernetes quantity")
+        );
+        assert!(
+            with(&[("example.com/fpga", "1")], &[]).unwrap_err().contains("needs limits.example.com/fpga")
+        );
+        assert!(
+            with(&[("example.com/fpga", "1")], &[("example.com/fpga", "2")])
+                .unwrap_err()
+                .contains("must equal")
+        );
+        assert!(
+            with(&[], &[("hugepages-2Mi", "64Mi")]).unwrap_err().contains("hugepages need a cpu or memory")
+        );
+        assert_eq!(
+            with(&[("hugepages-2Mi", "64Mi"), ("memory", "1Gi")], &[("hugepages-2Mi", "64Mi")]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn resource_amounts_compare_across_suffixes() {
+        assert_eq!(resource_amount("1500m"), resource_amount("1.5"));
+        assert_eq!(resource_amount("1Gi"), resource_amount("1024Mi"));
+        assert_eq!(resource_amount("1k"), resource_amount("1000"));
+        assert!(resource_amount("1G") < resource_amount("1Gi"));
+        assert_eq!(resource_amount(".5"), Some(500_000_000));
+        for bad in ["", ".", "1..5", "1 Gi", "1gi", "-1", "1e3", "lots"] {
+            assert_eq!(resource_amount(bad), None, "{bad:?}");
         }
     }
 

@@ -20,6 +20,7 @@ mod apply;
 mod authorizer;
 mod batch;
 mod cluster;
+mod container_resources;
 mod controllers;
 mod defaults;
 mod discovery;
