@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use dbcluster_operator::databasecluster::types::{self, DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -249,17 +249,23 @@ async fn resources_a_container_cannot_have_fail_the_spec_and_roll_nothing() {
     let statefulsets = cluster.api::<StatefulSet>();
     let before = statefulsets.get("production-postgres").await.unwrap();
 
-    // The API server refuses a pod template whose request exceeds its limit, as Kubernetes does.
+    // As on Kubernetes 1.28, a StatefulSet whose pod template asks for more than its limit is
+    // stored, and every pod its controller would make from it is refused.
     let mut over = serde_json::to_value(&before).unwrap();
     over["metadata"] = json!({"name": "look-alike"});
     over["spec"]["template"]["spec"]["containers"][0]["resources"] =
         json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}});
     let over: StatefulSet = serde_json::from_value(over).unwrap();
-    let (code, message) = refusal(statefulsets.create(&PostParams::default(), &over).await.unwrap_err());
-    assert_eq!(code, 422);
-    assert!(message.contains("must be less than or equal to cpu limit of 1"), "{message}");
+    statefulsets.create(&PostParams::default(), &over).await.unwrap();
+    await_event_reasons(&cluster, "look-alike", &["FailedCreate"]).await;
+    let refused = cluster.events_about("look-alike").await;
+    let note = refused[0].note.as_deref().unwrap_or_default();
+    assert!(note.contains("must be less than or equal to cpu limit of 1"), "{note}");
+    assert!(cluster.api::<Pod>().get_opt("look-alike-0").await.unwrap().is_none());
+    statefulsets.delete("look-alike", &Default::default()).await.unwrap();
 
-    // So the operator refuses such a spec before it writes anything: no roll, one Warning.
+    // So the operator refuses such a spec before it writes anything (a roll would delete pods
+    // that cannot come back): the StatefulSet stays as it was, and one Warning says why.
     let resources =
         Patch::Merge(json!({"spec": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}}));
     api.patch("production-postgres", &PatchParams::default(), &resources).await.unwrap();

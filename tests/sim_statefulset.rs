@@ -388,3 +388,33 @@ async fn a_settled_statefulset_is_not_written_again_and_a_deleted_pod_comes_back
     await_sts(&sts, |s| status(s).ready_replicas == Some(2)).await;
     await_sts(&sts, |s| status(s).ready_replicas == Some(3)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_is_pending_until_a_volume_is_bound_to_it() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
+    let mut unbindable = stateful_set(1);
+    unbindable.spec.as_mut().unwrap().volume_claim_templates.as_mut().unwrap()[0]
+        .spec
+        .as_mut()
+        .unwrap()
+        .storage_class_name = Some("no-such-class".into());
+    sts.create(&PostParams::default(), &unbindable).await.unwrap();
+    let pending = common::await_object(&pvcs, "data-db-0", "the claim", |_| true).await;
+    let status = pending.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Pending"), "no volume, so not Bound");
+    assert!(status.capacity.is_none());
+    assert!(pending.spec.unwrap().volume_name.is_none());
+
+    let mut bindable = stateful_set(1);
+    bindable.metadata.name = Some("bound".into());
+    sts.create(&PostParams::default(), &bindable).await.unwrap();
+    let bound =
+        common::await_object(&pvcs, "data-bound-0", "the claim bound", |c: &PersistentVolumeClaim| {
+            c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+        })
+        .await;
+    assert!(bound.spec.unwrap().volume_name.is_some_and(|v| v.starts_with("pvc-")));
+    assert_eq!(pvcs.get("data-db-0").await.unwrap().status.unwrap().phase.as_deref(), Some("Pending"));
+}

@@ -266,6 +266,8 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
             obj["status"] = json!({"phase": "Active"});
         }
         ("", "pods") => obj["status"] = json!({"phase": "Pending"}),
+        // Until the volume controller binds it (`SetDefaults_PersistentVolumeClaim`).
+        ("", "persistentvolumeclaims") => obj["status"] = json!({"phase": "Pending"}),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             obj["status"] = established_crd_status(obj, now);
         }

@@ -244,12 +244,8 @@ fn ensure_pvc(state: &mut State, sts: &Value, claim: &Value, pvc_name: &str) {
     if claim_retention(sts).0 {
         pvc["metadata"]["ownerReferences"] = json!([plain_ref(sts, "apps/v1", "StatefulSet")]);
     }
-    let status = json!({
-        "phase": "Bound",
-        "accessModes": claim["spec"]["accessModes"],
-        "capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"]},
-    });
-    create_with_status(state, "", "persistentvolumeclaims", Some(ns), pvc, Some(status));
+    // Pending until the volume controller binds it, as a real claim is.
+    create_with_status(state, "", "persistentvolumeclaims", Some(ns), pvc, None);
 }
 
 /// The set's `persistentVolumeClaimRetentionPolicy` (StatefulSetAutoDeletePVC, beta and on by
