@@ -278,3 +278,39 @@ async fn resources_a_container_cannot_have_fail_the_spec_and_roll_nothing() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     operator.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_storage_class_no_claim_could_name_is_refused_by_the_crd_and_by_the_operator() {
+    let cluster = TestCluster::start().await;
+    let api = cluster.clusters();
+    let with_classes = |data: &str, backups: &str| {
+        let mut db = sample();
+        db.spec.storage_class_name = Some(data.into());
+        db.spec.backup = Some(serde_json::from_value(json!({"storageClassName": backups})).unwrap());
+        db
+    };
+    for (data, backups, field) in [
+        ("Fast_SSD", "standard", "spec.storageClassName"),
+        ("standard", "also bad", "spec.backup.storageClassName"),
+    ] {
+        let (code, message) =
+            refusal(api.create(&PostParams::default(), &with_classes(data, backups)).await.unwrap_err());
+        assert_eq!(code, 422);
+        assert!(message.contains(field), "{message}");
+    }
+
+    // Past an older CRD without the pattern, the operator refuses it before making a claim.
+    let mut loose = serde_json::to_value(types::crd()).unwrap();
+    loose["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["storageClassName"]
+        .as_object_mut()
+        .unwrap()
+        .remove("pattern");
+    install_crd(&cluster.client, serde_json::from_value(loose).unwrap()).await;
+    api.create(&PostParams::default(), &with_classes("Fast_SSD", "standard")).await.unwrap();
+    let operator = cluster.start_operator().await;
+    let message = await_invalid_spec(&api, "production-postgres").await;
+    assert!(message.contains("spec.storageClassName \"Fast_SSD\" is not a StorageClass name"), "{message}");
+    assert!(cluster.api::<StatefulSet>().get_opt("production-postgres").await.unwrap().is_none());
+    operator.stop().await;
+}

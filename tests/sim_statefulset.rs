@@ -41,6 +41,13 @@ fn stateful_set(replicas: i32) -> StatefulSet {
     .unwrap()
 }
 
+/// `sts` with its claim template naming the StorageClass `class`.
+fn with_claim_class(mut sts: StatefulSet, class: &str) -> StatefulSet {
+    let template = &mut sts.spec.as_mut().unwrap().volume_claim_templates.as_mut().unwrap()[0];
+    template.spec.as_mut().unwrap().storage_class_name = Some(class.into());
+    sts
+}
+
 fn ready(p: &Pod) -> bool {
     p.status
         .as_ref()
@@ -394,12 +401,7 @@ async fn a_claim_is_pending_until_a_volume_is_bound_to_it() {
     let sim = start().await;
     let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
     let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
-    let mut unbindable = stateful_set(1);
-    unbindable.spec.as_mut().unwrap().volume_claim_templates.as_mut().unwrap()[0]
-        .spec
-        .as_mut()
-        .unwrap()
-        .storage_class_name = Some("no-such-class".into());
+    let unbindable = with_claim_class(stateful_set(1), "no-such-class");
     sts.create(&PostParams::default(), &unbindable).await.unwrap();
     let pending = common::await_object(&pvcs, "data-db-0", "the claim", |_| true).await;
     let status = pending.status.unwrap();
@@ -417,4 +419,28 @@ async fn a_claim_is_pending_until_a_volume_is_bound_to_it() {
         .await;
     assert!(bound.spec.unwrap().volume_name.is_some_and(|v| v.starts_with("pvc-")));
     assert_eq!(pvcs.get("data-db-0").await.unwrap().status.unwrap().phase.as_deref(), Some("Pending"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_template_the_api_server_refuses_makes_no_claim_and_no_pod() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let bad_class = with_claim_class(stateful_set(1), "Fast_SSD");
+    sts.create(&PostParams::default(), &bad_class).await.unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(sim.client());
+    let refused = common::eventually("a FailedCreate event", Duration::from_secs(30), || async {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter().find(|e| e.reason.as_deref() == Some("FailedCreate")).ok_or(())
+    })
+    .await;
+    let message = refused.message.unwrap_or_default();
+    assert!(
+        message.starts_with("create Claim data-db-0 for Pod db-0 in StatefulSet db failed error:"),
+        "{message}"
+    );
+    assert!(message.contains("spec.storageClassName"), "{message}");
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(sim.client());
+    assert!(pods.get_opt("db-0").await.unwrap().is_none());
+    assert!(pvcs.get_opt("data-db-0").await.unwrap().is_none());
 }

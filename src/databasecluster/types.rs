@@ -185,7 +185,7 @@ pub struct DatabaseClusterSpec {
 
     /// StorageClass of the data volumes (the cluster's default class when unset). Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = STORAGE_CLASS_PATTERN))]
     #[x_kube(validation = Rule::new("self == oldSelf").message(STORAGE_CLASS_CHANGE_MESSAGE))]
     pub storage_class_name: Option<String>,
 
@@ -253,6 +253,10 @@ pub const DEFAULT_FAILOVER_DELAY_SECONDS: i32 = 30;
 
 /// Message of the CEL rule that rejects a change of `storageClassName`.
 pub const STORAGE_CLASS_CHANGE_MESSAGE: &str = "storageClassName is immutable";
+
+/// A StorageClass name, as a claim's `storageClassName` must be (a DNS-1123 subdomain: the API
+/// server refuses a claim naming anything else).
+pub const STORAGE_CLASS_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
 /// CPU and memory of a container, in Kubernetes quantities.
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, Default, PartialEq, Eq)]

@@ -206,6 +206,9 @@ pub enum SpecError {
     /// A `postgresConfig` parameter is one the operator must control.
     #[error("spec.postgresConfig parameter {0:?} is managed by the operator and cannot be set")]
     ReservedParameter(String),
+    /// `storageClassName` is not a StorageClass name.
+    #[error("spec.storageClassName {0:?} {STORAGE_CLASS_PROBLEM}")]
+    InvalidStorageClass(String),
     /// A `resources` quantity does not parse.
     #[error("spec.resources {0} is not a Kubernetes quantity such as 500m or 1Gi")]
     InvalidResource(String),
@@ -269,6 +272,9 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
             replicas: spec.replicas,
         });
     }
+    if let Some(class) = spec.storage_class_name.as_ref().filter(|class| !is_storage_class_name(class)) {
+        return Err(SpecError::InvalidStorageClass(class.clone()));
+    }
     let resources = spec.resources.clone().unwrap_or_else(default_resources);
     check_resources(&resources)?;
     Ok(ValidSpec {
@@ -291,6 +297,24 @@ pub fn default_resources() -> ResourceRequirements {
         Some(BTreeMap::from([("cpu".to_owned(), cpu.to_owned()), ("memory".to_owned(), memory.to_owned())]))
     };
     ResourceRequirements { requests: quantities("100m", "256Mi"), limits: quantities("500m", "512Mi") }
+}
+
+/// What a StorageClass name that is not one gets told (see [`is_storage_class_name`]).
+pub const STORAGE_CLASS_PROBLEM: &str = "is not a StorageClass name: at most 253 lower-case letters, digits, '-' and '.', \
+     each dot-separated part starting and ending with a letter or digit";
+
+/// Whether `name` can name a StorageClass in a claim: a DNS-1123 subdomain, as the API server
+/// checks a claim's `storageClassName` (the CRD's pattern,
+/// [`STORAGE_CLASS_PATTERN`](super::types::STORAGE_CLASS_PATTERN), says the
+/// same for specs stored under it).
+pub fn is_storage_class_name(name: &str) -> bool {
+    let label = |part: &str| {
+        !part.is_empty()
+            && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-')
+    };
+    name.len() <= 253 && name.split('.').all(label)
 }
 
 /// Checks the container's resources as the API server checks a pod template's (Kubernetes 1.28
@@ -511,6 +535,27 @@ mod tests {
         assert_eq!(
             with(&[("hugepages-2Mi", "64Mi"), ("memory", "1Gi")], &[("hugepages-2Mi", "64Mi")]),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn storage_classes_must_be_names_a_claim_can_carry() {
+        for good in ["standard", "fast-ssd", "gp3.csi.aws.com", "0"] {
+            assert!(is_storage_class_name(good), "{good:?}");
+        }
+        for bad in ["", "Fast", "fast_ssd", "-fast", "fast-", "a..b", ".a", &"a".repeat(254)] {
+            assert!(!is_storage_class_name(bad), "{bad:?}");
+        }
+        let mut data = spec(1, "15.4", "1Gi");
+        data.storage_class_name = Some("Fast_SSD".into());
+        assert_eq!(validate_spec(&data), Err(SpecError::InvalidStorageClass("Fast_SSD".into())));
+        let mut backups = spec(1, "15.4", "1Gi");
+        backups.backup =
+            Some(serde_json::from_value(serde_json::json!({"storageClassName": "a b"})).unwrap());
+        let message = validate_spec(&backups).unwrap_err().to_string();
+        assert!(
+            message.starts_with("spec.backup.storageClassName \"a b\" is not a StorageClass name"),
+            "{message}"
         );
     }
 

@@ -19,6 +19,7 @@ mod api_error;
 mod apply;
 mod authorizer;
 mod batch;
+mod claims;
 mod cluster;
 mod container_resources;
 mod controllers;

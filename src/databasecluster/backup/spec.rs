@@ -22,8 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::databasecluster::types::DatabaseClusterSpec;
-use crate::databasecluster::validation::StorageSize;
+use crate::databasecluster::types::{DatabaseClusterSpec, STORAGE_CLASS_PATTERN};
+use crate::databasecluster::validation::{STORAGE_CLASS_PROBLEM, StorageSize, is_storage_class_name};
 
 /// The CRD's first filter on a schedule: a macro, or five fields of cron characters.
 pub const SCHEDULE_PATTERN: &str =
@@ -66,7 +66,7 @@ pub struct BackupSpec {
 
     /// StorageClass of the backup volume (the cluster's default class when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = STORAGE_CLASS_PATTERN))]
     pub storage_class_name: Option<String>,
 
     /// Suspends scheduled backups (on-demand backups still run).
@@ -256,6 +256,9 @@ pub enum BackupSpecError {
     /// The backup volume's size is not a quantity.
     #[error("spec.backup.storageSize {0:?} is not a positive Kubernetes quantity such as 10Gi")]
     InvalidStorageSize(String),
+    /// The backup volume's StorageClass is not a StorageClass name.
+    #[error("spec.backup.storageClassName {0:?} {STORAGE_CLASS_PROBLEM}")]
+    InvalidStorageClass(String),
     /// The retention duration does not parse.
     #[error("spec.backup.retention.keepNewerThan {0:?} is not a duration such as 30m, 12h or 7d")]
     InvalidRetention(String),
@@ -286,6 +289,9 @@ pub fn validate_backup(spec: &DatabaseClusterSpec) -> Result<Option<ValidBackup>
     let size = backup.storage_size.as_deref().unwrap_or(DEFAULT_BACKUP_STORAGE_SIZE);
     let storage =
         StorageSize::parse(size).ok_or_else(|| BackupSpecError::InvalidStorageSize(size.to_owned()))?;
+    if let Some(class) = backup.storage_class_name.as_ref().filter(|class| !is_storage_class_name(class)) {
+        return Err(BackupSpecError::InvalidStorageClass(class.clone()));
+    }
     let retention = backup.retention.unwrap_or_default();
     let keep_newer_than_seconds = retention
         .keep_newer_than

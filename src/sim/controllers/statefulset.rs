@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
-use crate::sim::controllers::{MANAGER, create_with_status, is_deleting, owned_by, write_status};
+use crate::sim::controllers::{MANAGER, is_deleting, owned_by, write_status};
 use crate::sim::ops::{self, DeleteOptions, WriteContext};
 use crate::sim::state::State;
 use crate::sim::store::ObjectName;
@@ -171,7 +171,14 @@ fn create_pod(state: &mut State, sts: &Value, ordinal: i64, revision: &str, temp
     for claim in sts["spec"]["volumeClaimTemplates"].as_array().into_iter().flatten() {
         let claim_name = claim["metadata"]["name"].as_str().unwrap_or_default();
         let pvc_name = format!("{claim_name}-{pod_name}");
-        ensure_pvc(state, sts, claim, &pvc_name);
+        if let Err(refused) = ensure_pvc(state, sts, claim, &pvc_name) {
+            // As the real controller: no pod without its claims.
+            let message = format!(
+                "create Claim {pvc_name} for Pod {pod_name} in StatefulSet {name} failed error: {refused}"
+            );
+            record_failed_create(state, sts, &message);
+            return;
+        }
         if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
             volumes.push(json!({"name": claim_name, "persistentVolumeClaim": {"claimName": pvc_name}}));
         } else {
@@ -227,10 +234,12 @@ fn record_failed_create(state: &mut State, sts: &Value, message: &str) {
     }
 }
 
-fn ensure_pvc(state: &mut State, sts: &Value, claim: &Value, pvc_name: &str) {
+/// Creates the claim `pvc_name` from the template `claim` unless it exists; the API server's
+/// message when it refuses it.
+fn ensure_pvc(state: &mut State, sts: &Value, claim: &Value, pvc_name: &str) -> Result<(), String> {
     let ns = sts["metadata"]["namespace"].as_str().unwrap_or_default();
     if state.store.get("persistentvolumeclaims", ns, pvc_name).is_some() {
-        return;
+        return Ok(());
     }
     let mut labels = sts["spec"]["selector"]["matchLabels"].as_object().cloned().unwrap_or_default();
     if let Some(own) = claim["metadata"]["labels"].as_object() {
@@ -245,7 +254,10 @@ fn ensure_pvc(state: &mut State, sts: &Value, claim: &Value, pvc_name: &str) {
         pvc["metadata"]["ownerReferences"] = json!([plain_ref(sts, "apps/v1", "StatefulSet")]);
     }
     // Pending until the volume controller binds it, as a real claim is.
-    create_with_status(state, "", "persistentvolumeclaims", Some(ns), pvc, None);
+    let Some(kind) = state.registry.get("", "v1", "persistentvolumeclaims") else { return Ok(()) };
+    ops::create(state, &kind, Some(ns), pvc, &WriteContext::controller(MANAGER))
+        .map(drop)
+        .map_err(|e| e.message)
 }
 
 /// The set's `persistentVolumeClaimRetentionPolicy` (StatefulSetAutoDeletePVC, beta and on by
