@@ -158,6 +158,18 @@ async fn an_impossible_schedule_is_an_invalid_spec_with_the_parsers_message() {
     await_event_reasons(&cluster, NAME, &["InvalidSpec"]).await;
     let cronjobs: kube::Api<CronJob> = cluster.api();
     assert!(cronjobs.get_opt("production-postgres-backup").await.unwrap().is_none());
+
+    // Sunday as 7: croner reads it, a CronJob does not (its days are 0-6), so neither does the operator.
+    let sunday = Patch::Merge(json!({"spec": {"backup": {"schedule": "0 3 * * 7"}}}));
+    cluster.clusters().patch(NAME, &PatchParams::default(), &sunday).await.unwrap();
+    let failed = await_object(&cluster.clusters(), NAME, "InvalidSpec for day 7", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains("day of the week 7")))
+    })
+    .await;
+    assert_eq!(condition(&failed, "Ready").map(|(_, reason)| reason).as_deref(), Some("InvalidSpec"));
+    assert!(cronjobs.get_opt("production-postgres-backup").await.unwrap().is_none());
     operator.stop().await;
 }
 

@@ -155,6 +155,10 @@ mod tests {
         let long = "a".repeat(53);
         assert_eq!(fields(&causes(&cj, &cron_job(&long, "@daily", None, "Never"))), ["metadata.name"]);
         assert_eq!(fields(&causes(&cj, &cron_job("x", "99 99 99 99 99", None, "Never"))), ["spec.schedule"]);
+        for sunday_as_seven in ["0 3 * * 7", "0 3 * * MON-SUN"] {
+            let refused = causes(&cj, &cron_job("x", sunday_as_seven, None, "Never"));
+            assert_eq!(fields(&refused), ["spec.schedule"], "{sunday_as_seven}: robfig/cron's days are 0-6");
+        }
         let inline = causes(&cj, &cron_job("x", "TZ=UTC 0 0 * * *", None, "Never"));
         assert!(inline[0].message.contains("use timeZone field instead"), "{inline:?}");
         assert_eq!(

@@ -5,8 +5,10 @@
 //! The CRD's patterns are a first filter; [`validate_backup`] then parses the schedule with the
 //! maintained `croner` crate, restricted to what a Kubernetes CronJob accepts (five fields, names,
 //! `*`, `?`, lists, ranges, steps and the `@daily`-style macros; none of croner's `L`, `W`, `#`
-//! extensions), so that an impossible schedule such as `99 99 99 99 99` becomes `Ready=False,
-//! InvalidSpec` with the parser's message instead of a CronJob the API server refuses.
+//! extensions; days of the week 0 (Sunday) to 6 in ranges that run forwards, as the API server's
+//! parser reads them, where croner also takes 7 and `MON-SUN`), so that an impossible schedule
+//! such as `99 99 99 99 99` becomes `Ready=False, InvalidSpec` with the parser's message instead
+//! of a CronJob the API server refuses.
 //!
 //! `spec.backupSchedule` (the seed's field) is kept as a deprecated alias of
 //! `spec.backup.schedule`: it is read, never rewritten. Setting both to different schedules is an
@@ -202,6 +204,7 @@ impl Schedule {
             if let Some(bad) = fields.iter().find(|f| has_cron_extension(f)) {
                 return Err(invalid(format!("field {bad:?} uses a cron extension CronJobs do not accept")));
             }
+            weekday_problem(fields[4]).map_or(Ok(()), |problem| Err(invalid(problem)))?;
         }
         let parser = CronParser::builder().seconds(Seconds::Disallowed).year(Year::Disallowed).build();
         let cron = parser.parse(trimmed).map_err(|error| invalid(error.to_string()))?;
@@ -218,6 +221,35 @@ impl Schedule {
         let zoned = after.to_zoned(TimeZone::UTC);
         self.cron.find_next_occurrence(&zoned, false).ok().map(|next| next.timestamp())
     }
+}
+
+/// What a CronJob refuses in a day-of-week field that croner reads: a day 7 (croner's second
+/// Sunday), or a range that runs backwards (`MON-SUN` is 1-0 there).
+fn weekday_problem(field: &str) -> Option<String> {
+    const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+    let day = |text: &str| {
+        DAYS.iter().position(|d| d.eq_ignore_ascii_case(text)).or_else(|| text.parse::<usize>().ok())
+    };
+    for item in field.split(',') {
+        let range = item.split('/').next().unwrap_or_default();
+        if matches!(range, "*" | "?") {
+            continue;
+        }
+        let (first, last) = range.split_once('-').unwrap_or((range, range));
+        let (Some(first), Some(last)) = (day(first), day(last)) else { continue };
+        if first.max(last) > 6 {
+            return Some(format!(
+                "day of the week {} is out of range: CronJobs number the days 0 (Sunday) to 6 (Saturday)",
+                first.max(last)
+            ));
+        }
+        if first > last {
+            return Some(format!(
+                "day-of-week range {range:?} runs backwards: CronJobs number the days 0 (Sunday) to 6 (Saturday)"
+            ));
+        }
+    }
+    None
 }
 
 /// Whether a cron field uses croner's extensions (`L`, `W`, `#`, `+`) rather than only numbers,
@@ -361,8 +393,24 @@ mod tests {
         assert_eq!(daily.next_after(ts("2026-01-01T00:00:00Z")), Some(ts("2026-01-02T00:00:00Z")));
         let weekdays = Schedule::parse("30 2 * * MON-FRI").unwrap();
         assert_eq!(weekdays.next_after(ts("2026-01-03T00:00:00Z")), Some(ts("2026-01-05T02:30:00Z")));
-        for ok in ["*/15 0-6 1,15 JAN-JUN ?", "0 0 * * 7", "@hourly", "@yearly", "5 4 * * sun"] {
+        for ok in
+            ["*/15 0-6 1,15 JAN-JUN ?", "0 0 * * 0", "0 0 * * 1-6/2", "@hourly", "@yearly", "5 4 * * sun"]
+        {
             Schedule::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    #[test]
+    fn days_of_the_week_are_0_to_6_forwards_as_a_cronjob_reads_them() {
+        for (bad, problem) in [
+            ("0 0 * * 7", "day of the week 7 is out of range"),
+            ("0 0 * * 5-7", "day of the week 7 is out of range"),
+            ("0 0 * * 1,7", "day of the week 7 is out of range"),
+            ("0 0 * * MON-SUN", "day-of-week range \"MON-SUN\" runs backwards"),
+            ("0 0 * * 6-0", "day-of-week range \"6-0\" runs backwards"),
+        ] {
+            let error = Schedule::parse(bad).unwrap_err().to_string();
+            assert!(error.contains(problem), "{bad}: {error}");
         }
     }
 

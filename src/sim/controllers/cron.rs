@@ -1,5 +1,8 @@
-//! Cron schedules as CronJobs write them: five fields (minute hour day-of-month month
-//! day-of-week) with `*`, lists, ranges, steps and names, or the `@hourly`-style macros; UTC.
+//! Cron schedules as CronJobs write them and Kubernetes 1.28 reads them (robfig/cron's standard
+//! parser): five fields (minute hour day-of-month month day-of-week, the days 0 = Sunday to 6)
+//! with `*`, `?`, lists, ranges that run forwards, steps and names, or the `@hourly`-style
+//! macros; UTC. The day of the month and of the week must both match when either is `*` or `?`
+//! (without a step), and either may match when both are restricted.
 
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
@@ -12,7 +15,7 @@ pub struct Schedule {
     days: Vec<bool>,
     months: Vec<bool>,
     weekdays: Vec<bool>,
-    /// Day-of-month and day-of-week are OR-ed when both are restricted (Vixie cron).
+    /// Day-of-month and day-of-week are OR-ed when neither is a star (robfig/cron's rule).
     days_or_weekdays: bool,
 }
 
@@ -52,6 +55,14 @@ fn field(s: &str, min: u32, max: u32, names: &[&str]) -> Option<Vec<bool>> {
     Some(allowed)
 }
 
+/// Whether a field is a star in robfig/cron's sense: an item `*` or `?` without a step above 1.
+fn is_star(field: &str) -> bool {
+    field.split(',').any(|item| match item.split_once('/') {
+        Some((range, step)) => matches!(range, "*" | "?") && step == "1",
+        None => matches!(item, "*" | "?"),
+    })
+}
+
 impl Schedule {
     /// Parses a schedule; `None` if it is malformed.
     pub fn parse(s: &str) -> Option<Self> {
@@ -65,17 +76,13 @@ impl Schedule {
         };
         let parts: Vec<&str> = expanded.split_whitespace().collect();
         let [minute, hour, day, month, weekday] = parts.as_slice() else { return None };
-        let mut weekdays = field(weekday, 0, 7, WEEKDAYS)?;
-        if weekdays[7] {
-            weekdays[0] = true;
-        }
         Some(Self {
             minutes: field(minute, 0, 59, &[])?,
             hours: field(hour, 0, 23, &[])?,
             days: field(day, 1, 31, &[])?,
             months: field(month, 1, 12, MONTHS)?,
-            weekdays,
-            days_or_weekdays: !day.starts_with('*') && !weekday.starts_with('*'),
+            weekdays: field(weekday, 0, 6, WEEKDAYS)?,
+            days_or_weekdays: !is_star(day) && !is_star(weekday),
         })
     }
 
@@ -120,11 +127,26 @@ mod tests {
         let either = Schedule::parse("0 0 13 * 5").unwrap();
         // Friday 2026-01-02 comes before the 13th.
         assert_eq!(either.next_after(ts("2026-01-01T00:00:00Z")), Some(ts("2026-01-02T00:00:00Z")));
+        // `?` is a star: only the 1st and 15th; `*/2` is not: odd days or any Sunday.
+        let days = Schedule::parse("0 0 1,15 * ?").unwrap();
+        assert_eq!(days.next_after(ts("2026-01-02T00:00:00Z")), Some(ts("2026-01-15T00:00:00Z")));
+        let stepped = Schedule::parse("0 0 */2 * 0").unwrap();
+        // Odd days or Sundays: the 3rd (a Saturday); as a star, `*/2` would wait for an odd Sunday.
+        assert_eq!(stepped.next_after(ts("2026-01-01T00:00:00Z")), Some(ts("2026-01-03T00:00:00Z")));
     }
 
     #[test]
     fn malformed_schedules_are_refused() {
-        for bad in ["", "* * * *", "61 * * * *", "*/0 * * * *", "5-1 * * * *", "@reboot"] {
+        for bad in [
+            "",
+            "* * * *",
+            "61 * * * *",
+            "*/0 * * * *",
+            "5-1 * * * *",
+            "@reboot",
+            "0 0 * * 7",
+            "0 0 * * MON-SUN",
+        ] {
             assert!(Schedule::parse(bad).is_none(), "{bad}");
         }
     }
