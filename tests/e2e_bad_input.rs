@@ -314,3 +314,28 @@ async fn a_storage_class_no_claim_could_name_is_refused_by_the_crd_and_by_the_op
     assert!(cluster.api::<StatefulSet>().get_opt("production-postgres").await.unwrap().is_none());
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn an_instance_no_node_can_take_says_so_in_the_status() {
+    // The process kubelet reports a pod whose claim stays unbound as the scheduler would.
+    let cluster = common::postgres::process_cluster().await;
+    let operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    let mut db = sample();
+    db.spec.replicas = 1;
+    db.spec.storage_class_name = Some("no-such-class".into());
+    api.create(&PostParams::default(), &db).await.unwrap();
+    let failing = common::postgres::eventually_some("Ready=False, InstanceFailing", || async {
+        let cluster = api.get("production-postgres").await.ok()?;
+        let reason = condition(&cluster, "Ready")?.1;
+        (reason == "InstanceFailing").then_some(cluster)
+    })
+    .await;
+    let status = failing.status.unwrap();
+    let unbound = "not scheduled: 0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims";
+    assert!(status.instances[0].message.as_deref().unwrap_or_default().starts_with(unbound), "{status:?}");
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert!(ready.message.contains(&format!("production-postgres-0: {unbound}")), "{}", ready.message);
+    assert_eq!(status.phase.map(|p| format!("{p:?}")).as_deref(), Some("Provisioning"));
+    operator.stop().await;
+}

@@ -15,7 +15,7 @@
 //!   read them with [`CachedPod::label`] (the pods' cache does, for its label index). Of its
 //!   status it keeps only what the passes read,
 //!   as packed JSON text ([`Packed`], [`CachedPod::new`], [`CachedPod::status`]): the phase, the
-//!   reason and message, the `Ready` condition, the pod IP and each container's name, state,
+//!   reason and message, the `Ready` condition (and `PodScheduled` when it failed), the pod IP and each container's name, state,
 //!   last state, readiness and restart count. The operator never
 //!   writes a pod whole (it patches labels and deletes), so nothing compares a desired pod;
 //! - a **StatefulSet**, **Service**, **Secret** (the operator's login Secrets), **ConfigMap** or
@@ -148,8 +148,8 @@ impl CachedPod {
     /// [`Compact`] keeps (name, namespace, resourceVersion, generation, deletion, the controller
     /// owner), the creation time and the values of the labels in [`POD_LABELS_READ`]; the status
     /// is reduced to what the passes read: the phase, the reason and message, the `Ready`
-    /// condition, the pod IP and each container's name, state, last state, readiness and restart
-    /// count.
+    /// condition (and `PodScheduled` when it failed), the pod IP and each container's name,
+    /// state, last state, readiness and restart count.
     pub fn new(mut metadata: ObjectMeta, status: Option<PodStatus>) -> Self {
         // No pass reads a pod's annotations (the template's, copied to every pod), nor most of
         // its labels (the template's own, the StatefulSet controller's pod name and index).
@@ -160,7 +160,11 @@ impl CachedPod {
         let status = status.map(|mut status| {
             let mut conditions = status.conditions.take();
             if let Some(conditions) = conditions.as_mut() {
-                conditions.retain(|condition| condition.type_ == "Ready");
+                // And a failed scheduling, which `start_failure` reports.
+                conditions.retain(|condition| {
+                    condition.type_ == "Ready"
+                        || (condition.type_ == "PodScheduled" && condition.status == "False")
+                });
             }
             let kept = PodStatus {
                 phase: status.phase.take(),
@@ -282,7 +286,7 @@ mod tests {
     use super::*;
     use crate::databasecluster::fixtures::statefulset;
     use crate::databasecluster::status::observe_rollout;
-    use crate::databasecluster::topology::container_failure;
+    use crate::databasecluster::topology::start_failure;
     use crate::runtime::ObjectKey;
 
     #[test]
@@ -425,7 +429,7 @@ mod tests {
         let full: PodStatus = serde_json::from_value(served["status"].clone()).unwrap();
         let pod: CachedPod = serde_json::from_value(served).unwrap();
         let kept = pod.status().unwrap();
-        assert_eq!(container_failure(&kept), container_failure(&full), "the same failure is read");
+        assert_eq!(start_failure(&kept), start_failure(&full), "the same failure is read");
         assert_eq!((kept.phase.as_deref(), kept.pod_ip.as_deref()), (Some("Running"), Some("10.0.0.7")));
         let conditions = kept.conditions.as_ref().unwrap();
         assert_eq!(conditions.len(), 1);

@@ -104,8 +104,8 @@ use super::switchover::{
     phase, record as switchover_record, requested, with_switchover,
 };
 use super::topology::{
-    PodView, REVISION_LABEL, all_standbys_streaming, container_failure, current_primary, instance_statuses,
-    label_changes, slot_changes, with_recorded_sync_states,
+    PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, label_changes,
+    slot_changes, start_failure, with_recorded_sync_states,
 };
 use super::types::{
     DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus, PrimaryUpdateMethod,
@@ -588,7 +588,7 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
                 deleting: pod.is_deleting(),
                 revision: pod.label(REVISION_LABEL).map(str::to_owned),
                 role_label: pod.label(ROLE_LABEL).map(str::to_owned),
-                failure: status.and_then(container_failure),
+                failure: status.and_then(start_failure),
             })
         })
         .collect()

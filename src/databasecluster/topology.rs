@@ -48,7 +48,7 @@ pub struct PodView {
     pub revision: Option<String>,
     /// The role label it carries now.
     pub role_label: Option<String>,
-    /// Why its containers are not running, when the kubelet says so ([`container_failure`]).
+    /// Why its containers are not running, when the kubelet says so ([`start_failure`]).
     pub failure: Option<String>,
 }
 
@@ -58,11 +58,20 @@ const MAX_FAILURE_CHARS: usize = 1024;
 /// Waiting reasons of a container that is merely on its way (not a failure).
 const STARTING_REASONS: [&str; 2] = ["ContainerCreating", "PodInitializing"];
 
-/// Why a pod's instance cannot start, from its containers' state as the kubelet reports it: the
-/// first init or main container that waits for a reason other than starting (`CrashLoopBackOff`,
+/// Why a pod's instance cannot start: no node can take it (`PodScheduled=False`, reason
+/// `Unschedulable`: too little CPU or memory on every node, a claim that is not bound…), with the
+/// scheduler's message; or, from its containers' state as the kubelet reports it, the first init
+/// or main container that waits for a reason other than starting (`CrashLoopBackOff`,
 /// `ErrImagePull`…) or has terminated with a non-zero exit code, with the kubelet's message and
 /// the last termination's exit code and message (the log's tail, with `FallbackToLogsOnError`).
-pub fn container_failure(status: &PodStatus) -> Option<String> {
+pub fn start_failure(status: &PodStatus) -> Option<String> {
+    let unscheduled = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+    });
+    if let Some(condition) = unscheduled {
+        let message = condition.message.as_deref().unwrap_or("no node can take it");
+        return Some(format!("not scheduled: {message}").chars().take(MAX_FAILURE_CHARS).collect());
+    }
     let mut containers =
         status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
     let failure = containers.find_map(failure_of)?;
@@ -270,7 +279,7 @@ mod tests {
             "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
                 "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]
         }));
-        assert_eq!(container_failure(&starting), None);
+        assert_eq!(start_failure(&starting), None);
         let crashing = status(serde_json::json!({
             "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
                 "restartCount": 3,
@@ -279,7 +288,7 @@ mod tests {
                     "message": "FATAL:  invalid value for parameter \"work_mem\": \"lots\"\n"}}}]
         }));
         assert_eq!(
-            container_failure(&crashing).as_deref(),
+            start_failure(&crashing).as_deref(),
             Some(
                 "container postgres: CrashLoopBackOff (back-off 40s); exit code 1: FATAL:  invalid value for parameter \"work_mem\": \"lots\""
             )
@@ -288,10 +297,26 @@ mod tests {
             "initContainerStatuses": [{"name": "bootstrap", "image": "postgres:15", "imageID": "", "ready": false,
                 "restartCount": 0, "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]
         }));
+        assert_eq!(start_failure(&failed_init).as_deref(), Some("container bootstrap: Error; exit code 2"));
+    }
+
+    #[test]
+    fn a_pod_no_node_can_take_says_what_the_scheduler_said() {
+        let status: PodStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu."}]
+        }))
+        .unwrap();
         assert_eq!(
-            container_failure(&failed_init).as_deref(),
-            Some("container bootstrap: Error; exit code 2")
+            start_failure(&status).as_deref(),
+            Some("not scheduled: 0/3 nodes are available: 3 Insufficient cpu.")
         );
+        let scheduling: PodStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
+        }))
+        .unwrap();
+        assert_eq!(start_failure(&scheduling), None, "only a pod the scheduler gave up on is a failure");
     }
 
     #[test]

@@ -389,7 +389,8 @@ pub struct InstanceStatus {
     /// `synchronousReplicas` only a `sync` or `quorum` standby may be promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_state: Option<String>,
-    /// Why the instance is not running, from its containers' state (e.g. `container postgres:
+    /// Why the instance is not running: no node can take its pod (`not scheduled: <the
+    /// scheduler's message>`), or its containers' state (e.g. `container postgres:
     /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); absent while it runs or starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -6,7 +6,9 @@
 //! 1. An image with no host program (`images`) leaves the pod `Pending`, that container waiting
 //!    `ErrImagePull` with a message naming the image; nothing of the pod runs.
 //! 2. Volumes must exist before anything runs: a claim not yet there keeps the pod `Pending`
-//!    (containers waiting `ContainerCreating`).
+//!    (containers waiting `ContainerCreating`). A claim still missing or unbound at the second
+//!    look makes the pod unschedulable, as the scheduler reports it (`PodScheduled=False`,
+//!    reason `Unschedulable`, no IP), until the claim is bound.
 //! 3. Init containers run one at a time, in order, each to a zero exit; a failing one is retried
 //!    with back-off (its `restartCount` grows), or fails the pod when `restartPolicy` is `Never`.
 //! 4. Then every container starts; each is supervised by `container`'s rules.
@@ -83,20 +85,50 @@ pub struct PodEntry {
     pub done: CancellationToken,
 }
 
+/// Why a pod's volumes are not there yet (rule 2).
+enum VolumesNotReady {
+    /// A claim is missing or not bound: what the scheduler would say about the pod.
+    Unschedulable { kubelet: String, scheduler: String },
+    /// Anything else.
+    Other(String),
+}
+
+impl From<String> for VolumesNotReady {
+    fn from(message: String) -> Self {
+        VolumesNotReady::Other(message)
+    }
+}
+
+impl From<VolumesNotReady> for String {
+    fn from(why: VolumesNotReady) -> Self {
+        match why {
+            VolumesNotReady::Unschedulable { kubelet, .. } | VolumesNotReady::Other(kubelet) => kubelet,
+        }
+    }
+}
+
+/// The scheduler's message for a pod no node can take, for `reason`.
+fn no_node_for(reason: &str) -> String {
+    format!(
+        "0/1 nodes are available: {reason}. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
+}
+
 /// Rule 2: the directory of the volume bound to claim `claim` (its PersistentVolume's
-/// `hostPath`); an error saying what is missing while the claim is absent or unbound.
-fn claim_volume_dir(state: &State, namespace: &str, claim: &str) -> Result<PathBuf, String> {
-    let pvc = state
-        .store
-        .get("persistentvolumeclaims", namespace, claim)
-        .ok_or_else(|| format!("persistentvolumeclaim \"{claim}\" not found"))?;
-    let unbound = || format!("persistentvolumeclaim \"{claim}\" is not bound");
+/// `hostPath`); what is missing while the claim is absent or unbound.
+fn claim_volume_dir(state: &State, namespace: &str, claim: &str) -> Result<PathBuf, VolumesNotReady> {
+    let missing = format!("persistentvolumeclaim \"{claim}\" not found");
+    let pvc = state.store.get("persistentvolumeclaims", namespace, claim).ok_or_else(|| {
+        VolumesNotReady::Unschedulable { scheduler: no_node_for(&missing), kubelet: missing.clone() }
+    })?;
+    let unbound = || VolumesNotReady::Unschedulable {
+        kubelet: format!("persistentvolumeclaim \"{claim}\" is not bound"),
+        scheduler: no_node_for("pod has unbound immediate PersistentVolumeClaims"),
+    };
     let volume = pvc["spec"]["volumeName"].as_str().filter(|v| !v.is_empty()).ok_or_else(unbound)?;
     let pv = state.store.get("persistentvolumes", "", volume).ok_or_else(unbound)?;
-    pv["spec"]["hostPath"]["path"]
-        .as_str()
-        .map(PathBuf::from)
-        .ok_or_else(|| format!("persistentvolume \"{volume}\" has no hostPath"))
+    let path = pv["spec"]["hostPath"]["path"].as_str().map(PathBuf::from);
+    Ok(path.ok_or_else(|| format!("persistentvolume \"{volume}\" has no hostPath"))?)
 }
 
 /// A pod being run.
@@ -224,7 +256,7 @@ impl PodWorker {
     }
 
     /// Rule 2: every volume's directory, `None` until they all exist.
-    fn volume_dirs(&self) -> Result<HashMap<String, (PathBuf, bool)>, String> {
+    fn volume_dirs(&self) -> Result<HashMap<String, (PathBuf, bool)>, VolumesNotReady> {
         let fs_group = self.pod["spec"]["securityContext"]["fsGroup"].as_u64().map(|g| g as u32);
         let ns = self.namespace().to_owned();
         let mut dirs = HashMap::new();
@@ -258,9 +290,9 @@ impl PodWorker {
                     volumes::refresh_projection(&dir, volume, &self.pod, &ip, &sources, fs_group)
                 })?;
                 if !projected {
-                    return Err(format!(
+                    return Err(VolumesNotReady::Other(format!(
                         "volume \"{name}\": the process kubelet supports persistentVolumeClaim, emptyDir, hostPath, configMap, secret and downwardAPI"
-                    ));
+                    )));
                 }
                 (dir, true)
             };
@@ -270,22 +302,39 @@ impl PodWorker {
     }
 
     async fn prepare_volumes(&self) -> bool {
+        let mut looks = 0u32;
         loop {
-            match self.volume_dirs() {
-                Ok(_) => return true,
-                Err(message) => {
-                    tracing::debug!(pod = name_of(&self.pod), %message, "volumes not ready");
-                    self.update(|m| {
-                        for c in m.init.iter_mut().chain(m.containers.iter_mut()) {
-                            c.state = ContainerState::waiting("ContainerCreating", Some(message.clone()));
-                        }
-                    });
+            let (message, scheduler) = match self.volume_dirs() {
+                Ok(_) => {
+                    if self.entry.model.lock().unschedulable.is_some() {
+                        self.update(|m| {
+                            m.unschedulable = None;
+                            m.transition_time = meta::now();
+                        });
+                    }
+                    return true;
                 }
-            }
+                Err(VolumesNotReady::Unschedulable { kubelet, scheduler }) => (kubelet, Some(scheduler)),
+                Err(VolumesNotReady::Other(message)) => (message, None),
+            };
+            tracing::debug!(pod = name_of(&self.pod), %message, "volumes not ready");
+            self.update(|m| {
+                for c in m.init.iter_mut().chain(m.containers.iter_mut()) {
+                    c.state = ContainerState::waiting("ContainerCreating", Some(message.clone()));
+                }
+                // A claim binds within a look in the normal course; one that does not leaves
+                // the pod where the scheduler would: unscheduled.
+                let unschedulable = scheduler.filter(|_| looks > 0);
+                if m.unschedulable != unschedulable {
+                    m.unschedulable = unschedulable;
+                    m.transition_time = meta::now();
+                }
+            });
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = self.entry.stop.cancelled() => return false,
             }
+            looks += 1;
         }
     }
 

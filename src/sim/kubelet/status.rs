@@ -139,6 +139,9 @@ pub struct PodModel {
     pub containers: Vec<ContainerModel>,
     /// When the last condition changed (RFC 3339).
     pub transition_time: String,
+    /// The scheduler's message while no node can take the pod (a claim it needs is missing or
+    /// not bound): the pod is then reported unscheduled, as a real scheduler leaves it.
+    pub unschedulable: Option<String>,
 }
 
 impl PodModel {
@@ -155,6 +158,7 @@ impl PodModel {
             init,
             containers: models("containers"),
             transition_time: now.to_owned(),
+            unschedulable: None,
         }
     }
 
@@ -197,6 +201,13 @@ impl PodModel {
         let ready = self.ready();
         let t = &self.transition_time;
         let condition = |kind: &str, ok: bool| json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": t});
+        if let Some(why) = &self.unschedulable {
+            // No node, so no IP, start time or container statuses yet.
+            let mut scheduled = condition("PodScheduled", false);
+            scheduled["reason"] = json!("Unschedulable");
+            scheduled["message"] = json!(why);
+            return json!({"phase": "Pending", "conditions": [scheduled], "qosClass": "Burstable"});
+        }
         let mut status = json!({
             "phase": self.phase(),
             "conditions": [
