@@ -401,6 +401,18 @@ mod tests {
     }
 
     #[test]
+    fn day_of_month_and_day_of_week_combine_as_a_cronjob_combines_them() {
+        let next = |schedule: &str, after: &str| Schedule::parse(schedule).unwrap().next_after(ts(after));
+        // Either restricted field is enough when both are (2026-01-02 is a Friday, the 5th a Monday).
+        assert_eq!(next("0 0 1 * 1", "2026-01-01T00:00:00Z"), Some(ts("2026-01-05T00:00:00Z")));
+        // A `?` or `*` leaves the other field to decide.
+        assert_eq!(next("0 0 1,15 * ?", "2026-01-02T00:00:00Z"), Some(ts("2026-01-15T00:00:00Z")));
+        assert_eq!(next("0 0 * * 1", "2026-01-01T00:00:00Z"), Some(ts("2026-01-05T00:00:00Z")));
+        // A stepped `*/2` is restricted: odd days or Sundays.
+        assert_eq!(next("0 0 */2 * 0", "2026-01-01T00:00:00Z"), Some(ts("2026-01-03T00:00:00Z")));
+    }
+
+    #[test]
     fn days_of_the_week_are_0_to_6_forwards_as_a_cronjob_reads_them() {
         for (bad, problem) in [
             ("0 0 * * 7", "day of the week 7 is out of range"),
