@@ -139,3 +139,44 @@ async fn pvc_retention_delete_follows_scale_down_and_deletion_but_not_hibernatio
     assert_eq!(operator.errors(), 0);
     operator.stop().await;
 }
+
+/// A claim that is not bound (its StorageClass does not exist) keeps its request, which the API
+/// server would refuse to change: the growth waits for it, and nothing is patched or retried.
+#[tokio::test(start_paused = true)]
+async fn an_unbound_claim_is_not_grown_until_it_is_bound() {
+    let cluster = TestCluster::start().await;
+    let operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    let mut unbindable = sample();
+    unbindable.spec.replicas = 1;
+    unbindable.spec.storage_class_name = Some("no-such-class".into());
+    api.create(&PostParams::default(), &unbindable).await.unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = cluster.api();
+    let claim = format!("data-{NAME}-0");
+    await_object(&pvcs, &claim, "the claim, Pending", |c: &PersistentVolumeClaim| {
+        c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+    })
+    .await;
+
+    // The API server refuses to change an unbound claim's request.
+    let patch = Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}));
+    let refused = pvcs.patch(&claim, &PatchParams::default(), &patch).await.unwrap_err();
+    assert!(refused.to_string().contains("except resources.requests for bound claims"), "{refused}");
+    let claim_writes =
+        || cluster.writes().iter().filter(|r| r.name.as_deref() == Some(claim.as_str())).count();
+    let before = claim_writes();
+
+    grow(&cluster, NAME).await;
+    let waiting = await_object(&api, NAME, "Resizing=True", |c: &DatabaseCluster| {
+        condition(c, "Resizing") == Some(("True".into(), "ResizeInProgress".into()))
+    })
+    .await;
+    let message =
+        waiting.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Resizing").unwrap().message;
+    assert!(message.contains(&claim), "{message}");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    reconcile_now(&operator, &key(NAME)).await;
+    assert_eq!(claim_writes(), before, "no patch of an unbound claim");
+    assert_eq!(operator.errors(), 0);
+    operator.stop().await;
+}

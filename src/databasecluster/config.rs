@@ -183,6 +183,18 @@ pub fn build_config_map(owner: &Owner, spec: &ValidSpec, primary: &str, demoting
     }
 }
 
+/// The most a ConfigMap's values may hold in all (the API server's `MaxSecretSize`).
+const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
+
+/// Room kept in the ConfigMap for its small records (the primary's and a demoting instance's
+/// names) and for `synchronous_standby_names` (ten quoted pod names).
+const RECORDS_RESERVE_BYTES: usize = 4096;
+
+/// The largest server configuration file (the user's `postgresConfig` as written, with the
+/// operator's settings) that fits in the ConfigMap beside the instance program.
+pub const MAX_SERVER_CONF_BYTES: usize =
+    CONFIG_MAP_MAX_BYTES - INSTANCE_SCRIPT.len() - PG_HBA_CONF.len() - RECORDS_RESERVE_BYTES;
+
 /// Client authentication: see the module docs.
 pub const PG_HBA_CONF: &str = "\
 # Written by dbcluster-operator.

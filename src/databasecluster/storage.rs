@@ -9,6 +9,8 @@
 //! below the size.
 //!
 //! - Nothing is read while the template's size is the spec's and no resize is under way.
+//! - A claim that is not bound yet is left as it is (the API server refuses to change its
+//!   request) and counted as pending; a later pass grows it once it is bound.
 //! - A growth the API server refuses with 403 because the claim's StorageClass does not allow
 //!   expansion ends in [`Growth::NotSupported`] (`Resizing=False, ExpansionNotSupported` and a
 //!   Warning Event, in `status` and `events`); it is not tried again until the generation
@@ -133,7 +135,9 @@ pub async fn grow_claims(
             .as_ref()
             .and_then(|s| s.resources.as_ref())
             .and_then(|r| storage_of(r.requests.as_ref()));
-        let claim = if request.is_some_and(|r| r.bytes() >= spec.storage.bytes()) {
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        // An unbound claim's request is immutable: it is grown once bound, on a later pass.
+        let claim = if !bound || request.is_some_and(|r| r.bytes() >= spec.storage.bytes()) {
             claim
         } else {
             match api.patch(&name, &params, &Patch::Merge(&patch)).await {

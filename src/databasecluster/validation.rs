@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 
 use super::backup::spec::{BackupSpecError, ValidBackup, validate_backup, validate_bootstrap};
-use super::config::CONFIG_HASH_PARAMETER;
+use super::config::{CONFIG_HASH_PARAMETER, MAX_SERVER_CONF_BYTES, postgresql_conf};
 use super::types::{DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements};
 
 /// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
@@ -206,6 +206,15 @@ pub enum SpecError {
     /// A `postgresConfig` parameter is one the operator must control.
     #[error("spec.postgresConfig parameter {0:?} is managed by the operator and cannot be set")]
     ReservedParameter(String),
+    /// `postgresConfig` makes a configuration file too large for its ConfigMap.
+    #[error(
+        "spec.postgresConfig makes a configuration file of {bytes} bytes; at most {MAX_SERVER_CONF_BYTES} fit in \
+         its ConfigMap (1 MiB in all, with the instance program)"
+    )]
+    ConfigurationTooLarge {
+        /// The file's size as it would be written.
+        bytes: usize,
+    },
     /// `storageClassName` is not a StorageClass name.
     #[error("spec.storageClassName {0:?} {STORAGE_CLASS_PROBLEM}")]
     InvalidStorageClass(String),
@@ -264,6 +273,10 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
         if RESERVED_PARAMETERS.contains(&name.to_ascii_lowercase().as_str()) {
             return Err(SpecError::ReservedParameter(name.clone()));
         }
+    }
+    let bytes = postgresql_conf(&postgres_config, None).len();
+    if bytes > MAX_SERVER_CONF_BYTES {
+        return Err(SpecError::ConfigurationTooLarge { bytes });
     }
     let synchronous_replicas = spec.synchronous_replicas.unwrap_or(0);
     if synchronous_replicas < 0 || (spec.replicas > 0 && synchronous_replicas >= spec.replicas) {
@@ -557,6 +570,23 @@ mod tests {
             message.starts_with("spec.backup.storageClassName \"a b\" is not a StorageClass name"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_configuration_too_large_for_its_config_map_is_refused() {
+        let with = |value: String| {
+            let mut spec = spec(1, "15.4", "1Gi");
+            spec.postgres_config = Some(BTreeMap::from([("search_path".to_owned(), value)]));
+            validate_spec(&spec)
+        };
+        assert!(with("x".repeat(MAX_SERVER_CONF_BYTES / 2)).is_ok());
+        // Quotes are doubled as the file is written: half the room in quotes is too much.
+        let error = with("'".repeat(MAX_SERVER_CONF_BYTES / 2)).unwrap_err();
+        assert!(
+            matches!(error, SpecError::ConfigurationTooLarge { bytes } if bytes > MAX_SERVER_CONF_BYTES),
+            "{error}"
+        );
+        assert!(error.to_string().contains("fit in its ConfigMap"), "{error}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Update rules of built-in kinds whose spec is partly immutable, worded as the apiserver words
 //! them: a StatefulSet may change only some spec fields (not its volumeClaimTemplates), and a
-//! PersistentVolumeClaim only its storage request, which may grow but not shrink (and its
-//! `volumeName`, set once by the binder).
+//! PersistentVolumeClaim only its storage request, once it is bound, which may grow but not
+//! shrink (and its `volumeName`, set once by the binder); a Secret keeps its `type`, and a Secret
+//! or ConfigMap marked `immutable` its data.
 
 use serde_json::{Map, Value};
 
@@ -42,10 +43,43 @@ fn storage(obj: &Value) -> Option<String> {
     obj["spec"]["resources"]["requests"]["storage"].as_str().map(String::from)
 }
 
+/// A Secret's `type` never changes, and a Secret or ConfigMap marked `immutable` keeps its data
+/// and the mark (1.28 `ValidateSecretUpdate`, `ValidateConfigMapUpdate`).
+fn config_data_causes(kind: &Kind, old: &Value, new: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if kind.plural == "secrets" && old["type"] != new["type"] {
+        causes.push(Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {}: field is immutable", new["type"]),
+            field: "type".into(),
+        });
+    }
+    if old["immutable"] == true {
+        let frozen = |field: &str| Cause {
+            reason: "FieldValueForbidden".into(),
+            message: "Forbidden: field is immutable when `immutable` is set".into(),
+            field: field.into(),
+        };
+        if new["immutable"] != true {
+            causes.push(frozen("immutable"));
+        }
+        for field in ["data", "binaryData"] {
+            if old[field] != new[field] && !(kind.plural == "secrets" && field == "binaryData") {
+                causes.push(frozen(field));
+            }
+        }
+    }
+    causes
+}
+
 /// Refuses an update that changes what cannot change.
 pub fn check_update(kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiError> {
     let name = new["metadata"]["name"].as_str().unwrap_or_default();
     match (kind.group.as_str(), kind.plural.as_str()) {
+        ("", "secrets" | "configmaps") => {
+            let causes = config_data_causes(kind, old, new);
+            if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
+        }
         ("apps", "statefulsets")
             if without(&old["spec"], STATEFULSET_MUTABLE) != without(&new["spec"], STATEFULSET_MUTABLE) =>
         {
@@ -57,18 +91,17 @@ pub fn check_update(kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiErro
             ))
         }
         ("", "persistentvolumeclaims") => {
-            // The binder sets `volumeName` once, as the real apiserver allows.
+            // The binder sets `volumeName` once, as the real apiserver allows; the storage
+            // request may change only once the claim is bound.
             let unbound = old["spec"]["volumeName"].as_str().is_none_or(str::is_empty);
+            let bound = old["status"]["phase"] == "Bound";
             let strip = |v: &Value| {
                 let mut spec = v["spec"].clone();
                 if unbound && let Some(m) = spec.as_object_mut() {
                     m.remove("volumeName");
                 }
-                if let Some(r) = spec["resources"]["requests"].as_object_mut() {
+                if bound && let Some(r) = spec["resources"]["requests"].as_object_mut() {
                     r.remove("storage");
-                }
-                if let Some(m) = spec.as_object_mut() {
-                    m.remove("volumeAttributesClassName");
                 }
                 spec
             };
@@ -77,7 +110,7 @@ pub fn check_update(kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiErro
                     kind,
                     name,
                     "spec",
-                    "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
+                    "spec is immutable after creation except resources.requests for bound claims",
                 ));
             }
             let parse = |s: Option<String>| s.and_then(|q| q.parse::<Quantity>().ok());
@@ -92,5 +125,53 @@ pub fn check_update(kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiErro
             }
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kind(plural: &str) -> std::sync::Arc<Kind> {
+        crate::sim::resources::Registry::with_built_ins().get("", "v1", plural).expect("a built-in kind")
+    }
+
+    fn refused_fields(plural: &str, old: Value, new: Value) -> Vec<String> {
+        let error = check_update(&kind(plural), &old, &new).err();
+        let causes = error.and_then(|e| e.details).map(|d| d["causes"].clone()).unwrap_or_default();
+        causes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c["field"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_secret_keeps_its_type_and_immutable_data_stays() {
+        let secret =
+            |type_: &str, data: &str| json!({"metadata": {"name": "s"}, "type": type_, "data": {"k": data}});
+        assert!(refused_fields("secrets", secret("Opaque", "YQ=="), secret("Opaque", "Yg==")).is_empty());
+        assert_eq!(
+            refused_fields("secrets", secret("Opaque", "YQ=="), secret("kubernetes.io/basic-auth", "YQ==")),
+            ["type"]
+        );
+        let frozen = |data: &str, immutable: bool| json!({"metadata": {"name": "c"}, "data": {"k": data}, "immutable": immutable});
+        assert_eq!(refused_fields("configmaps", frozen("a", true), frozen("b", true)), ["data"]);
+        assert_eq!(refused_fields("configmaps", frozen("a", true), frozen("a", false)), ["immutable"]);
+        assert!(refused_fields("configmaps", frozen("a", false), frozen("b", true)).is_empty());
+    }
+
+    #[test]
+    fn an_unbound_claims_request_does_not_change() {
+        let claim = |storage: &str, phase: &str| json!({"metadata": {"name": "d"}, "spec": {"resources": {"requests": {"storage": storage}}}, "status": {"phase": phase}});
+        assert!(
+            check_update(&kind("persistentvolumeclaims"), &claim("1Gi", "Bound"), &claim("2Gi", "Bound"))
+                .is_ok()
+        );
+        let refused =
+            check_update(&kind("persistentvolumeclaims"), &claim("1Gi", "Pending"), &claim("2Gi", "Pending"));
+        assert!(refused.unwrap_err().message.contains("except resources.requests for bound claims"));
     }
 }

@@ -21,6 +21,7 @@ mod authorizer;
 mod batch;
 mod claims;
 mod cluster;
+mod config_data;
 mod container_resources;
 mod controllers;
 mod defaults;

@@ -9,6 +9,7 @@ use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::authorizer::User;
 use crate::sim::batch;
 use crate::sim::claims;
+use crate::sim::config_data;
 use crate::sim::container_resources;
 use crate::sim::defaults;
 use crate::sim::events;
@@ -278,7 +279,8 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
 
 /// Refuses a built-in object with the `metadata_causes` and its kind's own: for Jobs and
 /// CronJobs ([`batch`]), for the containers' resources of any pod spec
-/// ([`container_resources`]), for claims ([`claims`]), and for Events of either version (an `events.k8s.io/v1` one is converted
+/// ([`container_resources`]), for claims ([`claims`]), for the data of ConfigMaps and Secrets
+/// ([`config_data`]), and for Events of either version (an `events.k8s.io/v1` one is converted
 /// to the stored core shape first).
 fn validate_built_in(
     kind: &Kind,
@@ -295,6 +297,7 @@ fn validate_built_in(
     causes.extend(batch::causes(kind, obj));
     causes.extend(container_resources::causes(kind, obj)?);
     causes.extend(claims::causes(kind, obj));
+    causes.extend(config_data::causes(kind, obj));
     if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
 }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PersistentVolumeClaim,
+    Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource,
     Volume, VolumeMount,
 };
@@ -26,7 +26,7 @@ use super::spec::ValidBackup;
 use crate::databasecluster::resources::{
     FIELD_MANAGER, Owner, claim_spec, label, restricted_pod_security, restricted_security_context,
 };
-use crate::databasecluster::validation::ValidSpec;
+use crate::databasecluster::validation::{StorageSize, ValidSpec};
 
 /// Label naming the DatabaseCluster a backup object belongs to (the Job informer's mapper reads
 /// it; CronJob-made Jobs are controlled by the CronJob, not by the cluster).
@@ -116,12 +116,23 @@ pub fn build_backup_pvc(owner: &Owner, backup: &ValidBackup, owned: bool) -> Per
     }
 }
 
-/// Copies from the live volume what the API server will not change (class, access modes), so an
-/// apply never fails on them.
+/// Copies from the live volume what the API server will not change (class, access modes; the
+/// storage request of a claim not bound yet, and one above the spec's, which may not shrink), so
+/// an apply never fails on them. A growth of an unbound volume is applied once it is bound.
 pub fn keep_immutable_pvc_fields(desired: &mut PersistentVolumeClaim, live: &PersistentVolumeClaim) {
-    if let (Some(desired), Some(live)) = (desired.spec.as_mut(), live.spec.as_ref()) {
-        desired.storage_class_name.clone_from(&live.storage_class_name);
-        desired.access_modes.clone_from(&live.access_modes);
+    let bound = live.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if let (Some(desired), Some(live_spec)) = (desired.spec.as_mut(), live.spec.as_ref()) {
+        desired.storage_class_name.clone_from(&live_spec.storage_class_name);
+        desired.access_modes.clone_from(&live_spec.access_modes);
+        let request = |spec: &PersistentVolumeClaimSpec| {
+            let storage = spec.resources.as_ref()?.requests.as_ref()?.get("storage")?;
+            StorageSize::parse(&storage.0)
+        };
+        let smaller =
+            matches!((request(desired), request(live_spec)), (Some(d), Some(l)) if d.bytes() < l.bytes());
+        if !bound || smaller {
+            desired.resources.clone_from(&live_spec.resources);
+        }
     }
 }
 
@@ -387,5 +398,34 @@ mod tests {
         assert_eq!(requests["storage"].0, "5Gi");
         let owned = build_backup_pvc(&owner, backup, true);
         assert_eq!(owned.metadata.owner_references.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_backup_volume_grows_only_once_bound_and_never_shrinks() {
+        let owner = owner("pg");
+        let spec = valid(None);
+        let desired = || build_backup_pvc(&owner, spec.backup.as_ref().unwrap(), false);
+        let live = |size: &str, phase: &str| {
+            let mut claim = desired();
+            claim.spec.as_mut().unwrap().resources.as_mut().unwrap().requests =
+                Some(BTreeMap::from([("storage".to_owned(), Quantity(size.into()))]));
+            claim.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            });
+            claim
+        };
+        let request = |claim: &PersistentVolumeClaim| {
+            claim.spec.as_ref().unwrap().resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"]
+                .0
+                .clone()
+        };
+        for (size, phase, applied) in
+            [("1Gi", "Bound", "5Gi"), ("1Gi", "Pending", "1Gi"), ("8Gi", "Bound", "8Gi")]
+        {
+            let mut claim = desired();
+            keep_immutable_pvc_fields(&mut claim, &live(size, phase));
+            assert_eq!(request(&claim), applied, "a {phase} claim of {size}");
+        }
     }
 }
