@@ -136,6 +136,20 @@ async fn an_on_demand_backup_runs_once_per_token() {
     operator.stop().await;
 }
 
+#[tokio::test]
+async fn the_crd_reads_its_schedule_pattern_as_go_does() {
+    let cluster = TestCluster::start().await;
+    // `\s` in the pattern is ASCII whitespace in Go's RE2: a no-break space is not one.
+    let spaced = with_backup(json!({"schedule": "0\u{a0}3 * * *"}));
+    let refused = cluster.clusters().create(&PostParams::default(), &spaced).await.unwrap_err();
+    assert!(refused.to_string().contains("spec.backup.schedule"), "{refused}");
+    cluster
+        .clusters()
+        .create(&PostParams::default(), &with_backup(json!({"schedule": "0 3 * * *"})))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_impossible_schedule_is_an_invalid_spec_with_the_parsers_message() {
     let cluster = TestCluster::start().await;

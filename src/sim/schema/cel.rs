@@ -39,7 +39,8 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
 
 /// The pattern of a regex library call, or the error cel-go reports for one that does not compile.
 fn pattern(function: &str, regex: &CelString<'_>) -> Result<regex::Regex, ExecutionError> {
-    regex::Regex::new(regex.inner()).map_err(|e| ExecutionError::function_error(function, e.to_string()))
+    super::go_regex::compile(regex.inner())
+        .map_err(|e| ExecutionError::function_error(function, e.to_string()))
 }
 
 /// `find`: the first match of the pattern, or the empty string.

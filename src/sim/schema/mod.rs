@@ -11,6 +11,7 @@ mod cel_urls;
 mod defaults;
 mod errors;
 mod formats;
+mod go_regex;
 mod go_url;
 mod node;
 mod prune;

@@ -218,7 +218,7 @@ impl SchemaNode {
         let pattern = match schema.get("pattern") {
             None => None,
             Some(Value::String(p)) => {
-                let regex = Regex::new(p)
+                let regex = super::go_regex::compile(p)
                     .map_err(|e| invalid(path, format!("pattern {p:?} does not compile: {e}")))?;
                 Some((p.clone(), regex))
             }
