@@ -2,7 +2,8 @@
 //! operator's create answers 409, it reads the object and applies its fields and ownerReference),
 //! one another controller owns is left alone and reported, with backoff, until it goes away; after a
 //! few failed passes the error shows in the cluster's status (`ReconcileSucceeded=False`), and the
-//! next success clears it.
+//! next success clears it. A Secret of another type under the operator's name cannot be adopted
+//! (a Secret's type is immutable): the API server's refusal is reported the same way.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -105,5 +106,28 @@ async fn another_controllers_child_is_not_taken_over() {
         condition(c, "ReconcileSucceeded") == Some(("True".into(), "Reconciled".into()))
     })
     .await;
+    operator.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_secret_of_another_type_under_the_operators_name_is_reported_not_changed() {
+    let cluster = TestCluster::start().await;
+    let secrets = cluster.api::<k8s_openapi::api::core::v1::Secret>();
+    let opaque = json!({"metadata": {"name": format!("{NAME}-app")}, "type": "Opaque", "stringData": {"password": "mine"}});
+    secrets.create(&PostParams::default(), &serde_json::from_value(opaque).unwrap()).await.unwrap();
+    let operator = cluster.start_operator().await;
+    cluster.clusters().create(&PostParams::default(), &sample()).await.unwrap();
+
+    // A Secret's type is immutable, so the API server refuses to make it the operator's kind.
+    let failing = await_object(&cluster.clusters(), NAME, "ReconcileSucceeded=False", |c| {
+        condition(c, "ReconcileSucceeded").is_some_and(|(status, _)| status == "False")
+    })
+    .await;
+    let shown =
+        failing.status.unwrap().conditions.into_iter().find(|c| c.type_ == "ReconcileSucceeded").unwrap();
+    assert!(shown.message.contains("field is immutable"), "{}", shown.message);
+    assert!(operator.handles.queue.num_requeues(&key(NAME)) >= 2, "retried with backoff");
+    let kept = secrets.get(&format!("{NAME}-app")).await.unwrap();
+    assert_eq!(kept.type_.as_deref(), Some("Opaque"));
     operator.stop().await;
 }
