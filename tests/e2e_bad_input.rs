@@ -334,8 +334,25 @@ async fn an_instance_no_node_can_take_says_so_in_the_status() {
     let status = failing.status.unwrap();
     let unbound = "not scheduled: 0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims";
     assert!(status.instances[0].message.as_deref().unwrap_or_default().starts_with(unbound), "{status:?}");
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
-    assert!(ready.message.contains(&format!("production-postgres-0: {unbound}")), "{}", ready.message);
+    let condition = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert!(
+        condition.message.contains(&format!("production-postgres-0: {unbound}")),
+        "{}",
+        condition.message
+    );
     assert_eq!(status.phase.map(|p| format!("{p:?}")).as_deref(), Some("Provisioning"));
+
+    // Once the class exists the claim is bound, the instance starts, and the message goes.
+    let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
+        kube::Api::all(cluster.client.clone());
+    let class =
+        json!({"metadata": {"name": "no-such-class"}, "provisioner": "sim.dbcluster-operator/hostpath"});
+    classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
+    let running = common::postgres::eventually_some("Running 1/1", || async {
+        let cluster = api.get("production-postgres").await.ok()?;
+        (phase(&cluster) == Some("Running") && ready(&cluster) == 1).then_some(cluster)
+    })
+    .await;
+    assert_eq!(running.status.unwrap().instances[0].message, None);
     operator.stop().await;
 }
