@@ -3,7 +3,7 @@
 //! one another controller owns is left alone and reported, with backoff, until it goes away; after a
 //! few failed passes the error shows in the cluster's status (`ReconcileSucceeded=False`), and the
 //! next success clears it. A Secret of another type under the operator's name cannot be adopted
-//! (a Secret's type is immutable): the API server's refusal is reported the same way.
+//! (a Secret's type is immutable): the operator says so the same way, and does not write to it.
 #![cfg(feature = "sim")]
 
 mod common;
@@ -118,16 +118,23 @@ async fn a_secret_of_another_type_under_the_operators_name_is_reported_not_chang
     let operator = cluster.start_operator().await;
     cluster.clusters().create(&PostParams::default(), &sample()).await.unwrap();
 
-    // A Secret's type is immutable, so the API server refuses to make it the operator's kind.
+    // A Secret's type is immutable (the API server would refuse to change it), so the operator
+    // says what is in the way and writes nothing to it.
     let failing = await_object(&cluster.clusters(), NAME, "ReconcileSucceeded=False", |c| {
         condition(c, "ReconcileSucceeded").is_some_and(|(status, _)| status == "False")
     })
     .await;
     let shown =
         failing.status.unwrap().conditions.into_iter().find(|c| c.type_ == "ReconcileSucceeded").unwrap();
-    assert!(shown.message.contains("field is immutable"), "{}", shown.message);
+    let expected = format!(
+        "Secret {NAME}-app already exists with type Opaque, not kubernetes.io/basic-auth, and a Secret's type cannot change"
+    );
+    assert!(shown.message.contains(&expected), "{}", shown.message);
     assert!(operator.handles.queue.num_requeues(&key(NAME)) >= 2, "retried with backoff");
-    let kept = secrets.get(&format!("{NAME}-app")).await.unwrap();
+    let app_secret = format!("{NAME}-app");
+    let writes = cluster.writes().into_iter().filter(|r| r.name.as_deref() == Some(app_secret.as_str()));
+    assert!(writes.map(|r| r.verb).all(|verb| verb == "create"), "only the operator's first create, refused");
+    let kept = secrets.get(&app_secret).await.unwrap();
     assert_eq!(kept.type_.as_deref(), Some("Opaque"));
     operator.stop().await;
 }

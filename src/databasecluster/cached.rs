@@ -13,11 +13,11 @@
 //!   values of the ones a pass or a mapper reads ([`POD_LABELS_READ`]: the cluster's instance, a
 //!   backup pod's cluster, the revision and the role), outside its metadata and without a map:
 //!   read them with [`CachedPod::label`] (the pods' cache does, for its label index). Of its
-//!   status it keeps only what the passes read,
-//!   as packed JSON text ([`Packed`], [`CachedPod::new`], [`CachedPod::status`]): the phase, the
-//!   reason and message, the `Ready` condition (and `PodScheduled` when it failed), the pod IP and each container's name, state,
-//!   last state, readiness and restart count. The operator never
-//!   writes a pod whole (it patches labels and deletes), so nothing compares a desired pod;
+//!   status it keeps only what the passes read, as packed JSON text ([`Packed`],
+//!   [`CachedPod::new`], [`CachedPod::status`]): the phase, the reason and message, the `Ready`
+//!   condition (and `PodScheduled` when it failed), the pod IP and each container's name, state,
+//!   last state, readiness and restart count. The operator never writes a pod whole (it patches
+//!   labels and deletes), so nothing compares a desired pod;
 //! - a **StatefulSet**, **Service**, **Secret** (the operator's login Secrets), **ConfigMap** or
 //!   **PodDisruptionBudget** is cached as a [`Compact`]: its packed JSON text and the identity fields
 //!   the cache reads, not a decoded k8s-openapi object (several times the size of its JSON: a

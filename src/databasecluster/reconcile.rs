@@ -185,6 +185,20 @@ pub enum Error {
         /// The name of its controller.
         owner_name: String,
     },
+    /// A Secret with the operator's name has another type, which no write can change; retried,
+    /// since it may be deleted.
+    #[error(
+        "Secret {name} already exists with type {found}, not {wanted}, and a Secret's type cannot change: \
+         delete or rename it"
+    )]
+    ForeignSecretType {
+        /// The Secret's name.
+        name: String,
+        /// Its type.
+        found: String,
+        /// The type of the operator's login Secrets.
+        wanted: String,
+    },
     /// A request for a child failed.
     #[error("{verb} {kind} {name}: {source}")]
     Child {
@@ -518,6 +532,14 @@ async fn ensure_secrets(
                 generate_password()
             });
             let desired = build_login_secret(owner, login, &password);
+            let type_of = |secret: &Secret| secret.type_.clone().unwrap_or_else(|| "Opaque".to_owned());
+            if let Some(live) = live.as_ref().filter(|live| type_of(live) != type_of(&desired)) {
+                return Err(Error::ForeignSecretType {
+                    name: login.secret_name(owner.name()),
+                    found: type_of(live),
+                    wanted: type_of(&desired),
+                });
+            }
             chosen = Some(password);
             Ok(desired)
         })

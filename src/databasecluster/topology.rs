@@ -48,7 +48,8 @@ pub struct PodView {
     pub revision: Option<String>,
     /// The role label it carries now.
     pub role_label: Option<String>,
-    /// Why its containers are not running, when the kubelet says so ([`start_failure`]).
+    /// Why the instance cannot start: no node takes its pod, or its containers fail
+    /// ([`start_failure`]).
     pub failure: Option<String>,
 }
 

@@ -13,13 +13,16 @@ use crate::sim::resources::Kind;
 /// The most a ConfigMap's or Secret's values may hold in all (`MaxSecretSize`).
 const MAX_DATA_BYTES: usize = 1024 * 1024;
 
+/// The apiserver's words for a key with other characters (`IsConfigMapKey`).
+const CONFIG_KEY_PROBLEM: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+
 fn key_problems(key: &str) -> Vec<String> {
     let mut problems = Vec::new();
     if key.len() > 253 {
         problems.push("must be no more than 253 characters".to_owned());
     }
     if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
-        problems.push("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')".to_owned());
+        problems.push(CONFIG_KEY_PROBLEM.to_owned());
     }
     match key {
         "." => problems.push("must not be '.'".to_owned()),

@@ -4,7 +4,8 @@
 //! Phase: `Pending` until the init containers are done and every container has started once
 //! (an unpullable image, a config error or a container being created keep it there); `Succeeded`
 //! or `Failed` once every container has terminated for good (no restart is coming); `Running`
-//! otherwise. `Ready` = `ContainersReady` = every container running and ready.
+//! otherwise. `Ready` = `ContainersReady` = every container running and ready. A pod no node
+//! could take (`unschedulable`) shows only `PodScheduled=False`, as the scheduler leaves it.
 
 use serde_json::{Value, json};
 
