@@ -404,6 +404,27 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_pod_keeps_a_failed_scheduling_and_only_that_one() {
+        let pod = |scheduled: &str| {
+            json!({
+                "metadata": {"name": "pg-0", "namespace": "default"},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": scheduled,
+                    "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                    "lastTransitionTime": "2026-11-20T08:14:19Z"}]},
+            })
+        };
+        let unscheduled: CachedPod = serde_json::from_value(pod("False")).unwrap();
+        let failure = start_failure(&unscheduled.status().unwrap(), jiff::Timestamp::now());
+        assert_eq!(failure.as_deref(), Some("not scheduled: 0/3 nodes are available: 3 Insufficient cpu."));
+        let scheduled: CachedPod = serde_json::from_value(pod("True")).unwrap();
+        assert_eq!(
+            scheduled.status().unwrap().conditions,
+            Some(vec![]),
+            "a scheduled pod's condition is not kept"
+        );
+    }
+
+    #[test]
     fn a_cached_pod_keeps_of_its_status_what_the_passes_read() {
         let served = json!({
             "metadata": {"name": "pg-0", "namespace": "default"},
@@ -429,7 +450,8 @@ mod tests {
         let full: PodStatus = serde_json::from_value(served["status"].clone()).unwrap();
         let pod: CachedPod = serde_json::from_value(served).unwrap();
         let kept = pod.status().unwrap();
-        assert_eq!(start_failure(&kept), start_failure(&full), "the same failure is read");
+        let now = jiff::Timestamp::now();
+        assert_eq!(start_failure(&kept, now), start_failure(&full, now), "the same failure is read");
         assert_eq!((kept.phase.as_deref(), kept.pod_ip.as_deref()), (Some("Running"), Some("10.0.0.7")));
         let conditions = kept.conditions.as_ref().unwrap();
         assert_eq!(conditions.len(), 1);

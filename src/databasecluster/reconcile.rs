@@ -370,7 +370,7 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
     ensure_pdb(ctx, cluster, &owner, spec.replicas).await?;
     let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
 
-    let pods = pod_views(ctx, &owner);
+    let pods = pod_views(ctx, &owner, Timestamp::now());
     let record = Record { primary: &primary_record, demoting: demoting.as_deref() };
     let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &record).await;
 
@@ -585,7 +585,7 @@ async fn ensure_pdb(
 }
 
 /// The cluster's pods as the cache holds them.
-fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
+fn pod_views(ctx: &Context, owner: &Owner, now: Timestamp) -> Vec<PodView> {
     let prefix = format!("{}-", statefulset_name(owner.name()));
     ctx.pods
         .list_labelled(owner.namespace(), label::INSTANCE, owner.name())
@@ -610,7 +610,7 @@ fn pod_views(ctx: &Context, owner: &Owner) -> Vec<PodView> {
                 deleting: pod.is_deleting(),
                 revision: pod.label(REVISION_LABEL).map(str::to_owned),
                 role_label: pod.label(ROLE_LABEL).map(str::to_owned),
-                failure: status.and_then(start_failure),
+                failure: status.and_then(|status| start_failure(status, now)),
             })
         })
         .collect()

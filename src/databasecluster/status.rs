@@ -246,8 +246,9 @@ pub fn converging_phase(previous: Option<Phase>, previously_ready: i32, ready: i
 
 /// `status` with the instances as observed: `status.instances[]` and `currentPrimary`. A primary
 /// that could not be observed this pass keeps the last one observed while its pod exists. When
-/// replicas are not ready and an instance's containers say why (a crash loop, an exit code, the
-/// log's tail), `Ready=False` gets reason `InstanceFailing` and names each failing instance.
+/// replicas are not ready and an instance says why (no node has taken its pod for a while, or
+/// its containers: a crash loop, an exit code, the log's tail), `Ready=False` gets reason
+/// `InstanceFailing` and names each failing instance.
 pub fn with_instances(
     mut status: DatabaseClusterStatus,
     instances: Vec<InstanceStatus>,

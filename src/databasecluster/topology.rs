@@ -59,17 +59,26 @@ const MAX_FAILURE_CHARS: usize = 1024;
 /// Waiting reasons of a container that is merely on its way (not a failure).
 const STARTING_REASONS: [&str; 2] = ["ContainerCreating", "PodInitializing"];
 
-/// Why a pod's instance cannot start: no node can take it (`PodScheduled=False`, reason
-/// `Unschedulable`: too little CPU or memory on every node, a claim that is not bound…), with the
-/// scheduler's message; or, from its containers' state as the kubelet reports it, the first init
-/// or main container that waits for a reason other than starting (`CrashLoopBackOff`,
-/// `ErrImagePull`…) or has terminated with a non-zero exit code, with the kubelet's message and
-/// the last termination's exit code and message (the log's tail, with `FallbackToLogsOnError`).
-pub fn start_failure(status: &PodStatus) -> Option<String> {
+/// How long a pod may stay unschedulable before that counts as a failure: a scheduler reports
+/// an unbound claim while its volume is provisioned, and too little CPU while an autoscaler adds
+/// a node, both for seconds in the normal course.
+pub const UNSCHEDULABLE_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+
+/// Why a pod's instance cannot start, at `now`: no node has taken it for [`UNSCHEDULABLE_GRACE`]
+/// (`PodScheduled=False`, reason `Unschedulable`: too little CPU or memory on every node, a
+/// claim that is not bound…), with the scheduler's message; or, from its containers' state as
+/// the kubelet reports it, the first init or main container that waits for a reason other than
+/// starting (`CrashLoopBackOff`, `ErrImagePull`…) or has terminated with a non-zero exit code,
+/// with the kubelet's message and the last termination's exit code and message (the log's tail,
+/// with `FallbackToLogsOnError`).
+pub fn start_failure(status: &PodStatus, now: jiff::Timestamp) -> Option<String> {
     let unscheduled = status.conditions.iter().flatten().find(|c| {
         c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
     });
-    if let Some(condition) = unscheduled {
+    let lasting = |since: Option<&jiff::Timestamp>| {
+        since.is_none_or(|since| now.duration_since(*since) >= UNSCHEDULABLE_GRACE)
+    };
+    if let Some(condition) = unscheduled.filter(|c| lasting(c.last_transition_time.as_ref().map(|t| &t.0))) {
         let message = condition.message.as_deref().unwrap_or("no node can take it");
         return Some(format!("not scheduled: {message}").chars().take(MAX_FAILURE_CHARS).collect());
     }
@@ -280,7 +289,8 @@ mod tests {
             "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
                 "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]
         }));
-        assert_eq!(start_failure(&starting), None);
+        let now = jiff::Timestamp::now();
+        assert_eq!(start_failure(&starting, now), None);
         let crashing = status(serde_json::json!({
             "containerStatuses": [{"name": "postgres", "image": "postgres:15", "imageID": "", "ready": false,
                 "restartCount": 3,
@@ -289,7 +299,7 @@ mod tests {
                     "message": "FATAL:  invalid value for parameter \"work_mem\": \"lots\"\n"}}}]
         }));
         assert_eq!(
-            start_failure(&crashing).as_deref(),
+            start_failure(&crashing, now).as_deref(),
             Some(
                 "container postgres: CrashLoopBackOff (back-off 40s); exit code 1: FATAL:  invalid value for parameter \"work_mem\": \"lots\""
             )
@@ -298,26 +308,38 @@ mod tests {
             "initContainerStatuses": [{"name": "bootstrap", "image": "postgres:15", "imageID": "", "ready": false,
                 "restartCount": 0, "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]
         }));
-        assert_eq!(start_failure(&failed_init).as_deref(), Some("container bootstrap: Error; exit code 2"));
+        assert_eq!(
+            start_failure(&failed_init, now).as_deref(),
+            Some("container bootstrap: Error; exit code 2")
+        );
     }
 
     #[test]
-    fn a_pod_no_node_can_take_says_what_the_scheduler_said() {
+    fn a_pod_no_node_takes_for_the_grace_says_what_the_scheduler_said() {
+        let since: jiff::Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
         let status: PodStatus = serde_json::from_value(serde_json::json!({
             "phase": "Pending",
             "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/3 nodes are available: 3 Insufficient cpu."}]
+                "message": "0/3 nodes are available: 3 Insufficient cpu.", "lastTransitionTime": since.to_string()}]
         }))
         .unwrap();
         assert_eq!(
-            start_failure(&status).as_deref(),
+            start_failure(&status, since + UNSCHEDULABLE_GRACE - jiff::SignedDuration::from_secs(1)),
+            None
+        );
+        assert_eq!(
+            start_failure(&status, since + UNSCHEDULABLE_GRACE).as_deref(),
             Some("not scheduled: 0/3 nodes are available: 3 Insufficient cpu.")
         );
         let scheduling: PodStatus = serde_json::from_value(serde_json::json!({
             "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
         }))
         .unwrap();
-        assert_eq!(start_failure(&scheduling), None, "only a pod the scheduler gave up on is a failure");
+        assert_eq!(
+            start_failure(&scheduling, since),
+            None,
+            "only a pod the scheduler gave up on is a failure"
+        );
     }
 
     #[test]

@@ -227,9 +227,10 @@ pub enum SpecError {
          hugepages-<size> or a domain-qualified extended resource"
     )]
     UnknownResource(String),
-    /// Requests and limits that Kubernetes refuses together in a container.
+    /// Amounts that Kubernetes refuses in a container (a request above its limit, a part of a
+    /// huge page…).
     #[error("spec.resources {0}")]
-    RequestsAgainstLimits(String),
+    RefusedAmounts(String),
     /// The major version differs from the one the cluster runs.
     #[error(
         "spec.version {desired:?} changes the major version of a cluster running {running:?}: \
@@ -350,6 +351,19 @@ fn check_resources(resources: &ResourceRequirements) -> Result<(), SpecError> {
             if !standard && !name.contains('/') {
                 return Err(SpecError::UnknownResource(format!("{kind}.{name}")));
             }
+            let whole = |unit: u128| unit > 0 && amount % unit == 0;
+            if let Some(page) = name.strip_prefix("hugepages-") {
+                let page_size = resource_amount(page).unwrap_or(0);
+                if !whole(page_size) {
+                    return Err(SpecError::RefusedAmounts(format!(
+                        "{kind}.{name} {value} is not a whole number of {page} pages"
+                    )));
+                }
+            } else if !is_native_resource(name) && !whole(resource_amount("1").unwrap_or(0)) {
+                return Err(SpecError::RefusedAmounts(format!(
+                    "{kind}.{name} {value} is not a whole number: an extended resource is counted in units"
+                )));
+            }
             amounts.insert(name.as_str(), (value.as_str(), amount));
         }
         Ok(amounts)
@@ -357,7 +371,7 @@ fn check_resources(resources: &ResourceRequirements) -> Result<(), SpecError> {
     let requests = parsed("requests", &resources.requests)?;
     let limits = parsed("limits", &resources.limits)?;
     for (name, (request, amount)) in &requests {
-        let overcommit = !name.contains('/') && !name.starts_with("hugepages-");
+        let overcommit = is_native_resource(name) && !name.starts_with("hugepages-");
         let refusal = match limits.get(name) {
             Some((limit, bound)) if overcommit && amount > bound => {
                 format!("requests.{name} {request} is more than limits.{name} {limit}")
@@ -372,15 +386,19 @@ fn check_resources(resources: &ResourceRequirements) -> Result<(), SpecError> {
             }
             _ => continue,
         };
-        return Err(SpecError::RequestsAgainstLimits(refusal));
+        return Err(SpecError::RefusedAmounts(refusal));
     }
     let names = || requests.keys().chain(limits.keys());
     if names().any(|n| n.starts_with("hugepages-")) && !names().any(|n| matches!(*n, "cpu" | "memory")) {
-        return Err(SpecError::RequestsAgainstLimits(
-            "hugepages need a cpu or memory amount beside them".into(),
-        ));
+        return Err(SpecError::RefusedAmounts("hugepages need a cpu or memory amount beside them".into()));
     }
     Ok(())
+}
+
+/// A resource Kubernetes defines itself (no domain, or a `kubernetes.io/` one), as opposed to an
+/// extended resource a device plugin offers.
+fn is_native_resource(name: &str) -> bool {
+    !name.contains('/') || name.contains("kubernetes.io/")
 }
 
 /// A CPU or memory quantity in nano-units, for comparing a request with its limit: a
@@ -547,6 +565,18 @@ mod tests {
         );
         assert_eq!(
             with(&[("hugepages-2Mi", "64Mi"), ("memory", "1Gi")], &[("hugepages-2Mi", "64Mi")]),
+            Ok(())
+        );
+        assert!(
+            with(&[("memory", "1Gi")], &[("hugepages-2Mi", "3Mi")])
+                .unwrap_err()
+                .contains("limits.hugepages-2Mi 3Mi is not a whole number of 2Mi pages")
+        );
+        let fpga = [("example.com/fpga", "500m")];
+        assert!(with(&fpga, &fpga).unwrap_err().contains("is not a whole number"));
+        // A `kubernetes.io/` resource is native: its request may stay below its limit.
+        assert_eq!(
+            with(&[("example.kubernetes.io/thing", "1")], &[("example.kubernetes.io/thing", "2")]),
             Ok(())
         );
     }

@@ -1,24 +1,25 @@
 //! What the apiserver refuses in a PersistentVolumeClaim's spec, worded as it words it
 //! (Kubernetes 1.28 `ValidatePersistentVolumeClaimSpec`): no access mode, no storage request or
-//! one that is not above zero, and a `storageClassName` that is not a DNS-1123 subdomain (`""`
-//! is allowed: it asks for no class). A StatefulSet's claim templates are not checked when the
+//! one that is not above zero (one that is not a quantity fails decoding first, 400), and a
+//! `storageClassName` that is not a DNS-1123 subdomain (`""` is allowed: it asks for no class). A StatefulSet's claim templates are not checked when the
 //! StatefulSet is written (1.28 does not); the claims its controller makes from them are.
 
 use serde_json::Value;
 
-use crate::sim::api_error::Cause;
+use crate::sim::api_error::{ApiError, Cause};
+use crate::sim::container_resources::decode_quantity;
 use crate::sim::names::NameRule;
 use crate::sim::resources::Kind;
-use crate::sim::schema::quantity::Quantity;
 
 fn cause(reason: &str, field: &str, message: String) -> Cause {
     Cause { reason: reason.into(), message, field: field.into() }
 }
 
-/// The refusals of a claim being created or updated (none for other kinds).
-pub fn causes(kind: &Kind, obj: &Value) -> Vec<Cause> {
+/// The refusals of a claim being created or updated (none for other kinds); `Err` for a storage
+/// request that does not decode.
+pub fn causes(kind: &Kind, obj: &Value) -> Result<Vec<Cause>, ApiError> {
     if !kind.group.is_empty() || kind.plural != "persistentvolumeclaims" {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let spec = &obj["spec"];
     let mut causes = Vec::new();
@@ -30,14 +31,13 @@ pub fn causes(kind: &Kind, obj: &Value) -> Vec<Cause> {
         ));
     }
     let storage = &spec["resources"]["requests"]["storage"];
-    match storage.as_str().map(str::parse::<Quantity>) {
+    match storage.as_str().map(|text| decode_quantity(kind, text)).transpose()? {
         None => causes.push(cause("FieldValueRequired", "spec.resources[storage]", "Required value".into())),
-        Some(Ok(amount)) if amount.sign() <= 0 => causes.push(cause(
+        Some(amount) if amount.sign() <= 0 => causes.push(cause(
             "FieldValueInvalid",
             "spec.resources[storage]",
             format!("Invalid value: {storage}: must be greater than zero"),
         )),
-        // An unparsable quantity fails decoding before validation ([`container_resources`] says so).
         Some(_) => {}
     }
     if let Some(class) = spec["storageClassName"].as_str().filter(|class| !class.is_empty()) {
@@ -49,7 +49,7 @@ pub fn causes(kind: &Kind, obj: &Value) -> Vec<Cause> {
             ));
         }
     }
-    causes
+    Ok(causes)
 }
 
 #[cfg(test)]
@@ -62,6 +62,7 @@ mod tests {
             .get("", "v1", "persistentvolumeclaims")
             .expect("claims are built in");
         causes(&kind, &json!({"spec": spec}))
+            .expect("quantities that decode")
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect()
@@ -94,6 +95,15 @@ mod tests {
         assert_eq!(
             refusals(json!({"accessModes": ["ReadWriteOnce"]})),
             ["spec.resources[storage]: Required value"]
+        );
+        let kind = crate::sim::resources::Registry::with_built_ins()
+            .get("", "v1", "persistentvolumeclaims")
+            .expect("claims are built in");
+        let lots = json!({"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "lots"}}}});
+        assert_eq!(
+            causes(&kind, &lots).unwrap_err().code,
+            400,
+            "a request that is not a quantity does not decode"
         );
     }
 }

@@ -13,7 +13,7 @@
 //! - No quantity is negative.
 //! - A request is at most its limit; for a resource that cannot be overcommitted (huge pages,
 //!   extended resources) it equals its limit, and a limit must be set.
-//! - Huge pages need a cpu or memory request or limit beside them.
+//! - Huge pages need a cpu or memory request or limit beside them, in whole pages.
 
 use serde_json::Value;
 
@@ -65,22 +65,36 @@ fn amount_causes(name: &str, text: &str, quantity: &Quantity, field: &str) -> Ve
     if !overcommit_allowed(name) && !name.starts_with("hugepages-") && quantity.as_integer().is_none() {
         causes.push(invalid(field.to_owned(), text, "must be an integer"));
     }
+    if let Some(page) = name.strip_prefix("hugepages-").and_then(|size| size.parse::<Quantity>().ok())
+        && !quantity.is_positive_multiple_of(&page)
+    {
+        causes.push(invalid(
+            field.to_owned(),
+            text,
+            &format!("{text} is not positive integer multiple of {name}"),
+        ));
+    }
     causes
 }
 
-/// The quantities of a `requests` or `limits` map, parsed; a text that does not parse fails
-/// decoding, as it does in the apiserver.
+/// A quantity of an object of `kind`, as the apiserver decodes it: a text that does not parse
+/// fails decoding (400), before any validation.
+pub(crate) fn decode_quantity(kind: &Kind, text: &str) -> Result<Quantity, ApiError> {
+    text.parse::<Quantity>().map_err(|error| {
+        ApiError::bad_request(format!(
+            "{k} in version \"{v}\" cannot be handled as a {k}: {error}",
+            k = kind.kind,
+            v = kind.version
+        ))
+    })
+}
+
+/// The quantities of a `requests` or `limits` map, decoded ([`decode_quantity`]).
 fn amounts(kind: &Kind, map: &Value) -> Result<Vec<(String, String, Quantity)>, ApiError> {
     let mut amounts = Vec::new();
     for (name, value) in map.as_object().into_iter().flatten() {
         let text = value.as_str().unwrap_or_default().to_owned();
-        let quantity = text.parse::<Quantity>().map_err(|error| {
-            ApiError::bad_request(format!(
-                "{k} in version \"{v}\" cannot be handled as a {k}: {error}",
-                k = kind.kind,
-                v = kind.version
-            ))
-        })?;
+        let quantity = decode_quantity(kind, &text)?;
         amounts.push((name.clone(), text, quantity));
     }
     Ok(amounts)
@@ -211,6 +225,12 @@ mod tests {
         }));
         assert_eq!(refused.len(), 1, "{refused:?}");
         assert!(refused[0].1.contains("must be equal to hugepages-2Mi limit of 128Mi"), "{refused:?}");
+        let refused = refusals(json!({"limits": {"hugepages-2Mi": "3Mi", "memory": "1Gi"}}));
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].1.ends_with("3Mi is not positive integer multiple of hugepages-2Mi"),
+            "{refused:?}"
+        );
         let refused = refusals(json!({"limits": {"hugepages-2Mi": "64Mi"}}));
         assert_eq!(
             refused,

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::sim::api_error::{ApiError, Cause};
 use crate::sim::resources::Kind;
 use crate::sim::schema::quantity::Quantity;
+use crate::sim::version::KubernetesVersion;
 
 /// StatefulSet spec fields an update may change.
 const STATEFULSET_MUTABLE: &[&str] = &[
@@ -72,8 +73,16 @@ fn config_data_causes(kind: &Kind, old: &Value, new: &Value) -> Vec<Cause> {
     causes
 }
 
-/// Refuses an update that changes what cannot change.
-pub fn check_update(kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiError> {
+/// Refuses an update that changes what cannot change, on a server of `version` (from 1.34, with
+/// VolumeAttributesClass on by default, a bound claim may also change its
+/// `volumeAttributesClassName`).
+pub fn check_update(
+    kind: &Kind,
+    old: &Value,
+    new: &Value,
+    version: KubernetesVersion,
+) -> Result<(), ApiError> {
+    let attributes_class = version >= KubernetesVersion::new(34);
     let name = new["metadata"]["name"].as_str().unwrap_or_default();
     match (kind.group.as_str(), kind.plural.as_str()) {
         ("", "secrets" | "configmaps") => {
@@ -103,15 +112,21 @@ pub fn check_update(kind: &Kind, old: &Value, new: &Value) -> Result<(), ApiErro
                 if bound && let Some(r) = spec["resources"]["requests"].as_object_mut() {
                     r.remove("storage");
                 }
+                if bound
+                    && attributes_class
+                    && let Some(m) = spec.as_object_mut()
+                {
+                    m.remove("volumeAttributesClassName");
+                }
                 spec
             };
             if strip(old) != strip(new) {
-                return Err(forbidden(
-                    kind,
-                    name,
-                    "spec",
-                    "spec is immutable after creation except resources.requests for bound claims",
-                ));
+                let message = if attributes_class {
+                    "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
+                } else {
+                    "spec is immutable after creation except resources.requests for bound claims"
+                };
+                return Err(forbidden(kind, name, "spec", message));
             }
             let parse = |s: Option<String>| s.and_then(|q| q.parse::<Quantity>().ok());
             match (parse(storage(old)), parse(storage(new))) {
@@ -138,7 +153,7 @@ mod tests {
     }
 
     fn refused_fields(plural: &str, old: Value, new: Value) -> Vec<String> {
-        let error = check_update(&kind(plural), &old, &new).err();
+        let error = check_update(&kind(plural), &old, &new, KubernetesVersion::default()).err();
         let causes = error.and_then(|e| e.details).map(|d| d["causes"].clone()).unwrap_or_default();
         causes
             .as_array()
@@ -166,12 +181,17 @@ mod tests {
     #[test]
     fn an_unbound_claims_request_does_not_change() {
         let claim = |storage: &str, phase: &str| json!({"metadata": {"name": "d"}, "spec": {"resources": {"requests": {"storage": storage}}}, "status": {"phase": phase}});
+        let update = |old: Value, new: Value, minor: u32| {
+            check_update(&kind("persistentvolumeclaims"), &old, &new, KubernetesVersion::new(minor))
+        };
+        assert!(update(claim("1Gi", "Bound"), claim("2Gi", "Bound"), 28).is_ok());
+        let refused = update(claim("1Gi", "Pending"), claim("2Gi", "Pending"), 28).unwrap_err();
         assert!(
-            check_update(&kind("persistentvolumeclaims"), &claim("1Gi", "Bound"), &claim("2Gi", "Bound"))
-                .is_ok()
+            refused.message.contains("immutable after creation except resources.requests for bound claims")
         );
-        let refused =
-            check_update(&kind("persistentvolumeclaims"), &claim("1Gi", "Pending"), &claim("2Gi", "Pending"));
-        assert!(refused.unwrap_err().message.contains("except resources.requests for bound claims"));
+        let refused = update(claim("1Gi", "Pending"), claim("2Gi", "Pending"), 34).unwrap_err();
+        assert!(
+            refused.message.contains("except resources.requests and volumeAttributesClassName for bound")
+        );
     }
 }

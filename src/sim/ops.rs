@@ -296,7 +296,7 @@ fn validate_built_in(
     }
     causes.extend(batch::causes(kind, obj));
     causes.extend(container_resources::causes(kind, obj)?);
-    causes.extend(claims::causes(kind, obj));
+    causes.extend(claims::causes(kind, obj)?);
     causes.extend(config_data::causes(kind, obj));
     if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
 }
@@ -404,7 +404,7 @@ pub fn update(
         check_known_fields(kind, &mut new, cx)?;
         defaults::apply(&kind.group, &kind.plural, &mut new);
         validate_built_in(kind, &mut new, name, metadata_causes)?;
-        immutable::check_update(kind, &old, &new)?;
+        immutable::check_update(kind, &old, &new, state.version)?;
         batch::check_job_update(kind, &old, &new)?;
         if kind.group.is_empty() && kind.plural == "persistentvolumeclaims" {
             crate::sim::controllers::volumes::admit_resize(state, kind, &old, &new)?;

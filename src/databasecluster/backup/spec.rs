@@ -206,8 +206,18 @@ impl Schedule {
             }
             weekday_problem(fields[4]).map_or(Ok(()), |problem| Err(invalid(problem)))?;
         }
+        // robfig/cron, which reads a CronJob's schedule, takes `*/1` for a star, as it takes `*`
+        // (a star day field leaves the other to decide); croner takes only `*` and `?`.
+        let starred: Vec<String> = trimmed
+            .split_whitespace()
+            .map(|field| {
+                let items =
+                    field.split(',').map(|item| if matches!(item, "*/1" | "?/1") { "*" } else { item });
+                items.collect::<Vec<_>>().join(",")
+            })
+            .collect();
         let parser = CronParser::builder().seconds(Seconds::Disallowed).year(Year::Disallowed).build();
-        let cron = parser.parse(trimmed).map_err(|error| invalid(error.to_string()))?;
+        let cron = parser.parse(&starred.join(" ")).map_err(|error| invalid(error.to_string()))?;
         Ok(Schedule { text: text.to_owned(), cron })
     }
 
@@ -408,8 +418,9 @@ mod tests {
         // A `?` or `*` leaves the other field to decide.
         assert_eq!(next("0 0 1,15 * ?", "2026-01-02T00:00:00Z"), Some(ts("2026-01-15T00:00:00Z")));
         assert_eq!(next("0 0 * * 1", "2026-01-01T00:00:00Z"), Some(ts("2026-01-05T00:00:00Z")));
-        // A stepped `*/2` is restricted: odd days or Sundays.
+        // A stepped `*/2` is restricted: odd days or Sundays; `*/1` is a star: Mondays only.
         assert_eq!(next("0 0 */2 * 0", "2026-01-01T00:00:00Z"), Some(ts("2026-01-03T00:00:00Z")));
+        assert_eq!(next("0 0 */1 * 1", "2026-01-01T00:00:00Z"), Some(ts("2026-01-05T00:00:00Z")));
     }
 
     #[test]

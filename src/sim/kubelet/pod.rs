@@ -259,6 +259,11 @@ impl PodWorker {
     fn volume_dirs(&self) -> Result<HashMap<String, (PathBuf, bool)>, VolumesNotReady> {
         let fs_group = self.pod["spec"]["securityContext"]["fsGroup"].as_u64().map(|g| g as u32);
         let ns = self.namespace().to_owned();
+        // Claims first: the scheduler looks at them before anything is mounted.
+        let volumes = self.pod["spec"]["volumes"].as_array().into_iter().flatten();
+        for claim in volumes.filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str()) {
+            self.cluster.read(|s| claim_volume_dir(s, &ns, claim))?;
+        }
         let mut dirs = HashMap::new();
         for volume in self.pod["spec"]["volumes"].as_array().into_iter().flatten() {
             let name = volume["name"].as_str().unwrap_or_default().to_owned();

@@ -55,6 +55,11 @@ impl Quantity {
         whole + frac
     }
 
+    /// Whether the value is a positive whole multiple of `unit` (a huge page's size, say).
+    pub fn is_positive_multiple_of(&self, unit: &Quantity) -> bool {
+        self.nanos > 0 && unit.nanos > 0 && self.nanos % unit.nanos == 0
+    }
+
     /// The sum, unless it overflows the exact range.
     pub fn checked_add(&self, other: &Quantity) -> Option<Quantity> {
         self.nanos.checked_add(other.nanos).map(|nanos| Quantity { nanos })
