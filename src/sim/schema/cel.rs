@@ -43,6 +43,12 @@ fn pattern(function: &str, regex: &CelString<'_>) -> Result<regex::Regex, Execut
         .map_err(|e| ExecutionError::function_error(function, e.to_string()))
 }
 
+/// `matches`: whether the pattern matches somewhere in the string (the standard library's, with
+/// Go's ASCII `\s`, `\d`, `\w`; the `cel` crate's own is built without its `regex` feature).
+fn matches(this: &CelString<'_>, regex: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    Ok(CelBool::from(pattern("matches", regex)?.is_match(this.inner())))
+}
+
 /// `find`: the first match of the pattern, or the empty string.
 fn find(this: &CelString<'_>, regex: &CelString<'_>) -> Result<CelString<'static>, ExecutionError> {
     let found = pattern("find", regex)?.find(this.inner()).map(|m| m.as_str().to_owned());
@@ -72,6 +78,8 @@ fn find_all(this: &CelString<'_>, regex: &CelString<'_>) -> Result<CelList<'stat
 /// Kubernetes' regex library (`k8s.io/apiserver/pkg/cel/library/regex.go`), in every version's
 /// base environment.
 fn regex_library(env: &mut Env) -> Result<(), DeclarationError> {
+    cel::add_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>, id = "matches")?;
+    cel::add_member_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>)?;
     cel::add_member_overload!(env, fn find: (CelString, CelString) -> Result<CelString>)?;
     cel::add_member_overload!(env, fn find_all: (CelString, CelString) -> Result<CelList>)?;
     cel::add_member_overload!(env, fn find_all_n: (CelString, CelString, CelInt) -> Result<CelList>,
@@ -560,6 +568,13 @@ mod tests {
         assert_true("'abc 123 de 45'.findAll('[0-9]+') == ['123', '45']");
         assert_true("'a1b2c3'.findAll('[0-9]', 2) == ['1', '2']");
         assert!(eval("'a'.find('(')").is_err());
+    }
+
+    #[test]
+    fn matches_reads_perl_classes_as_go_does() {
+        assert_true("'0 3'.matches('^\\\\S+\\\\s\\\\S+$') && matches('abc', 'b')");
+        assert_true("!'0\\u00a03'.matches('^\\\\S+\\\\s\\\\S+$')");
+        assert!(eval("'a'.matches('(')").is_err());
     }
 
     #[test]
