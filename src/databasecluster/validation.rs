@@ -572,6 +572,7 @@ mod tests {
                 .unwrap_err()
                 .contains("limits.hugepages-2Mi 3Mi is not a whole number of 2Mi pages")
         );
+        assert_eq!(with(&[("memory", "1Gi")], &[("hugepages-2Mi", "0")]), Ok(()), "no huge pages is whole");
         let fpga = [("example.com/fpga", "500m")];
         assert!(with(&fpga, &fpga).unwrap_err().contains("is not a whole number"));
         // A `kubernetes.io/` resource is native: its request may stay below its limit.

@@ -66,7 +66,7 @@ fn amount_causes(name: &str, text: &str, quantity: &Quantity, field: &str) -> Ve
         causes.push(invalid(field.to_owned(), text, "must be an integer"));
     }
     if let Some(page) = name.strip_prefix("hugepages-").and_then(|size| size.parse::<Quantity>().ok())
-        && !quantity.is_positive_multiple_of(&page)
+        && !quantity.is_multiple_of(&page)
     {
         causes.push(invalid(
             field.to_owned(),
@@ -225,6 +225,10 @@ mod tests {
         }));
         assert_eq!(refused.len(), 1, "{refused:?}");
         assert!(refused[0].1.contains("must be equal to hugepages-2Mi limit of 128Mi"), "{refused:?}");
+        assert!(
+            refusals(json!({"limits": {"hugepages-2Mi": "0", "memory": "1Gi"}})).is_empty(),
+            "none is whole"
+        );
         let refused = refusals(json!({"limits": {"hugepages-2Mi": "3Mi", "memory": "1Gi"}}));
         assert_eq!(refused.len(), 1, "{refused:?}");
         assert!(

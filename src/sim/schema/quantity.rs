@@ -55,9 +55,9 @@ impl Quantity {
         whole + frac
     }
 
-    /// Whether the value is a positive whole multiple of `unit` (a huge page's size, say).
-    pub fn is_positive_multiple_of(&self, unit: &Quantity) -> bool {
-        self.nanos > 0 && unit.nanos > 0 && self.nanos % unit.nanos == 0
+    /// Whether the value is a whole multiple of `unit` (a huge page's size, say; zero is one).
+    pub fn is_multiple_of(&self, unit: &Quantity) -> bool {
+        unit.nanos > 0 && self.nanos % unit.nanos == 0
     }
 
     /// The sum, unless it overflows the exact range.
