@@ -2,9 +2,10 @@
 //! type and the schema, and the schema carries the rules the operator relies on.
 
 use dbcluster_operator::databasecluster::types::{
-    DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE, STORAGE_SHRINK_MESSAGE, crd, crd_yaml,
+    DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE, STORAGE_CLASS_PATTERN, STORAGE_SHRINK_MESSAGE, crd,
+    crd_yaml,
 };
-use dbcluster_operator::databasecluster::validation::validate_spec;
+use dbcluster_operator::databasecluster::validation::{is_storage_class_name, validate_spec};
 use regex::Regex;
 use serde_json::{Value, json};
 
@@ -257,5 +258,26 @@ fn status_has_the_phase_enum_and_condition_list_map() {
         "lastBackupTime",
     ] {
         assert!(status["properties"].get(field).is_some(), "status.{field}");
+    }
+}
+
+#[test]
+fn the_storage_class_pattern_and_the_operators_check_agree() {
+    let pattern = Regex::new(STORAGE_CLASS_PATTERN).unwrap();
+    let names = [
+        "standard",
+        "fast-ssd",
+        "gp3.csi.aws.com",
+        "0",
+        "",
+        "Fast",
+        "fast_ssd",
+        "-fast",
+        "fast-",
+        "a..b",
+        ".a",
+    ];
+    for name in names {
+        assert_eq!(pattern.is_match(name), is_storage_class_name(name), "{name:?}");
     }
 }

@@ -413,16 +413,7 @@ fn resource_amount(text: &str) -> Option<u128> {
     }
     let per_unit = match suffix {
         "m" => NANOS / 1000,
-        "" => NANOS,
-        "k" | "M" | "G" | "T" | "P" | "E" => {
-            let power = "kMGTPE".find(suffix)? as u32 + 1;
-            NANOS * 1000u128.pow(power)
-        }
-        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
-            let power = "KMGTPE".find(&suffix[..1])? as u32 + 1;
-            NANOS << (10 * power)
-        }
-        _ => return None,
+        suffix => NANOS * suffix_multiplier(suffix)?.0,
     };
     let mantissa = format!("{whole}{fraction}").parse::<u128>().ok()?;
     let scale = 10u128.checked_pow(u32::try_from(fraction.len()).ok()?)?;

@@ -224,7 +224,7 @@ pub fn create(
     } else {
         check_known_fields(kind, &mut obj, cx)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
-        validate_built_in(kind, &mut obj, &name, metadata_causes)?;
+        validate_built_in(kind, &mut obj, &name, metadata_causes, true)?;
     }
     let served =
         if is_crd(kind) { Some(admission::crd_serving(kind, &obj, None, state.version)?) } else { None };
@@ -281,12 +281,15 @@ fn initialise_kind(kind: &Kind, obj: &mut Value, now: &str) {
 /// CronJobs ([`batch`]), for the containers' resources of any pod spec
 /// ([`container_resources`]), for claims ([`claims`]), for the data of ConfigMaps and Secrets
 /// ([`config_data`]), and for Events of either version (an `events.k8s.io/v1` one is converted
-/// to the stored core shape first).
+/// to the stored core shape first). A write of the `status` subresource keeps the stored spec, so
+/// its spec is not checked again (`spec_written` false), as the apiserver's status strategies
+/// validate the status only.
 fn validate_built_in(
     kind: &Kind,
     obj: &mut Value,
     name: &str,
     mut causes: Vec<Cause>,
+    spec_written: bool,
 ) -> Result<(), ApiError> {
     if events::is_events_v1(kind) {
         events::to_core(obj);
@@ -294,10 +297,12 @@ fn validate_built_in(
     if events::is_events_v1(kind) || (kind.group.is_empty() && kind.plural == "events") {
         causes.extend(events::causes(kind, obj));
     }
-    causes.extend(batch::causes(kind, obj));
-    causes.extend(container_resources::causes(kind, obj)?);
-    causes.extend(claims::causes(kind, obj)?);
-    causes.extend(config_data::causes(kind, obj));
+    if spec_written {
+        causes.extend(batch::causes(kind, obj));
+        causes.extend(container_resources::causes(kind, obj)?);
+        causes.extend(claims::causes(kind, obj)?);
+        causes.extend(config_data::causes(kind, obj));
+    }
     if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid(kind, name, causes)) }
 }
 
@@ -403,7 +408,7 @@ pub fn update(
     } else {
         check_known_fields(kind, &mut new, cx)?;
         defaults::apply(&kind.group, &kind.plural, &mut new);
-        validate_built_in(kind, &mut new, name, metadata_causes)?;
+        validate_built_in(kind, &mut new, name, metadata_causes, subresource != Some("status"))?;
         immutable::check_update(kind, &old, &new, state.version)?;
         batch::check_job_update(kind, &old, &new)?;
         if kind.group.is_empty() && kind.plural == "persistentvolumeclaims" {

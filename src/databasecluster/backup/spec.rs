@@ -236,9 +236,8 @@ impl Schedule {
 /// What a CronJob refuses in a day-of-week field that croner reads: a day 7 (croner's second
 /// Sunday), or a range that runs backwards (`MON-SUN` is 1-0 there).
 fn weekday_problem(field: &str) -> Option<String> {
-    const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
     let day = |text: &str| {
-        DAYS.iter().position(|d| d.eq_ignore_ascii_case(text)).or_else(|| text.parse::<usize>().ok())
+        WEEKDAYS.iter().position(|d| d.eq_ignore_ascii_case(text)).or_else(|| text.parse::<usize>().ok())
     };
     for item in field.split(',') {
         let range = item.split('/').next().unwrap_or_default();
@@ -265,14 +264,17 @@ fn weekday_problem(field: &str) -> Option<String> {
 /// Whether a cron field uses croner's extensions (`L`, `W`, `#`, `+`) rather than only numbers,
 /// month and weekday names, `*`, `?`, `,`, `-` and `/`.
 fn has_cron_extension(field: &str) -> bool {
-    const NAMES: [&str; 19] = [
-        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC", "SUN", "MON",
-        "TUE", "WED", "THU", "FRI", "SAT",
-    ];
-    field.split([',', '-', '/']).any(|part| {
-        part.chars().any(char::is_alphabetic) && !NAMES.iter().any(|n| n.eq_ignore_ascii_case(part))
-    }) || field.contains(['#', '+'])
+    let named = |part: &str| MONTHS.iter().chain(&WEEKDAYS).any(|n| n.eq_ignore_ascii_case(part));
+    field.split([',', '-', '/']).any(|part| part.chars().any(char::is_alphabetic) && !named(part))
+        || field.contains(['#', '+'])
 }
+
+/// The month names a cron field may use, January first.
+const MONTHS: [&str; 12] =
+    ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+
+/// The weekday names a cron field may use, Sunday (0) first.
+const WEEKDAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
 /// Why a backup or bootstrap setting cannot be acted on (shown in the `Ready` condition).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

@@ -261,15 +261,17 @@ impl PodWorker {
         let ns = self.namespace().to_owned();
         // Claims first: the scheduler looks at them before anything is mounted.
         let volumes = self.pod["spec"]["volumes"].as_array().into_iter().flatten();
+        let mut claim_dirs = HashMap::new();
         for claim in volumes.filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str()) {
-            self.cluster.read(|s| claim_volume_dir(s, &ns, claim))?;
+            claim_dirs.insert(claim, self.cluster.read(|s| claim_volume_dir(s, &ns, claim))?);
         }
         let mut dirs = HashMap::new();
         for volume in self.pod["spec"]["volumes"].as_array().into_iter().flatten() {
             let name = volume["name"].as_str().unwrap_or_default().to_owned();
             let (dir, read_only) = if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str()
             {
-                let dir = self.cluster.read(|s| claim_volume_dir(s, &ns, claim))?;
+                // Invariant: every claim's directory was read above (or the function returned).
+                let dir = claim_dirs.get(claim).cloned().expect("every claim's directory was read above");
                 if !dir.exists() {
                     // A fresh volume is world-writable, as the hostPath provisioners make them.
                     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
