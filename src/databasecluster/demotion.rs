@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 
 use super::events::{EventNote, EventType};
+use super::forms::{CompactForms, Forms};
 use super::instances::{Target, checkpoint, connect, promote};
 use super::promotion::{set_role_label, write_record};
 use super::reconcile::Context;
@@ -19,9 +20,9 @@ use super::validation::ValidSpec;
 
 /// A switchover from `old` to `new` of `cluster`, and what its steps write with.
 #[derive(Debug)]
-pub struct Switch<'a> {
+pub struct Switch<'a, F: Forms = CompactForms> {
     /// The operator's clients, caches and Event publisher.
-    pub ctx: &'a Context,
+    pub ctx: &'a Context<F>,
     /// The cluster switching over.
     pub cluster: &'a DatabaseCluster,
     /// Its identity, for the record.
@@ -40,8 +41,8 @@ pub struct Switch<'a> {
 /// `login` (its superuser): Event `SwitchingOver`, `CHECKPOINT`, its label, and the record naming
 /// `new` with `old` demoting. Once the record is written, the `status.switchover` record, about the
 /// spec value `requested`, its message starting with `why`.
-pub async fn begin(
-    switch: &Switch<'_>,
+pub async fn begin<F: Forms>(
+    switch: &Switch<'_, F>,
     login: Option<&Target>,
     requested: &str,
     why: &str,
@@ -72,7 +73,11 @@ pub async fn begin(
 
 /// Steps 3 and 4, or the abort, as [`super::switchover::next_step`] said (`step`); `login` is
 /// the superuser's login to `new`. Whether the switchover is over (completed or aborted).
-pub async fn advance(switch: &Switch<'_>, step: Step, login: Option<&Target>) -> Option<&'static str> {
+pub async fn advance<F: Forms>(
+    switch: &Switch<'_, F>,
+    step: Step,
+    login: Option<&Target>,
+) -> Option<&'static str> {
     let Switch { ctx, cluster, owner, spec, old, new, .. } = *switch;
     match step {
         Step::Wait => None,
@@ -104,7 +109,7 @@ pub async fn advance(switch: &Switch<'_>, step: Step, login: Option<&Target>) ->
     }
 }
 
-async fn complete(switch: &Switch<'_>) -> Option<&'static str> {
+async fn complete<F: Forms>(switch: &Switch<'_, F>) -> Option<&'static str> {
     let Switch { ctx, cluster, owner, spec, pods, old, new } = *switch;
     set_role_label(pods, new, ROLE_PRIMARY).await;
     if let Err(error) = write_record(ctx, owner, spec, new, None).await {

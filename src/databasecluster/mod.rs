@@ -14,6 +14,7 @@ pub mod failover;
 pub mod failures;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod forms;
 pub mod identity;
 pub mod instance_events;
 pub mod instances;

@@ -131,9 +131,9 @@ pub struct OperatorHandles {
 
 /// The writers of the caches a pass reads, one per watched kind, each keeping what the passes
 /// read (`cached.rs`: a form as received, or a kind whole without `managedFields`).
-/// [`Operator::new`] hands each to its informer;
-/// the kube-runtime anchor (`benches/anchors`) to its own watches. [`CacheWriters::context`] is
-/// the one place a reconcile [`Context`] is made.
+/// [`Operator::new`] hands each to its informer. [`CacheWriters::context`] is where the
+/// operator's reconcile [`Context`] is made (the kube-runtime anchor, `benches/anchors`, makes
+/// one of its own over kube-runtime's stores: `forms::WholeForms`).
 #[derive(Debug)]
 pub struct CacheWriters {
     /// The DatabaseClusters.
@@ -187,17 +187,17 @@ impl CacheWriters {
         Context {
             events: EventPublisher::new(client.clone(), instance),
             client,
-            clusters: Arc::clone(self.clusters.cache()),
-            statefulsets: Arc::clone(self.statefulsets.cache()),
-            services: Arc::clone(self.services.cache()),
-            secrets: Arc::clone(self.secrets.cache()),
-            app_secrets: Arc::clone(self.app_secrets.cache()),
-            configmaps: Arc::clone(self.configmaps.cache()),
-            pdbs: Arc::clone(self.pdbs.cache()),
-            pods: Arc::clone(self.pods.cache()),
-            jobs: Arc::clone(self.jobs.cache()),
-            cronjobs: Arc::clone(self.cronjobs.cache()),
-            volumes: Arc::clone(self.volumes.cache()),
+            clusters: self.clusters.cache().clone(),
+            statefulsets: self.statefulsets.cache().clone(),
+            services: self.services.cache().clone(),
+            secrets: self.secrets.cache().clone(),
+            app_secrets: self.app_secrets.cache().clone(),
+            configmaps: self.configmaps.cache().clone(),
+            pdbs: self.pdbs.cache().clone(),
+            pods: self.pods.cache().clone(),
+            jobs: self.jobs.cache().clone(),
+            cronjobs: self.cronjobs.cache().clone(),
+            volumes: self.volumes.cache().clone(),
             failures: FailureCounts::default(),
         }
     }

@@ -24,6 +24,7 @@ use super::config::{build_config_map, config_map_name};
 use jiff::Timestamp;
 
 use super::failover::{failed_over, failing_over, outcome};
+use super::forms::Forms;
 use super::instances::{Target, connect, promote};
 use super::reconcile::Context;
 use super::resources::{FIELD_MANAGER, Owner};
@@ -52,8 +53,8 @@ pub struct Promotion<'a> {
 }
 
 /// Carries out `promotion` (see the module docs); once `new` accepts writes, the failover's record.
-pub async fn fail_over(
-    ctx: &Context,
+pub async fn fail_over<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
@@ -89,8 +90,8 @@ pub async fn fail_over(
 
 /// The last step of a failover (`record`), also what finishes one a stopped operator left
 /// unreported: `new`'s role label becomes `primary` and Event `FailedOver` is published.
-pub async fn finish(
-    ctx: &Context,
+pub async fn finish<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     pods: &Api<Pod>,
     record: &FailoverRecord,
@@ -103,8 +104,8 @@ pub async fn finish(
 
 /// Writes the record: `primary` names the instance that must accept writes, `demoting` the old
 /// primary of a switchover under way (the ConfigMap, applied as a whole).
-pub async fn write_record(
-    ctx: &Context,
+pub async fn write_record<F: Forms>(
+    ctx: &Context<F>,
     owner: &Owner,
     spec: &ValidSpec,
     primary: &str,

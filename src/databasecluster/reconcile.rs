@@ -49,6 +49,10 @@
 //! invalid spec and (aggregated) reconcile errors; none ever carries the password. A retryable
 //! error that lasts [`FAILURE_THRESHOLD`] passes also shows in the status
 //! ([`super::failures`]), until a pass succeeds.
+//!
+//! A pass reads the caches through [`Context`], whose type parameter says in which form each
+//! kind is cached ([`super::forms`]): the operator's own forms by default, the objects as
+//! decoded for the kube-runtime anchor of the e2e benchmark, which runs this same function.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -58,11 +62,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
@@ -70,7 +73,7 @@ use thiserror::Error;
 use super::app_secret;
 use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
 use super::backup::status::apply_backup_status;
-use super::cached::{CachedPod, ChildForm, Compact};
+use super::cached::ChildForm;
 use super::config::{
     ConfigurationState, Records, build_config_map, config_map_name, configuration_state, desired_config_hash,
     initial_primary, refused_configuration,
@@ -84,6 +87,7 @@ use super::failover::{
     Decision, decide, failover_delay, outcome, synchronous, unreported_promotion, with_failover,
 };
 use super::failures::{FAILURE_THRESHOLD, FailureCounts, with_reconcile_error, with_reconcile_success};
+use super::forms::{CompactForms, Decoded, Forms, Listing, Lookup, PodForm};
 use super::instances::{
     InstanceFacts, Target, check_login, connect, create_slot, drop_slot, observe, reload, set_password,
 };
@@ -112,7 +116,6 @@ use super::types::{
     SwitchoverStatus,
 };
 use super::validation::{SpecError, ValidSpec, validate};
-use crate::runtime::cache::Cache;
 use crate::runtime::client;
 use crate::runtime::controller::{Action, ReconcileError};
 use crate::runtime::writes::{Verb, recorded_as};
@@ -126,38 +129,38 @@ const FAILOVER_REQUEUE: Duration = Duration::from_secs(1);
 
 /// What every reconcile pass shares: the client for writes, the caches for reads, the Event
 /// publisher.
-pub struct Context {
+pub struct Context<F: Forms = CompactForms> {
     /// The client every write goes through.
     pub client: Client,
     /// The DatabaseClusters, as the primary informer holds them.
-    pub clusters: Arc<Cache<Compact<DatabaseCluster>>>,
+    pub clusters: Arc<dyn Lookup<F::Cluster>>,
     /// The operator's StatefulSets.
-    pub statefulsets: Arc<Cache<Compact<StatefulSet>>>,
-    /// The operator's Services (headless and client), as text.
-    pub services: Arc<Cache<Compact<Service>>>,
-    /// The operator's login Secrets, as text.
-    pub secrets: Arc<Cache<Compact<Secret>>>,
+    pub statefulsets: Arc<dyn Lookup<F::StatefulSet>>,
+    /// The operator's Services (headless and client).
+    pub services: Arc<dyn Lookup<F::Service>>,
+    /// The operator's login Secrets.
+    pub secrets: Arc<dyn Lookup<F::Secret>>,
     /// The users' own app Secrets (`spec.appSecretName`) once labelled ([`app_secret`]).
-    pub app_secrets: Arc<Cache<Secret>>,
+    pub app_secrets: Arc<dyn Lookup<Secret>>,
     /// The operator's ConfigMaps.
-    pub configmaps: Arc<Cache<Compact<ConfigMap>>>,
-    /// The operator's PodDisruptionBudgets, as text.
-    pub pdbs: Arc<Cache<Compact<PodDisruptionBudget>>>,
+    pub configmaps: Arc<dyn Lookup<F::ConfigMap>>,
+    /// The operator's PodDisruptionBudgets.
+    pub pdbs: Arc<dyn Lookup<F::Pdb>>,
     /// The clusters' pods (labelled managed-by the operator through the pod template).
-    pub pods: Arc<Cache<CachedPod>>,
+    pub pods: Arc<dyn Listing<F::Pod>>,
     /// The operator's backup and restore Jobs (scheduled and on-demand).
-    pub jobs: Arc<Cache<Job>>,
+    pub jobs: Arc<dyn Listing<Job>>,
     /// The operator's backup CronJobs.
-    pub cronjobs: Arc<Cache<CronJob>>,
+    pub cronjobs: Arc<dyn Lookup<CronJob>>,
     /// The backup volumes (the instances' data claims are not cached).
-    pub volumes: Arc<Cache<PersistentVolumeClaim>>,
+    pub volumes: Arc<dyn Lookup<PersistentVolumeClaim>>,
     /// Where Events go.
     pub events: EventPublisher,
     /// Consecutive failed passes per cluster, to make a lasting error visible in its status.
     pub failures: FailureCounts,
 }
 
-impl Debug for Context {
+impl<F: Forms> Debug for Context<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context").field("events", &self.events).finish_non_exhaustive()
     }
@@ -250,7 +253,7 @@ impl ReconcileError for Error {
 }
 
 /// One reconcile pass for the DatabaseCluster `key`; see the module docs.
-pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile<F: Forms>(key: ObjectKey, ctx: Arc<Context<F>>) -> Result<Action, Error> {
     let Some(cached) = ctx.clusters.get(&key) else {
         tracing::info!("DatabaseCluster not found: deleted; nothing to do");
         ctx.events.clear_error(&key);
@@ -262,7 +265,7 @@ pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Erro
         return Ok(Action::Done);
     }
     // Boxed: the pass's future holds it across every await (a decoded cluster is 1.4 KB inline).
-    let cluster: Box<DatabaseCluster> = Box::new(decode_cached(&cached, "DatabaseCluster")?);
+    let cluster: Box<DatabaseCluster> = Box::new(decode_cached(&*cached, "DatabaseCluster")?);
     let result = reconcile_cluster(&cluster, &ctx).await;
     match &result {
         Err(error) if !error.is_terminal() => {
@@ -282,14 +285,14 @@ pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Erro
 
 /// Writes `error` into the cluster's status ([`with_reconcile_error`]); a failure to do so is
 /// logged (the API may be what is failing) and the next failed pass tries again.
-async fn show_error(ctx: &Context, cluster: &DatabaseCluster, error: &Error) {
+async fn show_error<F: Forms>(ctx: &Context<F>, cluster: &DatabaseCluster, error: &Error) {
     let status = with_reconcile_error(cluster, &error.to_string(), Timestamp::now());
     if let Err(write_error) = write_status(ctx, cluster, status).await {
         tracing::warn!(error = %write_error, "could not record the reconcile error in the status");
     }
 }
 
-async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>) -> Result<Action, Error> {
     let phase = cluster.status.as_ref().and_then(|s| s.phase).map(|p| p.as_str());
     tracing::debug!(replicas = cluster.spec.replicas, version = %cluster.spec.version, phase, "reconciling DatabaseCluster");
 
@@ -305,8 +308,10 @@ async fn reconcile_cluster(cluster: &DatabaseCluster, ctx: &Context) -> Result<A
         Ok(spec) => spec,
         Err(error) => {
             let cached = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
-            let observed =
-                cached.as_deref().map(|sts| decode_cached::<StatefulSet>(sts, "StatefulSet")).transpose()?;
+            let observed = cached
+                .as_deref()
+                .map(|sts| decode_cached::<StatefulSet, _>(sts, "StatefulSet"))
+                .transpose()?;
             let status = compute_status(cluster, Err(&error), observed.as_ref(), Timestamp::now());
             write_status(ctx, cluster, status).await?;
             return Err(Error::InvalidSpec(error));
@@ -460,7 +465,11 @@ fn apply_backups(
 }
 
 /// The headless Service and the three client Services.
-async fn ensure_services(ctx: &Context, cluster: &DatabaseCluster, owner: &Owner) -> Result<(), Error> {
+async fn ensure_services<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+) -> Result<(), Error> {
     let service_key = child_key(cluster, headless_service_name);
     let cached = ctx.services.get(&service_key);
     let (_, outcome) =
@@ -488,8 +497,8 @@ impl Credentials {
 
 /// The three login Secrets (the app one only when the spec names none): created with a fresh
 /// password when absent, applied with the password read back otherwise.
-async fn ensure_secrets(
-    ctx: &Context,
+async fn ensure_secrets<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
@@ -523,8 +532,8 @@ async fn ensure_secrets(
         // The password the last `build` put in the Secret: what the server now holds (written
         // with it, or already holding it, since a differing password is drift).
         let mut chosen = None;
-        let (_, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&Compact<Secret>>| {
-            let live = live.map(|live| decode_cached::<Secret>(live, "Secret")).transpose()?;
+        let (_, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&F::Secret>| {
+            let live = live.map(|live| decode_cached::<Secret, _>(live, "Secret")).transpose()?;
             let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
                 if live.is_some() {
                     tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
@@ -553,8 +562,8 @@ async fn ensure_secrets(
 }
 
 /// The PodDisruptionBudget with 2+ instances; none (deleted if there) below.
-async fn ensure_pdb(
-    ctx: &Context,
+async fn ensure_pdb<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     owner: &Owner,
     replicas: i32,
@@ -585,7 +594,7 @@ async fn ensure_pdb(
 }
 
 /// The cluster's pods as the cache holds them.
-fn pod_views(ctx: &Context, owner: &Owner, now: Timestamp) -> Vec<PodView> {
+fn pod_views<F: Forms>(ctx: &Context<F>, owner: &Owner, now: Timestamp) -> Vec<PodView> {
     let prefix = format!("{}-", statefulset_name(owner.name()));
     ctx.pods
         .list_labelled(owner.namespace(), label::INSTANCE, owner.name())
@@ -646,8 +655,8 @@ struct Record<'a> {
 /// and the next step of a roll. Failures are logged and retried on the next pass; they never fail
 /// the pass, since the status must still be written.
 #[allow(clippy::too_many_arguments)]
-async fn operate_instances(
-    ctx: &Context,
+async fn operate_instances<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
@@ -1072,8 +1081,8 @@ impl Outcome {
 }
 
 /// Logs one child's outcome and publishes its Event (created, or `extra` such as scaling).
-pub(super) async fn report(
-    ctx: &Context,
+pub(super) async fn report<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     kind: &'static str,
     key: &ObjectKey,
@@ -1099,8 +1108,8 @@ pub(super) async fn report(
 /// differs, and otherwise leaves it alone. `build` makes the desired object from the live one's
 /// cached form (if any); `kind` names the child in logs and errors. Returns the object as the
 /// server returned it from a write (none when nothing was written), and what was done.
-pub(super) async fn ensure_child<C: ChildForm>(
-    ctx: &Context,
+pub(super) async fn ensure_child<F: Forms, C: ChildForm>(
+    ctx: &Context<F>,
     owner: &Owner,
     kind: &'static str,
     cached: Option<Arc<C>>,
@@ -1147,21 +1156,23 @@ pub(super) async fn ensure_child<C: ChildForm>(
     Ok((Some(recorded_as(Verb::Apply, applied)), Outcome::Updated))
 }
 
-/// An object cached as text ([`Compact`]) decoded whole for a pass that reads it
-/// ([`Compact::expand`]: its identity included).
-pub(super) fn decode_cached<K>(cached: &Compact<K>, kind: &'static str) -> Result<K, Error>
+/// A cached object decoded whole for a pass that reads it ([`Decoded::expand`]: its identity
+/// included).
+pub(super) fn decode_cached<K, C>(cached: &C, kind: &'static str) -> Result<K, Error>
 where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
+    C: Decoded<K> + Object,
 {
     cached.expand().map_err(|source| cached_error(cached, kind, source))
 }
 
-/// The few fields `T` names of an object cached as text ([`Compact::decode_as`]; not its
-/// identity, which the text does not hold).
-pub(super) fn view_cached<T, K>(cached: &Compact<K>, kind: &'static str) -> Result<T, Error>
+/// The few fields `T` names of a cached object ([`Decoded::decode_as`]; for a [`Compact`]
+/// not its identity, which the text does not hold).
+///
+/// [`Compact`]: super::cached::Compact
+pub(super) fn view_cached<T, K, C>(cached: &C, kind: &'static str) -> Result<T, Error>
 where
     T: DeserializeOwned,
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
+    C: Decoded<K> + Object,
 {
     cached.decode_as().map_err(|source| cached_error(cached, kind, source))
 }
@@ -1177,8 +1188,8 @@ pub(super) fn child_error(verb: &'static str, kind: &'static str, name: &str, so
 /// Merge-patches `status` on `/status` when it differs from the cached status, then publishes the
 /// Events the change implies. The cached resourceVersion is a precondition: a `409 Conflict` means
 /// the cache is behind, and the newer version's event brings the next pass.
-async fn write_status(
-    ctx: &Context,
+async fn write_status<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     status: DatabaseClusterStatus,
 ) -> Result<(), Error> {
@@ -1187,8 +1198,8 @@ async fn write_status(
 
 /// [`write_status`], also publishing `extra` Events (the backups') once the status that records
 /// them is written, so that a write lost to a conflict repeats them on the next pass, not twice.
-async fn write_status_with_events(
-    ctx: &Context,
+async fn write_status_with_events<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     status: DatabaseClusterStatus,
     extra: Vec<EventNote>,

@@ -27,6 +27,7 @@ use super::restore::{build_restore_job, first_data_claim, resolve_backup, restor
 use super::spec::RestoredFrom;
 use super::status::{JobOutcome, JobView, job_view};
 use crate::databasecluster::events::{EventNote, EventType};
+use crate::databasecluster::forms::{Forms, PodForm};
 use crate::databasecluster::reconcile::{Context, Error, child_error, decode_cached, ensure_child, report};
 use crate::databasecluster::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
@@ -45,8 +46,8 @@ pub struct BackupsObserved {
 }
 
 /// Brings the backup children to the spec and observes the Jobs (see the module docs).
-pub async fn ensure_backups(
-    ctx: &Context,
+pub async fn ensure_backups<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
@@ -96,7 +97,7 @@ pub async fn ensure_backups(
     Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token })
 }
 
-async fn start_on_demand(ctx: &Context, owner: &Owner, job: &Job) -> Result<(), Error> {
+async fn start_on_demand<F: Forms>(ctx: &Context<F>, owner: &Owner, job: &Job) -> Result<(), Error> {
     let name = job.metadata.name.clone().unwrap_or_default();
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), owner.namespace());
     let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
@@ -114,7 +115,7 @@ async fn start_on_demand(ctx: &Context, owner: &Owner, job: &Job) -> Result<(), 
     }
 }
 
-async fn delete_cronjob(ctx: &Context, owner: &Owner, name: &str) -> Result<(), Error> {
+async fn delete_cronjob<F: Forms>(ctx: &Context<F>, owner: &Owner, name: &str) -> Result<(), Error> {
     let api: Api<CronJob> = Api::namespaced(ctx.client.clone(), owner.namespace());
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => {
@@ -127,7 +128,7 @@ async fn delete_cronjob(ctx: &Context, owner: &Owner, name: &str) -> Result<(), 
 }
 
 /// The cluster's backup Jobs from the cache, each with its pod's termination message.
-fn backup_jobs(ctx: &Context, owner: &Owner) -> Vec<JobView> {
+fn backup_jobs<F: Forms>(ctx: &Context<F>, owner: &Owner) -> Vec<JobView> {
     let restore_job = restore_job_name(owner.name());
     ctx.jobs
         .list_labelled(owner.namespace(), CLUSTER_LABEL, owner.name())
@@ -167,8 +168,8 @@ pub enum RestoreGate {
 /// creates instance 0's data volume and the restore Job, and opens the gate, with the backup it
 /// restored, once the Job has succeeded. A failed restore is a Warning Event `RestoreFailed`; the
 /// gate stays shut (the cluster stays Provisioning).
-pub async fn ensure_restore(
-    ctx: &Context,
+pub async fn ensure_restore<F: Forms>(
+    ctx: &Context<F>,
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
@@ -195,7 +196,7 @@ pub async fn ensure_restore(
         let backup = {
             let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
             let source = source
-                .map(|source| decode_cached::<DatabaseCluster>(&source, "DatabaseCluster"))
+                .map(|source| decode_cached::<DatabaseCluster, _>(&*source, "DatabaseCluster"))
                 .transpose()?;
             resolve_backup(from, source.as_ref())
         };
@@ -204,7 +205,7 @@ pub async fn ensure_restore(
         tracing::info!(source = %from.cluster, %backup, "restore started");
         return Ok(RestoreGate::Closed);
     };
-    let view = job_view(&job, None);
+    let view = job_view::<F::Pod>(&job, None);
     match view.outcome {
         JobOutcome::Succeeded => {
             let backup = restored_backup_name(&job).unwrap_or_else(|| from.backup.clone());
@@ -238,7 +239,7 @@ fn restored_backup_name(job: &Job) -> Option<String> {
 }
 
 /// Creates `object` unless it exists (`409` is success).
-async fn create_once<K>(ctx: &Context, owner: &Owner, object: &K) -> Result<(), Error>
+async fn create_once<F: Forms, K>(ctx: &Context<F>, owner: &Owner, object: &K) -> Result<(), Error>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone

@@ -22,8 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 
 use super::spec::{BackupJobRecord, BackupRecord, BackupsStatus, Schedule, ValidBackup};
-use crate::databasecluster::cached::CachedPod;
 use crate::databasecluster::events::{EventNote, EventType};
+use crate::databasecluster::forms::PodForm;
 use crate::databasecluster::status::ConditionSetter;
 use crate::databasecluster::types::DatabaseClusterStatus;
 
@@ -101,7 +101,7 @@ impl JobView {
 }
 
 /// A Job and its pod (the pod the Job controls, if still there) as a [`JobView`].
-pub fn job_view(job: &Job, pod: Option<&CachedPod>) -> JobView {
+pub fn job_view<P: PodForm>(job: &Job, pod: Option<&P>) -> JobView {
     let status = job.status.as_ref();
     let finished_condition = status.and_then(|s| s.conditions.as_ref()).and_then(|c| {
         c.iter().find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
@@ -133,8 +133,9 @@ pub fn job_view(job: &Job, pod: Option<&CachedPod>) -> JobView {
 }
 
 /// The backup container's termination message, once it terminated.
-fn termination_message(pod: &CachedPod) -> Option<String> {
+fn termination_message<P: PodForm>(pod: &P) -> Option<String> {
     pod.status()?
+        .into_owned()
         .container_statuses?
         .into_iter()
         .find(|c| c.name == "backup" || c.name == "restore")?
