@@ -33,8 +33,8 @@ use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
 use dbcluster_operator::databasecluster::resources::label;
 use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::object::InformerObject;
 use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileError};
+use dbcluster_operator::runtime::object::InformerObject;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -82,7 +82,11 @@ struct Indexed<K: Kind> {
 }
 
 fn owner_uid<K: Kind>(object: &K) -> Option<&str> {
-    object.owner_references().iter().find(|owner| owner.controller == Some(true)).map(|owner| owner.uid.as_str())
+    object
+        .owner_references()
+        .iter()
+        .find(|owner| owner.controller == Some(true))
+        .map(|owner| owner.uid.as_str())
 }
 
 impl<K: Kind> Indexed<K> {
@@ -91,8 +95,9 @@ impl<K: Kind> Indexed<K> {
     }
 
     fn label_key(&self, object: &K) -> Option<(String, String)> {
-        let value = object.labels().get(self.label)?;
-        Some((object.namespace().unwrap_or_default(), value.clone()))
+        let meta = object.meta();
+        let value = meta.labels.as_ref()?.get(self.label)?;
+        Some((meta.namespace.clone().unwrap_or_default(), value.clone()))
     }
 
     /// Follows the store: called with each watch event after the reflector applied it.
@@ -153,8 +158,10 @@ impl<K: Kind> Lookup<K> for Indexed<K> {
 impl<K: Kind> Listing<K> for Indexed<K> {
     fn list_labelled(&self, namespace: &str, label: &str, value: &str) -> Vec<Arc<K>> {
         let matches = |object: &K| {
-            object.namespace().as_deref() == Some(namespace)
-                && object.labels().get(label).map(String::as_str) == Some(value)
+            let meta = object.meta();
+            meta.namespace.as_deref() == Some(namespace)
+                && meta.labels.as_ref().and_then(|labels| labels.get(label)).map(String::as_str)
+                    == Some(value)
         };
         if label != self.label {
             return self.store.state_filter(matches);
