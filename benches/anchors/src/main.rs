@@ -70,6 +70,9 @@ impl<K: Kind> Lookup<K> for Stored<K> {
     }
 }
 
+/// The objects filed under each value of an index.
+type References<V, K> = HashMap<V, HashSet<ObjectRef<K>>>;
+
 /// The index a pass's lists need beside kube-runtime's store (which only scans): the objects by
 /// the value of one label within their namespace, and by their controller owner's uid. Entries
 /// are references into the store, checked against the stored object on every read, so one left
@@ -77,8 +80,8 @@ impl<K: Kind> Lookup<K> for Stored<K> {
 struct Indexed<K: Kind> {
     store: Store<K>,
     label: &'static str,
-    by_label: Mutex<HashMap<(String, String), HashSet<ObjectRef<K>>>>,
-    by_owner: Mutex<HashMap<String, HashSet<ObjectRef<K>>>>,
+    by_label: Mutex<References<(String, String), K>>,
+    by_owner: Mutex<References<String, K>>,
 }
 
 fn owner_uid<K: Kind>(object: &K) -> Option<&str> {
