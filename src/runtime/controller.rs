@@ -751,7 +751,12 @@ where
             self.passes.remove(&key);
             self.pending_writes.remove(&key);
             self.echoes.forget(&key);
-            self.hot_loops.lock().remove(&key);
+            let mut hot_loops = self.hot_loops.lock();
+            if hot_loops.remove(&key)
+                && let Some(m) = &self.config.metrics
+            {
+                m.set_hot_loop_keys(hot_loops.hot_keys());
+            }
             return;
         }
         let packed = PackedPass::pack(&key, &last);

@@ -80,6 +80,8 @@ pub struct HotLoops {
     config: HotLoopConfig,
     backoff: BackoffConfig,
     keys: HashMap<ObjectKey, History>,
+    /// How many of `keys` are hot, kept on each change (counting them would cost a pass O(keys)).
+    hot: usize,
 }
 
 impl std::fmt::Debug for HotLoops {
@@ -91,14 +93,14 @@ impl std::fmt::Debug for HotLoops {
 impl HotLoops {
     /// A detector with `config`, slowing hot keys by `backoff`.
     pub fn new(config: HotLoopConfig, backoff: BackoffConfig) -> Self {
-        Self { config, backoff, keys: HashMap::new() }
+        Self { config, backoff, keys: HashMap::new(), hot: 0 }
     }
 
     /// Records a pass of `key` that ended at `now`; `feeds_back`: it made a write that can queue
     /// the key again.
     pub fn observe(&mut self, key: &ObjectKey, now: Instant, feeds_back: bool) -> Verdict {
         if !feeds_back {
-            let settled = self.keys.remove(key).is_some_and(|h| h.hot_passes > 0);
+            let settled = self.remove(key);
             return Verdict::Calm { settled };
         }
         let window = self.config.window;
@@ -111,9 +113,11 @@ impl HotLoops {
             let settled = history.hot_passes > 0;
             history.hot_passes = 0;
             history.not_before = None;
+            self.hot -= usize::from(settled);
             return Verdict::Calm { settled };
         }
         let new = history.hot_passes == 0;
+        self.hot += usize::from(new);
         history.hot_passes = history.hot_passes.saturating_add(1);
         let report = history.reported_at.is_none_or(|at| now.saturating_duration_since(at) >= window);
         if report {
@@ -131,7 +135,7 @@ impl HotLoops {
 
     /// Keys hot now.
     pub fn hot_keys(&self) -> usize {
-        self.keys.values().filter(|h| h.hot_passes > 0).count()
+        self.hot
     }
 
     /// `key`'s state if it is hot.
@@ -144,9 +148,11 @@ impl HotLoops {
         })
     }
 
-    /// Forgets `key` (its object is gone).
-    pub fn remove(&mut self, key: &ObjectKey) {
-        self.keys.remove(key);
+    /// Forgets `key` (its object is gone, or its pass wrote nothing); true if it was hot.
+    pub fn remove(&mut self, key: &ObjectKey) -> bool {
+        let was_hot = self.keys.remove(key).is_some_and(|h| h.hot_passes > 0);
+        self.hot -= usize::from(was_hot);
+        was_hot
     }
 }
 
@@ -177,6 +183,27 @@ mod tests {
         // A pass that writes nothing settles it.
         assert_eq!(loops.observe(&key, at(71), false), Verdict::Calm { settled: true });
         assert_eq!((loops.hot_keys(), loops.not_before(&key)), (0, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hot_count_follows_keys_that_get_hot_settle_and_go() {
+        let mut loops = HotLoops::new(HotLoopConfig::default(), BackoffConfig::default());
+        let (a, b) = (ObjectKey::namespaced("prod", "a"), ObjectKey::namespaced("prod", "b"));
+        let start = Instant::now();
+        for n in 0..11 {
+            loops.observe(&a, start + Duration::from_secs(n), true);
+            loops.observe(&b, start + Duration::from_secs(n), true);
+        }
+        assert_eq!(loops.hot_keys(), 2);
+        assert!(loops.remove(&a), "a was hot");
+        assert_eq!(loops.hot_keys(), 1);
+        assert!(!loops.remove(&a), "a is gone");
+        // A writing pass after the window has passed: calm again, and no longer counted.
+        assert_eq!(
+            loops.observe(&b, start + Duration::from_secs(200), true),
+            Verdict::Calm { settled: true }
+        );
+        assert_eq!(loops.hot_keys(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,5 +1,6 @@
-//! The `metadata.managedFields` scanner: cuts that member out of the raw JSON of a watch line or a
-//! LIST page before it is decoded, without parsing anything else.
+//! The `metadata` scanner: cuts `metadata.managedFields` out of the raw JSON of a watch line or a
+//! LIST page before it is decoded ([`elide_managed_fields`]), and named members out of one
+//! object's own metadata ([`cut_metadata_members`]), without parsing anything else.
 
 /// Removes `metadata.managedFields` from the raw JSON of a watch line (`{"type":…,"object":{…}}`)
 /// or of a list (`{"items":[{…},…]}`) before it is decoded, so the field's many small allocations
@@ -35,6 +36,47 @@ pub fn elide_managed_fields(json: &[u8]) -> Option<Vec<u8>> {
         from = cut.end;
     }
     out.extend_from_slice(&json[from..]);
+    Some(out)
+}
+
+/// Removes the members named in `keys` from the own `metadata` of the JSON object `object` (not
+/// from a metadata nested deeper, nor from any string), keeping the other members in their
+/// order. `None` when none of them is there, or the text is not shaped as expected (the typed
+/// decoder that reads the same text says what is wrong).
+pub fn cut_metadata_members(object: &[u8], keys: &[&str]) -> Option<Vec<u8>> {
+    let (_, metadata) = find_member(object, 0, b"metadata")?;
+    if object.get(metadata) != Some(&b'{') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(object.len());
+    out.extend_from_slice(&object[..=metadata]);
+    let (mut cut, mut kept) = (false, 0usize);
+    let mut i = skip_ws(object, metadata + 1);
+    while object.get(i) == Some(&b'"') {
+        let key_end = skip_string(object, i)?;
+        let colon = skip_ws(object, key_end);
+        if object.get(colon) != Some(&b':') {
+            return None;
+        }
+        let value_end = skip_value(object, skip_ws(object, colon + 1))?;
+        if keys.iter().any(|key| &object[i + 1..key_end - 1] == key.as_bytes()) {
+            cut = true;
+        } else {
+            if kept > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&object[i..value_end]);
+            kept += 1;
+        }
+        i = skip_ws(object, value_end);
+        if object.get(i) == Some(&b',') {
+            i = skip_ws(object, i + 1);
+        }
+    }
+    if !cut || object.get(i) != Some(&b'}') {
+        return None;
+    }
+    out.extend_from_slice(&object[i..]);
     Some(out)
 }
 
@@ -161,11 +203,36 @@ mod tests {
         assert_eq!(elide_managed_fields(br#"{"items":[{"metadata":{"managedFields":[{"#), None);
     }
 
+    #[test]
+    fn named_members_are_cut_from_the_objects_own_metadata_only() {
+        let keys = ["name", "resourceVersion"];
+        let cut = |text: &str| {
+            cut_metadata_members(text.as_bytes(), &keys).map(|out| String::from_utf8(out).unwrap())
+        };
+        assert_eq!(
+            cut(r#"{"kind":"Service","metadata":{"name":"a", "labels":{"name":"x"},"resourceVersion":"7","uid":"u"},"spec":{"name":"b"}}"#)
+                .as_deref(),
+            Some(r#"{"kind":"Service","metadata":{"labels":{"name":"x"},"uid":"u"},"spec":{"name":"b"}}"#)
+        );
+        assert_eq!(
+            cut(r#"{"metadata":{"uid":"u","name":"a"}}"#).as_deref(),
+            Some(r#"{"metadata":{"uid":"u"}}"#)
+        );
+        assert_eq!(
+            cut(r#"{"metadata":{"name":"a","resourceVersion":"1"}}"#).as_deref(),
+            Some(r#"{"metadata":{}}"#)
+        );
+        assert_eq!(cut(r#"{"metadata":{"uid":"u"},"name":"top"}"#), None, "nothing of the metadata's to cut");
+        assert_eq!(cut(r#"{"metadata":{}}"#), None);
+        assert_eq!(cut(r#"{"metadata":"not an object"}"#), None);
+        assert_eq!(cut(r#"{"metadata":{"name":"a""#), None, "cut short");
+    }
+
     mod property {
         use proptest::prelude::*;
         use serde_json::{Map, Value};
 
-        use super::elide_managed_fields;
+        use super::{cut_metadata_members, elide_managed_fields};
 
         /// Strings that stress the scanner: any unicode, and JSON's special characters (quotes,
         /// backslashes, brackets, the member's own name) that the serialiser must escape or that
@@ -249,6 +316,22 @@ mod tests {
                 let items: Vec<Value> = items.into_iter().map(without_managed_fields).collect();
                 let expected = serde_json::json!({"kind": "List", "metadata": list_meta, "items": items});
                 prop_assert_eq!(decode_elided(&page, pretty), expected);
+            }
+
+            #[test]
+            fn cutting_metadata_members_equals_decoding_and_removing_them(
+                object in object(), pretty in any::<bool>(),
+            ) {
+                let keys = ["managedFields", "metadata", "name"];
+                let text = if pretty { serde_json::to_vec_pretty(&object) } else { serde_json::to_vec(&object) }.unwrap();
+                let cut = cut_metadata_members(&text, &keys);
+                let decoded: Value = serde_json::from_slice(cut.as_deref().unwrap_or(&text)).expect("cut text is JSON");
+                let mut expected = object;
+                let metadata = expected["metadata"].as_object_mut().unwrap();
+                for key in keys {
+                    metadata.remove(key);
+                }
+                prop_assert_eq!(decoded, expected);
             }
         }
     }

@@ -58,7 +58,7 @@ use crate::runtime::object::InformerObject;
 
 pub use backoff::{ReconnectBackoff, ReconnectBackoffConfig};
 pub use decode::{INITIAL_EVENTS_END, MalformedLine, WatchLine, decode_list_page, decode_watch_line};
-pub use elide::elide_managed_fields;
+pub use elide::{cut_metadata_members, elide_managed_fields};
 pub use error::ReflectorError;
 pub use framing::LineBuffer;
 
