@@ -20,7 +20,7 @@ impl LineBuffer {
     /// The next complete line (without its newline), if one has arrived; blank lines are skipped.
     pub fn next_line(&mut self) -> Option<Bytes> {
         loop {
-            let newline = self.buf[self.scanned..].iter().position(|&b| b == b'\n')?;
+            let newline = memchr::memchr(b'\n', &self.buf[self.scanned..])?;
             let mut line = self.buf.split_to(self.scanned + newline + 1);
             self.scanned = 0;
             line.truncate(line.len() - 1);
