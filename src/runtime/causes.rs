@@ -12,7 +12,10 @@
 //!    and the ones after them are counted ([`CauseLog::more`]); nothing is lost silently. The
 //!    first ones are the ones kept because the first is what queued the key (the pass's
 //!    trigger); the rest were folded into it by the dedup, and a burst of them costs a count
-//!    each (their causes are never built).
+//!    each (their causes are never built). A duplicate add that finds the queue's lock busy is
+//!    counted too, whatever the number kept: it does not wait for the lock to record its cause
+//!    (`WorkQueue::add_with_note_or_count`; the count is kept without the lock, in the key's
+//!    slot, and joins the pass that claims the key next).
 //! 3. A pass takes the causes recorded up to the moment its worker claimed the key; a cause
 //!    recorded later belongs to the next pass. A timer's cause (a `RequeueAfter`, a retry) waits
 //!    for the key's timer to fire: a watch event's pass before that does not take it. The queue
@@ -24,7 +27,9 @@
 //!    is built, nothing is stored, and passes have no trigger.
 //!
 //! The causes live in the queue's slots, so recording one costs no second hash, map or lock:
-//! it is written under the lock the add takes anyway, and the queue drops it with the slot.
+//! it is written under the lock the add takes anyway (a duplicate add that finds the lock busy
+//! counts itself in the slot's flags instead, as the plain queue's duplicate adds return without
+//! it), and the queue drops it with the slot.
 //! A cause is built under that lock only while the key's log has room (one that is not built is
 //! dropped after the lock, since it holds a shared key), and the first one of a pass is held
 //! inline in the slot ([`KeptCauses`]): a pass with a single cause (the usual case) allocates
@@ -396,6 +401,11 @@ impl KeyNotes for CauseNotes {
         self.on_timer = None;
     }
 
+    /// Rule 2: duplicate adds counted without the lock are due with the next pass.
+    fn counted(&mut self, count: u32) {
+        self.due.more += u64::from(count);
+    }
+
     /// Rule 3: a pass takes what is due when its worker claims the key; what waits for the
     /// timer stays.
     fn take(&mut self) -> CauseLog {
@@ -441,11 +451,12 @@ impl Enqueuer {
 
     /// Queues `key` at `priority` because of `cause(key)`: the cause is built (only when it is
     /// kept) from the key the queue tracks, so a cause about the key's own object costs no clone.
+    /// A duplicate add that finds the queue's lock busy is only counted (rule 2).
     pub fn add(&self, key: ObjectKey, priority: Priority, cause: impl FnOnce(&ObjectKey) -> Cause) {
         if !self.record {
             return self.queue.add_with_priority(key, priority);
         }
-        self.queue.add_with_note(key, priority, |key, notes| notes.record(key, cause, Due::Now));
+        self.queue.add_with_note_or_count(key, priority, |key, notes| notes.record(key, cause, Due::Now));
     }
 
     /// Queues `key` at once, for `reason`: an explicit call (rule 1).
@@ -485,7 +496,12 @@ impl Enqueuer {
 
 /// The causes pending for `key` in `queue`, due or not, for `/debug/queue`.
 pub fn pending(queue: &ControllerQueue, key: &ObjectKey) -> CauseLog {
-    queue.notes_of(key, CauseNotes::pending).unwrap_or_default()
+    let pending = |notes: &CauseNotes, counted: u32| {
+        let mut log = notes.pending();
+        log.more += u64::from(counted);
+        log
+    };
+    queue.notes_of(key, pending).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -684,5 +700,61 @@ mod tests {
         assert_eq!(json["resource_version"], "9");
         let retry = serde_json::to_value(Cause::Retry("boom".into())).unwrap();
         assert_eq!((retry["type"].as_str(), retry["error"].as_str()), (Some("retry"), Some("boom")));
+    }
+
+    /// Rule 2 under contention: producers on four threads add a few keys while workers claim
+    /// them, so duplicate adds meet the lock busy and are counted without it. Every add's cause
+    /// is kept or counted in exactly one pass.
+    #[test]
+    fn every_add_is_in_exactly_one_pass_while_duplicates_are_counted_without_the_lock() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        const PRODUCERS: u64 = 4;
+        const ADDS: u64 = 20_000;
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let queue = ControllerQueue::with_notes(crate::runtime::workqueue::QueueConfig::default());
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        let seen = Arc::new(AtomicU64::new(0));
+        let passed = Arc::new(tokio::sync::Notify::new());
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (queue, seen, passed) = (queue.clone(), Arc::clone(&seen), Arc::clone(&passed));
+                runtime.spawn(async move {
+                    while let Some(mut claim) = queue.get().await {
+                        seen.fetch_add(claim.take_notes().total(), Ordering::Relaxed);
+                        tokio::task::yield_now().await;
+                        drop(claim);
+                        passed.notify_one();
+                    }
+                })
+            })
+            .collect();
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let enqueuer = enqueuer.clone();
+                std::thread::spawn(move || {
+                    for n in 0..ADDS {
+                        let key = ObjectKey::namespaced("default", &format!("pg-{}", (n + p) % 8));
+                        enqueuer.add(key, Priority::Normal, |key| Cause::Watch(event(key.name(), "1")));
+                    }
+                })
+            })
+            .collect();
+        for producer in producers {
+            producer.join().unwrap();
+        }
+        let all_seen = async {
+            while seen.load(Ordering::Relaxed) < PRODUCERS * ADDS {
+                passed.notified().await;
+            }
+        };
+        runtime.block_on(async {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), all_seen).await;
+            queue.shutdown();
+            for worker in workers {
+                worker.await.unwrap();
+            }
+        });
+        assert_eq!(seen.load(Ordering::Relaxed), PRODUCERS * ADDS, "every add's cause, once");
     }
 }

@@ -16,6 +16,9 @@
 //!   [`KeyNotes::timer_fired`] is called, so notes can wait for the timer they belong to; when
 //!   it is cancelled ([`WorkQueue::settle`](super::WorkQueue::settle)),
 //!   [`KeyNotes::timer_cancelled`].
+//! - A duplicate add through [`WorkQueue::add_with_note_or_count`](super::WorkQueue::add_with_note_or_count)
+//!   that finds the lock busy writes no note: it is counted in the slot, and the claim that
+//!   takes the key hands the count over ([`KeyNotes::counted`]) just before [`KeyNotes::take`].
 //! - `()` is the empty note: a queue without notes stores and does nothing.
 
 /// What a queue keeps per key beside its own state (see the module docs).
@@ -34,6 +37,12 @@ pub trait KeyNotes: Default + Send + 'static {
 
     /// A worker claimed the key: what is due goes to its claim; the rest stays.
     fn take(&mut self) -> Self::Taken;
+
+    /// `count` duplicate adds were counted without the lock since the last claim (see the
+    /// module docs); due with this claim. Notes that never take that path ignore it.
+    fn counted(&mut self, count: u32) {
+        let _ = count;
+    }
 
     /// The key's slot is released: back to the empty note. Notes that can tell they are empty
     /// (the usual case: the last claim took them) skip the rewrite.

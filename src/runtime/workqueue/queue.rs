@@ -240,7 +240,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             Ok(state) => state,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                if shared.slots.absorb_duplicate(hash, &key, priority == Priority::Low) {
+                if shared.slots.absorb_duplicate(hash, &key, priority == Priority::Low, false) {
                     return;
                 }
                 shared.lock_state()
@@ -258,6 +258,26 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(&K, &mut N) -> L) {
         let shared = &*self.shared;
         self.add_locked(shared.lock_state(), shared.hasher.hash_one(&key), key, priority, note);
+    }
+
+    /// `add_with_note`, except that a duplicate add that finds the lock busy does not wait for
+    /// it: it is counted in the key's slot instead, without the lock, and the claim that takes
+    /// the key hands the count to its notes ([`KeyNotes::counted`]); `note` is then not called.
+    /// For notes that can stand for such an add by a count (the controller's causes).
+    pub fn add_with_note_or_count<L>(&self, key: K, priority: Priority, note: impl FnOnce(&K, &mut N) -> L) {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(&key);
+        let state = match shared.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                if shared.slots.absorb_duplicate(hash, &key, priority == Priority::Low, true) {
+                    return;
+                }
+                shared.lock_state()
+            }
+        };
+        self.add_locked(state, hash, key, priority, note);
     }
 
     /// The add itself, with the lock taken and the key hashed: the key's notes written, the key
@@ -368,9 +388,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.shared.after_scheduling(poke.unwrap_or(false));
     }
 
-    /// Reads the notes of `key`, if the queue tracks it (for `/debug/queue`).
-    pub fn notes_of<R>(&self, key: &K, read: impl FnOnce(&N) -> R) -> Option<R> {
-        self.on_tracked(key, |state, id| read(state.notes(id)))
+    /// Reads the notes of `key`, if the queue tracks it (for `/debug/queue`), with the count of
+    /// duplicate adds counted in its slot since its last claim (see `add_with_note_or_count`).
+    pub fn notes_of<R>(&self, key: &K, read: impl FnOnce(&N, u32) -> R) -> Option<R> {
+        self.on_tracked(key, |state, id| read(state.notes(id), state.slot(id).counted()))
     }
 
     /// Under the lock: runs `op` on the slot of `key`, if the queue tracks it.
@@ -734,9 +755,9 @@ mod tests {
 
     /// Runs `add` on another thread while this one holds the queue's lock; true if it returned
     /// before the lock was released (bounded: 10 s).
-    fn returns_under_the_lock(
-        queue: &WorkQueue<ObjectKey>,
-        add: impl FnOnce(&WorkQueue<ObjectKey>) + Send + 'static,
+    fn returns_under_the_lock<N: KeyNotes>(
+        queue: &WorkQueue<ObjectKey, N>,
+        add: impl FnOnce(&WorkQueue<ObjectKey, N>) + Send + 'static,
     ) -> bool {
         let (done, returned) = mpsc::channel();
         let held = queue.shared.lock_state();
@@ -767,5 +788,48 @@ mod tests {
         let snapshot = queue.snapshot();
         assert_eq!(snapshot.len(), 1);
         assert!(!snapshot[0].low_priority, "a low add did not lower a normal key");
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_add_with_a_note_is_counted_while_the_lock_is_held_and_joins_the_next_claim() {
+        use crate::runtime::causes::{Cause, CauseNotes, Enqueuer};
+
+        let queue: WorkQueue<ObjectKey, CauseNotes> = WorkQueue::with_notes(QueueConfig::default());
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        let key = ObjectKey::namespaced("default", "a");
+        let explicit = |reason: &'static str| move |_: &ObjectKey| Cause::Explicit(reason.into());
+        enqueuer.add(key.clone(), Priority::Normal, explicit("first"));
+        for _ in 0..2 {
+            let (again, enqueuer) = (key.clone(), enqueuer.clone());
+            let under_lock = returns_under_the_lock(&queue, move |_| {
+                enqueuer.add(again, Priority::Normal, |_| unreachable!("a counted add builds no cause"))
+            });
+            assert!(under_lock, "a duplicate add with a cause waited for the lock");
+        }
+        // The lock is free: this one is kept as the second cause.
+        enqueuer.add(key.clone(), Priority::Normal, explicit("second"));
+        assert_eq!(queue.len(), 1, "the duplicates changed nothing");
+        let pending = crate::runtime::causes::pending(&queue, &key);
+        assert_eq!((pending.kept.len(), pending.more), (2, 2), "/debug/queue shows the counted adds");
+
+        let mut claim = queue.get().await.expect("the key is queued");
+        let log = claim.take_notes();
+        let kept: Vec<String> = log.kept.iter().map(ToString::to_string).collect();
+        assert_eq!(kept, ["explicit: first", "explicit: second"]);
+        assert_eq!((log.more, log.total()), (2, 4), "the two counted adds are in the pass that covers them");
+
+        // Added again during the pass (the key is dirty), then once more with the lock busy:
+        // both belong to the next pass, not to this one.
+        enqueuer.add(key.clone(), Priority::Normal, explicit("third"));
+        let (again, other) = (key.clone(), enqueuer.clone());
+        assert!(returns_under_the_lock(&queue, move |_| other.add(
+            again,
+            Priority::Normal,
+            explicit("fourth")
+        )));
+        drop(claim);
+        let log = queue.get().await.expect("the key was added during its pass").take_notes();
+        let kept: Vec<String> = log.kept.iter().map(ToString::to_string).collect();
+        assert_eq!((kept, log.more), (vec!["explicit: third".to_owned()], 1));
     }
 }

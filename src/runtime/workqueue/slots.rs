@@ -16,7 +16,9 @@
 //!   duplicate adds inside it have left; a duplicate add counts itself into a shard, or gives
 //!   up (and takes the queue's lock) while the shard is being changed.
 //! - A slot's flags are atomic. The duplicate add confirms what it read with a compare-and-swap
-//!   that writes the same flags back; every change the lock holder makes while the key is
+//!   that writes the same flags back (or, when it is counted, the same flags and a count of
+//!   such adds one higher, in the same word: see [`Slot::claim`]); every change the lock holder
+//!   makes while the key is
 //!   queued or dirty (above all the claim that takes it out of the line) is a read-modify-write
 //!   that reads from that write-back, so the worker that claims the key sees everything the
 //!   adder wrote before its add: the claim's pass starts after the add, which is rule 9. Other
@@ -29,7 +31,7 @@
 //! atomics with relaxed ordering so that a slot can be shared, and cost nothing more on x86.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use hashbrown::HashTable;
@@ -75,8 +77,13 @@ pub(crate) struct Slot<K> {
     /// Consecutive failures since the last `forget`, saturating at `u16::MAX` (the backoff
     /// reaches its cap after 19).
     failures: AtomicU16,
-    flags: AtomicU8,
+    /// The flags (the low byte), and the duplicate adds counted without the lock since the key
+    /// was last claimed (the high byte, [`COUNTED`]; see [`SlotArena::absorb_duplicate`]).
+    flags: AtomicU16,
 }
+
+/// One counted duplicate add, in a slot's flags word.
+const COUNTED: u16 = 1 << 8;
 
 impl<K> Default for Slot<K> {
     fn default() -> Self {
@@ -85,7 +92,7 @@ impl<K> Default for Slot<K> {
             due: AtomicU64::new(NEVER),
             hash: AtomicU32::new(0),
             failures: AtomicU16::new(0),
-            flags: AtomicU8::new(0),
+            flags: AtomicU16::new(0),
         }
     }
 }
@@ -102,7 +109,7 @@ impl<K> Slot<K> {
     }
 
     pub(crate) fn flags(&self) -> u8 {
-        self.flags.load(Ordering::Relaxed)
+        self.flags.load(Ordering::Relaxed) as u8
     }
 
     /// Sets `bits`; returns the flags before.
@@ -116,18 +123,42 @@ impl<K> Slot<K> {
     }
 
     /// Clears `clear`, then sets `set`; returns the flags before. Only the queue's lock holder
-    /// changes flags (a duplicate add only writes back what it read, and only while the key is
-    /// queued or dirty), so a plain store does unless the key is queued or dirty: then the
-    /// change is a read-modify-write, which reads from a duplicate add's write-back and keeps
-    /// it ordered before whoever claims the key next (see the module docs).
+    /// changes flags (a duplicate add only writes back what it read, its count one higher at
+    /// most, and only while the key is queued or dirty), so a plain store does unless the key is
+    /// queued or dirty: then the change is a read-modify-write that keeps the count, which reads
+    /// from a duplicate add's write-back and keeps it ordered before whoever claims the key next
+    /// (see the module docs).
     pub(crate) fn update_flags(&self, clear: u8, set: u8) -> u8 {
+        self.rewrite_flags(|word| (word & !u16::from(clear)) | u16::from(set)) as u8
+    }
+
+    /// The claim that takes the key out of its ready line: clears `QUEUED`, sets `PROCESSING`,
+    /// and takes the count of duplicate adds counted since the last claim (in the same
+    /// read-modify-write, so each counted add is in exactly one claim's count).
+    pub(crate) fn claim(&self) -> u32 {
+        let before = self.rewrite_flags(|word| (word & 0xff & !u16::from(QUEUED)) | u16::from(PROCESSING));
+        u32::from(before >> 8)
+    }
+
+    /// The duplicate adds counted since the key was last claimed (see [`Slot::claim`]).
+    pub(crate) fn counted(&self) -> u32 {
+        u32::from(self.flags.load(Ordering::Relaxed) >> 8)
+    }
+
+    /// Rewrites the flags word with `change`; returns the word before (see `update_flags`).
+    fn rewrite_flags(&self, change: impl Fn(u16) -> u16) -> u16 {
         let before = self.flags.load(Ordering::Relaxed);
-        let after = (before & !clear) | set;
-        if before & (QUEUED | DIRTY) != 0 {
-            self.flags.swap(after, Ordering::AcqRel)
-        } else {
-            self.flags.store(after, Ordering::Release);
-            before
+        if before & u16::from(QUEUED | DIRTY) == 0 {
+            // No duplicate add writes the word now: it needs the key queued or dirty.
+            self.flags.store(change(before), Ordering::Release);
+            return before;
+        }
+        let mut seen = before;
+        loop {
+            match self.flags.compare_exchange_weak(seen, change(seen), Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return seen,
+                Err(now) => seen = now,
+            }
         }
     }
 
@@ -363,20 +394,23 @@ impl<K: Eq> SlotArena<K> {
 
     /// Without the queue's lock: true when an add of `key` at `low` priority changes nothing
     /// (see the module docs). False (also while the key's shard is being changed) sends the
-    /// add the slow way, under the lock.
-    pub(crate) fn absorb_duplicate(&self, hash: u64, key: &K, low: bool) -> bool {
+    /// add the slow way, under the lock. `count`: the add is counted in the slot, for the
+    /// key's next claim ([`Slot::claim`]); false too once the count is full (255).
+    pub(crate) fn absorb_duplicate(&self, hash: u64, key: &K, low: bool, count: bool) -> bool {
         let short = fold_hash(hash);
         let Some(shard) = self.shard(short).try_read() else { return false };
         let Some(id) = self.lookup(&shard, short, key) else { return false };
         let flags = &self.slot(id).flags;
         let mut seen = flags.load(Ordering::Relaxed);
         loop {
-            if !add_is_duplicate(seen, low) {
+            if !add_is_duplicate(seen as u8, low) || (count && seen >> 8 == 0xff) {
                 return false;
             }
-            // Written back unchanged: the write orders this add before the claim that clears
-            // `QUEUED` or `DIRTY` (a read-modify-write that reads from it, or from a later one).
-            match flags.compare_exchange_weak(seen, seen, Ordering::AcqRel, Ordering::Relaxed) {
+            // Written back unchanged but for the count: the write orders this add before the
+            // claim that clears `QUEUED` or `DIRTY` (a read-modify-write that reads from it, or
+            // from a later one), and that claim takes the count.
+            let written = if count { seen + COUNTED } else { seen };
+            match flags.compare_exchange_weak(seen, written, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(now) => seen = now,
             }

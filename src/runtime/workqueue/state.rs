@@ -368,8 +368,12 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
             None => self.pop_low()?,
         };
         self.processing_len += 1;
-        // A read-modify-write: it reads from any duplicate add's write-back (see `slots.rs`).
-        self.slots.slot(id).update_flags(QUEUED, PROCESSING);
+        // A read-modify-write: it reads from any duplicate add's write-back (see `slots.rs`),
+        // and takes the count of the ones counted without the lock.
+        let counted = self.slots.slot(id).claim();
+        if counted > 0 {
+            self.notes[id as usize].counted(counted);
+        }
         let queued_at = match &mut self.times {
             Some(times) => {
                 let times = &mut times[id as usize];
