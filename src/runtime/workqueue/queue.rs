@@ -232,21 +232,32 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
     /// to the back of the normal line; a low add of a key already queued changes nothing.
     pub fn add_with_priority(&self, key: K, priority: Priority) {
+        let hash = self.shared.hasher.hash_one(&key);
+        if let Some(state) = self.lock_unless_absorbed(hash, &key, priority, false) {
+            self.add_locked(state, hash, key, priority, |_, _| {});
+        }
+    }
+
+    /// The queue's lock, or `None` when the lock is busy and the add of `key` at `priority` is a
+    /// duplicate, absorbed without it (and counted in its slot when `count`). The lock-free path
+    /// only while the lock is busy: a free lock costs one atomic operation, as counting into a
+    /// shard does, and a key that is not a duplicate would be looked up twice.
+    fn lock_unless_absorbed(
+        &self,
+        hash: u64,
+        key: &K,
+        priority: Priority,
+        count: bool,
+    ) -> Option<MutexGuard<'_, State<K, N>>> {
         let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(&key);
-        // The lock-free path only while the lock is busy: a free lock costs one atomic operation,
-        // as counting into a shard does, and a key that is not a duplicate would be looked up twice.
-        let state = match shared.state.try_lock() {
-            Ok(state) => state,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        match shared.state.try_lock() {
+            Ok(state) => Some(state),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
             Err(TryLockError::WouldBlock) => {
-                if shared.slots.absorb_duplicate(hash, &key, priority == Priority::Low, false) {
-                    return;
-                }
-                shared.lock_state()
+                (!shared.slots.absorb_duplicate(hash, key, priority == Priority::Low, count))
+                    .then(|| shared.lock_state())
             }
-        };
-        self.add_locked(state, hash, key, priority, |_, _| {});
+        }
     }
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
@@ -265,19 +276,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// the key hands the count to its notes ([`KeyNotes::counted`]); `note` is then not called.
     /// For notes that can stand for such an add by a count (the controller's causes).
     pub fn add_with_note_or_count<L>(&self, key: K, priority: Priority, note: impl FnOnce(&K, &mut N) -> L) {
-        let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(&key);
-        let state = match shared.state.try_lock() {
-            Ok(state) => state,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                if shared.slots.absorb_duplicate(hash, &key, priority == Priority::Low, true) {
-                    return;
-                }
-                shared.lock_state()
-            }
-        };
-        self.add_locked(state, hash, key, priority, note);
+        let hash = self.shared.hasher.hash_one(&key);
+        if let Some(state) = self.lock_unless_absorbed(hash, &key, priority, true) {
+            self.add_locked(state, hash, key, priority, note);
+        }
     }
 
     /// The add itself, with the lock taken and the key hashed: the key's notes written, the key
