@@ -18,11 +18,11 @@
 //! - A slot's flags are atomic. The duplicate add confirms what it read with a compare-and-swap
 //!   that writes the same flags back (or, when it is counted, the same flags and a count of
 //!   such adds one higher, in the same word: see [`Slot::claim`]); every change the lock holder
-//!   makes while the key is
-//!   queued or dirty (above all the claim that takes it out of the line) is a read-modify-write
-//!   that reads from that write-back, so the worker that claims the key sees everything the
-//!   adder wrote before its add: the claim's pass starts after the add, which is rule 9. Other
-//!   changes are plain stores (no write-back can happen then).
+//!   makes while the key is queued or dirty (above all the claim that takes it out of the line,
+//!   and takes the count) is a read-modify-write that reads from that write-back, so the worker
+//!   that claims the key sees everything the adder wrote before its add: the claim's pass starts
+//!   after the add, which is rule 9. Other changes are plain stores (no write-back can happen
+//!   then).
 //! - A slot's key is written only by the queue's lock holder while it keeps readers out of the
 //!   shard that indexes the slot (insert and release); it is read under the queue's lock, or by
 //!   a duplicate add counted into the shard whose table yielded the slot. See [`Slot::key`].
