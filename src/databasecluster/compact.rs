@@ -73,13 +73,7 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Com
         let identity = Identity::of(metadata);
         move_own_fields(metadata, &mut ObjectMeta::default());
         metadata.managed_fields = None;
-        let text = serde_json::to_vec(&object)?;
-        Ok(Compact {
-            text: Packed::pack::<K>(&text, identity.name().is_some()),
-            identity,
-            covered: AtomicU64::new(0),
-            kind: PhantomData,
-        })
+        Ok(Self::packed(identity, &serde_json::to_vec(&object)?))
     }
 
     /// The compact form of the JSON object `text` as the server sent it: decoded as a `K` (what
@@ -90,12 +84,17 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static> Com
         let identity = Identity::of(object.meta());
         drop(object);
         let cut = cut_metadata_members(text.as_bytes(), &CUT_FROM_TEXT);
-        Ok(Compact {
-            text: Packed::pack::<K>(cut.as_deref().unwrap_or(text.as_bytes()), identity.name().is_some()),
+        Ok(Self::packed(identity, cut.as_deref().unwrap_or(text.as_bytes())))
+    }
+
+    /// `identity` beside `text` (the object without its identity's own fields), packed.
+    fn packed(identity: Identity, text: &[u8]) -> Self {
+        Compact {
+            text: Packed::pack::<K>(text, identity.name().is_some()),
             identity,
             covered: AtomicU64::new(0),
             kind: PhantomData,
-        })
+        }
     }
 
     /// The object decoded whole (its identity put back), for a pass that reads more than its

@@ -134,15 +134,11 @@ pub fn job_view<P: PodForm>(job: &Job, pod: Option<&P>) -> JobView {
 
 /// The backup container's termination message, once it terminated.
 fn termination_message<P: PodForm>(pod: &P) -> Option<String> {
-    pod.status()?
-        .into_owned()
-        .container_statuses?
-        .into_iter()
-        .find(|c| c.name == "backup" || c.name == "restore")?
-        .state?
-        .terminated?
-        .message
-        .filter(|m| !m.trim().is_empty())
+    let status = pod.status()?;
+    let container =
+        status.container_statuses.as_ref()?.iter().find(|c| c.name == "backup" || c.name == "restore")?;
+    let message = container.state.as_ref()?.terminated.as_ref()?.message.as_ref()?;
+    (!message.trim().is_empty()).then(|| message.clone())
 }
 
 /// The backup part of the status after observing `jobs` (newest last not required).

@@ -53,13 +53,9 @@ pub fn cut_metadata_members(object: &[u8], keys: &[&str]) -> Option<Vec<u8>> {
     let (mut cut, mut kept) = (false, 0usize);
     let mut i = skip_ws(object, metadata + 1);
     while object.get(i) == Some(&b'"') {
-        let key_end = skip_string(object, i)?;
-        let colon = skip_ws(object, key_end);
-        if object.get(colon) != Some(&b':') {
-            return None;
-        }
-        let value_end = skip_value(object, skip_ws(object, colon + 1))?;
-        if keys.iter().any(|key| &object[i + 1..key_end - 1] == key.as_bytes()) {
+        let (name, value) = member_at(object, i)?;
+        let value_end = skip_value(object, value)?;
+        if keys.iter().any(|key| name == key.as_bytes()) {
             cut = true;
         } else {
             if kept > 0 {
@@ -103,13 +99,8 @@ fn find_member(json: &[u8], object: usize, key: &[u8]) -> Option<(usize, usize)>
     }
     i = skip_ws(json, i + 1);
     while json.get(i) == Some(&b'"') {
-        let key_end = skip_string(json, i)?;
-        let colon = skip_ws(json, key_end);
-        if json.get(colon) != Some(&b':') {
-            return None;
-        }
-        let value = skip_ws(json, colon + 1);
-        if &json[i + 1..key_end - 1] == key {
+        let (name, value) = member_at(json, i)?;
+        if name == key {
             return Some((i, value));
         }
         i = skip_ws(json, skip_value(json, value)?);
@@ -119,6 +110,17 @@ fn find_member(json: &[u8], object: usize, key: &[u8]) -> Option<(usize, usize)>
         i = skip_ws(json, i + 1);
     }
     None
+}
+
+/// The object member whose key starts at `start` (which holds `"`): its key as written (without
+/// the quotes), and the offset of its value.
+fn member_at(json: &[u8], start: usize) -> Option<(&[u8], usize)> {
+    let key_end = skip_string(json, start)?;
+    let colon = skip_ws(json, key_end);
+    if json.get(colon) != Some(&b':') {
+        return None;
+    }
+    Some((&json[start + 1..key_end - 1], skip_ws(json, colon + 1)))
 }
 
 fn skip_ws(json: &[u8], mut i: usize) -> usize {
