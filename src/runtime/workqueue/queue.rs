@@ -326,12 +326,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         if state.shut_down {
             return None;
         }
-        let (id, duplicate) = state.find_or_insert(hash, key);
+        let (id, spare_key) = state.find_or_insert(hash, key);
         let (key, notes) = state.key_and_notes_mut(id);
         let leftover = note(key, notes);
         let outcome = op(&mut state, id);
         drop(state);
-        drop(duplicate);
+        drop(spare_key);
         drop(leftover);
         Some(outcome)
     }
@@ -447,14 +447,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         let wakes = if woken { state.pass_wakes_on() } else { 0 };
         // The claim is made in place, under the lock: its notes are moved once, from the slot.
         // Nothing fails between its making and the lock's release (a claim dropped under the
-        // lock would wait for it: its drop takes the lock). Invariant: a ready slot tracks a key
-        // (slots lose their key only when idle); the key is cloned before the claim exists.
-        let claim = Claim {
-            key: state.slot(id).key().cloned().expect("a ready slot tracks a key"),
-            notes: state.take_notes(id),
-            shared: Arc::clone(&self.shared),
-            slot: id,
-        };
+        // lock would wait for it: its drop takes the lock). Its key stays in the slot (see
+        // `Claim::key`).
+        let claim = Claim { notes: state.take_notes(id), shared: Arc::clone(&self.shared), slot: id };
         drop(state);
         for _ in 0..wakes {
             shared.getters.notify_one();
@@ -560,7 +555,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Keys the queue holds any state for (queued, processing, waiting or with failures).
     pub fn tracked_keys(&self) -> usize {
-        self.shared.lock_state().tracked_len()
+        self.shared.lock_state().tracked().count()
     }
 
     /// Keys with a failure count (the state `forget` drops).
@@ -697,16 +692,16 @@ impl<K, N> Drop for Shared<K, N> {
 /// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
 pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
     shared: Arc<Shared<K, N>>,
-    key: K,
     slot: u32,
     /// The notes due when the key was handed out.
     notes: N::Taken,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Claim<K, N> {
-    /// The claimed key.
+    /// The claimed key: the queue's own copy, read from the key's slot, which keeps it while
+    /// the claim lives (so handing a key out costs no clone, and dropping the claim no drop).
     pub fn key(&self) -> &K {
-        &self.key
+        self.shared.slots.claimed_key(self.slot)
     }
 
     /// The notes that were due when the key was handed out (see [`KeyNotes::take`]).
@@ -727,13 +722,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Deref for Claim<
     type Target = K;
 
     fn deref(&self) -> &K {
-        &self.key
+        self.key()
     }
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static + fmt::Debug, N: KeyNotes> fmt::Debug for Claim<K, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Claim").field(&self.key).finish()
+        f.debug_tuple("Claim").field(self.key()).finish()
     }
 }
 
@@ -772,6 +767,19 @@ mod tests {
         drop(held);
         adder.join().expect("the adder panicked");
         under_lock
+    }
+
+    #[tokio::test]
+    async fn a_claim_hands_out_the_queues_own_copy_of_the_key_without_a_clone() {
+        let queue = WorkQueue::new(QueueConfig::default());
+        let key: Arc<str> = Arc::from("default/a");
+        queue.add(Arc::clone(&key));
+        assert_eq!(Arc::strong_count(&key), 2, "the caller's and the queue's");
+        let claim = queue.get().await.expect("the queue runs");
+        assert!(Arc::ptr_eq(claim.key(), &key));
+        assert_eq!(Arc::strong_count(&key), 2, "handing the key out cloned nothing");
+        drop(claim);
+        assert_eq!(queue.tracked_keys(), 0, "done: the key tracks nothing");
     }
 
     #[test]

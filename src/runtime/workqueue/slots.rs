@@ -24,8 +24,11 @@
 //!   after the add, which is rule 9. Other changes are plain stores (no write-back can happen
 //!   then).
 //! - A slot's key is written only by the queue's lock holder while it keeps readers out of the
-//!   shard that indexes the slot (insert and release); it is read under the queue's lock, or by
-//!   a duplicate add counted into the shard whose table yielded the slot. See [`Slot::key`].
+//!   shard that indexes the slot: when the slot is set up for a key, and when a free slot is
+//!   reused for another key (an idle slot keeps its key and its index entry until then, so a key
+//!   that comes back costs no change of the index). It is read under the queue's lock, by a
+//!   duplicate add counted into the shard whose table yielded the slot, or through the claim on
+//!   the slot (a claimed slot is not idle, so it is not reused). See [`Slot::key`].
 //!
 //! The other fields (due time, failures, hash) are touched under the queue's lock only; they are
 //! atomics with relaxed ordering so that a slot can be shared, and cost nothing more on x86.
@@ -54,6 +57,10 @@ pub(crate) const LOW: u8 = 1 << 5;
 /// The low line still holds an entry for this slot that no longer counts (the key was promoted
 /// to normal); the slot is kept until that entry is skipped, so the entry never names another key.
 pub(crate) const STALE_LOW: u8 = 1 << 6;
+/// The slot is in the queue's free list (see `state.rs`): idle when it went there, it still
+/// tracks its key until it is reused, and an add of that key in the meantime takes it back.
+/// Not part of what makes a slot busy ([`Slot::is_idle`] ignores it).
+pub(crate) const FREE_LISTED: u8 = 1 << 7;
 
 /// How many locks the index is split into: enough that the queue's lock holder, inserting and
 /// removing keys, rarely holds the shard a duplicate add needs.
@@ -98,13 +105,16 @@ impl<K> Default for Slot<K> {
 }
 
 impl<K> Slot<K> {
-    /// The tracked key. Reachable only under the queue's lock (through [`SlotOwner`]), or in a
-    /// duplicate add under the read of the shard whose table gave this slot's id: the key is
-    /// written only by the queue's lock holder while it keeps readers out of the shard indexing
-    /// the slot, so neither reader meets a write (a slot released from one shard and reused by
-    /// another is no longer reachable from the first shard's table).
+    /// The tracked key. Reachable only under the queue's lock (through [`SlotOwner`]), in a
+    /// duplicate add under the read of the shard whose table gave this slot's id, or through
+    /// the outstanding claim on the slot ([`SlotArena::claimed_key`]): the key is written only
+    /// by the queue's lock holder while it keeps readers out of the shard indexing the slot, and
+    /// only in a slot that is set up or reused, never in a claimed one, so no reader meets a
+    /// write (a slot reused for a key of another shard is no longer reachable from the first
+    /// shard's table).
     pub(crate) fn key(&self) -> Option<&K> {
-        // SAFETY: see above; `&Slot` is handed out only by `SlotOwner` and `absorb_duplicate`.
+        // SAFETY: see above; `&Slot` is handed out only by `SlotOwner`, `absorb_duplicate` and
+        // `claimed_key`.
         unsafe { (*self.key.get()).as_ref() }
     }
 
@@ -182,8 +192,9 @@ impl<K> Slot<K> {
         self.failures.store(failures, Ordering::Relaxed);
     }
 
+    /// Tracks nothing for its key (no flag but [`FREE_LISTED`], no timer, no failures).
     pub(crate) fn is_idle(&self) -> bool {
-        self.flags() == 0 && self.due() == NEVER && self.failures() == 0
+        self.flags() & !FREE_LISTED == 0 && self.due() == NEVER && self.failures() == 0
     }
 
     pub(crate) fn is_queued(&self) -> bool {
@@ -392,6 +403,16 @@ impl<K: Eq> SlotArena<K> {
         table.find(index_hash(short), |&id| self.slot(id).key() == Some(key)).copied()
     }
 
+    /// The key of slot `id`, read by the claim on it without the queue's lock: the slot is not
+    /// idle while the claim is outstanding, so its key is not replaced (see [`Slot::key`]).
+    /// The caller holds that claim.
+    #[inline]
+    pub(crate) fn claimed_key(&self, id: u32) -> &K {
+        // Invariant: a claimed slot tracks a key (the claim was made from a ready slot, and a
+        // slot loses its key only when it is reused, which a claimed slot is not).
+        self.slot(id).key().expect("a claimed slot tracks its key")
+    }
+
     /// Without the queue's lock: true when an add of `key` at `low` priority changes nothing
     /// (see the module docs). False (also while the key's shard is being changed) sends the
     /// add the slow way, under the lock. `count`: the add is counted in the slot, for the
@@ -448,7 +469,8 @@ impl<K: Eq> SlotOwner<K> {
         self.arena.lookup(table, short, key)
     }
 
-    /// Sets up slot `id`, free (never used, or released), to track `key`, which no slot tracks.
+    /// Sets up slot `id`, new or unlinked ([`SlotOwner::remove`]), to track `key`, which no slot
+    /// tracks.
     pub(crate) fn insert(&mut self, hash: u64, key: K, id: u32) {
         let short = fold_hash(hash);
         let (segment, _) = locate(id);
@@ -469,7 +491,7 @@ impl<K: Eq> SlotOwner<K> {
         shard.table().insert_unique(index_hash(short), id, |&other| index_hash(arena.slot(other).hash()));
     }
 
-    /// Unlinks slot `id` from the index and takes its key.
+    /// Unlinks slot `id` from the index and takes its key: the free slot is about to be reused.
     pub(crate) fn remove(&mut self, id: u32) -> Option<K> {
         let arena = &*self.arena;
         let slot = arena.slot(id);
@@ -481,12 +503,6 @@ impl<K: Eq> SlotOwner<K> {
         // SAFETY: the owner is held under the queue's lock, and readers are kept out of the
         // shard that indexed the slot (see `Slot::key`).
         unsafe { (*slot.key.get()).take() }
-    }
-
-    /// Keys indexed.
-    pub(crate) fn len(&self) -> usize {
-        // SAFETY: the owner is held under the queue's lock.
-        self.arena.shards.iter().map(|shard| unsafe { shard.read_owned() }.len()).sum()
     }
 }
 

@@ -7,6 +7,14 @@
 //! Memory per queued key (untimed queue): the 40-byte slot (for a 24-byte key), an index entry
 //! (4 bytes and a control byte per bucket) and a 4-byte place in the ready line; nothing else.
 //! A queue with notes (see `notes.rs`) also keeps one `N` per slot, beside the slots.
+//!
+//! A slot whose key goes idle (nothing queued, processing, timed or failed) joins the free list
+//! but keeps its key and its index entry until it is reused for another key, oldest first. A key
+//! that comes back before then (the usual case: a controller's keys are added again and again)
+//! takes its slot back with no change of the index, which is two locked changes of an index
+//! shard per pass saved. The slots are as many as before (a new key takes a free slot whenever
+//! there is one), and an idle key is invisible to every query (`find`, `tracked`); what it
+//! costs is its key, kept alive until its slot is reused.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,8 +23,8 @@ use super::delay::TimerHeap;
 use super::notes::KeyNotes;
 pub(crate) use super::slots::NEVER;
 use super::slots::{
-    BACKOFF, DIRTY, IN_RETRY_LINE, LOW, PROCESSING, QUEUED, STALE_LOW, Slot, SlotArena, SlotOwner,
-    add_is_duplicate,
+    BACKOFF, DIRTY, FREE_LISTED, IN_RETRY_LINE, LOW, PROCESSING, QUEUED, STALE_LOW, Slot, SlotArena,
+    SlotOwner, add_is_duplicate,
 };
 
 /// How urgent an add is. Keys from the initial list and from resyncs are `Low`; keys from live
@@ -116,7 +124,10 @@ pub(crate) struct State<K, N> {
     slot_count: u32,
     /// Each slot's notes (zero-sized for a queue without notes); reset when the slot is released.
     notes: Vec<N>,
-    free: Vec<u32>,
+    /// Slots that went idle, oldest first, each still tracking its key until it is reused (see
+    /// the module docs); a slot taken back by its key meanwhile stays listed ([`FREE_LISTED`])
+    /// and is skipped when its turn comes.
+    free: VecDeque<u32>,
     /// The normal ready line.
     ready: VecDeque<u32>,
     /// The low ready line ([`low_entry`]s), stale entries included.
@@ -148,7 +159,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
             slots: SlotOwner::new(),
             slot_count: 0,
             notes: Vec::new(),
-            free: Vec::new(),
+            free: VecDeque::new(),
             ready: VecDeque::new(),
             low: VecDeque::new(),
             low_len: 0,
@@ -185,33 +196,42 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         (key, &mut self.notes[id as usize])
     }
 
-    /// The slot tracking `key`, if any.
+    /// The slot tracking `key`, if any (an idle slot that still holds the key tracks nothing).
     pub(crate) fn find(&self, hash: u64, key: &K) -> Option<u32> {
-        self.slots.find(hash, key)
+        self.slots.find(hash, key).filter(|&id| !self.slots.slot(id).is_idle())
     }
 
-    /// The slot tracking `key`, created if needed; `key` itself comes back when a slot already
-    /// tracks it, for the caller to drop once it has released the lock (dropping a shared key
-    /// writes its reference count, a cache line other threads may hold).
+    /// The slot of `key`, taken back if idle, created if needed; also a key to drop once the
+    /// caller has released the lock (dropping a shared key writes its reference count, a cache
+    /// line other threads may hold): `key` itself when a slot holds it already, or the key a
+    /// reused slot held.
     pub(crate) fn find_or_insert(&mut self, hash: u64, key: K) -> (u32, Option<K>) {
         match self.slots.find(hash, &key) {
             Some(id) => (id, Some(key)),
-            None => (self.insert(hash, key), None),
+            None => self.insert(hash, key),
         }
     }
 
-    /// Tracks `key`, which no slot tracks, in a free slot; returns the slot.
-    fn insert(&mut self, hash: u64, key: K) -> u32 {
-        let id = match self.free.pop() {
-            Some(id) => id,
-            None => {
+    /// Tracks `key`, which no slot holds, in the oldest free slot (or a new one); returns the
+    /// slot and the key it held before.
+    fn insert(&mut self, hash: u64, key: K) -> (u32, Option<K>) {
+        let mut evicted = None;
+        let id = loop {
+            let Some(id) = self.free.pop_front() else {
                 let id = self.slot_count;
                 // Invariant: fewer than 2^32 keys are tracked at once (4 billion slots would
                 // need hundreds of gigabytes).
                 self.slot_count = id.checked_add(1).expect("more than u32::MAX keys tracked");
                 self.notes.push(N::default());
-                id
+                break id;
+            };
+            let slot = self.slots.slot(id);
+            slot.clear_flags(FREE_LISTED);
+            if slot.is_idle() {
+                evicted = self.slots.remove(id);
+                break id;
             }
+            // Taken back by its key since it was listed: it is in use, not free.
         };
         self.slots.insert(hash, key, id);
         if let Some(times) = &mut self.times {
@@ -220,19 +240,20 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
                 None => times.push(Times::default()),
             }
         }
-        id
+        (id, evicted)
     }
 
-    /// Releases the slot if it no longer tracks anything.
+    /// Frees the slot if it no longer tracks anything: its notes are reset, and it joins the
+    /// free list (unless it is listed already), its key kept until it is reused.
     pub(crate) fn release_if_idle(&mut self, id: u32) {
         let slot = self.slots.slot(id);
-        if !slot.is_idle() || slot.key().is_none() {
+        if !slot.is_idle() {
             return;
         }
         self.notes[id as usize].reset();
-        let key = self.slots.remove(id);
-        self.free.push(id);
-        drop(key);
+        if slot.set_flags(FREE_LISTED) & FREE_LISTED == 0 {
+            self.free.push_back(id);
+        }
     }
 
     /// Adds the key at `priority`: queued unless already queued (dedup; a normal add promotes a
@@ -545,19 +566,84 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         self.processing_len
     }
 
-    /// Every tracked key's slot, with its times.
+    /// Every tracked key's slot (not idle), with its times.
     pub(crate) fn tracked(&self) -> impl Iterator<Item = (&Slot<K>, Times)> {
         (0..self.slot_count)
             .map(|id| (self.slot(id), self.times(id)))
-            .filter(|(slot, _)| slot.key().is_some())
-    }
-
-    pub(crate) fn tracked_len(&self) -> usize {
-        self.slots.len()
+            .filter(|(slot, _)| slot.key().is_some() && !slot.is_idle())
     }
 
     /// Heap entries, stale ones included (for the bounded-state checks).
     pub(crate) fn timer_entries(&self) -> usize {
         self.timers.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State<String, ()> {
+        State::new(false, 0)
+    }
+
+    fn hash(key: &str) -> u64 {
+        key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    }
+
+    fn clock() -> LazyNow<impl FnMut() -> u64> {
+        LazyNow::new(|| 0)
+    }
+
+    /// Adds `keys`, claims them all, then drops the claims in order: the keys go idle. Returns
+    /// their slots and, for each, the key its add handed back to drop (itself when a slot held
+    /// it, or the key a reused slot held).
+    fn run_once(state: &mut State<String, ()>, keys: &[&str]) -> Vec<(u32, Option<String>)> {
+        let added: Vec<_> =
+            keys.iter().map(|key| state.find_or_insert(hash(key), (*key).to_owned())).collect();
+        for &(id, _) in &added {
+            assert_eq!(state.enqueue(id, Priority::Normal, &mut clock()), Added::Queued { wake: false });
+        }
+        for &(id, _) in &added {
+            assert_eq!(state.pop_ready(&mut clock()).map(|(id, _)| id), Some(id));
+        }
+        for &(id, _) in &added {
+            state.finish(id, &mut clock());
+        }
+        added
+    }
+
+    #[test]
+    fn an_idle_key_keeps_its_slot_unseen_and_takes_it_back_when_added_again() {
+        let mut state = state();
+        let [(id, spare)] = run_once(&mut state, &["a"]).try_into().unwrap();
+        assert_eq!(spare, None, "a new slot");
+        assert_eq!(state.find(hash("a"), &"a".to_owned()), None, "idle: not tracked");
+        assert_eq!(state.tracked().count(), 0);
+        let [(again, spare)] = run_once(&mut state, &["a"]).try_into().unwrap();
+        assert_eq!(again, id, "the same slot, found in the index");
+        assert_eq!(spare.as_deref(), Some("a"), "the add's own key is handed back: nothing inserted");
+        assert_eq!(state.slot_count, 1);
+    }
+
+    #[test]
+    fn a_new_key_takes_the_oldest_free_slot_and_hands_back_the_key_it_kept() {
+        let mut state = state();
+        let [(a, _), (b, _)] = run_once(&mut state, &["a", "b"]).try_into().unwrap();
+        // `a` comes back and stays queued: its slot is still listed, but in use.
+        assert_eq!(state.find_or_insert(hash("a"), "a".to_owned()).0, a);
+        state.enqueue(a, Priority::Normal, &mut clock());
+        let (c, evicted) = state.find_or_insert(hash("c"), "c".to_owned());
+        assert_eq!((c, evicted.as_deref()), (b, Some("b")), "a's slot in use is skipped; b's is reused");
+        assert_eq!(state.slots.find(hash("b"), &"b".to_owned()), None, "b is gone from the index");
+        let (d, evicted) = state.find_or_insert(hash("d"), "d".to_owned());
+        assert_eq!((d, evicted), (2, None), "no free slot left: a new one");
+        // `a` goes idle again: listed anew, so the next new key reuses its slot.
+        assert_eq!(state.pop_ready(&mut clock()).map(|(id, _)| id), Some(a));
+        state.finish(a, &mut clock());
+        let (e, evicted) = state.find_or_insert(hash("e"), "e".to_owned());
+        assert_eq!((e, evicted.as_deref()), (a, Some("a")));
+        assert_eq!(state.slot_count, 3, "slots as many as keys in use at once");
+        assert!(state.free.is_empty());
     }
 }
