@@ -167,13 +167,13 @@ impl<const ON: bool> Harness for WithCauses<ON> {
     fn add(producer: &Self::Producer, key: ObjectKey) {
         static INFORMER: std::sync::OnceLock<KindName> = std::sync::OnceLock::new();
         let informer = *INFORMER.get_or_init(|| kind_name("apps/StatefulSet"));
-        // As the controller's handlers do: the cause names the key's own object, the queue's
-        // copy of the key, cloned only when the cause is kept.
+        // As the controller's handlers do: the cause names the key's own object and keeps
+        // the queue's key, only when the cause is kept.
         producer.add(key, Priority::Normal, |key| {
             Cause::Watch(ObjectEvent {
                 informer,
                 event: EventType::Modified,
-                object: key.clone(),
+                object: key.into_owned(),
                 resource_version: Some(ResourceVersion::from("4312")),
             })
         });

@@ -33,16 +33,16 @@
 //! A cause is built under that lock only while the key's log has room (one that is not built is
 //! dropped after the lock, since it holds a shared key), and the first one of a pass is held
 //! inline in the slot ([`KeptCauses`]): a pass with a single cause (the usual case) allocates
-//! nothing to record it or to hand it to its worker. A cause is 64 bytes, so the claim that
-//! carries one moves with inline stores, not `memcpy` calls. The `work-queue` benchmarks
-//! measure the enqueue with causes on beside off.
+//! nothing to record it or to hand it to its worker. The claim finds its causes in a cell
+//! beside the key's slot, so a claim stays two words however many it carries. The `work-queue`
+//! benchmarks measure the enqueue with causes on beside off.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::runtime::ObjectKey;
-use crate::runtime::workqueue::{KeyNotes, Priority, WorkQueue};
+use crate::runtime::workqueue::{KeyNotes, NoteKey, Priority, WorkQueue};
 use crate::runtime::writes::KindName;
 use serde::Serialize;
 use serde::ser::SerializeStruct;
@@ -341,13 +341,14 @@ pub struct CauseNotes {
 impl CauseNotes {
     /// Records `cause(key)`, due at the next pass or with the key's timer; once the line holds
     /// [`KEPT_CAUSES`], a cause is only counted and never built (`cause` then comes back, to be
-    /// dropped outside the queue's lock). `key` is the key the queue tracks: an adder whose cause
-    /// names the key's own object hands over the queue's copy under the lock instead of cloning
-    /// its own first (a shared key's clone and drop write its count).
+    /// dropped outside the queue's lock). `key` is the queue's: a cause that names the key's own
+    /// object takes it ([`NoteKey::into_owned`]: the adder's copy the queue did not need, or a
+    /// clone) instead of the adder cloning its own first (a shared key's clone and drop write its
+    /// count).
     #[must_use = "an unbuilt cause is handed back to be dropped outside the queue's lock"]
-    pub fn record<F: FnOnce(&ObjectKey) -> Cause>(
+    pub fn record<F: FnOnce(NoteKey<'_, ObjectKey>) -> Cause>(
         &mut self,
-        key: &ObjectKey,
+        key: NoteKey<'_, ObjectKey>,
         cause: F,
         due: Due,
     ) -> Option<F> {
@@ -449,10 +450,16 @@ impl Enqueuer {
         self.record
     }
 
-    /// Queues `key` at `priority` because of `cause(key)`: the cause is built (only when it is
-    /// kept) from the key the queue tracks, so a cause about the key's own object costs no clone.
-    /// A duplicate add that finds the queue's lock busy is only counted (rule 2).
-    pub fn add(&self, key: ObjectKey, priority: Priority, cause: impl FnOnce(&ObjectKey) -> Cause) {
+    /// Queues `key` at `priority` because of `cause(key)`: the cause is built only when it is
+    /// kept, and a cause about the key's own object keeps the key it is given
+    /// ([`NoteKey::into_owned`]), which costs no clone when the queue already had the key. A
+    /// duplicate add that finds the queue's lock busy is only counted (rule 2).
+    pub fn add(
+        &self,
+        key: ObjectKey,
+        priority: Priority,
+        cause: impl FnOnce(NoteKey<'_, ObjectKey>) -> Cause,
+    ) {
         if !self.record {
             return self.queue.add_with_priority(key, priority);
         }
@@ -487,7 +494,7 @@ impl Enqueuer {
         if !self.record {
             return self.queue.add_rate_limited_after(key, at_least);
         }
-        let cause = |_: &ObjectKey| Cause::Retry(error.into());
+        let cause = |_: NoteKey<'_, ObjectKey>| Cause::Retry(error.into());
         self.queue.add_rate_limited_after_with_note(key, at_least, |key, notes| {
             notes.record(key, cause, Due::OnTimer)
         });
@@ -535,13 +542,19 @@ mod tests {
         claim.take_notes()
     }
 
+    /// Records `cause` about [`key`] in `notes`, due now; true if it was kept.
+    fn record_now(notes: &mut CauseNotes, cause: impl FnOnce(NoteKey<'_, ObjectKey>) -> Cause) -> bool {
+        let (key, mut spare) = (key(), None);
+        notes.record(NoteKey::new(&key, &mut spare), cause, Due::Now).is_none()
+    }
+
     #[test]
     fn rule4_the_trigger_is_the_first_cause_and_the_count_of_the_others() {
         let mut notes = CauseNotes::default();
         assert_eq!(notes.take().trigger().to_string(), "none recorded");
-        assert!(notes.record(&key(), |_| Cause::Mapped(event("pg", "4312")), Due::Now).is_none(), "kept");
-        assert!(notes.record(&key(), |_| Cause::Watch(event("pg", "4313")), Due::Now).is_none(), "kept");
-        assert!(notes.record(&key(), |_| Cause::Explicit("test".into()), Due::Now).is_none(), "kept");
+        assert!(record_now(&mut notes, |_| Cause::Mapped(event("pg", "4312"))), "kept");
+        assert!(record_now(&mut notes, |_| Cause::Watch(event("pg", "4313"))), "kept");
+        assert!(record_now(&mut notes, |_| Cause::Explicit("test".into())), "kept");
         let log = notes.take();
         assert_eq!(log.trigger().to_string(), "\"StatefulSet default/pg modified rv=4312 (owned)\" (+2)");
         let single = CauseLog { kept: [Cause::Watch(event("pg", "7"))].into(), more: 0 };
@@ -576,7 +589,7 @@ mod tests {
         for rv in 0..20 {
             enqueuer.add(key(), Priority::Normal, |own| {
                 built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Cause::Watch(ObjectEvent { object: own.clone(), ..event("other", &rv.to_string()) })
+                Cause::Watch(ObjectEvent { object: own.into_owned(), ..event("other", &rv.to_string()) })
             });
         }
         assert_eq!(

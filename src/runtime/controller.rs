@@ -366,10 +366,11 @@ where
                     EventOrigin::List => Priority::Low,
                     EventOrigin::Watch => Priority::Normal,
                 };
-                // The key's own object is the key: the queue's copy is shared, under its lock,
-                // and only when the cause is kept (never when causes are off: rule 5).
+                // The key's own object is the key: the cause keeps the queue's key (the
+                // adder's copy, when the queue had one already), only when the cause is kept
+                // (never when causes are off: rule 5).
                 enqueuer.add(key, priority, |key| {
-                    let own = matches!(via, Via::Own).then(|| key.clone());
+                    let own = matches!(via, Via::Own).then(|| key.into_owned());
                     let event = object_event(kind, own, event);
                     match (origin, via) {
                         (EventOrigin::List, _) if leadership && replaying.load(Ordering::Relaxed) => {

@@ -33,6 +33,8 @@
 //!   controller's causes), written by the add under the lock it takes anyway.
 //! - `state.rs`: the state behind the queue's single lock: the normal and low ready lines, the
 //!   processing list, and the right to change the slots.
+//! - `claimed.rs`: what a [`Claim`] carries besides its key (its notes), kept per slot so that
+//!   a claim is two words.
 //! - `slots.rs`: the 40-byte per-key slots (one hash per operation, none to hand out or finish
 //!   a key) and their sharded index, which a duplicate add reads without the queue's lock.
 //! - `delay.rs`: the timer heap and the one background task that fires it.
@@ -48,6 +50,7 @@
 
 mod backoff;
 mod bucket;
+mod claimed;
 mod delay;
 mod metrics;
 mod notes;
@@ -58,6 +61,6 @@ mod state;
 pub use backoff::BackoffConfig;
 pub use bucket::{BucketConfig, TokioClock, TokioInstant};
 pub use metrics::{InMemoryMetrics, QueueMetrics};
-pub use notes::KeyNotes;
+pub use notes::{KeyNotes, NoteKey};
 pub use queue::{Claim, DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig, WorkQueue};
 pub use state::Priority;

@@ -7,9 +7,10 @@
 //!   carries them (no second map, no second hash, no second lock), dropped when the slot is
 //!   released (the key idle, nothing pending: [`KeyNotes::reset`], which notes that know they
 //!   are empty make a no-op).
-//! - The add's note closure gets the key the slot tracks beside its notes (a note about the key
-//!   shares the queue's copy). What it returns is dropped after the lock is released (a cause it
-//!   did not build may still hold shared data).
+//! - The add's note closure gets the key ([`NoteKey`]) beside the slot's notes: a note that
+//!   keeps the key takes the adder's copy when the queue already had one (the add would
+//!   drop it), or else clones the queue's. What the closure returns is dropped after the lock
+//!   is released (a cause it did not build may still hold shared data).
 //! - When a worker claims the key, [`KeyNotes::take`] hands what is due to the claim, under the
 //!   same lock: what is recorded after that belongs to the next pass.
 //! - When the key's timer fires (a delayed add, or a retry released from the retry line),
@@ -21,10 +22,40 @@
 //!   takes the key hands the count over ([`KeyNotes::counted`]) just before [`KeyNotes::take`].
 //! - `()` is the empty note: a queue without notes stores and does nothing.
 
+/// The key an add's note is written for: the queue's copy, and the adder's own copy when the
+/// queue already tracked the key (the add would drop it after the lock). A note that keeps the
+/// key takes [`NoteKey::into_owned`], which hands over the adder's copy when there is one: no
+/// clone, and no drop for the add (each writes a shared key's reference count).
+#[derive(Debug)]
+pub struct NoteKey<'a, K> {
+    tracked: &'a K,
+    spare: &'a mut Option<K>,
+}
+
+impl<'a, K: Clone> NoteKey<'a, K> {
+    /// The key `tracked` by the slot, and the adder's `spare` copy if the add did not store it.
+    pub(crate) fn new(tracked: &'a K, spare: &'a mut Option<K>) -> Self {
+        Self { tracked, spare }
+    }
+
+    /// An owned copy of the key: the adder's if the queue did not need it, else a clone.
+    pub fn into_owned(self) -> K {
+        self.spare.take().unwrap_or_else(|| self.tracked.clone())
+    }
+}
+
+impl<K> std::ops::Deref for NoteKey<'_, K> {
+    type Target = K;
+
+    fn deref(&self) -> &K {
+        self.tracked
+    }
+}
+
 /// What a queue keeps per key beside its own state (see the module docs).
 pub trait KeyNotes: Default + Send + 'static {
-    /// What a claim receives.
-    type Taken: Default + Send + 'static;
+    /// What a claim receives (kept beside the claim's slot, see `claimed.rs`).
+    type Taken: Default + Send + Sync + 'static;
 
     /// The key's pending timer fired: what waited for it is due now.
     fn timer_fired(&mut self);

@@ -13,9 +13,10 @@ use tokio::time::Instant;
 
 use super::backoff::BackoffConfig;
 use super::bucket::{BucketConfig, RetryBucket};
+use super::claimed::ClaimCells;
 use super::delay::{Epoch, Next, TimerTarget, run_timers};
 use super::metrics::QueueMetrics;
-use super::notes::KeyNotes;
+use super::notes::{KeyNotes, NoteKey};
 use super::slots::SlotArena;
 use super::state::{Added, LazyNow, NEVER, Priority, State};
 
@@ -162,10 +163,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> fmt::Debug for W
     }
 }
 
-struct Shared<K, N> {
+struct Shared<K, N: KeyNotes> {
     state: Mutex<State<K, N>>,
     /// The state's slots and index, read without the lock by duplicate adds.
     slots: Arc<SlotArena<K>>,
+    /// What each claim carries besides its key (see `claimed.rs`).
+    claimed: ClaimCells<N::Taken>,
     hasher: DefaultHashBuilder,
     /// Parked getters; woken one per ready key, all at shutdown.
     getters: Notify,
@@ -199,6 +202,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         );
         let shared = Arc::new(Shared {
             slots: state.shared_slots(),
+            claimed: ClaimCells::new(),
             state: Mutex::new(state),
             hasher: DefaultHashBuilder::default(),
             getters: Notify::new(),
@@ -262,11 +266,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
     /// takes anyway (after shutdown the add is ignored and `note` is not called). `note` gets the
-    /// key the slot tracks beside its notes, so a note about the key itself shares the queue's
-    /// copy instead of the adder cloning one for it. What `note` returns is dropped once the lock
+    /// key ([`NoteKey`]) beside its notes, so a note that keeps the key takes the adder's copy
+    /// when the queue already had the key, or else a clone of the queue's, instead of the adder
+    /// cloning one for it. What `note` returns is dropped once the lock
     /// is released: whatever it did not keep (a cause it did not build may hold shared data,
     /// whose reference count other threads write too).
-    pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(&K, &mut N) -> L) {
+    pub fn add_with_note<L>(
+        &self,
+        key: K,
+        priority: Priority,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
+    ) {
         let shared = &*self.shared;
         self.add_locked(shared.lock_state(), shared.hasher.hash_one(&key), key, priority, note);
     }
@@ -275,7 +285,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// it: it is counted in the key's slot instead, without the lock, and the claim that takes
     /// the key hands the count to its notes ([`KeyNotes::counted`]); `note` is then not called.
     /// For notes that can stand for such an add by a count (the controller's causes).
-    pub fn add_with_note_or_count<L>(&self, key: K, priority: Priority, note: impl FnOnce(&K, &mut N) -> L) {
+    pub fn add_with_note_or_count<L>(
+        &self,
+        key: K,
+        priority: Priority,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
+    ) {
         let hash = self.shared.hasher.hash_one(&key);
         if let Some(state) = self.lock_unless_absorbed(hash, &key, priority, true) {
             self.add_locked(state, hash, key, priority, note);
@@ -290,7 +305,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         hash: u64,
         key: K,
         priority: Priority,
-        note: impl FnOnce(&K, &mut N) -> L,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
     ) {
         let shared = &*self.shared;
         let added = self.on_slot_locked(state, hash, key, note, |state, id| {
@@ -307,7 +322,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     fn on_slot<T, L>(
         &self,
         key: K,
-        note: impl FnOnce(&K, &mut N) -> L,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
         op: impl FnOnce(&mut State<K, N>, u32) -> T,
     ) -> Option<T> {
         let shared = &*self.shared;
@@ -320,19 +335,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         mut state: MutexGuard<'_, State<K, N>>,
         hash: u64,
         key: K,
-        note: impl FnOnce(&K, &mut N) -> L,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
         op: impl FnOnce(&mut State<K, N>, u32) -> T,
     ) -> Option<T> {
         if state.shut_down {
             return None;
         }
-        let (id, spare_key) = state.find_or_insert(hash, key);
-        let (key, notes) = state.key_and_notes_mut(id);
-        let leftover = note(key, notes);
+        let (id, mut spare, evicted) = state.find_or_insert(hash, key);
+        let (tracked, notes) = state.key_and_notes_mut(id);
+        let leftover = note(NoteKey::new(tracked, &mut spare), notes);
         let outcome = op(&mut state, id);
         drop(state);
-        drop(spare_key);
-        drop(leftover);
+        drop((spare, evicted, leftover));
         Some(outcome)
     }
 
@@ -345,7 +359,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]). With a
     /// zero delay it is an add at once; otherwise the notes meant for the timer can wait for it
     /// ([`KeyNotes::timer_fired`]).
-    pub fn add_after_with_note<L>(&self, key: K, delay: Duration, note: impl FnOnce(&K, &mut N) -> L) {
+    pub fn add_after_with_note<L>(
+        &self,
+        key: K,
+        delay: Duration,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
+    ) {
         if delay.is_zero() {
             return self.add_with_note(key, Priority::Normal, note);
         }
@@ -374,7 +393,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         &self,
         key: K,
         at_least: Duration,
-        note: impl FnOnce(&K, &mut N) -> L,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
     ) {
         let shared = &*self.shared;
         let now = shared.epoch.nanos_now();
@@ -445,11 +464,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             return None;
         };
         let wakes = if woken { state.pass_wakes_on() } else { 0 };
-        // The claim is made in place, under the lock: its notes are moved once, from the slot.
-        // Nothing fails between its making and the lock's release (a claim dropped under the
-        // lock would wait for it: its drop takes the lock). Its key stays in the slot (see
+        // The claim is made under the lock, its notes moved once, from the slot's notes to its
+        // cell. Nothing fails between its making and the lock's release (a claim dropped under
+        // the lock would wait for it: its drop takes the lock). Its key stays in the slot (see
         // `Claim::key`).
-        let claim = Claim { notes: state.take_notes(id), shared: Arc::clone(&self.shared), slot: id };
+        // SAFETY: under the lock, making the claim on `id`.
+        unsafe { shared.claimed.fill(id, state.take_notes(id)) };
+        let claim = Claim { shared: Arc::clone(&self.shared), slot: id };
         drop(state);
         for _ in 0..wakes {
             shared.getters.notify_one();
@@ -682,7 +703,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> TimerTarget for 
     }
 }
 
-impl<K, N> Drop for Shared<K, N> {
+impl<K, N: KeyNotes> Drop for Shared<K, N> {
     fn drop(&mut self) {
         self.timer_wake.notify_one();
     }
@@ -692,9 +713,9 @@ impl<K, N> Drop for Shared<K, N> {
 /// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
 pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
     shared: Arc<Shared<K, N>>,
+    /// The claimed slot, which holds the key; the notes due when the key was handed out wait in
+    /// the slot's claim cell (`claimed.rs`).
     slot: u32,
-    /// The notes due when the key was handed out.
-    notes: N::Taken,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Claim<K, N> {
@@ -706,12 +727,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Claim<K, N> {
 
     /// The notes that were due when the key was handed out (see [`KeyNotes::take`]).
     pub fn notes(&self) -> &N::Taken {
-        &self.notes
+        // SAFETY: this is the slot's claim, borrowed shared.
+        unsafe { self.shared.claimed.claimed(self.slot) }
     }
 
     /// Takes the claim's notes, leaving the empty value.
     pub fn take_notes(&mut self) -> N::Taken {
-        std::mem::take(&mut self.notes)
+        // SAFETY: this is the slot's claim, borrowed exclusively.
+        std::mem::take(unsafe { self.shared.claimed.claimed_mut(self.slot) })
     }
 
     /// Marks the key done (the same as dropping the claim).
@@ -734,6 +757,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static + fmt::Debug, N: KeyNotes> fmt
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Drop for Claim<K, N> {
     fn drop(&mut self) {
+        // The cell is emptied before the slot is given back (see `claimed.rs`).
+        drop(self.take_notes());
         self.shared.finish(self.slot);
     }
 }
@@ -782,6 +807,38 @@ mod tests {
         assert_eq!(queue.tracked_keys(), 0, "done: the key tracks nothing");
     }
 
+    /// Notes that keep the key of every add.
+    #[derive(Default)]
+    struct KeptKeys(Vec<Arc<str>>);
+
+    impl KeyNotes for KeptKeys {
+        type Taken = Vec<Arc<str>>;
+
+        fn timer_fired(&mut self) {}
+
+        fn timer_cancelled(&mut self) {}
+
+        fn take(&mut self) -> Vec<Arc<str>> {
+            std::mem::take(&mut self.0)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_note_that_keeps_the_key_takes_the_adders_copy_when_the_queue_had_the_key() {
+        let queue: WorkQueue<Arc<str>, KeptKeys> = WorkQueue::with_notes(QueueConfig::default());
+        let (first, second): (Arc<str>, Arc<str>) = (Arc::from("default/a"), Arc::from("default/a"));
+        for key in [&first, &second] {
+            queue.add_with_note(Arc::clone(key), Priority::Normal, |key, notes| {
+                notes.0.push(key.into_owned())
+            });
+        }
+        let mut claim = queue.get().await.expect("the queue runs");
+        let kept = claim.take_notes();
+        assert!(Arc::ptr_eq(&kept[0], &first), "a new key: a clone of the queue's copy, the first");
+        assert!(Arc::ptr_eq(&kept[1], &second), "the queue had the key: the adder's own copy");
+        assert_eq!(Arc::strong_count(&second), 2, "kept, not cloned and dropped");
+    }
+
     #[test]
     fn a_duplicate_add_returns_while_the_queue_lock_is_held() {
         let queue = WorkQueue::new(QueueConfig::default());
@@ -807,7 +864,7 @@ mod tests {
         let queue: WorkQueue<ObjectKey, CauseNotes> = WorkQueue::with_notes(QueueConfig::default());
         let enqueuer = Enqueuer::new(queue.clone(), true);
         let key = ObjectKey::namespaced("default", "a");
-        let explicit = |reason: &'static str| move |_: &ObjectKey| Cause::Explicit(reason.into());
+        let explicit = |reason: &'static str| move |_: NoteKey<'_, ObjectKey>| Cause::Explicit(reason.into());
         enqueuer.add(key.clone(), Priority::Normal, explicit("first"));
         for _ in 0..2 {
             let (again, enqueuer) = (key.clone(), enqueuer.clone());

@@ -67,9 +67,9 @@ pub(crate) const FREE_LISTED: u8 = 1 << 7;
 pub(crate) const SHARDS: usize = 64;
 
 /// The first segment's slots; segment `s` holds `FIRST_SEGMENT << s`.
-const FIRST_SEGMENT_BITS: u32 = 5;
+pub(crate) const FIRST_SEGMENT_BITS: u32 = 5;
 /// Segments enough for every `u32` slot id.
-const SEGMENTS: usize = 33 - FIRST_SEGMENT_BITS as usize;
+pub(crate) const SEGMENTS: usize = 33 - FIRST_SEGMENT_BITS as usize;
 
 /// Everything the queue knows about one key, in 40 bytes beside a 24-byte key. Slots are reused;
 /// a slot is free when it tracks nothing (no flag, no timer, no failures).
@@ -373,9 +373,14 @@ pub(crate) struct SlotOwner<K> {
     arena: Arc<SlotArena<K>>,
 }
 
+/// How many slots segment `segment` holds.
+pub(crate) fn segment_len(segment: usize) -> usize {
+    1 << (FIRST_SEGMENT_BITS as usize + segment)
+}
+
 /// The segment and the place in it of slot `id`.
 #[inline]
-fn locate(id: u32) -> (usize, usize) {
+pub(crate) fn locate(id: u32) -> (usize, usize) {
     let n = u64::from(id) + (1 << FIRST_SEGMENT_BITS);
     let top = 63 - n.leading_zeros();
     ((top - FIRST_SEGMENT_BITS) as usize, (n - (1 << top)) as usize)
@@ -474,9 +479,8 @@ impl<K: Eq> SlotOwner<K> {
     pub(crate) fn insert(&mut self, hash: u64, key: K, id: u32) {
         let short = fold_hash(hash);
         let (segment, _) = locate(id);
-        self.arena.segments[segment].get_or_init(|| {
-            (0..(1usize << (FIRST_SEGMENT_BITS as usize + segment))).map(|_| Slot::default()).collect()
-        });
+        self.arena.segments[segment]
+            .get_or_init(|| (0..segment_len(segment)).map(|_| Slot::default()).collect());
         let arena = &*self.arena;
         let slot = arena.slot(id);
         let mut shard = arena.shard(short).write();

@@ -201,14 +201,17 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         self.slots.find(hash, key).filter(|&id| !self.slots.slot(id).is_idle())
     }
 
-    /// The slot of `key`, taken back if idle, created if needed; also a key to drop once the
-    /// caller has released the lock (dropping a shared key writes its reference count, a cache
-    /// line other threads may hold): `key` itself when a slot holds it already, or the key a
-    /// reused slot held.
-    pub(crate) fn find_or_insert(&mut self, hash: u64, key: K) -> (u32, Option<K>) {
+    /// The slot of `key`, taken back if idle, created if needed; also `key` itself when a slot
+    /// holds it already, and the key a reused slot held, for the caller to use or drop once it
+    /// has released the lock (dropping a shared key writes its reference count, a cache line
+    /// other threads may hold).
+    pub(crate) fn find_or_insert(&mut self, hash: u64, key: K) -> (u32, Option<K>, Option<K>) {
         match self.slots.find(hash, &key) {
-            Some(id) => (id, Some(key)),
-            None => self.insert(hash, key),
+            Some(id) => (id, Some(key), None),
+            None => {
+                let (id, evicted) = self.insert(hash, key);
+                (id, None, evicted)
+            }
         }
     }
 
@@ -596,18 +599,18 @@ mod tests {
     }
 
     /// Adds `keys`, claims them all, then drops the claims in order: the keys go idle. Returns
-    /// their slots and, for each, the key its add handed back to drop (itself when a slot held
-    /// it, or the key a reused slot held).
-    fn run_once(state: &mut State<String, ()>, keys: &[&str]) -> Vec<(u32, Option<String>)> {
+    /// what each add returned: its slot, its own key back (when a slot held the key already),
+    /// and the key a reused slot held.
+    fn run_once(state: &mut State<String, ()>, keys: &[&str]) -> Vec<(u32, Option<String>, Option<String>)> {
         let added: Vec<_> =
             keys.iter().map(|key| state.find_or_insert(hash(key), (*key).to_owned())).collect();
-        for &(id, _) in &added {
+        for &(id, ..) in &added {
             assert_eq!(state.enqueue(id, Priority::Normal, &mut clock()), Added::Queued { wake: false });
         }
-        for &(id, _) in &added {
+        for &(id, ..) in &added {
             assert_eq!(state.pop_ready(&mut clock()).map(|(id, _)| id), Some(id));
         }
-        for &(id, _) in &added {
+        for &(id, ..) in &added {
             state.finish(id, &mut clock());
         }
         added
@@ -616,32 +619,36 @@ mod tests {
     #[test]
     fn an_idle_key_keeps_its_slot_unseen_and_takes_it_back_when_added_again() {
         let mut state = state();
-        let [(id, spare)] = run_once(&mut state, &["a"]).try_into().unwrap();
-        assert_eq!(spare, None, "a new slot");
+        let [(id, back, evicted)] = run_once(&mut state, &["a"]).try_into().unwrap();
+        assert_eq!((back, evicted), (None, None), "a new slot");
         assert_eq!(state.find(hash("a"), &"a".to_owned()), None, "idle: not tracked");
         assert_eq!(state.tracked().count(), 0);
-        let [(again, spare)] = run_once(&mut state, &["a"]).try_into().unwrap();
+        let [(again, back, evicted)] = run_once(&mut state, &["a"]).try_into().unwrap();
         assert_eq!(again, id, "the same slot, found in the index");
-        assert_eq!(spare.as_deref(), Some("a"), "the add's own key is handed back: nothing inserted");
+        assert_eq!((back.as_deref(), evicted), (Some("a"), None), "the add's own key back: nothing inserted");
         assert_eq!(state.slot_count, 1);
     }
 
     #[test]
     fn a_new_key_takes_the_oldest_free_slot_and_hands_back_the_key_it_kept() {
         let mut state = state();
-        let [(a, _), (b, _)] = run_once(&mut state, &["a", "b"]).try_into().unwrap();
+        let [(a, ..), (b, ..)] = run_once(&mut state, &["a", "b"]).try_into().unwrap();
         // `a` comes back and stays queued: its slot is still listed, but in use.
         assert_eq!(state.find_or_insert(hash("a"), "a".to_owned()).0, a);
         state.enqueue(a, Priority::Normal, &mut clock());
-        let (c, evicted) = state.find_or_insert(hash("c"), "c".to_owned());
-        assert_eq!((c, evicted.as_deref()), (b, Some("b")), "a's slot in use is skipped; b's is reused");
+        let (c, back, evicted) = state.find_or_insert(hash("c"), "c".to_owned());
+        assert_eq!(
+            (c, back, evicted.as_deref()),
+            (b, None, Some("b")),
+            "a's slot in use is skipped; b's is reused"
+        );
         assert_eq!(state.slots.find(hash("b"), &"b".to_owned()), None, "b is gone from the index");
-        let (d, evicted) = state.find_or_insert(hash("d"), "d".to_owned());
+        let (d, _, evicted) = state.find_or_insert(hash("d"), "d".to_owned());
         assert_eq!((d, evicted), (2, None), "no free slot left: a new one");
         // `a` goes idle again: listed anew, so the next new key reuses its slot.
         assert_eq!(state.pop_ready(&mut clock()).map(|(id, _)| id), Some(a));
         state.finish(a, &mut clock());
-        let (e, evicted) = state.find_or_insert(hash("e"), "e".to_owned());
+        let (e, _, evicted) = state.find_or_insert(hash("e"), "e".to_owned());
         assert_eq!((e, evicted.as_deref()), (a, Some("a")));
         assert_eq!(state.slot_count, 3, "slots as many as keys in use at once");
         assert!(state.free.is_empty());
