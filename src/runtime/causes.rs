@@ -12,8 +12,9 @@
 //!    and the ones after them are counted ([`CauseLog::more`]); nothing is lost silently. The
 //!    first ones are the ones kept because the first is what queued the key (the pass's
 //!    trigger); the rest were folded into it by the dedup, and a burst of them costs a count
-//!    each (their causes are never built). A duplicate add that finds the queue's lock busy is
-//!    counted too, whatever the number kept: it does not wait for the lock to record its cause
+//!    each (their causes are never built). A duplicate add that finds the queue's lock busy (or
+//!    is made by a thread whose last try found it busy) is counted too, whatever the number
+//!    kept: it does not wait for the lock to record its cause
 //!    (`WorkQueue::add_with_note_or_count`; the count is kept without the lock, in the key's
 //!    slot, and joins the pass that claims the key next).
 //! 3. A pass takes the causes recorded up to the moment its worker claimed the key; a cause
@@ -453,7 +454,7 @@ impl Enqueuer {
     /// Queues `key` at `priority` because of `cause(key)`: the cause is built only when it is
     /// kept, and a cause about the key's own object keeps the key it is given
     /// ([`NoteKey::into_owned`]), which costs no clone when the queue already had the key. A
-    /// duplicate add that finds the queue's lock busy is only counted (rule 2).
+    /// duplicate add that finds the queue's lock contended is only counted (rule 2).
     pub fn add(
         &self,
         key: ObjectKey,

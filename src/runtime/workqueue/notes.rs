@@ -18,7 +18,7 @@
 //!   it is cancelled ([`WorkQueue::settle`](super::WorkQueue::settle)),
 //!   [`KeyNotes::timer_cancelled`].
 //! - A duplicate add through [`WorkQueue::add_with_note_or_count`](super::WorkQueue::add_with_note_or_count)
-//!   that finds the lock busy writes no note: it is counted in the slot, and the claim that
+//!   that finds the lock contended writes no note: it is counted in the slot, and the claim that
 //!   takes the key hands the count over ([`KeyNotes::counted`]) just before [`KeyNotes::take`].
 //! - `()` is the empty note: a queue without notes stores and does nothing.
 

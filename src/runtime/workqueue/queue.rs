@@ -242,10 +242,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         }
     }
 
-    /// The queue's lock, or `None` when the lock is busy and the add of `key` at `priority` is a
-    /// duplicate, absorbed without it (and counted in its slot when `count`). The lock-free path
-    /// only while the lock is busy: a free lock costs one atomic operation, as counting into a
-    /// shard does, and a key that is not a duplicate would be looked up twice.
+    /// The queue's lock, or `None` when the add of `key` at `priority` is a duplicate absorbed
+    /// without it (and counted in its slot when `count`). The lock-free path is taken when the
+    /// lock is busy, and first, before the lock is tried, while this thread's last try found it
+    /// busy: under contention the lock's cache line moves between cores on every try, which
+    /// costs more than the shard and flags the lock-free path touches. Without contention the
+    /// lock comes first: a free lock costs one atomic operation, as counting into a shard does,
+    /// and a key that is not a duplicate would be looked up twice.
     fn lock_unless_absorbed(
         &self,
         hash: u64,
@@ -254,11 +257,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         count: bool,
     ) -> Option<MutexGuard<'_, State<K, N>>> {
         let shared = &*self.shared;
+        let low = priority == Priority::Low;
+        let contended = LOCK_FOUND_BUSY.get();
+        if contended && shared.slots.absorb_duplicate(hash, key, low, count) {
+            return None;
+        }
         match shared.state.try_lock() {
-            Ok(state) => Some(state),
+            Ok(state) => {
+                if contended {
+                    LOCK_FOUND_BUSY.set(false);
+                }
+                Some(state)
+            }
             Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
             Err(TryLockError::WouldBlock) => {
-                (!shared.slots.absorb_duplicate(hash, key, priority == Priority::Low, count))
+                LOCK_FOUND_BUSY.set(true);
+                (contended || !shared.slots.absorb_duplicate(hash, key, low, count))
                     .then(|| shared.lock_state())
             }
         }
@@ -281,8 +295,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.add_locked(shared.lock_state(), shared.hasher.hash_one(&key), key, priority, note);
     }
 
-    /// `add_with_note`, except that a duplicate add that finds the lock busy does not wait for
-    /// it: it is counted in the key's slot instead, without the lock, and the claim that takes
+    /// `add_with_note`, except that a duplicate add that finds the lock contended (see
+    /// `lock_unless_absorbed`) does not wait for it: it is counted in the key's slot instead, without the lock, and the claim that takes
     /// the key hands the count to its notes ([`KeyNotes::counted`]); `note` is then not called.
     /// For notes that can stand for such an add by a count (the controller's causes).
     pub fn add_with_note_or_count<L>(
@@ -709,6 +723,12 @@ impl<K, N: KeyNotes> Drop for Shared<K, N> {
     }
 }
 
+thread_local! {
+    /// Whether this thread's last try of a queue's lock in an add found it busy (a hint for
+    /// [`WorkQueue::lock_unless_absorbed`], shared by all queues).
+    static LOCK_FOUND_BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// A key handed out by [`WorkQueue::get`]. While it lives, no other worker gets the key;
 /// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
 pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
@@ -898,5 +918,43 @@ mod tests {
         let log = queue.get().await.expect("the key was added during its pass").take_notes();
         let kept: Vec<String> = log.kept.iter().map(ToString::to_string).collect();
         assert_eq!((kept, log.more), (vec!["explicit: third".to_owned()], 1));
+    }
+
+    #[test]
+    fn after_finding_the_lock_busy_a_thread_absorbs_duplicates_first_until_it_takes_the_lock_again() {
+        use crate::runtime::causes::{self, Cause, CauseNotes, Enqueuer};
+
+        let queue: WorkQueue<ObjectKey, CauseNotes> = WorkQueue::with_notes(QueueConfig::default());
+        let enqueuer = Enqueuer::new(queue.clone(), true);
+        let (a, b) = (ObjectKey::namespaced("default", "a"), ObjectKey::namespaced("default", "b"));
+        enqueuer.add(a.clone(), Priority::Normal, |_| Cause::Explicit("first".into()));
+        let (counted, added) = (mpsc::channel(), mpsc::channel());
+        let held = queue.shared.lock_state();
+        let adder = std::thread::spawn({
+            let (enqueuer, a, b) = (enqueuer.clone(), a.clone(), b.clone());
+            let unbuilt =
+                |_: NoteKey<'_, ObjectKey>| -> Cause { unreachable!("a counted add builds no cause") };
+            move || {
+                enqueuer.add(a.clone(), Priority::Normal, unbuilt);
+                counted.0.send(()).expect("the test waits");
+                added.1.recv_timeout(Duration::from_secs(10)).expect("the lock is released in time");
+                // The lock is free now, but this thread found it busy last: lock-free first.
+                enqueuer.add(a.clone(), Priority::Normal, unbuilt);
+                // Not a duplicate: it takes the free lock, and the thread goes back to the lock first.
+                enqueuer.add(b, Priority::Normal, |_| Cause::Explicit("b".into()));
+                enqueuer.add(a, Priority::Normal, |_| Cause::Explicit("kept".into()));
+            }
+        });
+        counted.1.recv_timeout(Duration::from_secs(10)).expect("the add returned under the lock");
+        drop(held);
+        added.0.send(()).expect("the adder waits");
+        adder.join().expect("the adder panicked");
+        let pending = causes::pending(&queue, &a);
+        let kept: Vec<String> = pending.kept.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            (kept, pending.more),
+            (vec!["explicit: first".to_owned(), "explicit: kept".to_owned()], 2)
+        );
+        assert_eq!(queue.len(), 2, "a and b");
     }
 }

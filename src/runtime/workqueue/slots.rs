@@ -5,7 +5,9 @@
 //! Why: with many busy workers the queue's lock is held a third of the time (each pass takes it
 //! three times and misses memory under it), and an add waiting for it is the add's tail. A
 //! duplicate add decides only from the key's flags, so it needs neither the lock nor a change.
-//! The queue takes this path only when its lock is busy (a free lock costs no more).
+//! The queue takes this path when its lock is busy, and tries it first while the adding thread's
+//! last try found the lock busy (under contention the lock's cache line moving between cores
+//! costs more than this path); otherwise a free lock costs no more.
 //!
 //! How the two sides share the slots:
 //! - The slots never move: they live in segments of doubling size, allocated once and kept
