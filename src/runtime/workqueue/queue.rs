@@ -282,9 +282,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// takes anyway (after shutdown the add is ignored and `note` is not called). `note` gets the
     /// key ([`NoteKey`]) beside its notes, so a note that keeps the key takes the adder's copy
     /// when the queue already had the key, or else a clone of the queue's, instead of the adder
-    /// cloning one for it. What `note` returns is dropped once the lock
-    /// is released: whatever it did not keep (a cause it did not build may hold shared data,
-    /// whose reference count other threads write too).
+    /// cloning one for it. What `note` returns is dropped once the lock is released: whatever it
+    /// did not keep (a cause it did not build may hold shared data, whose reference count other
+    /// threads write too).
     pub fn add_with_note<L>(
         &self,
         key: K,
@@ -296,9 +296,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     }
 
     /// `add_with_note`, except that a duplicate add that finds the lock contended (see
-    /// `lock_unless_absorbed`) does not wait for it: it is counted in the key's slot instead, without the lock, and the claim that takes
-    /// the key hands the count to its notes ([`KeyNotes::counted`]); `note` is then not called.
-    /// For notes that can stand for such an add by a count (the controller's causes).
+    /// `lock_unless_absorbed`) does not wait for it: it is counted in the key's slot instead,
+    /// without the lock, and the claim that takes the key hands the count to its notes
+    /// ([`KeyNotes::counted`]); `note` is then not called. For notes that can stand for such an
+    /// add by a count (the controller's causes).
     pub fn add_with_note_or_count<L>(
         &self,
         key: K,
