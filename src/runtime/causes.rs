@@ -287,6 +287,7 @@ struct Bounded {
 
 impl Bounded {
     /// Whether one more cause is kept; if not, it is counted among the rest.
+    #[inline]
     fn make_room(&mut self) -> bool {
         if self.kept.len() == KEPT_CAUSES {
             self.more += 1;
@@ -347,6 +348,7 @@ impl CauseNotes {
     /// clone) instead of the adder cloning its own first (a shared key's clone and drop write its
     /// count).
     #[must_use = "an unbuilt cause is handed back to be dropped outside the queue's lock"]
+    #[inline]
     pub fn record<F: FnOnce(NoteKey<'_, ObjectKey>) -> Cause>(
         &mut self,
         key: NoteKey<'_, ObjectKey>,
