@@ -11,18 +11,17 @@
 //! - The claim empties the cell before it gives the slot back (its drop takes the queue's lock
 //!   after that), so the next claim's filling comes after it.
 //!
-//! The cells live in segments of doubling size laid out as the slots' (`slots.rs`), allocated
-//! once by the lock holder and kept until the queue is dropped, so they never move. A queue
-//! without notes carries `()`: zero-sized cells, no memory.
+//! The cells live in segments that never move (`segments.rs`), allocated by the lock holder and
+//! kept until the queue is dropped. A queue without notes carries `()`: zero-sized cells, no
+//! memory.
 
 use std::cell::UnsafeCell;
-use std::sync::OnceLock;
 
-use super::slots::{SEGMENTS, locate, segment_len};
+use super::segments::Segments;
 
 /// One cell per slot (see the module docs).
 pub(crate) struct ClaimCells<T> {
-    segments: [OnceLock<Box<[UnsafeCell<T>]>>; SEGMENTS],
+    cells: Segments<UnsafeCell<T>>,
 }
 
 // SAFETY: a cell is written by one thread at a time, as the module docs describe (the queue's
@@ -33,14 +32,12 @@ unsafe impl<T: Send + Sync> Sync for ClaimCells<T> {}
 impl<T: Default> ClaimCells<T> {
     /// No cells yet.
     pub(crate) fn new() -> Self {
-        Self { segments: std::array::from_fn(|_| OnceLock::new()) }
+        Self { cells: Segments::new() }
     }
 
     /// The cell of slot `id`, its segment allocated if needed.
     fn cell(&self, id: u32) -> &UnsafeCell<T> {
-        let (segment, at) = locate(id);
-        &self.segments[segment]
-            .get_or_init(|| (0..segment_len(segment)).map(|_| UnsafeCell::default()).collect())[at]
+        self.cells.get_or_alloc(id)
     }
 
     /// Fills the cell of slot `id` for the claim being made on it.
@@ -80,7 +77,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cells_keep_what_they_are_given_across_segments_and_cost_nothing_without_notes() {
+    fn cells_keep_what_they_are_given_across_segments() {
         let cells = ClaimCells::<String>::new();
         for id in [0, 31, 32, 95, 96, 10_000] {
             // SAFETY: single-threaded: no claim exists.
@@ -90,6 +87,5 @@ mod tests {
             // SAFETY: as above.
             assert_eq!(unsafe { std::mem::take(cells.claimed_mut(id)) }, id.to_string());
         }
-        assert_eq!(std::mem::size_of::<UnsafeCell<()>>(), 0);
     }
 }

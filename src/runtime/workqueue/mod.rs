@@ -35,6 +35,7 @@
 //!   processing list, and the right to change the slots.
 //! - `claimed.rs`: what a [`Claim`] carries besides its key (its notes), kept per slot so that
 //!   a claim is two words.
+//! - `segments.rs`: per-slot storage that never moves, for the slots and the claim cells.
 //! - `slots.rs`: the 40-byte per-key slots (one hash per operation, none to hand out or finish
 //!   a key) and their sharded index, which a duplicate add reads without the queue's lock.
 //! - `delay.rs`: the timer heap and the one background task that fires it.
@@ -55,6 +56,7 @@ mod delay;
 mod metrics;
 mod notes;
 mod queue;
+mod segments;
 mod slots;
 mod state;
 

@@ -844,6 +844,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_claim_is_two_words_whatever_its_notes() {
+        let two_words = 2 * std::mem::size_of::<usize>();
+        assert_eq!(std::mem::size_of::<Claim<ObjectKey>>(), two_words);
+        assert_eq!(std::mem::size_of::<Claim<ObjectKey, crate::runtime::causes::CauseNotes>>(), two_words);
+    }
+
+    #[tokio::test]
+    async fn a_claim_dropped_without_taking_its_notes_drops_them_before_the_slot_is_given_back() {
+        let queue: WorkQueue<Arc<str>, KeptKeys> = WorkQueue::with_notes(QueueConfig::default());
+        let key: Arc<str> = Arc::from("default/a");
+        queue.add_with_note(Arc::clone(&key), Priority::Normal, |key, notes| notes.0.push(key.into_owned()));
+        let claim = queue.get().await.expect("the queue runs");
+        assert_eq!(Arc::strong_count(&key), 3, "the caller's, the slot's and the claim's notes'");
+        drop(claim);
+        assert_eq!(Arc::strong_count(&key), 2, "the notes went with the claim");
+    }
+
     #[tokio::test]
     async fn a_note_that_keeps_the_key_takes_the_adders_copy_when_the_queue_had_the_key() {
         let queue: WorkQueue<Arc<str>, KeptKeys> = WorkQueue::with_notes(QueueConfig::default());

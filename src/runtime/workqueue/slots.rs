@@ -10,9 +10,9 @@
 //! costs more than this path); otherwise a free lock costs no more.
 //!
 //! How the two sides share the slots:
-//! - The slots never move: they live in segments of doubling size, allocated once and kept
-//!   until the queue is dropped (a `Vec` would move them as it grows). A slot is 40 bytes, as
-//!   before, so a queued key costs what it did.
+//! - The slots never move: they live in segments of doubling size (`segments.rs`), allocated
+//!   once and kept until the queue is dropped. A slot is 40 bytes, as before, so a queued key
+//!   costs what it did.
 //! - The index is split into [`SHARDS`] hash tables, each behind a lock of its own kind
 //!   ([`Shard`]): the queue's lock holder reads the tables freely and changes one once the
 //!   duplicate adds inside it have left; a duplicate add counts itself into a shard, or gives
@@ -36,10 +36,12 @@
 //! atomics with relaxed ordering so that a slot can be shared, and cost nothing more on x86.
 
 use std::cell::UnsafeCell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use hashbrown::HashTable;
+
+use super::segments::Segments;
 
 /// A due time meaning "no timer".
 pub(crate) const NEVER: u64 = u64::MAX;
@@ -67,11 +69,6 @@ pub(crate) const FREE_LISTED: u8 = 1 << 7;
 /// How many locks the index is split into: enough that the queue's lock holder, inserting and
 /// removing keys, rarely holds the shard a duplicate add needs.
 pub(crate) const SHARDS: usize = 64;
-
-/// The first segment's slots; segment `s` holds `FIRST_SEGMENT << s`.
-pub(crate) const FIRST_SEGMENT_BITS: u32 = 5;
-/// Segments enough for every `u32` slot id.
-pub(crate) const SEGMENTS: usize = 33 - FIRST_SEGMENT_BITS as usize;
 
 /// Everything the queue knows about one key, in 40 bytes beside a 24-byte key. Slots are reused;
 /// a slot is free when it tracks nothing (no flag, no timer, no failures).
@@ -360,7 +357,7 @@ impl Shard {
 /// The slots and the index (see the module docs), as duplicate adds see them: they can only
 /// ask [`SlotArena::absorb_duplicate`]. Everything else goes through the one [`SlotOwner`].
 pub(crate) struct SlotArena<K> {
-    segments: [OnceLock<Box<[Slot<K>]>>; SEGMENTS],
+    slots: Segments<Slot<K>>,
     shards: Box<[Shard]>,
 }
 
@@ -375,27 +372,12 @@ pub(crate) struct SlotOwner<K> {
     arena: Arc<SlotArena<K>>,
 }
 
-/// How many slots segment `segment` holds.
-pub(crate) fn segment_len(segment: usize) -> usize {
-    1 << (FIRST_SEGMENT_BITS as usize + segment)
-}
-
-/// The segment and the place in it of slot `id`.
-#[inline]
-pub(crate) fn locate(id: u32) -> (usize, usize) {
-    let n = u64::from(id) + (1 << FIRST_SEGMENT_BITS);
-    let top = 63 - n.leading_zeros();
-    ((top - FIRST_SEGMENT_BITS) as usize, (n - (1 << top)) as usize)
-}
-
 impl<K: Eq> SlotArena<K> {
     /// Slot `id`, which must have been allocated.
     #[inline]
     fn slot(&self, id: u32) -> &Slot<K> {
-        let (segment, at) = locate(id);
-        // Invariant: ids come from the owner's allocation or the index, both after the segment
-        // was made.
-        &self.segments[segment].get().expect("a slot id names an allocated segment")[at]
+        // Ids come from the owner's allocation or the index, both after the segment was made.
+        self.slots.get(id)
     }
 
     #[inline]
@@ -449,10 +431,7 @@ impl<K: Eq> SlotArena<K> {
 impl<K: Eq> SlotOwner<K> {
     /// An empty arena and its owner.
     pub(crate) fn new() -> Self {
-        let arena = SlotArena {
-            segments: std::array::from_fn(|_| OnceLock::new()),
-            shards: (0..SHARDS).map(|_| Shard::new()).collect(),
-        };
+        let arena = SlotArena { slots: Segments::new(), shards: (0..SHARDS).map(|_| Shard::new()).collect() };
         Self { arena: Arc::new(arena) }
     }
 
@@ -480,11 +459,8 @@ impl<K: Eq> SlotOwner<K> {
     /// tracks.
     pub(crate) fn insert(&mut self, hash: u64, key: K, id: u32) {
         let short = fold_hash(hash);
-        let (segment, _) = locate(id);
-        self.arena.segments[segment]
-            .get_or_init(|| (0..segment_len(segment)).map(|_| Slot::default()).collect());
         let arena = &*self.arena;
-        let slot = arena.slot(id);
+        let slot = arena.slots.get_or_alloc(id);
         let mut shard = arena.shard(short).write();
         // SAFETY: the owner is held under the queue's lock and readers are kept out of the
         // shard that will index the slot; the slot is free, so no other shard's table names it
@@ -520,23 +496,6 @@ mod tests {
     fn a_slot_beside_an_object_key_takes_40_bytes() {
         assert_eq!(std::mem::size_of::<crate::runtime::ObjectKey>(), 24);
         assert_eq!(std::mem::size_of::<Slot<crate::runtime::ObjectKey>>(), 40);
-    }
-
-    #[test]
-    fn slot_ids_map_to_consecutive_places_in_doubling_segments() {
-        assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(31), (0, 31));
-        assert_eq!(locate(32), (1, 0));
-        assert_eq!(locate(95), (1, 63));
-        assert_eq!(locate(96), (2, 0));
-        assert_eq!(locate(u32::MAX).0, SEGMENTS - 1);
-        let mut last = locate(0);
-        for id in 1..100_000u32 {
-            let next = locate(id);
-            let size = 1usize << (FIRST_SEGMENT_BITS as usize + last.0);
-            assert!(next == (last.0, last.1 + 1) || (next == (last.0 + 1, 0) && last.1 == size - 1), "{id}");
-            last = next;
-        }
     }
 
     #[test]

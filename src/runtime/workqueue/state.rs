@@ -122,7 +122,7 @@ pub(crate) struct State<K, N> {
     slots: SlotOwner<K>,
     /// Slot ids handed out so far (the next fresh id).
     slot_count: u32,
-    /// Each slot's notes (zero-sized for a queue without notes); reset when the slot is released.
+    /// Each slot's notes (zero-sized for a queue without notes); reset when the slot goes idle.
     notes: Vec<N>,
     /// Slots that went idle, oldest first, each still tracking its key until it is reused (see
     /// the module docs); a slot taken back by its key meanwhile stays listed ([`FREE_LISTED`])
@@ -505,8 +505,8 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         let mut clock = LazyNow::new(|| now);
         while let Some((due, id)) = self.timers.pop_due(now) {
             let slot = self.slots.slot(id);
-            if slot.key().is_none() || slot.due() != due {
-                continue; // stale: superseded by an earlier timer, or the slot was released
+            if slot.due() != due {
+                continue; // stale: superseded by an earlier timer, cancelled, or the slot reused
             }
             slot.set_due(NEVER);
             if slot.flags() & BACKOFF != 0 && take_token.is_some() {
@@ -573,9 +573,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
 
     /// Every tracked key's slot (not idle), with its times.
     pub(crate) fn tracked(&self) -> impl Iterator<Item = (&Slot<K>, Times)> {
-        (0..self.slot_count)
-            .map(|id| (self.slot(id), self.times(id)))
-            .filter(|(slot, _)| slot.key().is_some() && !slot.is_idle())
+        (0..self.slot_count).map(|id| (self.slot(id), self.times(id))).filter(|(slot, _)| !slot.is_idle())
     }
 
     /// Heap entries, stale ones included (for the bounded-state checks).
