@@ -249,6 +249,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// costs more than the shard and flags the lock-free path touches. Without contention the
     /// lock comes first: a free lock costs one atomic operation, as counting into a shard does,
     /// and a key that is not a duplicate would be looked up twice.
+    #[inline(always)]
     fn lock_unless_absorbed(
         &self,
         hash: u64,

@@ -374,20 +374,20 @@ pub(crate) struct SlotOwner<K> {
 
 impl<K: Eq> SlotArena<K> {
     /// Slot `id`, which must have been allocated.
-    #[inline]
+    #[inline(always)]
     fn slot(&self, id: u32) -> &Slot<K> {
         // Ids come from the owner's allocation or the index, both after the segment was made.
         self.slots.get(id)
     }
 
-    #[inline]
+    #[inline(always)]
     fn shard(&self, short: u32) -> &Shard {
         &self.shards[shard_of(short)]
     }
 
     /// The slot `table` (the shard of `short`) indexes for `key`; the caller may read the table
     /// and the keys it names (see [`Slot::key`]).
-    #[inline]
+    #[inline(always)]
     fn lookup(&self, table: &HashTable<u32>, short: u32, key: &K) -> Option<u32> {
         table.find(index_hash(short), |&id| self.slot(id).key() == Some(key)).copied()
     }
@@ -395,7 +395,7 @@ impl<K: Eq> SlotArena<K> {
     /// The key of slot `id`, read by the claim on it without the queue's lock: the slot is not
     /// idle while the claim is outstanding, so its key is not replaced (see [`Slot::key`]).
     /// The caller holds that claim.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn claimed_key(&self, id: u32) -> &K {
         // Invariant: a claimed slot tracks a key (the claim was made from a ready slot, and a
         // slot loses its key only when it is reused, which a claimed slot is not).
@@ -441,13 +441,13 @@ impl<K: Eq> SlotOwner<K> {
     }
 
     /// Slot `id`, which must be allocated (an id this owner handed out).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn slot(&self, id: u32) -> &Slot<K> {
         self.arena.slot(id)
     }
 
     /// The slot tracking `key`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&self, hash: u64, key: &K) -> Option<u32> {
         let short = fold_hash(hash);
         // SAFETY: the owner is held under the queue's lock.

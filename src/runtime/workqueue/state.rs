@@ -191,7 +191,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
 
     /// The key slot `id` tracks and its notes, to write: an add's note reads the key from the
     /// slot instead of the adder cloning it (a shared key's clone and drop write its count).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn key_and_notes_mut(&mut self, id: u32) -> (&K, &mut N) {
         let key = self.slots.slot(id).key().expect("an add's slot tracks its key");
         (key, &mut self.notes[id as usize])
@@ -206,7 +206,7 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
     /// holds it already, and the key a reused slot held, for the caller to use or drop once it
     /// has released the lock (dropping a shared key writes its reference count, a cache line
     /// other threads may hold).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find_or_insert(&mut self, hash: u64, key: K) -> (u32, Option<K>, Option<K>) {
         match self.slots.find(hash, &key) {
             Some(id) => (id, Some(key), None),
