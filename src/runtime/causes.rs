@@ -548,7 +548,7 @@ mod tests {
     /// Records `cause` about [`key`] in `notes`, due now; true if it was kept.
     fn record_now(notes: &mut CauseNotes, cause: impl FnOnce(NoteKey<'_, ObjectKey>) -> Cause) -> bool {
         let (key, mut spare) = (key(), None);
-        notes.record(NoteKey::new(&key, &mut spare), cause, Due::Now).is_none()
+        notes.record(NoteKey::new(Some(&key), &mut spare), cause, Due::Now).is_none()
     }
 
     #[test]

@@ -28,19 +28,26 @@
 /// clone, and no drop for the add (each writes a shared key's reference count).
 #[derive(Debug)]
 pub struct NoteKey<'a, K> {
-    tracked: &'a K,
+    /// The queue's copy, looked up only when the adder has no spare one (the adder's is equal).
+    tracked: Option<&'a K>,
     spare: &'a mut Option<K>,
 }
 
 impl<'a, K: Clone> NoteKey<'a, K> {
-    /// The key `tracked` by the slot, and the adder's `spare` copy if the add did not store it.
-    pub(crate) fn new(tracked: &'a K, spare: &'a mut Option<K>) -> Self {
+    /// The key `tracked` by the slot, and the adder's `spare` copy if the add did not store it;
+    /// at least one of them is given.
+    pub(crate) fn new(tracked: Option<&'a K>, spare: &'a mut Option<K>) -> Self {
+        debug_assert!(tracked.is_some() || spare.is_some(), "a note key needs a copy of the key");
         Self { tracked, spare }
     }
 
     /// An owned copy of the key: the adder's if the queue did not need it, else a clone.
     pub fn into_owned(self) -> K {
-        self.spare.take().unwrap_or_else(|| self.tracked.clone())
+        match self.spare.take() {
+            Some(key) => key,
+            // Invariant: `new` was given one copy or the other.
+            None => self.tracked.expect("a note key has a copy of the key").clone(),
+        }
     }
 }
 
@@ -48,7 +55,9 @@ impl<K> std::ops::Deref for NoteKey<'_, K> {
     type Target = K;
 
     fn deref(&self) -> &K {
-        self.tracked
+        // Invariant: `new` was given one copy or the other, and the spare is taken only by
+        // `into_owned`, which consumes the note key.
+        self.spare.as_ref().or(self.tracked).expect("a note key has a copy of the key")
     }
 }
 

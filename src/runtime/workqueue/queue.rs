@@ -358,7 +358,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             return None;
         }
         let (id, mut spare, evicted) = state.find_or_insert(hash, key);
-        let (tracked, notes) = state.key_and_notes_mut(id);
+        let (tracked, notes) = state.key_and_notes_mut(id, spare.is_none());
         let leftover = note(NoteKey::new(tracked, &mut spare), notes);
         let outcome = op(&mut state, id);
         drop(state);

@@ -189,11 +189,12 @@ impl<K: Eq, N: KeyNotes> State<K, N> {
         &self.notes[id as usize]
     }
 
-    /// The key slot `id` tracks and its notes, to write: an add's note reads the key from the
-    /// slot instead of the adder cloning it (a shared key's clone and drop write its count).
+    /// The notes of slot `id`, to write, and (when `with_key`) the key the slot tracks: an add's
+    /// note reads the key from the slot instead of the adder cloning it (a shared key's clone and
+    /// drop write its count). An add that brought a spare copy needs no other.
     #[inline(always)]
-    pub(crate) fn key_and_notes_mut(&mut self, id: u32) -> (&K, &mut N) {
-        let key = self.slots.slot(id).key().expect("an add's slot tracks its key");
+    pub(crate) fn key_and_notes_mut(&mut self, id: u32, with_key: bool) -> (Option<&K>, &mut N) {
+        let key = with_key.then(|| self.slots.slot(id).key().expect("an add's slot tracks its key"));
         (key, &mut self.notes[id as usize])
     }
 
