@@ -103,3 +103,25 @@ impl KeyNotes for () {
 
     fn reset(&mut self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_note_key_reads_and_hands_over_the_adders_copy_or_else_clones_the_queues() {
+        let queues: Arc<str> = "team/pg".into();
+        let mut spare = Some(Arc::<str>::from("team/pg"));
+        let adders = spare.clone().unwrap();
+        let key = NoteKey::new(None, &mut spare);
+        assert_eq!(&**key, "team/pg");
+        assert!(Arc::ptr_eq(&key.into_owned(), &adders), "the adder's copy, not a clone of the queue's");
+        assert!(spare.is_none(), "taken, so the add has nothing left to drop");
+
+        let mut none = None;
+        let key = NoteKey::new(Some(&queues), &mut none);
+        assert_eq!(&**key, "team/pg");
+        assert!(Arc::ptr_eq(&key.into_owned(), &queues), "a clone of the queue's copy");
+    }
+}
