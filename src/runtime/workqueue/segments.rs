@@ -3,10 +3,9 @@
 //! move its elements as it grows; the queue's slots (`slots.rs`) and its claim cells
 //! (`claimed.rs`) are read without the queue's lock, so neither may move.
 //!
-//! Every add reads its slot several times, so an element is one load away: a segment is a
+//! Every add reads its slot up to three times, so an element is one load away: a segment is a
 //! pointer to its first element (its length follows from its number), with no bounds check and
-//! no once-cell state to test (s42: with the hot path inlined, a duplicate add with causes on
-//! went from 27.3-27.7 to 24.3-24.6 ns).
+//! no once-cell state to test (the README's work-queue section has what that saved).
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -52,11 +51,8 @@ impl<T: Default> Segments<T> {
             ) {
                 Ok(_) => made,
                 Err(theirs) => {
-                    // SAFETY: `made` came from `Box::into_raw` of this length just above and was
-                    // never shared.
-                    drop(unsafe {
-                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(made, segment_len(segment)))
-                    });
+                    // SAFETY: made just above for this segment and never shared.
+                    unsafe { free(made, segment) };
                     theirs
                 }
             };
@@ -83,14 +79,20 @@ impl<T> Drop for Segments<T> {
         for (segment, first) in self.segments.iter_mut().enumerate() {
             let first = *first.get_mut();
             if !first.is_null() {
-                // SAFETY: allocated by `get_or_alloc` as a boxed slice of this length, and
-                // dropped once, here.
-                drop(unsafe {
-                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(first, segment_len(segment)))
-                });
+                // SAFETY: allocated by `get_or_alloc` for this segment, freed once, here.
+                unsafe { free(first, segment) };
             }
         }
     }
+}
+
+/// Drops the elements of segment `segment`, which start at `first`, and frees them.
+///
+/// # Safety
+/// `first` came from `get_or_alloc`'s boxed slice for `segment`, and nothing uses it after.
+unsafe fn free<T>(first: *mut T, segment: usize) {
+    // SAFETY: the caller's.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(first, segment_len(segment))) });
 }
 
 /// How many elements segment `segment` holds.
