@@ -77,9 +77,8 @@ async fn the_seeds_walkthrough_step_by_step() {
         provisioning.into_iter().skip_while(|r| r.0.is_empty()).collect::<Vec<_>>(),
         rows(&[
             ("Provisioning", 0, ""),
-            ("Provisioning", 0, "15.4"),
-            ("Provisioning", 1, "15.4"),
-            ("Provisioning", 2, "15.4"),
+            ("Provisioning", 1, ""),
+            ("Provisioning", 2, ""),
             ("Running", 3, "15.4")
         ])
     );

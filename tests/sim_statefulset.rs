@@ -191,6 +191,57 @@ async fn rolling_update_goes_from_the_highest_ordinal_down_to_the_partition() {
     assert_eq!(image(&pods.get("db-0").await.unwrap()), "postgres:15.6");
 }
 
+/// With `OnDelete` a real 1.28 controller replaces deleted pods at the update revision but never
+/// advances `currentRevision` (`completeRollingUpdate` in
+/// pkg/controller/statefulset/stateful_set_utils.go acts for `RollingUpdate` only), so a roll
+/// can be judged finished only from the pods.
+#[tokio::test(start_paused = true)]
+async fn on_delete_replaces_pods_at_the_update_revision_and_keeps_the_current_revision() {
+    let sim = start().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(sim.client());
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let mut set = stateful_set(2);
+    set.spec.as_mut().unwrap().update_strategy =
+        Some(serde_json::from_value(json!({"type": "OnDelete"})).unwrap());
+    sts.create(&PostParams::default(), &set).await.unwrap();
+    let before = await_sts(&sts, |s| status(s).ready_replicas == Some(2)).await;
+    let old_revision = status(&before).current_revision.clone().unwrap();
+    assert_eq!(status(&before).update_revision.as_deref(), Some(old_revision.as_str()));
+
+    let change = json!({"spec": {"template": {"spec": {"containers": [{"name": "postgres", "image": "postgres:15.6"}]}}}});
+    sts.patch("db", &PatchParams::default(), &Patch::Merge(change)).await.unwrap();
+    let changed = await_sts(&sts, |s| status(s).observed_generation == Some(2)).await;
+    let new_revision = status(&changed).update_revision.clone().unwrap();
+    assert_ne!(new_revision, old_revision);
+    assert_eq!(status(&changed).updated_replicas, Some(0), "OnDelete replaces no pod by itself");
+
+    for name in ["db-1", "db-0"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+        let revision = |p: &Pod| p.metadata.labels.as_ref().unwrap()["controller-revision-hash"].clone();
+        common::eventually(
+            "the pod replaced at the update revision and ready",
+            Duration::from_secs(60),
+            || async {
+                let pod = pods.get_opt(name).await.unwrap();
+                match pod.filter(|p| {
+                    ready(p) && revision(p) == new_revision && p.metadata.deletion_timestamp.is_none()
+                }) {
+                    Some(p) => Ok(p),
+                    None => Err(()),
+                }
+            },
+        )
+        .await;
+    }
+    let done =
+        await_sts(&sts, |s| status(s).updated_replicas == Some(2) && status(s).ready_replicas == Some(2))
+            .await;
+    let st = status(&done);
+    assert_eq!(st.current_revision.as_deref(), Some(old_revision.as_str()), "never advanced with OnDelete");
+    assert_eq!(st.update_revision.as_deref(), Some(new_revision.as_str()));
+    assert_eq!((st.replicas, st.current_replicas), (2, Some(0)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn deleting_the_statefulset_collects_its_pods() {
     let sim = start().await;

@@ -371,8 +371,8 @@ mod tests {
         let full = served(&statefulset(), |_| {});
         let kept = cached_sts(&full).expand().unwrap();
         assert_eq!(kept, full);
-        assert_eq!(observe_rollout(&kept), observe_rollout(&full));
-        assert!(observe_rollout(&kept).version.is_some());
+        assert_eq!(observe_rollout(&kept, &[]), observe_rollout(&full, &[]));
+        assert!(observe_rollout(&kept, &[]).version.is_some());
     }
 
     /// What changed, and the change.

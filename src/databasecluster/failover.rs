@@ -10,8 +10,14 @@
 //!    was interrupted after the record changed (an operator restart): promote it now, whatever
 //!    the delay says (the record already moved).
 //! 3. Another instance accepts writes → nothing to do (the cache is behind a failover just made).
-//! 4. Otherwise the primary is down since its pod's `Ready` condition last turned false (now, when
-//!    the pod is missing or being deleted). `spec.failoverDelay: 0` → nothing is promoted; down for
+//! 4. Otherwise the primary is down since the earliest of what is true in every state of its pod
+//!    ([`seen_down_since`], [`PodView::not_ready_since`]): when this operator first saw it down,
+//!    kept in the status (the `PrimaryAvailable` condition's `lastTransitionTime`, so a restart of
+//!    the operator does not reset the clock); when its pod's `Ready` condition turned false; when
+//!    its pod was created, if it has never been ready (unschedulable, say); now, if none of these
+//!    is known (a pod missing or being deleted, seen down for the first time). A pod that is never
+//!    scheduled has no `Ready` condition at all, so that condition alone would never let the
+//!    clock run. `spec.failoverDelay: 0` → nothing is promoted; down for
 //!    less than the delay → wait; then the ready standby that has streamed since it started
 //!    (`pg_last_wal_receive_lsn()` not null) with the most WAL received is promoted (ties: the
 //!    lowest ordinal), or nothing when there is none.
@@ -136,14 +142,36 @@ pub fn failover_delay(cluster: &DatabaseCluster) -> Option<Duration> {
     (seconds > 0).then(|| Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
 }
 
+/// When this operator first saw `record` down, as the status it wrote last keeps it: the
+/// [`PRIMARY_AVAILABLE`] condition's `lastTransitionTime`, while that condition is False about
+/// `record` (the status's `targetPrimary`) for a reason that means the primary is down.
+pub fn seen_down_since(previous: Option<&DatabaseClusterStatus>, record: &str) -> Option<Timestamp> {
+    let previous = previous?;
+    if previous.target_primary.as_deref() != Some(record) {
+        return None;
+    }
+    let down_reasons = [
+        reason::PRIMARY_NOT_READY,
+        reason::FAILOVER_DISABLED,
+        reason::NO_FAILOVER_CANDIDATE,
+        reason::NO_SYNCHRONOUS_CANDIDATE,
+        reason::FAILING_OVER,
+    ];
+    let condition = previous.conditions.iter().find(|c| c.type_ == PRIMARY_AVAILABLE)?;
+    (condition.status == "False" && down_reasons.contains(&condition.reason.as_str()))
+        .then_some(condition.last_transition_time.0)
+}
+
 /// The decision for the instances `pods` (with what each said, `facts`) whose record names
-/// `record` primary, under `synchronous` replication if any; see the module docs.
+/// `record` primary, under `synchronous` replication if any, when this operator saw `record`
+/// down first at `seen_down` ([`seen_down_since`]); see the module docs.
 pub fn decide(
     record: &str,
     pods: &[PodView],
     facts: &BTreeMap<String, InstanceFacts>,
     delay: Option<Duration>,
     synchronous: Option<&Synchronous>,
+    seen_down: Option<Timestamp>,
     now: Timestamp,
 ) -> Decision {
     let live = |pod: &&PodView| !pod.deleting;
@@ -163,7 +191,8 @@ pub fn decide(
     if recorded.is_some_and(|pod| pod.ready) || accepting_writes {
         return Decision::Healthy;
     }
-    let since = recorded.and_then(|pod| pod.not_ready_since).unwrap_or(now);
+    let pod_down = recorded.and_then(|pod| pod.not_ready_since);
+    let since = [pod_down, seen_down].into_iter().flatten().min().unwrap_or(now).min(now);
     let down_for = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
     let Some(delay) = delay else { return Decision::Disabled { down_for } };
     if down_for < delay {
@@ -349,7 +378,7 @@ mod tests {
     fn a_ready_primary_is_left_alone() {
         let pods = [pod(0, true), pod(1, true)];
         let facts = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
-        assert_eq!(decide("db-0", &pods, &facts, DELAY, None, at(100)), Decision::Healthy);
+        assert_eq!(decide("db-0", &pods, &facts, DELAY, None, None, at(100)), Decision::Healthy);
     }
 
     #[test]
@@ -361,11 +390,11 @@ mod tests {
             ("db-3".to_owned(), standby(Some(900))),
         ]);
         assert_eq!(
-            decide("db-0", &pods, &facts, DELAY, None, at(10)),
+            decide("db-0", &pods, &facts, DELAY, None, None, at(10)),
             Decision::Waiting { down_for: Duration::from_secs(10), remaining: Duration::from_secs(20) }
         );
         assert_eq!(
-            decide("db-0", &pods, &facts, DELAY, None, at(30)),
+            decide("db-0", &pods, &facts, DELAY, None, None, at(30)),
             Decision::Promote {
                 pod: "db-2".into(),
                 received_lsn: Some(200),
@@ -377,8 +406,67 @@ mod tests {
         let tie =
             BTreeMap::from([("db-1".to_owned(), standby(Some(5))), ("db-2".to_owned(), standby(Some(5)))]);
         assert!(
-            matches!(decide("db-0", &pods, &tie, DELAY, None, at(30)), Decision::Promote { pod, .. } if pod == "db-1")
+            matches!(decide("db-0", &pods, &tie, DELAY, None, None, at(30)), Decision::Promote { pod, .. } if pod == "db-1")
         );
+    }
+
+    /// The failover clock runs in every state of the primary's pod: deleted and not yet
+    /// recreated, recreated but unschedulable (`PodScheduled=False`, no `Ready` condition: its
+    /// view is not ready since its creation), a container waiting, `Ready` false; and an operator
+    /// restart does not reset it (the status keeps when it first saw the primary down).
+    #[test]
+    fn the_delay_runs_from_facts_that_exist_in_every_state_of_the_primarys_pod() {
+        let standbys = [pod(1, true), pod(2, true)];
+        let facts =
+            BTreeMap::from([("db-1".to_owned(), standby(Some(100))), ("db-2".to_owned(), standby(Some(50)))]);
+        let promotes =
+            |decision: Decision| matches!(decision, Decision::Promote { pod, .. } if pod == "db-1");
+        let with_primary = |primary: Option<PodView>| -> Vec<PodView> {
+            primary.into_iter().chain(standbys.clone()).collect()
+        };
+
+        // Deleted, not recreated yet: first seen down at 0 (now), then the status remembers it.
+        let missing = with_primary(None);
+        assert_eq!(
+            decide("db-0", &missing, &facts, DELAY, None, None, at(0)),
+            Decision::Waiting { down_for: Duration::ZERO, remaining: Duration::from_secs(30) }
+        );
+        let written = with_failover(
+            DatabaseClusterStatus::default(),
+            "db-0",
+            &decide("db-0", &missing, &facts, DELAY, None, None, at(0)),
+            None,
+            at(0),
+        );
+        let seen = seen_down_since(Some(&written), "db-0");
+        assert_eq!(seen, Some(at(0)));
+        assert!(promotes(decide("db-0", &missing, &facts, DELAY, None, seen, at(30))));
+        assert_eq!(seen_down_since(Some(&written), "db-1"), None, "about another primary");
+
+        // Recreated at 20 and unschedulable: never ready, so down at least since its creation;
+        // the operator's own first sighting (0) is earlier and wins.
+        let unschedulable = PodView { not_ready_since: Some(at(20)), ..pod(0, false) };
+        let pods = with_primary(Some(unschedulable));
+        assert!(promotes(decide("db-0", &pods, &facts, DELAY, None, seen, at(30))));
+        assert!(
+            matches!(decide("db-0", &pods, &facts, DELAY, None, None, at(30)), Decision::Waiting { .. }),
+            "without the status, the pod's creation alone"
+        );
+        assert!(promotes(decide("db-0", &pods, &facts, DELAY, None, None, at(50))));
+
+        // A container waiting, or Ready false: since the condition turned false.
+        let pods = with_primary(Some(down_primary(5)));
+        assert!(matches!(decide("db-0", &pods, &facts, DELAY, None, None, at(34)), Decision::Waiting { .. }));
+        assert!(promotes(decide("db-0", &pods, &facts, DELAY, None, None, at(35))));
+
+        // Being deleted: as missing.
+        let deleting = PodView { deleting: true, ..pod(0, true) };
+        let pods = with_primary(Some(deleting));
+        assert!(promotes(decide("db-0", &pods, &facts, DELAY, None, seen, at(30))));
+
+        // A primary seen ready again: the status no longer says it is down.
+        let healthy = with_failover(written, "db-0", &Decision::Healthy, None, at(40));
+        assert_eq!(seen_down_since(Some(&healthy), "db-0"), None);
     }
 
     #[test]
@@ -386,12 +474,12 @@ mod tests {
         let pods = [down_primary(0), pod(1, true)];
         let streamed = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
         assert_eq!(
-            decide("db-0", &pods, &streamed, None, None, at(600)),
+            decide("db-0", &pods, &streamed, None, None, None, at(600)),
             Decision::Disabled { down_for: Duration::from_secs(600) }
         );
         let never = BTreeMap::from([("db-1".to_owned(), standby(None))]);
         assert_eq!(
-            decide("db-0", &pods, &never, DELAY, None, at(60)),
+            decide("db-0", &pods, &never, DELAY, None, None, at(60)),
             Decision::NoCandidate { down_for: Duration::from_secs(60) }
         );
     }
@@ -402,14 +490,14 @@ mod tests {
         let pods = [down_primary(0), pod(1, false)];
         let facts = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
         assert!(matches!(
-            decide("db-1", &pods, &facts, None, None, at(1)),
+            decide("db-1", &pods, &facts, None, None, None, at(1)),
             Decision::Promote { pod, resume: true, .. } if pod == "db-1"
         ));
         // Some instance already accepts writes (a cache behind the record): nothing is promoted.
         let primary = InstanceFacts { in_recovery: false, ..InstanceFacts::default() };
         let facts = BTreeMap::from([("db-1".to_owned(), primary), ("db-2".to_owned(), standby(Some(1)))]);
         let pods = [down_primary(0), pod(1, true), pod(2, true)];
-        assert_eq!(decide("db-0", &pods, &facts, DELAY, None, at(600)), Decision::Healthy);
+        assert_eq!(decide("db-0", &pods, &facts, DELAY, None, None, at(600)), Decision::Healthy);
     }
 
     #[test]
@@ -462,11 +550,12 @@ mod tests {
             ("db-1".to_owned(), standby(Some(100))),
             ("db-2".to_owned(), standby(Some(200))),
         ]);
-        let promoted = |sync: &Synchronous| match decide("db-0", &pods, &facts, DELAY, Some(sync), at(30)) {
-            Decision::Promote { pod, .. } => Some(pod),
-            Decision::NoSynchronousCandidate { .. } => None,
-            other => panic!("{other:?}"),
-        };
+        let promoted =
+            |sync: &Synchronous| match decide("db-0", &pods, &facts, DELAY, Some(sync), None, at(30)) {
+                Decision::Promote { pod, .. } => Some(pod),
+                Decision::NoSynchronousCandidate { .. } => None,
+                other => panic!("{other:?}"),
+            };
         assert_eq!(promoted(&members(1, &["db-1", "db-2"])).as_deref(), Some("db-2"));
         assert_eq!(
             promoted(&members(1, &["db-1"])),
@@ -478,12 +567,12 @@ mod tests {
         // Two members with ANY 1: a commit may be on either, so both must be observed.
         let one_down = [down_primary(0), pod(1, true), pod(2, false)];
         assert_eq!(
-            decide("db-0", &one_down, &facts, DELAY, Some(&members(1, &["db-1", "db-2"])), at(30)),
+            decide("db-0", &one_down, &facts, DELAY, Some(&members(1, &["db-1", "db-2"])), None, at(30)),
             Decision::NoSynchronousCandidate { down_for: Duration::from_secs(30) }
         );
         // With ANY 2 of the two, each commit is on both: one of them is enough.
         assert!(matches!(
-            decide("db-0", &one_down, &facts, DELAY, Some(&members(2, &["db-1", "db-2"])), at(30)),
+            decide("db-0", &one_down, &facts, DELAY, Some(&members(2, &["db-1", "db-2"])), None, at(30)),
             Decision::Promote { pod, .. } if pod == "db-1"
         ));
         let status = with_failover(

@@ -84,7 +84,8 @@ use super::drift::keep_immutable_fields;
 use super::events::EventType;
 use super::events::{EventNote, EventPublisher, scaling_event, status_events};
 use super::failover::{
-    Decision, decide, failover_delay, outcome, synchronous, unreported_promotion, with_failover,
+    Decision, decide, failover_delay, outcome, seen_down_since, synchronous, unreported_promotion,
+    with_failover,
 };
 use super::failures::{FAILURE_THRESHOLD, FailureCounts, with_reconcile_error, with_reconcile_success};
 use super::forms::{CompactForms, Decoded, Forms, Listing, Lookup, PodForm};
@@ -109,7 +110,7 @@ use super::switchover::{
 };
 use super::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, label_changes,
-    slot_changes, start_failure, with_recorded_sync_states,
+    not_ready_since, slot_changes, start_failure, with_recorded_sync_states,
 };
 use super::types::{
     DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus, PrimaryUpdateMethod,
@@ -312,7 +313,9 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
                 .as_deref()
                 .map(|sts| decode_cached::<StatefulSet, _>(sts, "StatefulSet"))
                 .transpose()?;
-            let status = compute_status(cluster, Err(&error), observed.as_ref(), Timestamp::now());
+            let now = Timestamp::now();
+            let pods = Owner::of(cluster).map(|owner| pod_views(ctx, &owner, now)).unwrap_or_default();
+            let status = compute_status(cluster, Err(&error), observed.as_ref(), &pods, now);
             write_status(ctx, cluster, status).await?;
             return Err(Error::InvalidSpec(error));
         }
@@ -340,7 +343,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
         RestoreGate::Open(restored) => restored,
         gate => {
             tracing::info!(?gate, "restoring from a backup; the StatefulSet waits");
-            let status = compute_status(cluster, Ok(&spec), None, Timestamp::now());
+            let status = compute_status(cluster, Ok(&spec), None, &[], Timestamp::now());
             write_status(ctx, cluster, status).await?;
             // The Job's progress brings the next pass (its informer); a failed restore waits for a change.
             return Ok(Action::Done);
@@ -383,7 +386,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
     let now = Timestamp::now();
     let status = with_reconcile_success(
-        compute_status(cluster, Ok(&spec), Some(&sts), now),
+        compute_status(cluster, Ok(&spec), Some(&sts), &pods, now),
         cluster.metadata.generation,
         now,
     );
@@ -604,12 +607,10 @@ fn pod_views<F: Forms>(ctx: &Context<F>, owner: &Owner, now: Timestamp) -> Vec<P
             let ordinal = name.strip_prefix(&prefix)?.parse().ok()?;
             let status = pod.status();
             let status = status.as_ref();
-            let ready_condition = status
+            let not_ready_since = not_ready_since(status.map(|s| &**s), pod.created());
+            let ready = status
                 .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-            let ready = ready_condition.is_some_and(|c| c.status == "True");
-            let not_ready_since =
-                ready_condition.filter(|_| !ready).and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0);
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             Some(PodView {
                 name,
                 ordinal,
@@ -769,7 +770,16 @@ async fn operate_instances<F: Forms>(
 
     let decision = if spec.replicas > 0 {
         let synchronous = synchronous(spec.synchronous_replicas, &statuses);
-        decide(primary_record, pods, &facts, failover_delay(cluster), synchronous.as_ref(), Timestamp::now())
+        let seen_down = seen_down_since(previous, primary_record);
+        decide(
+            primary_record,
+            pods,
+            &facts,
+            failover_delay(cluster),
+            synchronous.as_ref(),
+            seen_down,
+            Timestamp::now(),
+        )
     } else {
         Decision::Healthy
     };

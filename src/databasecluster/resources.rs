@@ -469,7 +469,9 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
         env: Some(instance_env(owner)),
         resources: Some(container_resources(spec)),
         // Ready: accepting connections in its role (out of recovery on the primary, in recovery
-        // on a standby), with the credentials applied.
+        // on a standby), with the credentials applied. The script bounds its own client call
+        // (3 s, killed then): `timeoutSeconds` is not enforced while a probe's child blocks, so a
+        // hung server turns the pod unready within three 3-second attempts, about 10 s.
         readiness_probe: Some(Probe {
             exec: Some(exec("ready")),
             period_seconds: Some(2),

@@ -7,12 +7,13 @@
 //! condition's status flips, so a status computed twice from the same facts is identical and
 //! reconcile can skip the write. Conditions of other types (another controller's) are kept.
 //!
-//! An upgrade is judged from the StatefulSet, not from the spec alone: `currentVersion` is the
-//! version of the pod template once the StatefulSet controller reports the rollout complete
-//! (generation observed, `currentRevision == updateRevision`, every replica updated), and
-//! `Upgrading` is True from the moment the spec or the template names another version until then.
-//! A simulated StatefulSet controller must therefore maintain `observedGeneration`,
-//! `currentRevision`, `updateRevision` and `updatedReplicas` as the real one does.
+//! An upgrade is judged from the StatefulSet and its pods, not from the spec alone:
+//! `currentVersion` is the version of the pod template once the roll is finished (the controller
+//! has observed the set's generation, and there are exactly `replicas` pods, each at the
+//! `updateRevision`, ready and not terminating), and `Upgrading` is True from the moment the spec
+//! or the template names another version until then. The set's `currentRevision` is never read:
+//! with the `OnDelete` strategy the operator uses, Kubernetes never advances it
+//! (`completeRollingUpdate` in pkg/controller/statefulset/stateful_set_utils.go).
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -20,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::resources::POSTGRES_CONTAINER;
 use super::storage::Growth;
+use super::topology::PodView;
 use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
 use super::validation::{SpecError, ValidSpec};
 
@@ -112,12 +114,13 @@ pub fn compute_status(
     cluster: &DatabaseCluster,
     valid: Result<&ValidSpec, &SpecError>,
     observed: Option<&StatefulSet>,
+    pods: &[PodView],
     now: Timestamp,
 ) -> DatabaseClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
     let desired = cluster.spec.replicas;
     let ready = observed.and_then(|sts| sts.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0);
-    let rollout = observed.map(observe_rollout);
+    let rollout = observed.map(|sts| observe_rollout(sts, pods));
     let current_version = match &rollout {
         Some(Rollout { version: Some(version), complete: true }) => Some(version.clone()),
         _ => previous.current_version.clone(),
@@ -334,13 +337,14 @@ pub fn needs_requeue(status: &DatabaseClusterStatus) -> bool {
     matches!(status.phase, Some(Phase::Provisioning | Phase::Scaling | Phase::Degraded | Phase::Upgrading))
 }
 
-/// What the StatefulSet says about its rollout.
+/// What the StatefulSet and its pods say about its rollout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rollout {
     /// The PostgreSQL version in the pod template (the `postgres` container's image tag).
     pub version: Option<String>,
     /// Whether every pod runs the current template: the controller has observed the latest
-    /// generation, `currentRevision == updateRevision` and every replica is updated.
+    /// generation, and there are exactly `replicas` pods, each at the `updateRevision`, ready
+    /// and not terminating.
     pub complete: bool,
 }
 
@@ -350,19 +354,28 @@ fn template_image<'a>(sts: &'a StatefulSet, name: &str) -> Option<&'a str> {
     pod.containers.iter().find(|c| c.name == name)?.image.as_deref()
 }
 
-/// Reads the rollout state of a StatefulSet from its template and status.
-pub fn observe_rollout(sts: &StatefulSet) -> Rollout {
+/// Reads the rollout state of a StatefulSet from its template, its status's `updateRevision`
+/// and its `pods` (the cluster's pods as the cache holds them).
+pub fn observe_rollout(sts: &StatefulSet, pods: &[PodView]) -> Rollout {
     let image = template_image(sts, POSTGRES_CONTAINER);
     let version = image.and_then(image_tag).map(str::to_owned);
+    let replicas = sts.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
     let complete = sts.status.as_ref().is_some_and(|status| {
         let generation_observed = match (sts.metadata.generation, status.observed_generation) {
             (Some(generation), Some(observed)) => observed >= generation,
             (Some(_), None) => false,
             (None, _) => true,
         };
+        let update_revision = status.update_revision.as_deref();
+        let on_update_revision = |pod: &PodView| {
+            pod.ready
+                && !pod.deleting
+                && update_revision.is_some()
+                && pod.revision.as_deref() == update_revision
+        };
         generation_observed
-            && status.current_revision == status.update_revision
-            && status.updated_replicas.unwrap_or(0) >= status.replicas
+            && usize::try_from(replicas).is_ok_and(|n| n == pods.len())
+            && pods.iter().all(on_update_revision)
     });
     Rollout { version, complete }
 }
@@ -430,13 +443,34 @@ mod tests {
     use crate::databasecluster::fixtures::cluster;
     use crate::databasecluster::validation::validate;
 
-    /// [`super::compute_status`] with the validation reconcile does first.
+    /// [`super::compute_status`] with the validation reconcile does first, and pods that agree
+    /// with the StatefulSet's status: the first `updatedReplicas` at the `updateRevision` (the
+    /// rest at an older one), the first `readyReplicas` ready.
     fn compute_status(
         cluster: &DatabaseCluster,
         observed: Option<&StatefulSet>,
         now: Timestamp,
     ) -> DatabaseClusterStatus {
-        super::compute_status(cluster, validate(cluster).as_ref(), observed, now)
+        let pods = observed.map(pods_agreeing_with).unwrap_or_default();
+        super::compute_status(cluster, validate(cluster).as_ref(), observed, &pods, now)
+    }
+
+    fn pods_agreeing_with(sts: &StatefulSet) -> Vec<PodView> {
+        let status = sts.status.clone().unwrap_or_default();
+        let update_revision = status.update_revision.unwrap_or_default();
+        (0..status.replicas)
+            .map(|ordinal| PodView {
+                name: format!("db-{ordinal}"),
+                ordinal,
+                ready: ordinal < status.ready_replicas.unwrap_or(0),
+                revision: Some(if ordinal < status.updated_replicas.unwrap_or(0) {
+                    update_revision.clone()
+                } else {
+                    "rev-old".to_owned()
+                }),
+                ..PodView::default()
+            })
+            .collect()
     }
     use crate::databasecluster::resources::{Owner, build_statefulset};
     use crate::databasecluster::validation::validate_spec;
@@ -817,12 +851,9 @@ mod tests {
         assert_eq!(mid.current_version.as_deref(), Some("15.4"), "not every pod runs 15.5 yet");
         assert_eq!(condition(&mid, "Upgrading").last_transition_time, Time(at(10)));
 
-        // Every pod updated and ready, but the controller has not moved currentRevision yet.
-        let last_ready = Observed { ready: 3, updated: 3, ..rolling };
-        assert_eq!(step(&mut cluster, last_ready, 40).phase, Some(Phase::Upgrading));
-
-        // Rollout complete.
-        let done = Observed { current_revision: "rev-b", ..last_ready };
+        // Every pod updated and ready: the roll is finished, though with `OnDelete` the
+        // controller never moves `currentRevision` off "rev-a".
+        let done = Observed { ready: 3, updated: 3, ..rolling };
         let finished = step(&mut cluster, done, 50);
         assert_eq!(finished.phase, Some(Phase::Running));
         assert_eq!(finished.current_version.as_deref(), Some("15.5"));
@@ -851,6 +882,46 @@ mod tests {
         assert_eq!(status.phase, Some(Phase::Upgrading));
     }
 
+    /// A roll is judged from the pods: exactly `replicas` of them, each at the update revision,
+    /// ready and not terminating. `currentRevision` plays no part (`OnDelete` never moves it).
+    #[test]
+    fn a_roll_is_finished_when_every_pod_runs_the_update_revision_ready() {
+        let cluster = running(3, "15.4");
+        let observed = Observed {
+            generation: 2,
+            observed_generation: 2,
+            update_revision: "rev-b",
+            ..Observed::settled("15.5", 3, 3)
+        }
+        .build();
+        let pod = |ordinal: i32, revision: &str| PodView {
+            name: format!("db-{ordinal}"),
+            ordinal,
+            ready: true,
+            revision: Some(revision.into()),
+            ..PodView::default()
+        };
+        let all_new = [pod(0, "rev-b"), pod(1, "rev-b"), pod(2, "rev-b")];
+        let version = |pods: &[PodView]| {
+            let valid = validate(&cluster);
+            super::compute_status(&cluster, valid.as_ref(), Some(&observed), pods, at(1)).current_version
+        };
+        assert_eq!(version(&all_new).as_deref(), Some("15.5"));
+        let mut terminating = all_new.clone();
+        terminating[1].deleting = true;
+        assert_eq!(version(&terminating).as_deref(), Some("15.4"), "a pod is terminating");
+        let mut unready = all_new.clone();
+        unready[2].ready = false;
+        assert_eq!(version(&unready).as_deref(), Some("15.4"), "a pod is not ready");
+        assert_eq!(version(&all_new[..2]).as_deref(), Some("15.4"), "a pod is missing");
+        let mut old = all_new.clone();
+        old[0].revision = Some("rev-a".into());
+        assert_eq!(version(&old).as_deref(), Some("15.4"), "a pod runs the old revision");
+        let mut extra = all_new.to_vec();
+        extra.push(pod(3, "rev-b"));
+        assert_eq!(version(&extra).as_deref(), Some("15.4"), "a pod above the replicas is still there");
+    }
+
     #[test]
     fn a_rollout_of_the_same_version_is_not_an_upgrade() {
         let cluster = running(3, "15.4");
@@ -866,7 +937,10 @@ mod tests {
         let cluster = next(&cluster(3, "15.4", 1), &initial_status(&cluster(3, "15.4", 1), at(0)));
         let unobserved = Observed { observed_generation: 0, ..Observed::settled("15.4", 0, 0) };
         assert_eq!(compute_status(&cluster, Some(&unobserved.build()), at(1)).current_version, None);
-        let first_pod = Observed::settled("15.4", 1, 0);
+        let starting = Observed::settled("15.4", 1, 0);
+        let status = compute_status(&cluster, Some(&starting.build()), at(2));
+        assert_eq!(status.current_version, None, "its one pod is not ready yet");
+        let first_pod = Observed::settled("15.4", 1, 1);
         let status = compute_status(&cluster, Some(&first_pod.build()), at(2));
         assert_eq!(status.current_version.as_deref(), Some("15.4"));
         assert_eq!(status.phase, Some(Phase::Provisioning));

@@ -40,7 +40,8 @@ pub struct PodView {
     pub ip: Option<String>,
     /// Whether the pod is Ready.
     pub ready: bool,
-    /// When its `Ready` condition last turned false, while it is not ready.
+    /// Since when the pod is known not to have been ready, while it is not ready
+    /// ([`not_ready_since`]).
     pub not_ready_since: Option<jiff::Timestamp>,
     /// Whether the pod is being deleted.
     pub deleting: bool,
@@ -51,6 +52,22 @@ pub struct PodView {
     /// Why the instance cannot start: no node takes its pod, or its containers fail
     /// ([`start_failure`]).
     pub failure: Option<String>,
+}
+
+/// Since when a pod that is not ready is known not to have been: its `Ready` condition's
+/// `lastTransitionTime` when the condition is false, or its creation when it has no `Ready`
+/// condition at all (Kubernetes 1.28 leaves a pod no node has taken with `PodScheduled=False`
+/// alone: it has never been ready). `None` for a ready pod.
+pub fn not_ready_since(
+    status: Option<&PodStatus>,
+    created: Option<jiff::Timestamp>,
+) -> Option<jiff::Timestamp> {
+    let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    match conditions.iter().find(|c| c.type_ == "Ready") {
+        Some(ready) if ready.status == "True" => None,
+        Some(ready) => ready.last_transition_time.as_ref().map(|t| t.0).or(created),
+        None => created,
+    }
 }
 
 /// The most of one container's failure that `status.instances[].message` repeats.
@@ -246,6 +263,40 @@ pub fn all_standbys_streaming(statuses: &[InstanceStatus], primary: Option<&str>
 mod tests {
     use super::*;
     use crate::databasecluster::instances::SlotFact;
+
+    /// A pod's status in each state Kubernetes 1.28 leaves a pod in, as the scheduler
+    /// (`PodScheduled=False` alone for a pod no node takes) and the kubelet
+    /// (`generateAPIPodStatus`: `Ready=False` while a container waits or fails its probe) write it.
+    #[test]
+    fn a_pod_is_known_down_since_its_ready_condition_turned_false_or_else_since_its_creation() {
+        let at = |second: i64| jiff::Timestamp::from_second(1_800_000_000 + second).unwrap();
+        let status = |conditions: serde_json::Value| -> PodStatus {
+            serde_json::from_value(serde_json::json!({"phase": "Pending", "conditions": conditions})).unwrap()
+        };
+        let created = Some(at(0));
+        let unschedulable = status(serde_json::json!([{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "lastTransitionTime": "2027-01-15T08:00:05Z",
+            "message": "0/1 nodes are available: 1 node(s) were unschedulable."
+        }]));
+        assert_eq!(
+            not_ready_since(Some(&unschedulable), created),
+            created,
+            "never ready: since its creation"
+        );
+        assert_eq!(not_ready_since(None, created), created, "no status yet: since its creation");
+        let waiting = status(serde_json::json!([
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2027-01-15T08:00:01Z"},
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": "2027-01-15T08:00:02Z"},
+        ]));
+        assert_eq!(not_ready_since(Some(&waiting), created), Some("2027-01-15T08:00:02Z".parse().unwrap()));
+        let ready = status(
+            serde_json::json!([{"type": "Ready", "status": "True", "lastTransitionTime": "2027-01-15T08:00:02Z"}]),
+        );
+        assert_eq!(not_ready_since(Some(&ready), created), None);
+        let unstamped = status(serde_json::json!([{"type": "Ready", "status": "False"}]));
+        assert_eq!(not_ready_since(Some(&unstamped), created), created);
+    }
 
     fn pod(ordinal: i32, role_label: Option<&str>) -> PodView {
         PodView {

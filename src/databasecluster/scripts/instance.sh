@@ -23,7 +23,12 @@
 #                       server out of recovery that the record no longer names primary is fenced:
 #                       fast shutdown, after which the container restarts and rejoins as a standby.
 #   instance.sh ready   (readiness probe) accepting connections in its role.
-#   instance.sh alive   (startup/liveness probe) the server answers on its socket.
+#   instance.sh alive   (startup probe) the server answers on its socket.
+#
+# The probes bound every client call themselves (PROBE_SECONDS, killed then): an exec probe's
+# timeoutSeconds is not enforced while a child of the probe command blocks (containerd kills the
+# command but waits for its output to close), so a psql against a stopped server would otherwise
+# hold the probe for the kubelet's two-minute runtime timeout.
 #
 # The role comes from the operator's record, the file $DBC_CONFIG/primary (the current primary's
 # pod name), never from the pod's ordinal.
@@ -286,14 +291,19 @@ run() {
     exit "$status"
 }
 
+# The longest a probe's client call may take: connecting (libpq's connect_timeout) and the query
+# together, then it is killed. A primary whose server hangs is unready after three such failures.
+PROBE_SECONDS=3
+
 ready() {
     [ -f "$DBC_RUN/credentials-applied" ] || exit 1
     local recovery
-    recovery=$(psql_local -tAc 'SELECT pg_is_in_recovery()')
+    recovery=$(PGCONNECT_TIMEOUT=2 timeout -s KILL "$PROBE_SECONDS" psql -X -h "$DBC_RUN" -p "$DBC_PORT" \
+        -U "$(secret superuser username)" -d postgres -tAc 'SELECT pg_is_in_recovery()')
     if is_primary; then [ "$recovery" = f ]; else [ "$recovery" = t ]; fi
 }
 
-alive() { pg_isready -q -h "$DBC_RUN" -p "$DBC_PORT"; }
+alive() { timeout -s KILL "$PROBE_SECONDS" pg_isready -q -t 2 -h "$DBC_RUN" -p "$DBC_PORT"; }
 
 case "${1:-}" in
 init) init ;;

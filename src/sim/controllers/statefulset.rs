@@ -346,31 +346,80 @@ fn delete_pod(state: &mut State, pod: &Value) {
     }
 }
 
+/// The status a pass writes, as 1.28's `updateStatefulSet` computes it: the counts of
+/// `computeReplicaStatus` (pkg/controller/statefulset/stateful_set_control.go) over every pod the
+/// set owns, then `completeRollingUpdate` (stateful_set_utils.go).
 fn update_status(state: &mut State, sts: &Value, update_revision: &str, current_revision: &str) {
     let uid = sts["metadata"]["uid"].as_str().unwrap_or_default();
     let name = sts["metadata"]["name"].as_str().unwrap_or_default();
-    let desired = sts["spec"]["replicas"].as_i64().unwrap_or(1);
     let pods: Vec<&Value> = pods_of(state, name, uid).map(|(_, p)| p).collect();
-    let count = |f: &dyn Fn(&Value) -> bool| pods.iter().filter(|p| f(p)).count() as i64;
-    let revision_of =
-        |p: &Value| p["metadata"]["labels"][REVISION_LABEL].as_str().unwrap_or_default().to_string();
-    let ready = count(&|p| is_ready(p));
-    let updated = count(&|p| revision_of(p) == update_revision);
-    let rollout_done = updated == desired && ready == desired && pods.len() as i64 == desired;
-    let current_revision = if rollout_done { update_revision } else { current_revision };
-    let current = count(&|p| revision_of(p) == current_revision);
+    let counts = replica_status(&pods, current_revision, update_revision);
+    let strategy = sts["spec"]["updateStrategy"]["type"].as_str().unwrap_or("RollingUpdate");
+    let desired = sts["spec"]["replicas"].as_i64().unwrap_or(1);
+    let (current_revision, current) =
+        complete_rolling_update(strategy, desired, &counts, current_revision, update_revision);
     let status = json!({
         "observedGeneration": sts["metadata"]["generation"],
-        "replicas": pods.len(),
-        "readyReplicas": ready,
-        "availableReplicas": ready,
+        "replicas": counts.replicas,
+        "readyReplicas": counts.ready,
+        "availableReplicas": counts.ready,
         "currentReplicas": current,
-        "updatedReplicas": updated,
+        "updatedReplicas": counts.updated,
         "currentRevision": current_revision,
         "updateRevision": update_revision,
         "collisionCount": 0,
     });
     write_status(state, "apps", "statefulsets", sts, status);
+}
+
+/// The counts of a StatefulSet's status (`replicaStatus` in 1.28).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplicaCounts {
+    /// Pods created (a phase set), terminating or not.
+    pub replicas: i64,
+    /// Pods Running and Ready, terminating or not (`availableReplicas` too: no `minReadySeconds`).
+    pub ready: i64,
+    /// Created, not terminating pods at the current revision.
+    pub current: i64,
+    /// Created, not terminating pods at the update revision.
+    pub updated: i64,
+}
+
+/// `computeReplicaStatus` (pkg/controller/statefulset/stateful_set_control.go, v1.28) over `pods`.
+pub fn replica_status(pods: &[&Value], current_revision: &str, update_revision: &str) -> ReplicaCounts {
+    let mut counts = ReplicaCounts::default();
+    for pod in pods {
+        // `isCreated`: the pod has a phase.
+        let created = pod["status"]["phase"].as_str().is_some_and(|phase| !phase.is_empty());
+        counts.replicas += i64::from(created);
+        counts.ready += i64::from(is_ready(pod));
+        if created && !is_deleting(pod) {
+            let revision = pod["metadata"]["labels"][REVISION_LABEL].as_str().unwrap_or_default();
+            counts.current += i64::from(revision == current_revision);
+            counts.updated += i64::from(revision == update_revision);
+        }
+    }
+    counts
+}
+
+/// `completeRollingUpdate` (pkg/controller/statefulset/stateful_set_utils.go, v1.28): the current
+/// revision (and its count) become the update revision's only for the `RollingUpdate` strategy,
+/// once every desired replica is created, updated and ready. With `OnDelete` the current revision
+/// stays what it was when the set was created, however the pods are replaced: a client must judge
+/// a roll from the pods.
+pub fn complete_rolling_update<'a>(
+    strategy: &str,
+    desired: i64,
+    counts: &ReplicaCounts,
+    current_revision: &'a str,
+    update_revision: &'a str,
+) -> (&'a str, i64) {
+    let done = counts.updated == desired && counts.ready == desired && counts.replicas == desired;
+    if strategy == "RollingUpdate" && done {
+        (update_revision, counts.updated)
+    } else {
+        (current_revision, counts.current)
+    }
 }
 
 /// The range of the timer kubelet's pod IPs, `127.12.0.0/16`: loopback, where no simulator
@@ -423,6 +472,48 @@ mod tests {
         assert_eq!(revision_name("db", &a), revision_name("db", &a.clone()));
         assert_ne!(revision_name("db", &a), revision_name("db", &b));
         assert!(revision_name("db", &a).starts_with("db-"));
+    }
+
+    fn pod(phase: &str, revision: &str, ready: bool, deleting: bool) -> Value {
+        let mut pod = json!({
+            "metadata": {"labels": {REVISION_LABEL: revision}},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        });
+        if deleting {
+            pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        pod
+    }
+
+    /// Mirrors `computeReplicaStatus` (pkg/controller/statefulset/stateful_set_control.go, v1.28):
+    /// every created pod counts in `replicas` and, when Running and Ready, in `readyReplicas`, a
+    /// terminating one too; only created pods that are not terminating count at a revision.
+    #[test]
+    fn replica_counts_follow_compute_replica_status() {
+        let pods = [
+            pod("Running", "new", true, false),
+            pod("Running", "old", true, false),
+            pod("Running", "new", true, true),
+            pod("Pending", "new", false, false),
+            pod("", "new", false, false),
+        ];
+        let refs: Vec<&Value> = pods.iter().collect();
+        let counts = replica_status(&refs, "old", "new");
+        assert_eq!(counts, ReplicaCounts { replicas: 4, ready: 3, current: 1, updated: 2 });
+    }
+
+    /// Mirrors `completeRollingUpdate` (pkg/controller/statefulset/stateful_set_utils.go, v1.28):
+    /// the current revision advances only for `RollingUpdate`, once every desired replica is
+    /// created, updated and ready; with `OnDelete` it never does.
+    #[test]
+    fn current_revision_advances_only_for_rolling_updates() {
+        let all_updated = ReplicaCounts { replicas: 3, ready: 3, current: 0, updated: 3 };
+        assert_eq!(complete_rolling_update("RollingUpdate", 3, &all_updated, "old", "new"), ("new", 3));
+        assert_eq!(complete_rolling_update("OnDelete", 3, &all_updated, "old", "new"), ("old", 0));
+        let one_unready = ReplicaCounts { ready: 2, ..all_updated };
+        assert_eq!(complete_rolling_update("RollingUpdate", 3, &one_unready, "old", "new"), ("old", 0));
+        let one_more = ReplicaCounts { replicas: 4, ..all_updated };
+        assert_eq!(complete_rolling_update("RollingUpdate", 3, &one_more, "old", "new"), ("old", 0));
     }
 
     #[test]

@@ -248,25 +248,27 @@ async fn probe_until_unhealthy(
         let Some(probe) = &launch.readiness else { return std::future::pending::<()>().await };
         tokio::time::sleep_until(started_at + probe.initial_delay).await;
         let mut tally = Tally::default();
+        let mut ticker = probes::ticker(probe.period);
         loop {
+            ticker.tick().await;
             let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
             if let Some(ready) = tally.record(result.is_ok(), probe) {
                 on_change(true, ready);
                 tally = Tally::default();
             }
-            tokio::time::sleep(probe.period).await;
         }
     };
     let liveness = async {
         let Some(probe) = &launch.liveness else { return std::future::pending::<String>().await };
         tokio::time::sleep_until(started_at + probe.initial_delay).await;
         let mut tally = Tally::default();
+        let mut ticker = probes::ticker(probe.period);
         loop {
+            ticker.tick().await;
             let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
             if tally.record(result.is_ok(), probe) == Some(false) {
                 return format!("Liveness probe failed: {}", result.err().unwrap_or_default());
             }
-            tokio::time::sleep(probe.period).await;
         }
     };
     tokio::select! {

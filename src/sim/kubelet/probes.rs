@@ -9,8 +9,16 @@
 //!    unready, `successThreshold` consecutive successes ready again. No readiness probe: ready
 //!    once started.
 //! 3. Liveness runs likewise; `failureThreshold` consecutive failures kill the container.
-//! 4. Each attempt has `timeoutSeconds`: an exec probe still running then is killed and fails;
-//!    a connection not made (or an HTTP answer not read) in time fails.
+//! 4. Each attempt has `timeoutSeconds`: a connection not made (or an HTTP answer not read) in
+//!    time fails. An exec probe still running then fails, but as containerd 1.6 runs it under a
+//!    1.28 kubelet: the command's own process is killed, and the attempt then waits until every
+//!    process that inherited its output has closed it, for at most the kubelet's runtime request
+//!    timeout ([`RUNTIME_REQUEST_TIMEOUT`], two minutes). So a probe script whose child blocks
+//!    (a `psql` against a stopped server) takes minutes to fail, not `timeoutSeconds`: a probe
+//!    command must bound its own children.
+//! 6. Attempts follow a ticker of `periodSeconds` (pkg/kubelet/prober/worker.go `run`): an
+//!    attempt that takes longer than the period is followed at once by the next, never by a
+//!    whole period more.
 //! 5. `exec` runs the command in the container's mount namespace, environment and user (so
 //!    `pg_isready` finds the container's `PATH`); exit 0 succeeds. `tcpSocket` succeeds when a TCP
 //!    connection opens; `httpGet` when the answer's status is 200–399 (plain HTTP only: `HTTPS`
@@ -123,8 +131,31 @@ pub struct ExecContext {
     pub identity: Identity,
 }
 
-/// Runs `command` in the container, killing it after `timeout`; `Ok(())` on exit 0.
+/// How long a 1.28 kubelet waits for one call to the container runtime (its
+/// `--runtime-request-timeout` default): the bound of an exec probe whose output stays open.
+pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The ticker of a probe's attempts (rule 6): the first tick at once; a tick missed while an
+/// attempt ran is taken as soon as it ends.
+pub fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    ticker
+}
+
+/// Runs `command` in the container; `Ok(())` on exit 0. After `timeout` the command's process is
+/// killed and the attempt fails once its output is closed (rule 4).
 pub async fn exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> Result<(), String> {
+    exec_bounded(command, ctx, timeout, RUNTIME_REQUEST_TIMEOUT).await
+}
+
+/// [`exec`] with the runtime's own bound `runtime_timeout` on an output left open.
+async fn exec_bounded(
+    command: &[String],
+    ctx: &ExecContext,
+    timeout: Duration,
+    runtime_timeout: Duration,
+) -> Result<(), String> {
     let Some((program, args)) = command.split_first() else { return Err("an empty command".into()) };
     let mount_ns = std::fs::File::open(format!("/proc/{}/ns/mnt", ctx.init_pid))
         .map_err(|e| format!("the container is not running: {e}"))?;
@@ -135,7 +166,7 @@ pub async fn exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> R
         .env_clear()
         .envs(ctx.env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
@@ -143,26 +174,51 @@ pub async fn exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> R
     unsafe { cmd.pre_exec(move || Sandbox::join(fd, &identity)) };
     let mut child = cmd.spawn().map_err(|e| format!("exec {program}: {e}"))?;
     drop(mount_ns);
-    let mut stderr = child.stderr.take();
-    let waited = tokio::time::timeout(timeout, child.wait()).await;
-    let status = match waited {
-        Ok(status) => status.map_err(|e| e.to_string())?,
+    // The runtime copies the output until every writer has closed it, as containerd does.
+    let output = {
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        tokio::spawn(async move {
+            let mut said = Vec::new();
+            let drain_stdout = async {
+                if let Some(mut out) = stdout {
+                    let _ = tokio::io::copy(&mut out, &mut tokio::io::sink()).await;
+                }
+            };
+            let read_stderr = async {
+                if let Some(err) = stderr {
+                    let _ = err.take(64 * 1024).read_to_end(&mut said).await;
+                }
+            };
+            tokio::join!(drain_stdout, read_stderr);
+            String::from_utf8_lossy(&said).trim().to_owned()
+        })
+    };
+    let pid = child.id();
+    let status = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(status) => Some(status.map_err(|e| e.to_string())?),
         Err(_) => {
-            if let Some(pid) = child.id() {
-                // SAFETY: signalling the probe's own process group.
-                unsafe { libc::killpg(pid as i32, libc::SIGKILL) };
-            }
-            return Err(format!("command timed out after {}s", timeout.as_secs()));
+            // The command's own process only: its children keep running with its output.
+            let _ = child.start_kill();
+            None
         }
     };
-    if status.success() {
-        return Ok(());
+    let bound = if status.is_some() { Duration::from_millis(100) } else { runtime_timeout };
+    let said = tokio::time::timeout(bound, output).await.ok().and_then(Result::ok).unwrap_or_default();
+    if status.is_none() {
+        if let Some(pid) = pid.and_then(|pid| i32::try_from(pid).ok()) {
+            // SAFETY: signalling the probe's own process group (what is left of it); its leader
+            // is killed but not yet reaped, so the group's id cannot have been reused.
+            unsafe { libc::killpg(pid, libc::SIGKILL) };
+        }
+        let _ = child.wait().await;
     }
-    let mut said = String::new();
-    if let Some(err) = stderr.as_mut() {
-        let _ = tokio::time::timeout(Duration::from_millis(100), err.read_to_string(&mut said)).await;
+    match status {
+        Some(status) if status.success() => Ok(()),
+        Some(status) => {
+            Err(format!("command {command:?} exited with {}: {said}", status.code().unwrap_or(-1)))
+        }
+        None => Err(format!("command {:?} timed out", command.join(" "))),
     }
-    Err(format!("command {command:?} exited with {}: {}", status.code().unwrap_or(-1), said.trim()))
 }
 
 /// One attempt of `action`.
@@ -280,6 +336,43 @@ mod tests {
         assert_eq!(tally.record(false, &probe), Some(false));
         assert_eq!(tally.record(true, &probe), None);
         assert_eq!(tally.record(true, &probe), Some(true));
+    }
+
+    /// Rule 4, as containerd 1.6 under a 1.28 kubelet runs an exec probe (the `ExecSync` of
+    /// pkg/kubelet/cri/remote/remote_runtime.go, bounded by `--runtime-request-timeout`): on
+    /// `timeoutSeconds` the command's process is killed, but the attempt ends only when its output
+    /// is closed, so a blocked child holds the probe; a command that bounds its children does not.
+    #[tokio::test]
+    async fn an_exec_probe_lasts_until_its_output_closes_whatever_its_timeout() {
+        let ctx = ExecContext {
+            init_pid: std::process::id() as i32,
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            identity: Identity::default(),
+        };
+        let sh = |script: &str| vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()];
+        let second = Duration::from_secs(1);
+        let timed = |script: &'static str, runtime: Duration| {
+            let (ctx, command) = (ctx.clone(), sh(script));
+            async move {
+                let started = std::time::Instant::now();
+                let result = exec_bounded(&command, &ctx, second, runtime).await;
+                (result, started.elapsed())
+            }
+        };
+        let (result, took) = timed("sleep 3; true", Duration::from_secs(30)).await;
+        assert_eq!(result, Err("command \"sh -c sleep 3; true\" timed out".to_owned()));
+        assert!(took >= Duration::from_millis(2900), "the child held the output for 3 s: {took:?}");
+        let (result, took) = timed("sleep 30; true", Duration::from_secs(2)).await;
+        assert!(result.is_err());
+        assert!(took >= 2 * second && took < 10 * second, "bounded by the runtime's timeout: {took:?}");
+        let (result, took) = timed("sleep 30 >/dev/null 2>&1; true", Duration::from_secs(30)).await;
+        assert!(result.is_err());
+        assert!(took < 2 * second, "nothing held the output: {took:?}");
+        let (result, took) =
+            timed("timeout -s KILL 0.5 sleep 30; echo bounded >&2; exit 3", Duration::from_secs(30)).await;
+        let said = result.unwrap_err();
+        assert!(said.contains("exited with 3") && said.ends_with("bounded"), "{said}");
+        assert!(took < 3 * second, "{took:?}");
     }
 
     #[tokio::test]
