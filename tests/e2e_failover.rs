@@ -465,3 +465,97 @@ fn no_write_lost(uri: &str, log: &[Write]) -> Duration {
     eprintln!("{acknowledged} of {} writes acknowledged, none lost", log.len());
     longest_outage(log)
 }
+
+/// A lost node's primary: its pod is evicted (deleted) and no node takes its replacement (the node
+/// is cordoned). As on a real 1.28 cluster the replacement has `PodScheduled=False` and no `Ready`
+/// condition at all, yet the failover delay runs (from when the operator first saw the primary
+/// down) and a standby takes over; once a node takes the pod again, it rejoins as a standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_pod_cannot_be_scheduled_again_is_replaced() {
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    create(&cluster, 2, 3).await;
+    await_streaming(&cluster, 2, POD_0).await;
+    let rw = service_uri(&cluster, "rw").await;
+    cluster.sim.faults().cordon();
+    let evicted = Instant::now();
+    cluster.api::<Pod>().delete(POD_0, &DeleteParams::default()).await.unwrap();
+    let replacement = eventually_some("the primary's pod recreated and unschedulable", || async {
+        let pod = cluster.api::<Pod>().get_opt(POD_0).await.ok()??;
+        let conditions = pod.status.as_ref()?.conditions.clone().unwrap_or_default();
+        let unscheduled = conditions.iter().any(|c| {
+            c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+        });
+        (pod.metadata.deletion_timestamp.is_none() && unscheduled).then_some(pod)
+    })
+    .await;
+    let status = replacement.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(status.pod_ip, None);
+    assert!(status.conditions.unwrap().iter().all(|c| c.type_ != "Ready"), "never ready: no Ready condition");
+
+    let standby = format!("{NAME}-1");
+    let api = cluster.clusters();
+    eventually_some("the standby promoted in place of the unschedulable primary", || async {
+        let status = api.get(NAME).await.ok()?.status?;
+        (status.current_primary.as_deref() == Some(standby.as_str())).then_some(())
+    })
+    .await;
+    eventually_some("-rw accepts writes again", || async {
+        psql(&rw, "CREATE TABLE IF NOT EXISTS after_eviction (id int)").ok().map(drop)
+    })
+    .await;
+    let outage = evicted.elapsed();
+    eprintln!(
+        "unschedulable primary: writes through -rw again {outage:?} after its eviction (failoverDelay {DELAY:?})"
+    );
+    assert!(outage <= DELAY + Duration::from_secs(30), "{outage:?}");
+
+    cluster.sim.faults().uncordon();
+    await_streaming(&cluster, 2, &standby).await;
+    assert_eq!(writable_instances(&cluster, 2).await, vec![standby], "one primary");
+}
+
+/// A primary whose processes hang (stopped, as a frozen process or a stuck disk leaves them) turns
+/// unready within the probe's documented bound, about 10 s (three attempts whose client call is
+/// killed after 3 s), although the runtime does not enforce an exec probe's `timeoutSeconds` while
+/// the probe's child blocks (containerd 1.6; the process kubelet runs probes the same way); then a
+/// standby takes over the writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_primary_turns_unready_within_seconds_and_a_standby_takes_over() {
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    create(&cluster, 2, 3).await;
+    await_streaming(&cluster, 2, POD_0).await;
+    let rw = service_uri(&cluster, "rw").await;
+    // Every process of the container but its first stops: `kill -1` from inside the pod's PID
+    // namespace, by the server's own user. The session that sends it hangs with the rest.
+    let uri = superuser_uri(&cluster, POD_0).await;
+    let mut stopper = std::process::Command::new("psql")
+        .args([uri.as_str(), "-X", "-c", "COPY (SELECT 1) TO PROGRAM 'kill -STOP -1'"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let hung = Instant::now();
+    let limit = Duration::from_secs(20);
+    eventually_every("the hung primary's pod not ready", limit, REAL_POLL_INTERVAL, || async {
+        let status = pod(&cluster, POD_0).await.status.ok_or("no status")?;
+        let ready =
+            status.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready { Err("still ready") } else { Ok(()) }
+    })
+    .await;
+    eprintln!("hung primary: unready after {:?}", hung.elapsed());
+    eventually_some("-rw accepts writes again", || async {
+        psql(&rw, "CREATE TABLE IF NOT EXISTS after_hang (id int)").ok().map(drop)
+    })
+    .await;
+    eprintln!("hung primary: writes through -rw again after {:?} (failoverDelay {DELAY:?})", hung.elapsed());
+    assert_eq!(
+        cluster.clusters().get(NAME).await.unwrap().status.unwrap().current_primary.as_deref(),
+        Some(format!("{NAME}-1").as_str())
+    );
+    let _ = stopper.kill();
+    let _ = stopper.wait();
+}

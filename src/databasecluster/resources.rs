@@ -389,6 +389,10 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
         value("DBC_PEER_DOMAIN", format!("{}.{}.svc", headless_service_name(&owner.name), owner.namespace)),
         value("DBC_PORT", POSTGRES_PORT.to_string()),
         value("DBC_APP_DATABASE", APP_DATABASE.to_owned()),
+        // `kubectl exec -it <pod> -- psql` reaches the server as the superuser over the local
+        // socket (trusted in `pg_hba.conf`), which lives in the private run directory.
+        value("PGHOST", RUN_MOUNT_PATH.to_owned()),
+        value("PGUSER", super::credentials::SUPERUSER.to_owned()),
     ]
 }
 
@@ -750,6 +754,12 @@ mod tests {
         {
             assert!(names.contains(&name), "{name}");
         }
+        assert_eq!(
+            env(container(&sts), "PGHOST").value.as_deref(),
+            Some(RUN_MOUNT_PATH),
+            "psql finds the socket"
+        );
+        assert_eq!(env(container(&sts), "PGUSER").value.as_deref(), Some("postgres"));
         assert_eq!(
             env(container(&sts), "DBC_PEER_DOMAIN").value.as_deref(),
             Some("production-postgres.default.svc")

@@ -1,5 +1,6 @@
 //! Fault injection controlled by tests: end open watches, fail the next requests for a resource,
-//! answer the next watch with 410, add latency, forget the watch history.
+//! answer the next watch with 410, add latency, forget the watch history, cordon the process
+//! kubelet's node.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub struct Faults {
     state: Arc<Mutex<State>>,
     /// Requests answered with an injected failure so far, by the resource the fault named.
     injected: Mutex<HashMap<String, u64>>,
+    /// Whether the process kubelet's node takes no new pods ([`Faults::cordon`]).
+    cordoned: watch::Sender<bool>,
 }
 
 impl Faults {
@@ -36,7 +39,26 @@ impl Faults {
             close_watches: watch::Sender::new(0),
             state,
             injected: Mutex::default(),
+            cordoned: watch::Sender::new(false),
         }
+    }
+
+    /// Cordons the process kubelet's node, as `kubectl cordon` would the only node: a pod created
+    /// from now on is not scheduled (`PodScheduled=False`, reason `Unschedulable`, no `Ready`
+    /// condition, phase `Pending`, as 1.28's scheduler leaves it) until [`Faults::uncordon`];
+    /// pods already scheduled keep running. What a lost node does to a pod that must be recreated.
+    pub fn cordon(&self) {
+        self.cordoned.send_replace(true);
+    }
+
+    /// Undoes [`Faults::cordon`]: the pods waiting for a node are scheduled.
+    pub fn uncordon(&self) {
+        self.cordoned.send_replace(false);
+    }
+
+    /// Whether the node is cordoned, and its changes.
+    pub(crate) fn cordoned(&self) -> watch::Receiver<bool> {
+        self.cordoned.subscribe()
     }
 
     /// Ends every open watch now (clients see the stream end and re-watch).

@@ -17,6 +17,9 @@
 //!    as root) runs as its `postgres` user, uid 999, as the image's entrypoint drops to it.
 //! 6. Pods share the host's network, so a pod's loopback is its pod IP: the argument `127.0.0.1`
 //!    in a command, its args or an exec probe/hook is that pod's IP (and `localhost` resolves to it).
+//! 7. A pod created while the node is cordoned ([`crate::sim::Faults::cordon`]) is not
+//!    scheduled: `PodScheduled=False`, reason `Unschedulable`, with the scheduler's message, no
+//!    IP and no other condition, until the node is uncordoned; nothing of it runs meanwhile.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -182,17 +185,40 @@ impl PodWorker {
     fn update(&self, f: impl FnOnce(&mut PodModel)) {
         {
             let mut model = self.entry.model.lock();
-            let was = (model.initialized, model.ready());
+            let (initialized, ready) = (model.initialized, model.ready());
             f(&mut model);
-            if (model.initialized, model.ready()) != was {
-                model.transition_time = meta::now();
+            if model.initialized != initialized {
+                model.initialized_time = meta::now();
+            }
+            if model.ready() != ready {
+                model.ready_time = meta::now();
             }
         }
         self.publish();
     }
 
+    /// Rule 7: waits for the node to take the pod; `false` if the pod is deleted first.
+    async fn schedule(&self) -> bool {
+        let mut cordoned = self.cluster.faults.cordoned();
+        if !*cordoned.borrow_and_update() {
+            return true;
+        }
+        self.update(|m| m.set_unschedulable(Some(no_node_for("1 node(s) were unschedulable")), &meta::now()));
+        tokio::select! {
+            _ = cordoned.wait_for(|cordoned| !cordoned) => {}
+            _ = self.entry.stop.cancelled() => return false,
+        }
+        self.update(|m| m.set_unschedulable(None, &meta::now()));
+        true
+    }
+
     /// Runs the pod until it is deleted and its containers have stopped.
     pub async fn run(&self) {
+        if !self.schedule().await {
+            self.entry.done.cancel();
+            self.finish();
+            return;
+        }
         self.publish();
         let all: Vec<Value> = ["initContainers", "containers"]
             .iter()
@@ -314,10 +340,7 @@ impl PodWorker {
             let (message, scheduler) = match self.volume_dirs() {
                 Ok(_) => {
                     if self.entry.model.lock().unschedulable.is_some() {
-                        self.update(|m| {
-                            m.unschedulable = None;
-                            m.transition_time = meta::now();
-                        });
+                        self.update(|m| m.set_unschedulable(None, &meta::now()));
                     }
                     return true;
                 }
@@ -331,11 +354,7 @@ impl PodWorker {
                 }
                 // A claim binds within a look in the normal course; one that does not leaves
                 // the pod where the scheduler would: unscheduled.
-                let unschedulable = scheduler.filter(|_| looks > 0);
-                if m.unschedulable != unschedulable {
-                    m.unschedulable = unschedulable;
-                    m.transition_time = meta::now();
-                }
+                m.set_unschedulable(scheduler.filter(|_| looks > 0), &meta::now());
             });
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}

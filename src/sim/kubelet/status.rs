@@ -138,8 +138,12 @@ pub struct PodModel {
     pub initialized: bool,
     /// The containers.
     pub containers: Vec<ContainerModel>,
-    /// When the last condition changed (RFC 3339).
-    pub transition_time: String,
+    /// When `PodScheduled` last changed (RFC 3339).
+    pub scheduled_time: String,
+    /// When `Initialized` last changed.
+    pub initialized_time: String,
+    /// When `Ready` and `ContainersReady` last changed.
+    pub ready_time: String,
     /// The scheduler's message while no node can take the pod (a claim it needs is missing or
     /// not bound): the pod is then reported unscheduled, as a real scheduler leaves it.
     pub unschedulable: Option<String>,
@@ -158,7 +162,9 @@ impl PodModel {
             initialized: init.is_empty(),
             init,
             containers: models("containers"),
-            transition_time: now.to_owned(),
+            scheduled_time: now.to_owned(),
+            initialized_time: now.to_owned(),
+            ready_time: now.to_owned(),
             unschedulable: None,
         }
     }
@@ -191,32 +197,65 @@ impl PodModel {
         }
     }
 
+    /// Reports the pod unschedulable with the scheduler's message `why`, or scheduled (`None`),
+    /// at `now`: `PodScheduled` flips, and the conditions a scheduled pod shows start at `now`.
+    pub fn set_unschedulable(&mut self, why: Option<String>, now: &str) {
+        if self.unschedulable != why {
+            self.unschedulable = why;
+            self.scheduled_time = now.to_owned();
+            self.initialized_time = now.to_owned();
+            self.ready_time = now.to_owned();
+        }
+    }
+
     /// Whether every container is running and ready.
     pub fn ready(&self) -> bool {
         !self.containers.is_empty()
             && self.containers.iter().all(|c| c.ready && matches!(c.state, ContainerState::Running { .. }))
     }
 
-    /// The API's `PodStatus`.
+    /// The API's `PodStatus`, with the conditions a 1.28 kubelet writes (`generateAPIPodStatus`
+    /// in pkg/kubelet/kubelet_pods.go and pkg/kubelet/status/generate.go: `Initialized`, `Ready`,
+    /// `ContainersReady`, `PodScheduled`, each False one with its reason and the containers it
+    /// waits for; `PodReadyToStartContainers` is an alpha gate off in 1.28), and each condition's
+    /// `lastTransitionTime` when its own status last changed.
     pub fn to_status(&self, image_known: bool) -> Value {
         let ready = self.ready();
-        let t = &self.transition_time;
-        let condition = |kind: &str, ok: bool| json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": t});
+        let condition = |kind: &str, ok: bool, at: &str| json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": at});
         if let Some(why) = &self.unschedulable {
-            // No node, so no IP, start time or container statuses yet.
-            let mut scheduled = condition("PodScheduled", false);
+            // No node, so no IP, start time, container statuses or other condition yet.
+            let mut scheduled = condition("PodScheduled", false, &self.scheduled_time);
             scheduled["reason"] = json!("Unschedulable");
             scheduled["message"] = json!(why);
             return json!({"phase": "Pending", "conditions": [scheduled], "qosClass": "Burstable"});
         }
+        let waiting_for = |containers: &[ContainerModel], done: fn(&ContainerModel) -> bool| {
+            let names: Vec<&str> = containers.iter().filter(|c| !done(c)).map(|c| c.name.as_str()).collect();
+            format!("[{}]", names.join(" "))
+        };
+        let mut initialized = condition("Initialized", self.initialized, &self.initialized_time);
+        if !self.initialized {
+            initialized["reason"] = json!("ContainersNotInitialized");
+            let pending = waiting_for(&self.init, |c| c.finished);
+            initialized["message"] = json!(format!("containers with incomplete status: {pending}"));
+        }
+        let mut ready_conditions =
+            ["Ready", "ContainersReady"].map(|kind| condition(kind, ready, &self.ready_time));
+        if !ready {
+            let unready = waiting_for(&self.containers, |c| c.ready);
+            for c in &mut ready_conditions {
+                c["reason"] = json!("ContainersNotReady");
+                c["message"] = json!(format!("containers with unready status: {unready}"));
+            }
+        }
+        let [ready_condition, containers_ready] = ready_conditions;
         let mut status = json!({
             "phase": self.phase(),
             "conditions": [
-                condition("PodReadyToStartContainers", true),
-                condition("Initialized", self.initialized),
-                condition("Ready", ready),
-                condition("ContainersReady", ready),
-                condition("PodScheduled", true),
+                initialized,
+                ready_condition,
+                containers_ready,
+                condition("PodScheduled", true, &self.scheduled_time),
             ],
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
@@ -265,10 +304,58 @@ mod tests {
         assert!(model.ready());
         let status = model.to_status(true);
         assert_eq!(
-            status["conditions"][2],
+            status["conditions"][1],
             json!({"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "t"})
         );
         assert_eq!(status["podIP"], "127.10.0.1");
+    }
+
+    /// The conditions of a pod in each state 1.28 leaves it in (`generateAPIPodStatus`,
+    /// `GeneratePodReadyCondition`, `GeneratePodInitializedCondition` in
+    /// pkg/kubelet/status/generate.go; the scheduler's `PodScheduled=False` for a pod no node
+    /// takes), with each condition's own transition time.
+    #[test]
+    fn conditions_are_those_a_1_28_kubelet_and_scheduler_write() {
+        let conditions = |model: &PodModel| model.to_status(true)["conditions"].as_array().unwrap().clone();
+        let find = |all: &[Value], kind: &str| all.iter().find(|c| c["type"] == kind).cloned();
+
+        let mut model = PodModel::new(&pod(), "ip".into(), "t0");
+        model.set_unschedulable(Some("0/1 nodes are available: 1 node(s) were unschedulable.".into()), "t1");
+        let unscheduled = model.to_status(true);
+        assert_eq!(unscheduled["phase"], "Pending");
+        assert_eq!(unscheduled["podIP"], Value::Null);
+        let all = conditions(&model);
+        assert_eq!(all.len(), 1, "only PodScheduled: {all:?}");
+        assert_eq!(
+            (&all[0]["type"], &all[0]["status"], &all[0]["reason"]),
+            (&json!("PodScheduled"), &json!("False"), &json!("Unschedulable"))
+        );
+        assert_eq!(all[0]["lastTransitionTime"], "t1");
+
+        model.set_unschedulable(None, "t2");
+        let all = conditions(&model);
+        let initialized = find(&all, "Initialized").unwrap();
+        assert_eq!(
+            (&initialized["status"], &initialized["reason"]),
+            (&json!("False"), &json!("ContainersNotInitialized"))
+        );
+        assert_eq!(initialized["message"], "containers with incomplete status: [init]");
+        let ready = find(&all, "Ready").unwrap();
+        assert_eq!((&ready["status"], &ready["reason"]), (&json!("False"), &json!("ContainersNotReady")));
+        assert_eq!(ready["message"], "containers with unready status: [db]");
+        assert_eq!(find(&all, "PodScheduled").unwrap()["lastTransitionTime"], "t2");
+        assert_eq!(find(&all, "PodReadyToStartContainers"), None, "an alpha gate, off in 1.28");
+
+        // A container waiting (a crash loop) after the pod was initialised: Ready stays False
+        // since its own transition, whatever else changes.
+        model.init[0].finished = true;
+        model.initialized = true;
+        model.initialized_time = "t3".into();
+        model.containers[0].state = ContainerState::waiting("CrashLoopBackOff", None);
+        let all = conditions(&model);
+        assert_eq!(find(&all, "Initialized").unwrap()["lastTransitionTime"], "t3");
+        assert_eq!(find(&all, "Ready").unwrap()["lastTransitionTime"], "t2");
+        assert_eq!(find(&all, "ContainersReady").unwrap()["reason"], "ContainersNotReady");
     }
 
     #[test]
