@@ -120,6 +120,7 @@ async fn help_explains_every_flag_the_config_order_and_signals() {
         "--metrics-secure",
         "--metrics-cert-dir",
         "RUST_LOG",
+        "listens on every interface",
         "--kubeconfig, $KUBECONFIG, the in-cluster service account, ~/.kube/config",
         "SIGTERM",
     ] {

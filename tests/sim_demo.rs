@@ -43,7 +43,7 @@ async fn the_demo_installs_the_crd_and_sample_and_kubectl_sees_them() {
     let table = String::from_utf8(table).unwrap();
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAMESPACE", "NAME", "PHASE", "READY", "VERSION", "AGE"]);
+    assert_eq!(header, ["NAMESPACE", "NAME", "PHASE", "READY", "STATUS", "PRIMARY", "VERSION", "AGE"]);
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(row[..2], ["default", "production-postgres"], "{row:?}");
 }

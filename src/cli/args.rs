@@ -41,7 +41,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
 
-    /// Where /metrics is served.
+    /// Where /metrics is served. The default listens on every interface, as a pod must for
+    /// Prometheus to scrape it; outside a cluster, pass 127.0.0.1:8080 to keep it on loopback.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
 
@@ -65,7 +66,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", requires = "metrics_secure")]
     pub metrics_cert_dir: Option<PathBuf>,
 
-    /// Where the /healthz and /readyz probes are served.
+    /// Where the /healthz and /readyz probes are served. The default listens on every interface,
+    /// as the kubelet's probes need in a pod; outside a cluster, pass 127.0.0.1:8081.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
 

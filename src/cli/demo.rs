@@ -358,9 +358,20 @@ impl Demo {
         let (host, port, user, dbname) =
             (field("host")?, field("port")?, field("username")?, field("dbname")?);
         let ip = self.server.resolve(&namespace, &host)?;
+        let name = cluster.metadata.name.as_deref()?;
+        let service = |suffix: &str| {
+            let service = format!("{name}-{suffix}");
+            let ip =
+                self.server.resolve(&namespace, &service).map_or_else(|| "-".to_owned(), |ip| ip.to_string());
+            format!("{service} {ip}")
+        };
         Some(format!(
             "Connect with psql from this host (the Secret {secret_name}'s host {host} is {ip} from here):\n\
-             \x20 PGPASSWORD=\"$(kubectl get secret {secret_name} -n {namespace} -o jsonpath='{{.data.password}}' | base64 -d)\" psql -h {ip} -p {port} -U {user} {dbname}\n"
+             \x20 PGPASSWORD=\"$(kubectl get secret {secret_name} -n {namespace} -o jsonpath='{{.data.password}}' | base64 -d)\" psql -h {ip} -p {port} -U {user} {dbname}\n\
+             Services from this host: {rw} (the primary), {ro} (the standbys), {any} (any instance)\n",
+            rw = service("rw"),
+            ro = service("ro"),
+            any = service("r"),
         ))
     }
 }
@@ -398,12 +409,16 @@ fn operator_lines(
 ) -> String {
     let (name, namespace) = sample;
     let (metrics, debug, health) = (manager.metrics_addr, manager.debug_addr, manager.health_addr);
+    // The path of this very program, so that the command works as printed (`cargo run` puts
+    // nothing on PATH).
+    let program =
+        std::env::current_exe().map_or_else(|_| "dbcluster-operator".to_owned(), |p| p.display().to_string());
     format!(
         "Operator metrics: http://{metrics}/metrics  http://{debug}/debug/queue  http://{debug}/debug/cache\n\
          Live page:        http://{debug}/debug/\n\
          Operator probes:  http://{health}/healthz  http://{health}/readyz\n\
          Operator log:     {log}\n\
-         Status:           dbcluster-operator status {name} -n {namespace} --kubeconfig {kubeconfig} --operator-url http://{debug}\n\n\
+         Status:           {program} status {name} -n {namespace} --kubeconfig {kubeconfig} --operator-url http://{debug}\n\n\
          {keys} Press Ctrl-C to stop.\n",
         keys = demo_keys::HELP,
         log = log_file.display(),

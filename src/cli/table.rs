@@ -1,5 +1,8 @@
 //! The demo's live table of DatabaseClusters, as pure data: one header, then a row per change —
-//! NAMESPACE, NAME, PHASE, READY as `ready/desired`, VERSION, AGE. Cells never overrun their
+//! NAMESPACE, NAME, PHASE, READY as `ready/desired` (never more ready than desired: the instances
+//! a scale-down is removing do not count), STATUS (the `Ready` condition's reason, so a cluster
+//! that runs but refused part of its configuration says `InvalidConfiguration`, as
+//! `kubectl get dbc` shows it), PRIMARY, VERSION, AGE. Cells never overrun their
 //! column (a long one is cut and ends in `…`), a change that leaves every cell but AGE as last
 //! printed prints no row, and a deleted cluster's row says `deleted`. No I/O, no clock: the
 //! caller passes the time in.
@@ -9,8 +12,16 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 /// The columns and their widths (the last, AGE, is not padded).
-const COLUMNS: [(&str, usize); 6] =
-    [("NAMESPACE", 16), ("NAME", 28), ("PHASE", 14), ("READY", 8), ("VERSION", 10), ("AGE", 0)];
+const COLUMNS: [(&str, usize); 8] = [
+    ("NAMESPACE", 12),
+    ("NAME", 24),
+    ("PHASE", 13),
+    ("READY", 7),
+    ("STATUS", 22),
+    ("PRIMARY", 26),
+    ("VERSION", 9),
+    ("AGE", 0),
+];
 
 /// What was last printed for each cluster, to leave out rows that repeat it.
 #[derive(Debug, Default)]
@@ -46,15 +57,23 @@ impl Table {
         };
         let key = (text("/metadata/namespace"), text("/metadata/name"));
         let phase = if deleted { "deleted".to_owned() } else { text("/status/phase") };
-        let ready = match (cluster.pointer("/status/readyReplicas"), cluster.pointer("/spec/replicas")) {
-            (_, None) => String::new(),
-            (ready, Some(desired)) => {
-                format!("{}/{desired}", ready.and_then(Value::as_i64).unwrap_or(0))
+        let ready = match cluster.pointer("/spec/replicas").and_then(Value::as_i64) {
+            None => String::new(),
+            Some(desired) => {
+                let ready = cluster.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+                format!("{}/{desired}", ready.min(desired))
             }
         };
+        let conditions = cluster.pointer("/status/conditions").and_then(Value::as_array);
+        let ready_reason = conditions
+            .and_then(|all| all.iter().find(|c| c["type"] == "Ready"))
+            .and_then(|c| c["reason"].as_str())
+            .unwrap_or_default()
+            .to_owned();
         let version = text("/status/currentVersion");
         let created = cluster.pointer("/metadata/creationTimestamp").and_then(Value::as_str);
-        let cells = vec![key.0.clone(), key.1.clone(), phase, ready, version];
+        let primary = text("/status/currentPrimary");
+        let cells = vec![key.0.clone(), key.1.clone(), phase, ready, ready_reason, primary, version];
         if self.last.get(&key) == Some(&cells) {
             return None;
         }
@@ -92,7 +111,10 @@ mod tests {
     fn cluster(name: &str, phase: &str, ready: i64) -> Value {
         json!({"metadata": {"name": name, "namespace": "default", "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"replicas": 3},
-            "status": {"phase": phase, "readyReplicas": ready, "currentVersion": "15.4"}})
+            "status": {"phase": phase, "readyReplicas": ready, "currentVersion": "15.4",
+                "currentPrimary": format!("{name}-0"),
+                "conditions": [{"type": "Ready", "status": if ready >= 3 { "True" } else { "False" },
+                    "reason": if ready >= 3 { "AllReplicasReady" } else { "ReplicasNotReady" }}]}})
     }
 
     fn now() -> jiff::Timestamp {
@@ -102,13 +124,29 @@ mod tests {
     #[test]
     fn rows_show_the_namespace_and_ready_over_desired() {
         let mut table = Table::default();
-        assert!(Table::header().starts_with("NAMESPACE       NAME"), "{}", Table::header());
+        assert!(Table::header().starts_with("NAMESPACE   NAME"), "{}", Table::header());
         let row = table.row(&cluster("pg", "Degraded", 2), false, now()).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells, ["default", "pg", "Degraded", "2/3", "15.4", "5s"]);
+        assert_eq!(cells, ["default", "pg", "Degraded", "2/3", "ReplicasNotReady", "pg-0", "15.4", "5s"]);
         let fresh = json!({"metadata": {"name": "new", "namespace": "prod"}, "spec": {"replicas": 2}});
         let row = table.row(&fresh, false, now()).unwrap();
         assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["prod", "new", "0/2", "<unknown>"], "{row}");
+    }
+
+    /// A running cluster whose configuration PostgreSQL refused is not shown as healthy, and a
+    /// scale-down never shows more ready than desired.
+    #[test]
+    fn the_status_names_a_problem_and_ready_never_exceeds_desired() {
+        let mut table = Table::default();
+        let mut refused = cluster("pg", "Running", 3);
+        refused["status"]["conditions"][0] =
+            json!({"type": "Ready", "status": "False", "reason": "InvalidConfiguration"});
+        let row = table.row(&refused, false, now()).unwrap();
+        assert_eq!(row.split_whitespace().nth(4), Some("InvalidConfiguration"), "{row}");
+        let mut shrinking = cluster("pg", "Scaling", 5);
+        shrinking["spec"]["replicas"] = json!(3);
+        let row = table.row(&shrinking, false, now()).unwrap();
+        assert_eq!(row.split_whitespace().nth(3), Some("3/3"), "{row}");
     }
 
     #[test]
@@ -119,7 +157,7 @@ mod tests {
         let header = Table::header();
         let column = |line: &str, cell: &str| line[..line.find(cell).unwrap()].chars().count();
         assert_eq!(column(&row, "Running"), column(&header, "PHASE"), "{header}\n{row}");
-        assert!(row.contains("a-very-long-database-clust… "), "{row}");
+        assert!(row.contains("a-very-long-database-c… "), "{row}");
     }
 
     #[test]
