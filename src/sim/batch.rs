@@ -136,11 +136,7 @@ fn selector_causes(spec: &Value) -> Vec<Cause> {
     if matches {
         return Vec::new();
     }
-    vec![invalid(
-        "spec.template.metadata.labels",
-        labels,
-        "`selector` does not match template `labels`",
-    )]
+    vec![invalid("spec.template.metadata.labels", labels, "`selector` does not match template `labels`")]
 }
 
 /// The refusals of a Job or CronJob being created or updated (none for other kinds).
@@ -278,7 +274,10 @@ mod tests {
             "spec": {"template": {"metadata": {"labels": {"app": "pg", "job-name": "mine"}}, "spec": {"restartPolicy": "Never"}}},
         });
         generate_selector(&mut job);
-        assert_eq!(job["spec"]["selector"], json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}}));
+        assert_eq!(
+            job["spec"]["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+        );
         assert_eq!(
             job["spec"]["template"]["metadata"]["labels"],
             json!({

@@ -8,6 +8,7 @@
 //! the state lock is held for a bounded batch of work at a time. All timing is `tokio::time`.
 
 pub mod cron;
+pub mod cronjobs;
 pub mod jobs;
 pub mod kubelet;
 pub mod statefulset;
@@ -16,7 +17,7 @@ pub mod volumes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::time::Instant;
 
@@ -309,16 +310,4 @@ pub async fn run(cluster: Arc<Cluster>) {
             _ = cluster.shutdown.cancelled() => return,
         }
     }
-}
-
-/// The condition list entry a controller writes.
-pub fn condition(kind: &str, status: bool, reason: &str, message: &str, now: &str) -> Value {
-    json!({
-        "type": kind,
-        "status": if status { "True" } else { "False" },
-        "lastProbeTime": now,
-        "lastTransitionTime": now,
-        "reason": reason,
-        "message": message,
-    })
 }
