@@ -233,3 +233,40 @@ fn cleanup_finished_jobs(state: &mut State, cj: &Value, status: &mut Value, jobs
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    // mirrors pkg/controller/cronjob/utils.go (1.28): `mostRecentScheduleTime`, as its
+    // `TestMostRecentScheduleTime` cases: nothing before the first time, the first time before the
+    // second, and the latest time for a regular and an irregular schedule.
+    #[test]
+    fn the_most_recent_schedule_time() {
+        let every_5 = Schedule::parse("*/5 * * * *").unwrap();
+        let earliest = ts("2026-01-05T10:00:00Z");
+        assert_eq!(most_recent_schedule_time(&every_5, earliest, ts("2026-01-05T10:04:59Z")), None);
+        assert_eq!(
+            most_recent_schedule_time(&every_5, earliest, ts("2026-01-05T10:05:00Z")),
+            Some(ts("2026-01-05T10:05:00Z"))
+        );
+        assert_eq!(
+            most_recent_schedule_time(&every_5, earliest, ts("2026-01-05T10:31:00Z")),
+            Some(ts("2026-01-05T10:30:00Z"))
+        );
+        // Weekdays at 06:30, 10:30 and 14:30; 2026-01-02 is a Friday.
+        let office = Schedule::parse("30 6-16/4 * * 1-5").unwrap();
+        assert_eq!(
+            most_recent_schedule_time(&office, ts("2026-01-02T16:30:00Z"), ts("2026-01-05T15:00:00Z")),
+            Some(ts("2026-01-05T14:30:00Z"))
+        );
+        assert_eq!(
+            most_recent_schedule_time(&office, ts("2026-01-02T14:30:00Z"), ts("2026-01-05T11:00:00Z")),
+            Some(ts("2026-01-05T10:30:00Z"))
+        );
+    }
+}

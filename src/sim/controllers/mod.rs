@@ -1,7 +1,7 @@
 //! Simulated controllers, because the simulated cluster has no kube-controller-manager and no
 //! kubelet: a kubelet that starts pods after `pod_ready_delay`, the StatefulSet controller, a
-//! volume provisioner, binder and expander (with a default StorageClass; a grown claim is expanded
-//! `volume_expand_delay` later), and the Job and CronJob controllers. One task runs them, reacting to each change event: a StatefulSet is reconciled
+//! volume provisioner, binder and expander (with a default StorageClass; a grown claim's volume grows
+//! `volume_expand_delay` later and its filesystem as long again after that), and the Job and CronJob controllers. One task runs them, reacting to each change event: a StatefulSet is reconciled
 //! when it or one of its pods changed, a claim when it changed, a volume when it or its claim
 //! did, the Jobs and CronJobs when one of them (or a Job's pod) did; and whenever a timer they
 //! asked for is due. So the work per change does not grow with the number of objects stored, and
@@ -252,7 +252,9 @@ impl Controllers {
             self.expansions.iter().filter(|(_, due)| **due <= now).map(|(name, _)| name.clone()).collect();
         for name in due {
             self.expansions.remove(&name);
-            volumes::expand_claim(state, &name);
+            if volumes::expand_claim(state, &name) {
+                self.expansions.insert(name, now + self.expand_delay);
+            }
         }
         for name in take_first(&mut self.changes.volumes, RECONCILES_PER_PASS) {
             volumes::reconcile_volume(state, &name);
