@@ -145,7 +145,8 @@ fn job(spec: &mut Value) {
     default(spec, "parallelism", json!(1));
     default(spec, "completionMode", json!("NonIndexed"));
     default(spec, "suspend", json!(false));
-    default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+    // No `podReplacementPolicy`: 1.28 defaults it only with the JobPodReplacementPolicy gate,
+    // alpha and off (pkg/apis/batch/v1/defaults.go `SetDefaults_Job`).
     pod_spec(&mut spec["template"]["spec"]);
 }
 

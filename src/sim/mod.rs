@@ -80,8 +80,8 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// How long a simulated Job runs before it completes (or fails).
     pub job_duration: Duration,
-    /// How long the simulated expander takes to grow a claim whose request grew (a CSI resizer
-    /// and the kubelet's filesystem resize take seconds, never no time at all).
+    /// How long each step of the simulated expansion of a claim whose request grew takes: the
+    /// CSI resizer's, then the kubelet's filesystem resize (each takes seconds, never no time).
     pub volume_expand_delay: Duration,
     /// The Kubernetes version to behave as (default the oldest supported, 1.28): what `/version`
     /// reports and which CEL functions new CRD expressions may use.

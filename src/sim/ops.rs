@@ -224,6 +224,9 @@ pub fn create(
     } else {
         check_known_fields(kind, &mut obj, cx)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
+        if kind.group == "batch" && kind.plural == "jobs" {
+            batch::generate_selector(&mut obj);
+        }
         validate_built_in(kind, &mut obj, &name, metadata_causes, true)?;
     }
     let served =

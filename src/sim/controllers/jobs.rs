@@ -1,13 +1,30 @@
-//! The simulated Job and CronJob controllers. With the timer kubelet a Job starts when first seen
-//! and finishes `job_duration` later: succeeded, or failed when `Faults::fail_next_jobs` says so.
-//! With the process kubelet a Job runs real pods from its template (`<job>-<suffix>`, labelled
-//! `job-name` and `controller-uid`, owned by the Job): it completes when a pod succeeds, and a
-//! failed pod is replaced until `backoffLimit` (default 6) failures fail the Job. A CronJob
-//! creates a Job at each scheduled time (the latest missed one when several were missed),
-//! honours `suspend` and `concurrencyPolicy`, keeps `active`, `lastScheduleTime` and
-//! `lastSuccessfulTime`, and prunes finished Jobs beyond the history limits. Schedules follow a
-//! clock that advances with `tokio::time`, so a paused test clock drives them, and that a test may
-//! also move ahead ([`crate::sim::SimServer::advance_controller_clock`]) when real processes run.
+//! The simulated Job controller, after 1.28's `pkg/controller/job/job_controller.go`
+//! (`(*Controller).syncJob`, `enactJobFinished`). The apiserver has already given each Job its
+//! selector and its pod template's `job-name`/`controller-uid` labels
+//! ([`crate::sim::batch::generate_selector`]).
+//!
+//! - A Job not suspended gets `startTime` when first seen, `active`, `ready` (the active pods
+//!   Ready) and `uncountedTerminatedPods: {}`; counts that are zero are left out, as the API
+//!   omits them.
+//! - It completes once `completions` pods succeeded and none is active: condition `Complete`
+//!   (`status: "True"`, `lastProbeTime` = `lastTransitionTime`, no reason or message) and
+//!   `completionTime`. Only success sets `completionTime`; 1.28 writes no `SuccessCriteriaMet`.
+//! - It fails when more pods failed than `backoffLimit` (condition `Failed`, reason
+//!   `BackoffLimitExceeded`) or, failing that, when it has been active `activeDeadlineSeconds`
+//!   (reason `DeadlineExceeded`: its active pods are deleted and counted as failed). 1.28 writes
+//!   no `FailureTarget` unless a `podFailurePolicy` matched, which the simulator does not model.
+//!
+//! With the timer kubelet a Job has no pods: it is active from when first seen and succeeds
+//! `job_duration` later, or fails when `Faults::fail_next_jobs` says so (with the count a Job that
+//! used up its `backoffLimit` shows, without the retries' back-off in between). With the process
+//! kubelet a Job runs real pods from its template, one at a time (`parallelism` above 1 is not
+//! modelled), owned by the Job, named `<job>-<suffix>`, labelled as the template is; a failed pod
+//! is replaced at once (1.28 waits an exponential back-off from 10 s first), and pods carry no
+//! `batch.kubernetes.io/job-tracking` finalizer (a pod once counted stays counted instead).
+//!
+//! Schedules follow a clock that advances with `tokio::time`, so a paused test clock drives
+//! them, and that a test may also move ahead ([`crate::sim::SimServer::advance_controller_clock`])
+//! when real processes run. The CronJob controller is [`super::cronjobs`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,9 +35,8 @@ use tokio::time::Instant;
 
 use crate::sim::KubeletKind;
 use crate::sim::cluster::Cluster;
-use crate::sim::controllers::cron::Schedule;
-use crate::sim::controllers::{condition, create_with_status, is_deleting, owned_by, write_status};
-use crate::sim::ops::{self, DeleteOptions, Propagation};
+use crate::sim::controllers::{create_with_status, cronjobs, is_deleting, owned_by, write_status};
+use crate::sim::ops::{self, DeleteOptions};
 use crate::sim::state::State;
 
 /// Wall-clock time that advances with `tokio::time` from the moment the controllers started, plus
@@ -48,11 +64,14 @@ impl SimClock {
     }
 }
 
-fn stamp(t: Timestamp) -> String {
+/// A time as the API writes it (RFC 3339, seconds, UTC).
+pub(super) fn stamp(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn finished(job: &Value) -> Option<bool> {
+/// `Some(true)` for a Job with `Complete=True`, `Some(false)` for `Failed=True` (1.28
+/// `IsJobFinished` / `getFinishedStatus`), `None` while it runs.
+pub(super) fn finished(job: &Value) -> Option<bool> {
     let conditions = job["status"]["conditions"].as_array()?;
     conditions
         .iter()
@@ -60,7 +79,62 @@ fn finished(job: &Value) -> Option<bool> {
         .map(|c| c["type"] == "Complete")
 }
 
-/// The Job and CronJob controllers' memory: when each running Job finishes.
+/// The condition `enactJobFinished` adds: `Complete` without a reason, `Failed` with one.
+fn finished_condition(failure: Option<(&str, &str)>, now: &str) -> Value {
+    let mut condition = json!({
+        "type": if failure.is_some() { "Failed" } else { "Complete" },
+        "status": "True", "lastProbeTime": now, "lastTransitionTime": now,
+    });
+    if let Some((reason, message)) = failure {
+        condition["reason"] = json!(reason);
+        condition["message"] = json!(message);
+    }
+    condition
+}
+
+const BACKOFF_LIMIT_EXCEEDED: (&str, &str) =
+    ("BackoffLimitExceeded", "Job has reached the specified backoff limit");
+const DEADLINE_EXCEEDED: (&str, &str) = ("DeadlineExceeded", "Job was active longer than specified deadline");
+
+/// What a Job's status says; zero counts are left out as the API's `omitempty` leaves them out.
+#[derive(Debug, Default)]
+struct Counts {
+    active: i64,
+    ready: i64,
+    succeeded: i64,
+    failed: i64,
+}
+
+/// The status `syncJob` writes: counts, `startTime`, and when finished its condition (and, for
+/// success, `completionTime`).
+fn job_status(start: &str, counts: &Counts, finish: Option<(Option<(&str, &str)>, &str)>) -> Value {
+    let mut status = json!({"startTime": start, "ready": counts.ready, "uncountedTerminatedPods": {}});
+    for (field, n) in [("active", counts.active), ("succeeded", counts.succeeded), ("failed", counts.failed)]
+    {
+        if n > 0 {
+            status[field] = json!(n);
+        }
+    }
+    if let Some((failure, now)) = finish {
+        status["conditions"] = json!([finished_condition(failure, now)]);
+        if failure.is_none() {
+            status["completionTime"] = json!(now);
+        }
+    }
+    status
+}
+
+/// When a Job's `activeDeadlineSeconds` runs out, counted from its `startTime`.
+fn deadline(job: &Value, start: &str) -> Option<Timestamp> {
+    let seconds = job["spec"]["activeDeadlineSeconds"].as_i64()?;
+    start.parse::<Timestamp>().ok()?.checked_add(SignedDuration::from_secs(seconds)).ok()
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    [a, b].into_iter().flatten().min()
+}
+
+/// The Job and CronJob controllers' memory: when each running Job finishes (timer kubelet).
 #[derive(Debug)]
 pub struct Jobs {
     cluster: Arc<Cluster>,
@@ -79,197 +153,64 @@ impl Jobs {
     /// One pass of both controllers; returns when the next Job finishes or CronJob is due.
     pub fn pass(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
         self.clock.ahead = self.cluster.controller_clock_ahead();
-        // Jobs first: a Job that finishes is pruned by its CronJob in the same pass.
-        let job_due = self.jobs(state, now);
-        let cron_due = self.cron_jobs(state, now);
-        [cron_due, job_due].into_iter().flatten().min()
+        let wall = self.clock.now(now);
+        // Jobs first: a Job that finishes is counted by its CronJob in the same pass.
+        let job_due = if self.cluster.config.kubelet == KubeletKind::Process {
+            run_job_pods(state, wall).map(|t| self.clock.instant_of(t))
+        } else {
+            self.timer_jobs(state, now)
+        };
+        let cron_due = cronjobs::sync_all(state, wall).map(|t| self.clock.instant_of(t));
+        earliest(cron_due, job_due)
     }
 
-    fn jobs(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
-        if self.cluster.config.kubelet == KubeletKind::Process {
-            run_job_pods(state, &stamp(self.clock.now(now)));
-            return None;
-        }
+    /// Jobs on the timer kubelet: active when first seen, finished `job_duration` later or at
+    /// their deadline.
+    fn timer_jobs(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
         let running = running_jobs(state);
         let uids: Vec<String> =
             running.iter().filter_map(|j| j["metadata"]["uid"].as_str().map(String::from)).collect();
         self.finish_at.retain(|uid, _| uids.contains(uid));
-        let mut next: Option<Instant> = None;
         let wall = stamp(self.clock.now(now));
-        for job in running {
+        let mut next: Option<Instant> = None;
+        for mut job in running {
             let uid = job["metadata"]["uid"].as_str().unwrap_or_default().to_string();
             let due = *self.finish_at.entry(uid.clone()).or_insert(now + self.cluster.config.job_duration);
+            let active = Counts { active: 1, ..Counts::default() };
             if job["status"]["startTime"].is_null() {
-                write_status(
-                    state,
-                    "batch",
-                    "jobs",
-                    &job,
-                    json!({"startTime": wall, "active": 1, "ready": 0}),
-                );
+                match write_status(state, "batch", "jobs", &job, job_status(&wall, &active, None)) {
+                    Some(written) => job = written,
+                    None => continue,
+                }
             }
-            if due > now {
-                next = Some(next.map_or(due, |n| n.min(due)));
-                continue;
-            }
-            let Some(current) = state.store.get("jobs.batch", job_ns(&job), job_name(&job)).cloned() else {
-                continue;
-            };
-            let start = current["status"]["startTime"].clone();
-            let status = if self.cluster.faults.take_job_failure() {
-                json!({
-                    "startTime": start, "failed": 1, "ready": 0,
-                    "conditions": [
-                        condition("FailureTarget", true, "BackoffLimitExceeded", "Job has reached the specified backoff limit", &wall),
-                        condition("Failed", true, "BackoffLimitExceeded", "Job has reached the specified backoff limit", &wall),
-                    ],
-                })
+            let start = job["status"]["startTime"].as_str().unwrap_or(&wall).to_owned();
+            let past_deadline = deadline(&job, &start).is_some_and(|d| d <= self.clock.now(now));
+            let failure = if past_deadline {
+                Some(DEADLINE_EXCEEDED)
+            } else if due <= now {
+                self.cluster.faults.take_job_failure().then_some(BACKOFF_LIMIT_EXCEEDED)
             } else {
-                json!({
-                    "startTime": start, "completionTime": wall, "ready": 0,
-                    "succeeded": current["spec"]["completions"].as_i64().unwrap_or(1),
-                    "conditions": [
-                        condition("SuccessCriteriaMet", true, "CompletionsReached", "Reached expected number of succeeded pods", &wall),
-                        condition("Complete", true, "CompletionsReached", "Reached expected number of succeeded pods", &wall),
-                    ],
-                })
+                let at_deadline = deadline(&job, &start).map(|d| self.clock.instant_of(d));
+                next = earliest(next, earliest(Some(due), at_deadline));
+                continue;
             };
-            write_status(state, "batch", "jobs", &current, status);
+            let counts = match failure {
+                // The pod the deadline ended is counted failed; a Job past its backoff limit
+                // has seen one failure more than the limit.
+                Some(DEADLINE_EXCEEDED) => Counts { failed: 1, ..Counts::default() },
+                Some(_) => Counts {
+                    failed: job["spec"]["backoffLimit"].as_i64().unwrap_or(6) + 1,
+                    ..Counts::default()
+                },
+                None => Counts {
+                    succeeded: job["spec"]["completions"].as_i64().unwrap_or(1),
+                    ..Counts::default()
+                },
+            };
+            write_status(state, "batch", "jobs", &job, job_status(&start, &counts, Some((failure, &wall))));
             self.finish_at.remove(&uid);
         }
         next
-    }
-
-    fn cron_jobs(&mut self, state: &mut State, now: Instant) -> Option<Instant> {
-        let cron_jobs: Vec<Value> =
-            state.store.list("cronjobs.batch", None).filter(|c| !is_deleting(c)).cloned().collect();
-        let wall_now = self.clock.now(now);
-        let mut next: Option<Instant> = None;
-        for cj in cron_jobs {
-            let Some(schedule) = cj["spec"]["schedule"].as_str().and_then(Schedule::parse) else { continue };
-            let since = cj["status"]["lastScheduleTime"]
-                .as_str()
-                .or(cj["metadata"]["creationTimestamp"].as_str())
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .unwrap_or(wall_now);
-            // The latest scheduled time not after now, if any was missed since the last run.
-            let mut due = None;
-            let mut t = since;
-            for _ in 0..10_000 {
-                match schedule.next_after(t) {
-                    Some(n) if n <= wall_now => {
-                        due = Some(n);
-                        t = n;
-                    }
-                    _ => break,
-                }
-            }
-            if let Some(at) = due
-                && cj["spec"]["suspend"] != true
-            {
-                self.run_cron_job(state, &cj, at);
-            }
-            self.sync_cron_status(state, &cj, due);
-            if let Some(upcoming) = schedule.next_after(due.unwrap_or(t).max(t)) {
-                let when = self.clock.instant_of(upcoming);
-                next = Some(next.map_or(when, |n| n.min(when)));
-            }
-        }
-        next
-    }
-
-    fn run_cron_job(&self, state: &mut State, cj: &Value, at: Timestamp) {
-        let ns = cj["metadata"]["namespace"].as_str().unwrap_or_default();
-        let uid = cj["metadata"]["uid"].as_str().unwrap_or_default();
-        let active: Vec<Value> = state
-            .store
-            .list("jobs.batch", Some(ns))
-            .filter(|j| owned_by(j, uid) && finished(j).is_none())
-            .cloned()
-            .collect();
-        match cj["spec"]["concurrencyPolicy"].as_str() {
-            Some("Forbid") if !active.is_empty() => return,
-            Some("Replace") => {
-                if let Some(kind) = state.registry.get("batch", "v1", "jobs") {
-                    let opts = DeleteOptions { propagation: Propagation::Background, ..Default::default() };
-                    for j in &active {
-                        let _ = ops::delete(state, &kind, Some(ns), job_name(j), &opts);
-                    }
-                }
-            }
-            _ => {}
-        }
-        let template = &cj["spec"]["jobTemplate"];
-        let name = format!("{}-{}", cj["metadata"]["name"].as_str().unwrap_or_default(), at.as_second() / 60);
-        let mut meta = template["metadata"].as_object().cloned().unwrap_or_default();
-        meta.insert("name".into(), json!(name));
-        meta.insert("namespace".into(), json!(ns));
-        meta.insert(
-            "ownerReferences".into(),
-            json!([{"apiVersion": "batch/v1", "kind": "CronJob", "name": cj["metadata"]["name"], "uid": uid, "controller": true, "blockOwnerDeletion": true}]),
-        );
-        let mut annotations = meta.get("annotations").and_then(Value::as_object).cloned().unwrap_or_default();
-        annotations.insert("batch.kubernetes.io/cronjob-scheduled-timestamp".into(), json!(stamp(at)));
-        meta.insert("annotations".into(), Value::Object(annotations));
-        let job =
-            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": template["spec"]});
-        if state.store.get("jobs.batch", ns, &name).is_none() {
-            create_with_status(state, "batch", "jobs", Some(ns), job, None);
-        }
-    }
-
-    /// Keeps `active`, `lastScheduleTime`, `lastSuccessfulTime` true and prunes old Jobs.
-    fn sync_cron_status(&self, state: &mut State, cj: &Value, scheduled: Option<Timestamp>) {
-        let ns = cj["metadata"]["namespace"].as_str().unwrap_or_default();
-        let uid = cj["metadata"]["uid"].as_str().unwrap_or_default();
-        let mut jobs: Vec<Value> =
-            state.store.list("jobs.batch", Some(ns)).filter(|j| owned_by(j, uid)).cloned().collect();
-        jobs.sort_by_key(|j| j["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string());
-        let keep = |field: &str, default: i64| cj["spec"][field].as_i64().unwrap_or(default).max(0) as usize;
-        let (keep_ok, keep_failed) =
-            (keep("successfulJobsHistoryLimit", 3), keep("failedJobsHistoryLimit", 1));
-        for (outcome, limit) in [(true, keep_ok), (false, keep_failed)] {
-            let done: Vec<&Value> = jobs.iter().filter(|j| finished(j) == Some(outcome)).collect();
-            let excess = done.len().saturating_sub(limit);
-            if let Some(kind) = state.registry.get("batch", "v1", "jobs") {
-                for j in done.into_iter().take(excess) {
-                    let _ = ops::delete(state, &kind, Some(ns), job_name(j), &DeleteOptions::default());
-                }
-            }
-        }
-        let Some(current) = state
-            .store
-            .get("cronjobs.batch", ns, cj["metadata"]["name"].as_str().unwrap_or_default())
-            .cloned()
-        else {
-            return;
-        };
-        let live: Vec<&Value> =
-            state.store.list("jobs.batch", Some(ns)).filter(|j| owned_by(j, uid)).collect();
-        let active: Vec<Value> = live
-            .iter()
-            .filter(|j| finished(j).is_none())
-            .map(|j| json!({"apiVersion": "batch/v1", "kind": "Job", "name": j["metadata"]["name"], "namespace": ns, "uid": j["metadata"]["uid"], "resourceVersion": j["metadata"]["resourceVersion"]}))
-            .collect();
-        let last_success = live
-            .iter()
-            .filter(|j| finished(j) == Some(true))
-            .filter_map(|j| j["status"]["completionTime"].as_str())
-            .max()
-            .map(String::from);
-        let mut status = current["status"].as_object().cloned().unwrap_or_default();
-        if active.is_empty() {
-            status.remove("active");
-        } else {
-            status.insert("active".into(), json!(active));
-        }
-        if let Some(at) = scheduled {
-            status.insert("lastScheduleTime".into(), json!(stamp(at)));
-        }
-        if let Some(t) = last_success {
-            status.insert("lastSuccessfulTime".into(), json!(t));
-        }
-        write_status(state, "batch", "cronjobs", &current, Value::Object(status));
     }
 }
 
@@ -283,60 +224,87 @@ fn running_jobs(state: &State) -> Vec<Value> {
         .collect()
 }
 
-/// Jobs on the process kubelet: one pod at a time from the template, the outcome from its phase.
-fn run_job_pods(state: &mut State, wall: &str) {
-    let running = running_jobs(state);
-    for job in running {
-        let (ns, uid) =
-            (job_ns(&job).to_owned(), job["metadata"]["uid"].as_str().unwrap_or_default().to_owned());
+/// Jobs on the process kubelet (`syncJob` over the Job's pods); returns when the next deadline
+/// runs out.
+fn run_job_pods(state: &mut State, now: Timestamp) -> Option<Timestamp> {
+    let wall = stamp(now);
+    let mut next = None;
+    for job in running_jobs(state) {
+        let uid = job["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
         let pods: Vec<Value> =
-            state.store.list("pods", Some(&ns)).filter(|p| owned_by(p, &uid)).cloned().collect();
+            state.store.list("pods", Some(job_ns(&job))).filter(|p| owned_by(p, &uid)).cloned().collect();
         let phase = |p: &Value| p["status"]["phase"].as_str().unwrap_or_default().to_owned();
-        let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
-        let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i64;
-        let active = pods
+        // `IsPodActive` and `isPodFailed`: a pod being deleted before it succeeded counts failed.
+        let active: Vec<&Value> = pods
             .iter()
             .filter(|p| !matches!(phase(p).as_str(), "Succeeded" | "Failed") && !is_deleting(p))
-            .count() as i64;
-        let limit = job["spec"]["backoffLimit"].as_i64().unwrap_or(6);
-        let start = job["status"]["startTime"].as_str().map_or_else(|| wall.to_owned(), str::to_owned);
-        let status = if succeeded > 0 {
-            json!({
-                "startTime": start, "completionTime": wall, "ready": 0, "succeeded": succeeded, "failed": failed,
-                "conditions": [
-                    condition("SuccessCriteriaMet", true, "CompletionsReached", "Reached expected number of succeeded pods", wall),
-                    condition("Complete", true, "CompletionsReached", "Reached expected number of succeeded pods", wall),
-                ],
-            })
-        } else if failed > limit {
-            json!({
-                "startTime": start, "failed": failed, "ready": 0,
-                "conditions": [
-                    condition("FailureTarget", true, "BackoffLimitExceeded", "Job has reached the specified backoff limit", wall),
-                    condition("Failed", true, "BackoffLimitExceeded", "Job has reached the specified backoff limit", wall),
-                ],
-            })
-        } else {
-            if active == 0 {
-                create_job_pod(state, &job);
-            }
-            json!({"startTime": start, "active": 1, "ready": 0, "failed": failed})
+            .collect();
+        let failed_now = pods
+            .iter()
+            .filter(|p| phase(p) == "Failed" || (is_deleting(p) && phase(p) != "Succeeded"))
+            .count();
+        let previous = |field: &str| job["status"][field].as_i64().unwrap_or(0);
+        // Pods counted once stay counted when they are gone (the real controller's finalizers).
+        let mut counts = Counts {
+            active: active.len() as i64,
+            ready: active.iter().filter(|p| is_ready(p)).count() as i64,
+            succeeded: previous("succeeded")
+                .max(pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64),
+            failed: previous("failed").max(failed_now as i64),
         };
+        let start = job["status"]["startTime"].as_str().map_or_else(|| wall.clone(), str::to_owned);
+        let completions = job["spec"]["completions"].as_i64().unwrap_or(1);
+        let limit = job["spec"]["backoffLimit"].as_i64().unwrap_or(6);
+        let job_deadline = deadline(&job, &start);
+        // `syncJob`'s order: the backoff limit, then the deadline, then completion.
+        let finish = if counts.failed > limit && counts.failed > previous("failed") {
+            Some(Some(BACKOFF_LIMIT_EXCEEDED))
+        } else if job_deadline.is_some_and(|d| d <= now) {
+            Some(Some(DEADLINE_EXCEEDED))
+        } else if counts.succeeded >= completions && counts.active == 0 {
+            Some(None)
+        } else {
+            None
+        };
+        if finish.is_some_and(|f| f.is_some()) {
+            // `deleteActivePods`: the deleted pods are counted failed.
+            delete_pods(state, &active);
+            counts.failed += counts.active;
+            (counts.active, counts.ready) = (0, 0);
+        } else if finish.is_none() {
+            if counts.active == 0 {
+                create_job_pod(state, &job);
+                counts.active = 1;
+            }
+            next = [next, job_deadline].into_iter().flatten().min();
+        }
+        let status = job_status(&start, &counts, finish.map(|failure| (failure, wall.as_str())));
         write_status(state, "batch", "jobs", &job, status);
+    }
+    next
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+fn delete_pods(state: &mut State, pods: &[&Value]) {
+    let Some(kind) = state.registry.get("", "v1", "pods") else { return };
+    for pod in pods {
+        let (ns, name) = (job_ns(pod), pod["metadata"]["name"].as_str().unwrap_or_default());
+        let _ = ops::delete(state, &kind, Some(ns), name, &DeleteOptions::default());
     }
 }
 
+/// A pod from the Job's template as the controller makes it: named `<job>-<suffix>`, labelled
+/// as the template is (the apiserver put the Job's labels there), owned by the Job.
 fn create_job_pod(state: &mut State, job: &Value) {
     let name = job_name(job);
     let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
     let template = &job["spec"]["template"];
     let mut meta = template["metadata"].as_object().cloned().unwrap_or_default();
-    let mut labels = meta.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
-    labels.insert("job-name".into(), json!(name));
-    labels.insert("batch.kubernetes.io/job-name".into(), json!(name));
-    labels.insert("controller-uid".into(), json!(uid));
-    labels.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
-    meta.insert("labels".into(), Value::Object(labels));
     meta.insert("generateName".into(), json!(format!("{name}-")));
     meta.insert("namespace".into(), json!(job_ns(job)));
     meta.insert(

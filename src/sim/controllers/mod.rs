@@ -1,13 +1,14 @@
 //! Simulated controllers, because the simulated cluster has no kube-controller-manager and no
 //! kubelet: a kubelet that starts pods after `pod_ready_delay`, the StatefulSet controller, a
-//! volume provisioner, binder and expander (with a default StorageClass; a grown claim is expanded
-//! `volume_expand_delay` later), and the Job and CronJob controllers. One task runs them, reacting to each change event: a StatefulSet is reconciled
+//! volume provisioner, binder and expander (with a default StorageClass; a grown claim's volume grows
+//! `volume_expand_delay` later and its filesystem as long again after that), and the Job and CronJob controllers. One task runs them, reacting to each change event: a StatefulSet is reconciled
 //! when it or one of its pods changed, a claim when it changed, a volume when it or its claim
 //! did, the Jobs and CronJobs when one of them (or a Job's pod) did; and whenever a timer they
 //! asked for is due. So the work per change does not grow with the number of objects stored, and
 //! the state lock is held for a bounded batch of work at a time. All timing is `tokio::time`.
 
 pub mod cron;
+pub mod cronjobs;
 pub mod jobs;
 pub mod kubelet;
 pub mod statefulset;
@@ -16,7 +17,7 @@ pub mod volumes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::time::Instant;
 
@@ -251,7 +252,9 @@ impl Controllers {
             self.expansions.iter().filter(|(_, due)| **due <= now).map(|(name, _)| name.clone()).collect();
         for name in due {
             self.expansions.remove(&name);
-            volumes::expand_claim(state, &name);
+            if volumes::expand_claim(state, &name) {
+                self.expansions.insert(name, now + self.expand_delay);
+            }
         }
         for name in take_first(&mut self.changes.volumes, RECONCILES_PER_PASS) {
             volumes::reconcile_volume(state, &name);
@@ -309,16 +312,4 @@ pub async fn run(cluster: Arc<Cluster>) {
             _ = cluster.shutdown.cancelled() => return,
         }
     }
-}
-
-/// The condition list entry a controller writes.
-pub fn condition(kind: &str, status: bool, reason: &str, message: &str, now: &str) -> Value {
-    json!({
-        "type": kind,
-        "status": if status { "True" } else { "False" },
-        "lastProbeTime": now,
-        "lastTransitionTime": now,
-        "reason": reason,
-        "message": message,
-    })
 }
