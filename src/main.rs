@@ -1,6 +1,7 @@
 //! The `dbcluster-operator` binary: `run` against a cluster, `status` of one DatabaseCluster,
 //! `demo` on the embedded simulated cluster (with the `sim` feature, on by default), `crd` to
-//! print the CustomResourceDefinition.
+//! print the CustomResourceDefinition, `install-plugin` to make it `kubectl dbc`; called as
+//! `kubectl-dbc`, it is that kubectl plugin.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -33,11 +34,25 @@ enum Command {
     Demo(dbcluster_operator::cli::demo::DemoArgs),
     /// Print the DatabaseCluster CustomResourceDefinition as YAML.
     Crd,
+    /// Install this program as the kubectl plugin `kubectl dbc` (a link named kubectl-dbc).
+    InstallPlugin {
+        /// A directory on PATH (default: ~/.local/bin).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    if dbcluster_operator::cli::plugin::called_as_plugin(&argv0) {
+        return dbcluster_operator::cli::plugin::main(dbcluster_operator::cli::plugin::PluginCli::parse());
+    }
     let cli = Cli::parse();
     match cli.command {
+        Command::InstallPlugin { dir } => {
+            let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+            dbcluster_operator::cli::plugin::install(&dir.unwrap_or_else(|| home.join(".local/bin")))
+        }
         Command::Crd => print_crd(),
         #[cfg(feature = "sim")]
         Command::Demo(args) => dbcluster_operator::cli::demo::main(args),

@@ -3,7 +3,8 @@
 //! DatabaseCluster operator under the runtime's manager), `status` ([`snapshot`] fetches, [`status`]
 //! renders: what a user asks first about one cluster) and, with the `sim` feature, `demo` ([`demo`]: the same on the
 //! embedded simulated cluster, its live [`table`], its keys: [`demo_keys`] decides, [`terminal`]
-//! reads). `main.rs` only parses and dispatches.
+//! reads), and the kubectl plugin ([`plugin`]: `kubectl dbc …`). `main.rs` only parses and
+//! dispatches.
 
 pub mod args;
 pub mod cluster;
@@ -12,6 +13,7 @@ pub mod demo;
 #[cfg(feature = "sim")]
 pub mod demo_keys;
 pub mod logging;
+pub mod plugin;
 pub mod run;
 pub mod snapshot;
 pub mod status;
