@@ -96,7 +96,7 @@ pub async fn promote(client: &Client, namespace: &str, name: &str, pod: &str) ->
     let target = instance_name(name, pod);
     let replicas = cluster["spec"]["replicas"].as_i64().unwrap_or(0);
     let ordinal = target.strip_prefix(&format!("{name}-")).and_then(|o| o.parse::<i64>().ok());
-    if !ordinal.is_some_and(|o| o < replicas) {
+    if ordinal.is_none_or(|o| o >= replicas) {
         return Err(PluginError::Refused(format!(
             "{target} is not an instance of {namespace}/{name} (its instances are {name}-0 to {name}-{})",
             replicas - 1
