@@ -404,8 +404,8 @@ async fn rule9_many_workers_never_share_a_key_and_every_key_runs_after_its_last_
                 for j in 0..ADDS_PER_PRODUCER {
                     let i = (p * 7919 + j * 7 + j * j) % KEYS;
                     ledger.version[i].fetch_add(1, Ordering::SeqCst);
-                    // Some at low priority: promotions and stale low entries, and duplicates of
-                    // both kinds absorbed without the queue's lock, under load.
+                    // Some at low priority: promotions, stale low places and duplicates of both
+                    // kinds, under load.
                     let priority = if j % 5 == 0 { Priority::Low } else { Priority::Normal };
                     q.add_with_priority(keys[i].clone(), priority);
                     if j % 64 == 0 {

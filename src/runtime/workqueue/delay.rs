@@ -1,49 +1,12 @@
-//! Timers for delayed keys: one min-heap of due times, driven by one background task.
+//! Time for the queue: the one background task that fires due timers (the heap itself is in
+//! `state.rs`), the queue's compact nanosecond timestamps, and a clock read at most once per
+//! operation, only if the operation needs it.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-/// Delayed keys ordered by due time (nanoseconds since the queue's epoch).
-///
-/// Entries are never removed early: when a key's due time moves earlier, a new entry is pushed
-/// and the old one is recognised as stale when it surfaces (its due time no longer matches the
-/// key's). A key's due time only ever moves earlier, so stale entries are bounded by the number
-/// of `add_after` calls that shortened a wait, and each is popped by the time it would have fired.
-#[derive(Default)]
-pub(crate) struct TimerHeap {
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
-}
-
-impl TimerHeap {
-    /// Registers `slot` as due at `due`; returns true when this is now the earliest timer.
-    pub(crate) fn push(&mut self, due: u64, slot: u32) -> bool {
-        let earliest = self.next_due().is_none_or(|next| due < next);
-        self.heap.push(Reverse((due, slot)));
-        earliest
-    }
-
-    /// The earliest due time, stale or not.
-    pub(crate) fn next_due(&self) -> Option<u64> {
-        self.heap.peek().map(|Reverse((due, _))| *due)
-    }
-
-    /// Removes and returns the earliest entry if it is due at `now`.
-    pub(crate) fn pop_due(&mut self, now: u64) -> Option<(u64, u32)> {
-        match self.heap.peek() {
-            Some(Reverse((due, _))) if *due <= now => self.heap.pop().map(|Reverse(entry)| entry),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.heap.len()
-    }
-}
 
 /// What the timer task should do after releasing due keys.
 pub(crate) enum Next {
@@ -107,20 +70,41 @@ impl Epoch {
     }
 }
 
+/// The time of one operation in queue nanoseconds, read on first use: queues without metrics
+/// and without low keys never read it.
+pub(crate) struct Clock<'a> {
+    epoch: Option<&'a Epoch>,
+    now: Option<u64>,
+}
+
+impl<'a> Clock<'a> {
+    /// Reads `epoch`'s clock when first asked.
+    pub(crate) fn new(epoch: &'a Epoch) -> Self {
+        Self { epoch: Some(epoch), now: None }
+    }
+
+    /// Always `now`.
+    pub(crate) fn at(now: u64) -> Self {
+        Self { epoch: None, now: Some(now) }
+    }
+
+    pub(crate) fn get(&mut self) -> u64 {
+        let epoch = self.epoch;
+        *self.now.get_or_insert_with(|| epoch.map_or(0, Epoch::nanos_now))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn pops_in_due_order_and_only_when_due() {
-        let mut heap = TimerHeap::default();
-        assert!(heap.push(30, 1));
-        assert!(heap.push(10, 2));
-        assert!(!heap.push(20, 3));
-        assert_eq!(heap.pop_due(5), None);
-        assert_eq!(heap.pop_due(25), Some((10, 2)));
-        assert_eq!(heap.pop_due(25), Some((20, 3)));
-        assert_eq!(heap.pop_due(25), None);
-        assert_eq!(heap.next_due(), Some(30));
+    fn a_clock_reads_once_and_a_fixed_clock_never() {
+        let epoch = Epoch::now();
+        let mut clock = Clock::new(&epoch);
+        let first = clock.get();
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(clock.get(), first);
+        assert_eq!(Clock::at(42).get(), 42);
     }
 }
