@@ -33,11 +33,11 @@
 //! the key's phase, pending timer, failure count and notes), the normal and low ready lines, the
 //! processing set, the timer heap and the retry line. Metrics and wake-ups happen after the lock.
 //!
-//! - `queue.rs`: the [`WorkQueue`] handle, [`QueueConfig`] and the [`Claim`] guard.
+//! - `queue.rs`: the [`WorkQueue`] handle, [`QueueConfig`], the [`Claim`] guard and the timer task.
 //! - `state.rs`: the state behind the lock and every rule's bookkeeping.
 //! - `notes.rs`: [`KeyNotes`], what a caller keeps per key in the key's entry (the controller's
 //!   causes), written by the add under the lock it takes anyway.
-//! - `delay.rs`: the one background task that fires timers, and the queue's clock.
+//! - `clock.rs`: the queue's timestamps and its once-per-operation clock.
 //! - `backoff.rs`: per-key exponential backoff; `bucket.rs`: the overall retry budget (governor,
 //!   on tokio's clock).
 //! - `metrics.rs`: the [`QueueMetrics`] hooks and an in-memory implementation.
@@ -48,7 +48,7 @@
 
 mod backoff;
 mod bucket;
-mod delay;
+mod clock;
 mod metrics;
 mod notes;
 mod queue;

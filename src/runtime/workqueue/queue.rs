@@ -1,12 +1,12 @@
-//! The work queue handle, its configuration and the claim guard. Every operation takes the one
-//! lock around the queue's state (`state.rs`), changes the state, releases the lock, and then
-//! wakes getters and reports metrics as the state said.
+//! The work queue handle, its configuration, the claim guard and the timer task. Every
+//! operation takes the one lock around the queue's state (`state.rs`), changes it, releases the
+//! lock, then wakes getters and reports metrics as the state said.
 
 use std::fmt;
 use std::hash::Hash;
 use std::ops::Deref;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::backoff::BackoffConfig;
 use super::bucket::{BucketConfig, RetryBucket};
-use super::delay::{Clock, Epoch, Next, TimerTarget, run_timers};
+use super::clock::{Clock, Epoch};
 use super::metrics::QueueMetrics;
 use super::notes::{KeyNotes, NoteKey};
 use super::state::{Added, NEVER, Phase, Priority, Retry, State};
@@ -80,7 +80,7 @@ impl fmt::Debug for QueueConfig {
     }
 }
 
-/// Where a key stands, as `snapshot` reports it (for the `/debug/queue` endpoint).
+/// Where a key stands, as `snapshot` reports it (for `/debug/queue`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyPhase {
     /// Ready, waiting for a worker.
@@ -168,7 +168,7 @@ struct Shared<K, N: KeyNotes> {
     getters: Notify,
     /// `shutdown_with_drain` callers, woken when the last claim is dropped after shutdown.
     drained: Notify,
-    /// Pokes the timer task (an earlier timer, shutdown, the queue dropped).
+    /// Pokes the timer task: an earlier timer, shutdown, or the queue dropped.
     timer_wake: Arc<Notify>,
     timer_started: AtomicBool,
     epoch: Epoch,
@@ -188,9 +188,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> {
     /// An empty queue that keeps notes of type `N` per key (see [`KeyNotes`]).
     pub fn with_notes(config: QueueConfig) -> Self {
-        let state = State::new(config.metrics.is_some(), nanos(config.low_priority_max_wait));
         let shared = Arc::new(Shared {
-            state: Mutex::new(state),
+            state: Mutex::new(State::new(config.metrics.is_some(), nanos(config.low_priority_max_wait))),
             getters: Notify::new(),
             drained: Notify::new(),
             timer_wake: Arc::new(Notify::new()),
@@ -213,7 +212,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// Queues `key` at normal priority unless it is already queued; if it is being processed,
     /// it runs once more after its claim is dropped. Ignored after shutdown.
     pub fn add(&self, key: K) {
-        self.add_with_priority(key, Priority::Normal);
+        self.add_with_note(key, Priority::Normal, |_, _| {});
     }
 
     /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
@@ -222,18 +221,23 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.add_with_note(key, priority, |_, _| {});
     }
 
-    /// `add_with_priority` that also writes the key's notes with `note`, under the lock the add
-    /// takes anyway (after shutdown the add is ignored and `note` is not called). `note` gets
-    /// the key ([`NoteKey`]) beside its notes; what it returns is dropped after the lock.
-    pub fn add_with_note<L>(&self, key: K, priority: Priority, note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L) {
+    /// `add_with_priority` that also writes the key's notes with `note`, under the lock (not
+    /// called after shutdown). `note` gets the key ([`NoteKey`]); what it returns is dropped
+    /// after the lock.
+    pub fn add_with_note<L>(
+        &self,
+        key: K,
+        priority: Priority,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
+    ) {
         let mut now = Clock::new(&self.shared.epoch);
         if let Some(added) = self.with_entry(key, note, |state, id| state.enqueue(id, priority, &mut now)) {
             self.shared.report_added(added);
         }
     }
 
-    /// Under the lock: finds or makes the entry of `key`, writes its notes with `note`, then
-    /// runs `op` on it. `None` after shutdown (the key is ignored, `note` not called).
+    /// Under the lock: finds or makes the entry of `key`, writes its notes, then runs `op` on
+    /// it. `None` after shutdown.
     fn with_entry<T, L>(
         &self,
         key: K,
@@ -253,16 +257,20 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         Some(outcome)
     }
 
-    /// Adds `key` after `delay`. If a timer is already pending for the key, the earlier due
-    /// time wins. The key may also be added directly meanwhile; the timer then adds it once more.
+    /// Adds `key` after `delay`; of two pending timers the earlier wins. The key may also be
+    /// added directly meanwhile; the timer then adds it once more.
     pub fn add_after(&self, key: K, delay: Duration) {
         self.add_after_with_note(key, delay, |_, _| {});
     }
 
-    /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]). With a
-    /// zero delay it is an add at once; otherwise the notes can wait for the timer
-    /// ([`KeyNotes::timer_fired`]).
-    pub fn add_after_with_note<L>(&self, key: K, delay: Duration, note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L) {
+    /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]); unless
+    /// the delay is zero, notes can wait for the timer ([`KeyNotes::timer_fired`]).
+    pub fn add_after_with_note<L>(
+        &self,
+        key: K,
+        delay: Duration,
+        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
+    ) {
         if delay.is_zero() {
             return self.add_with_note(key, Priority::Normal, note);
         }
@@ -272,21 +280,19 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         }
     }
 
-    /// Reports a failure of `key`: it is retried after its exponential backoff, and then only as
-    /// the overall retry budget allows. A failure while the previous retry is still pending
-    /// counts for nothing: the pending due time stands.
+    /// Reports a failure of `key`: it is retried after its exponential backoff, then as the
+    /// retry budget allows. A failure while the previous retry is pending counts for nothing.
     pub fn add_rate_limited(&self, key: K) {
-        self.add_rate_limited_after(key, Duration::ZERO);
+        self.add_rate_limited_after_with_note(key, Duration::ZERO, |_, _| {});
     }
 
-    /// `add_rate_limited`, retrying no earlier than `at_least` from now whatever the backoff
-    /// says: the floor a server's `Retry-After` asks for (the backoff still grows as usual).
+    /// `add_rate_limited`, retrying no earlier than `at_least` from now (a server's
+    /// `Retry-After`); the backoff still grows as usual.
     pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
         self.add_rate_limited_after_with_note(key, at_least, |_, _| {});
     }
 
-    /// `add_rate_limited_after` that also writes the key's notes (see
-    /// [`WorkQueue::add_with_note`]); the retry's timer is the one they can wait for.
+    /// `add_rate_limited_after` that also writes the key's notes; they can wait for the retry.
     pub fn add_rate_limited_after_with_note<L>(
         &self,
         key: K,
@@ -295,11 +301,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     ) {
         let shared = &*self.shared;
         let now = shared.epoch.nanos_now();
-        let floor = now.saturating_add(nanos(at_least));
-        let delay_for = |failures| nanos(shared.backoff.delay(failures));
-        let Some(poke) = self.with_entry(key, note, |state, id| state.fail(id, now, floor, delay_for)) else {
-            return;
-        };
+        let delay = |failures| nanos(shared.backoff.delay(failures));
+        let fail =
+            |state: &mut State<K, N>, id| state.fail(id, now, now.saturating_add(nanos(at_least)), delay);
+        let Some(poke) = self.with_entry(key, note, fail) else { return };
         if let Some(metrics) = &shared.metrics {
             metrics.retried();
         }
@@ -311,16 +316,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.on_tracked(key, |state, id| read(&state.entry(id).notes))
     }
 
-    /// Under the lock: runs `op` on the entry of `key`, if the queue tracks it.
     fn on_tracked<R>(&self, key: &K, op: impl FnOnce(&mut State<K, N>, u32) -> R) -> Option<R> {
         let mut state = self.shared.state.lock();
         let id = state.find(key)?;
         Some(op(&mut state, id))
     }
 
-    /// Waits for a ready key and claims it; dropping the claim marks the key done. Returns
-    /// `None` once the queue is shut down and no key is ready. Cancel-safe: a wake-up that a
-    /// cancelled getter received passes on to another (tokio's `Notify`).
+    /// Waits for a ready key and claims it; dropping the claim marks the key done. `None` once
+    /// the queue is shut down and no key is ready. Cancel-safe: a wake-up that a cancelled
+    /// getter received passes on to another (tokio's `Notify`).
     pub async fn get(&self) -> Option<Claim<K, N>> {
         loop {
             if let Some(outcome) = self.try_claim(false) {
@@ -338,19 +342,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     }
 
     /// `Some(claim)`, or `Some(None)` once shut down and drained; `None` if the caller must
-    /// wait (and then, when `park`, it is counted as parked: the next ready key wakes it).
+    /// wait (counted as parked when `park`: the next ready key wakes it).
     fn try_claim(&self, park: bool) -> Option<Option<Claim<K, N>>> {
         let shared = &*self.shared;
         let mut now = Clock::new(&shared.epoch);
         let mut state = shared.state.lock();
         let Some(id) = state.pop_ready(&mut now) else {
-            if state.shut_down {
-                return Some(None);
-            }
-            if park {
+            if park && !state.shut_down {
                 state.park();
             }
-            return None;
+            return state.shut_down.then_some(None);
         };
         let queued_at = state.queued_at(id);
         let entry = state.entry_mut(id);
@@ -363,17 +364,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         Some(Some(Claim { shared: Arc::clone(&self.shared), id, key, notes }))
     }
 
-    /// Drops the failure history of `key` (`num_requeues` becomes 0). A key that is otherwise
-    /// idle leaves nothing behind. Call it when a key succeeds or its object is deleted.
+    /// Drops the failure history of `key` (`num_requeues` becomes 0); an otherwise idle key
+    /// leaves nothing behind. Call it when a key succeeds or its object is deleted.
     pub fn forget(&self, key: &K) {
         self.on_tracked(key, State::forget);
     }
 
-    /// `forget`, and also cancels `key`'s pending timer (a delayed add or a retry not yet in the
-    /// retry line) with the notes that waited for it: no pass runs for the key until it is added
-    /// again. For a key whose last pass found nothing left to do, so that a requeue an earlier
-    /// pass asked for does not run one more pass for nothing (client-go and controller-runtime
-    /// keep the timer: `Forget` leaves it).
+    /// `forget`, and also cancels `key`'s pending timer (a delayed add, or a retry not yet in
+    /// the retry line) with the notes that waited for it: for a key whose last pass found
+    /// nothing left to do (client-go's `Forget` keeps the timer).
     pub fn settle(&self, key: &K) {
         self.on_tracked(key, State::settle);
     }
@@ -401,8 +400,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.shared.timer_wake.notify_one();
     }
 
-    /// `shutdown`, then waits until every outstanding claim has been dropped. Put a deadline
-    /// around it at the call site.
+    /// `shutdown`, then waits until every outstanding claim has been dropped (put a deadline
+    /// around it).
     pub async fn shutdown_with_drain(&self) {
         self.shutdown();
         loop {
@@ -422,35 +421,32 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     }
 
     /// Every tracked key with its phase, pending timer and failure count (for `/debug/queue`).
-    /// Takes the lock for a pass over all tracked keys.
     pub fn snapshot(&self) -> Vec<KeyState<K>> {
-        let shared = &*self.shared;
-        let at = |nanos: u64| shared.epoch.instant(nanos);
-        let since = |nanos: u64| shared.metrics.is_some().then(|| at(nanos));
-        let state = shared.state.lock();
-        let snapshot = state.entries().map(|(id, entry)| {
+        let at = |nanos: u64| self.shared.epoch.instant(nanos);
+        let since = |nanos: u64| self.shared.metrics.is_some().then(|| at(nanos));
+        let state = self.shared.state.lock();
+        let key_state = |(id, entry): (u32, &super::state::Entry<K, N>)| {
             let timer = (entry.due != NEVER).then(|| at(entry.due));
             let (phase, low_priority) = match (entry.phase, entry.retry, timer) {
                 (Phase::Processing { again }, ..) => {
                     let started_at = state.processing().get(&id).copied().unwrap_or(0);
-                    let phase = KeyPhase::Processing { since: since(started_at), again: again.is_some() };
-                    (phase, again == Some(Priority::Low))
+                    (KeyPhase::Processing { since: since(started_at), again: again.is_some() }, again)
                 }
-                (Phase::Queued(priority), ..) => {
-                    (KeyPhase::Queued { since: since(state.queued_at(id)) }, priority == Priority::Low)
-                }
-                (Phase::Idle, Retry::Line, _) => (KeyPhase::WaitingForRetryBudget, false),
-                (Phase::Idle, _, Some(until)) => (KeyPhase::Waiting { until }, false),
-                (Phase::Idle, _, None) => (KeyPhase::Idle, false),
+                (Phase::Queued(p), ..) => (KeyPhase::Queued { since: since(state.queued_at(id)) }, Some(p)),
+                (Phase::Idle, Retry::Line, _) => (KeyPhase::WaitingForRetryBudget, None),
+                (Phase::Idle, _, Some(until)) => (KeyPhase::Waiting { until }, None),
+                (Phase::Idle, _, None) => (KeyPhase::Idle, None),
             };
-            KeyState { key: entry.key.clone(), phase, timer, requeues: u32::from(entry.failures), low_priority }
-        });
-        snapshot.collect()
+            let (key, requeues, low_priority) =
+                (entry.key.clone(), entry.failures.into(), low_priority == Some(Priority::Low));
+            KeyState { key, phase, timer, requeues, low_priority }
+        };
+        state.entries().map(key_state).collect()
     }
 
     /// Keys the queue holds any state for (queued, processing, waiting or with failures).
     pub fn tracked_keys(&self) -> usize {
-        self.shared.state.lock().tracked()
+        self.shared.state.lock().entries().count()
     }
 
     /// Keys with a failure count (the state `forget` drops).
@@ -501,41 +497,39 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
     fn finish(&self, id: u32) {
         let mut now = Clock::new(&self.epoch);
         let mut state = self.state.lock();
-        let finished = state.finish(id, &mut now);
+        let (started_at, requeued, wake) = state.finish(id, &mut now);
         let drained = state.shut_down && state.processing().is_empty();
         drop(state);
-        if finished.wake {
+        if wake {
             self.getters.notify_one();
         }
         if drained {
             self.drained.notify_waiters();
         }
         if let Some(metrics) = &self.metrics {
-            metrics.work_duration(Duration::from_nanos(now.get().saturating_sub(finished.started_at)));
-            if finished.requeued {
+            metrics.work_duration(Duration::from_nanos(now.get().saturating_sub(started_at)));
+            if requeued {
                 metrics.depth(1);
             }
         }
     }
-}
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> TimerTarget for Shared<K, N> {
-    fn release_due(&self) -> Next {
+    /// Fires due timers and, every 500 ms with metrics, samples the outstanding claims. Returns
+    /// when to look again (`None` when stopped, `Some(None)` when nothing is scheduled).
+    fn release_due(&self) -> Option<Option<Instant>> {
         let now = self.epoch.nanos_now();
         let mut state = self.state.lock();
         if state.shut_down {
-            return Next::Stop;
+            return None;
         }
         let (released, next_token) = state.release_due(now, self.bucket.as_ref());
         let next_timer = state.next_due().map(|due| self.epoch.instant(due));
         let mut unfinished = None;
         if self.metrics.is_some() && now >= state.next_sample {
-            let period = nanos(UNFINISHED_WORK_PERIOD);
-            let next = state.next_sample.saturating_add(period);
-            state.next_sample = if next > now { next } else { now + period };
+            let next = state.next_sample.saturating_add(nanos(UNFINISHED_WORK_PERIOD));
+            state.next_sample = if next > now { next } else { now + nanos(UNFINISHED_WORK_PERIOD) };
             let ages = state.processing().values().map(|started_at| now.saturating_sub(*started_at));
-            let (total, longest) = ages.fold((0, 0), |(sum, max), age| (sum + age, max.max(age)));
-            unfinished = Some((Duration::from_nanos(total), Duration::from_nanos(longest)));
+            unfinished = Some(ages.fold((0, 0), |(sum, max), age| (sum + age, max.max(age))));
         }
         let next_sample = self.metrics.is_some().then(|| self.epoch.instant(state.next_sample));
         drop(state);
@@ -543,15 +537,36 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> TimerTarget for 
             self.getters.notify_one();
         }
         if let Some(metrics) = &self.metrics {
-            for _ in 0..released.added {
-                metrics.added();
-            }
+            (0..released.added).for_each(|_| metrics.added());
             metrics.depth(released.queued as i64);
             if let Some((total, longest)) = unfinished {
-                metrics.unfinished_work(total, longest);
+                metrics.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
             }
         }
-        [next_timer, next_token, next_sample].into_iter().flatten().min().map_or(Next::Idle, Next::At)
+        Some([next_timer, next_token, next_sample].into_iter().flatten().min())
+    }
+}
+
+/// The one background task that turns due timers into ready keys. It holds the queue weakly,
+/// so dropping the last handle ends it (the queue pokes `wake` when dropped).
+async fn run_timers<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes>(
+    queue: Weak<Shared<K, N>>,
+    wake: Arc<Notify>,
+) {
+    loop {
+        let poked = wake.notified();
+        tokio::pin!(poked);
+        poked.as_mut().enable();
+        match queue.upgrade().and_then(|queue| queue.release_due()) {
+            None => return,
+            Some(None) => poked.await,
+            Some(Some(at)) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = &mut poked => {}
+                }
+            }
+        }
     }
 }
 
@@ -565,7 +580,7 @@ impl<K, N: KeyNotes> Drop for Shared<K, N> {
 /// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
 pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
     shared: Arc<Shared<K, N>>,
-    /// The key's entry, which stays while the claim lives.
+    /// The key's entry, kept while the claim lives.
     id: u32,
     key: K,
     notes: N::Taken,

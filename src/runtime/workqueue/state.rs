@@ -1,13 +1,12 @@
-//! The queue's plain state, all behind the queue's one lock: the key index, one entry per key
-//! (with the key's notes), the ready lines, the processing set, the timer heap and the retry
-//! line. Nothing here wakes or reports: each operation says what it changed, and the handle
-//! (`queue.rs`) wakes getters and reports metrics after the lock is released.
+//! The queue's plain state, all behind its one lock: the key index, one entry per key (with the
+//! key's notes), the ready lines, the processing set, the timer heap and the retry line. Nothing
+//! here wakes or reports; each operation says what changed, and `queue.rs` acts on it after
+//! the lock.
 //!
-//! The key index maps a key to its entry as a table of entry numbers into a `Vec` of entries
-//! (hashbrown's `HashTable`): each key is stored once, and a ready line holds 4-byte numbers.
-//! A queued key costs its 40-byte entry (beside a 24-byte key), about 10 bytes of index and
-//! 4 of line, where a `HashMap<K, Entry>` and a line of keys would cost twice that. An entry
-//! that no longer tracks anything is removed and its number reused.
+//! The key index maps a key to its entry through entry numbers (a hashbrown `HashTable<u32>`
+//! into a `Vec` of entries), so a key is stored once and the lines hold 4-byte numbers: a queued
+//! key costs its 40-byte entry, about 10 bytes of index and 4 of line. An entry that tracks
+//! nothing any more is removed, and its number reused.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -17,31 +16,30 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 use tokio::time::Instant;
 
 use super::bucket::RetryBucket;
-use super::delay::Clock;
+use super::clock::Clock;
 use super::notes::KeyNotes;
 
 /// A due time meaning "no timer".
 pub(crate) const NEVER: u64 = u64::MAX;
 
-/// How urgent an add is. Keys from the initial list and from resyncs are `Low`; keys from live
-/// watch events, timers and explicit requeues are `Normal` (rules 10 to 12).
+/// How urgent an add is: keys from initial lists and resyncs are `Low`; watch events, timers
+/// and explicit requeues are `Normal` (rules 10 to 12).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Priority {
-    /// Background work: served after normal keys, until it has waited too long.
+    /// Served after normal keys, until it has waited too long.
     Low,
     /// The default.
     #[default]
     Normal,
 }
 
-/// Where a key stands between its adds and its claims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// Neither ready nor handed out (it may still wait for a timer or keep failures).
+    /// Neither ready nor handed out (it may still have a timer or failures).
     Idle,
     /// In the ready line of this priority.
     Queued(Priority),
-    /// Handed out to a worker; `again`: added meanwhile, back to that line after the claim.
+    /// Handed out; `again`: added meanwhile, back to that line when the claim is dropped.
     Processing { again: Option<Priority> },
 }
 
@@ -49,69 +47,37 @@ pub(crate) enum Phase {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Retry {
     None,
-    /// The pending timer is a retry: when it fires, the retry waits for a token.
+    /// The pending timer is a retry: once it fires, the key waits for a token.
     Timer,
-    /// The retry is due and waits in the retry line for a token.
+    /// Due, waiting in the retry line for a token.
     Line,
 }
 
-/// Everything the queue keeps for one key.
 pub(crate) struct Entry<K, N> {
     pub(crate) key: K,
     pub(crate) notes: N,
     /// When the pending timer fires (queue nanoseconds), or [`NEVER`].
     pub(crate) due: u64,
-    /// Names the key's current place in the low line (older places of the key are stale).
-    /// Wrapping: a stale place that matches by chance only moves the key ahead in that line.
-    low_ticket: u16,
-    /// Failures since the last `forget`, saturating.
+    /// Names the key's current place in the low line; older places are stale. It wraps: a stale
+    /// place that matches by chance only moves the key ahead in that line.
+    ticket: u16,
     pub(crate) failures: u16,
     pub(crate) phase: Phase,
     pub(crate) retry: Retry,
 }
 
-impl<K, N> Entry<K, N> {
-    fn is_idle(&self) -> bool {
-        self.phase == Phase::Idle && self.due == NEVER && self.retry == Retry::None && self.failures == 0
-    }
-}
-
-/// The key of entry `id`, for the index to rehash.
-fn key_of<K, N>(entries: &[Option<Entry<K, N>>], id: u32) -> &K {
-    // Invariant: the index names live entries only (see `State::entry`).
-    &entries[id as usize].as_ref().expect("an indexed entry is live").key
-}
-
-/// A place in the low line.
-struct LowPlace {
-    id: u32,
-    ticket: u16,
-    /// When the key joined the line (queue nanoseconds).
-    since: u64,
-}
-
 /// What an add changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Added {
-    /// Already queued or already due to run again (perhaps moved up to the normal line).
+    /// Nothing new (perhaps moved up to the normal line).
     Duplicate,
-    /// Now in a ready line; `wake`: a parked getter must be woken.
+    /// Now ready; `wake`: a parked getter is to be woken.
     Queued { wake: bool },
     /// Being processed: it runs again after its claim.
     Dirty,
 }
 
-/// What dropping a claim changed.
-pub(crate) struct Finished {
-    /// When the claim was made (queues with metrics).
-    pub(crate) started_at: u64,
-    /// The key was added meanwhile and is ready again.
-    pub(crate) requeued: bool,
-    /// A parked getter must be woken.
-    pub(crate) wake: bool,
-}
-
-/// What a timer round released.
+/// What a timer round released: adds, of which newly ready keys, and getters to wake.
 #[derive(Default)]
 pub(crate) struct Released {
     pub(crate) added: usize,
@@ -123,25 +89,20 @@ pub(crate) struct State<K, N> {
     hasher: DefaultHashBuilder,
     /// Key → entry number.
     index: HashTable<u32>,
-    /// The entries; `None` for numbers in `free`.
     entries: Vec<Option<Entry<K, N>>>,
     free: Vec<u32>,
-    /// The normal ready line.
     ready: VecDeque<u32>,
-    /// The low ready line, stale places included; `low_len` counts the current ones.
-    low: VecDeque<LowPlace>,
+    /// The low line: (entry, ticket, when it joined); stale places are skipped.
+    low: VecDeque<(u32, u16, u64)>,
     low_len: usize,
     next_ticket: u16,
-    /// Nanoseconds a low key waits at most before it joins the normal line (rule 11).
     low_max_wait: u64,
-    /// The processing set: entry number → when its claim was made (0 without metrics).
+    /// The processing set: entry → when its claim was made (0 without metrics).
     processing: HashMap<u32, u64, DefaultHashBuilder>,
-    /// When each entry was last queued, for queues with metrics (empty otherwise).
-    queued_at: Vec<u64>,
-    timed: bool,
-    /// Pending timers, earliest first; an entry whose due time no longer matches is stale.
+    /// When each entry was last queued; kept only by queues with metrics.
+    queued_at: Option<Vec<u64>>,
+    /// Pending timers, earliest first; one whose due time its entry no longer has is stale.
     timers: BinaryHeap<Reverse<(u64, u32)>>,
-    /// Due retries waiting for a token of the retry bucket, first in first out (rule 6).
     retry_line: VecDeque<u32>,
     /// Getters waiting for a key that no wake-up is on its way to yet.
     parked: usize,
@@ -150,7 +111,7 @@ pub(crate) struct State<K, N> {
     pub(crate) shut_down: bool,
 }
 
-impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
+impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
     pub(crate) fn new(timed: bool, low_max_wait: u64) -> Self {
         Self {
             hasher: DefaultHashBuilder::default(),
@@ -163,8 +124,7 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
             next_ticket: 0,
             low_max_wait,
             processing: HashMap::default(),
-            queued_at: Vec::new(),
-            timed,
+            queued_at: timed.then(Vec::new),
             timers: BinaryHeap::new(),
             retry_line: VecDeque::new(),
             parked: 0,
@@ -174,8 +134,8 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
     }
 
     pub(crate) fn entry(&self, id: u32) -> &Entry<K, N> {
-        // Invariant: the index, the lines, the processing set and claims only name live entries
-        // (an entry is removed only once it is idle, and then no line names it as current).
+        // Invariant: the index, lines, processing set and claims name live entries only (an
+        // entry is removed once idle, when no line names it as current).
         self.entries[id as usize].as_ref().expect("a named entry is live")
     }
 
@@ -184,116 +144,94 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
         self.entries[id as usize].as_mut().expect("a named entry is live")
     }
 
-    /// The entry number of `key`, if the queue tracks it.
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
-        let entries = &self.entries;
-        let is_key = |id: &u32| entries[*id as usize].as_ref().is_some_and(|entry| entry.key == *key);
+        let is_key = |id: &u32| self.entries[*id as usize].as_ref().is_some_and(|e| e.key == *key);
         self.index.find(self.hasher.hash_one(key), is_key).copied()
     }
 
-    /// The entry of `key`, made if needed; `key` comes back when the entry existed already.
+    /// The entry of `key`, made if needed; `key` comes back when the entry existed.
     pub(crate) fn entry_for(&mut self, key: K) -> (u32, Option<K>) {
         if let Some(id) = self.find(&key) {
             return (id, Some(key));
         }
         let hash = self.hasher.hash_one(&key);
-        let entry = Entry {
-            key,
-            notes: N::default(),
-            due: NEVER,
-            low_ticket: 0,
-            failures: 0,
-            phase: Phase::Idle,
-            retry: Retry::None,
-        };
-        let id = match self.free.pop() {
-            Some(id) => id,
-            None => {
-                // Invariant: fewer than 2^32 keys at once (that would take hundreds of GB).
-                let id = u32::try_from(self.entries.len()).expect("fewer than 2^32 keys");
-                self.entries.push(None);
-                if self.timed {
-                    self.queued_at.push(0);
-                }
-                id
+        let id = self.free.pop().unwrap_or_else(|| {
+            self.entries.push(None);
+            if let Some(times) = &mut self.queued_at {
+                times.push(0);
             }
-        };
+            // Invariant: fewer than 2^32 keys at once (that would take hundreds of gigabytes).
+            u32::try_from(self.entries.len() - 1).expect("fewer than 2^32 keys")
+        });
+        let (notes, phase) = (N::default(), Phase::Idle);
+        let entry = Entry { key, notes, due: NEVER, ticket: 0, failures: 0, phase, retry: Retry::None };
         self.entries[id as usize] = Some(entry);
         let (entries, hasher) = (&self.entries, &self.hasher);
-        self.index.insert_unique(hash, id, |id| hasher.hash_one(key_of(entries, *id)));
+        // Invariant: the index names live entries only.
+        let key_of = |id: &u32| &entries[*id as usize].as_ref().expect("indexed entries are live").key;
+        self.index.insert_unique(hash, id, |id| hasher.hash_one(key_of(id)));
         (id, None)
     }
 
-    /// Removes the entry if it no longer tracks anything (its key and notes go with it).
+    /// Removes the entry if it tracks nothing any more (its key and notes go with it).
     fn release_if_idle(&mut self, id: u32) {
-        let entry = self.entry(id);
-        if !entry.is_idle() {
-            return;
+        let e = self.entry(id);
+        if e.phase == Phase::Idle && e.due == NEVER && e.retry == Retry::None && e.failures == 0 {
+            if let Ok(found) = self.index.find_entry(self.hasher.hash_one(&e.key), |other| *other == id) {
+                found.remove();
+            }
+            self.entries[id as usize] = None;
+            self.free.push(id);
         }
-        let hash = self.hasher.hash_one(&entry.key);
-        if let Ok(found) = self.index.find_entry(hash, |other| *other == id) {
-            found.remove();
-        }
-        self.entries[id as usize] = None;
-        self.free.push(id);
     }
 
     /// Rules 1, 2, 10 and 12: queues the key of `id` at `priority` unless that changes nothing.
     pub(crate) fn enqueue(&mut self, id: u32, priority: Priority, now: &mut Clock) -> Added {
         let entry = self.entry_mut(id);
         match entry.phase {
-            Phase::Idle => {}
             Phase::Queued(Priority::Low) if priority == Priority::Normal => {
-                // Rule 10: to the back of the normal line; its low place goes stale.
-                self.low_len -= 1;
-                self.push_ready(id, Priority::Normal, now);
-                return Added::Duplicate;
+                self.low_len -= 1; // rule 10: its low place goes stale
+                self.push_ready(id, priority, now);
+                Added::Duplicate
             }
-            Phase::Queued(_) => return Added::Duplicate,
+            Phase::Queued(_) => Added::Duplicate,
             Phase::Processing { again: Some(was) } => {
                 entry.phase = Phase::Processing { again: Some(was.max(priority)) };
-                return Added::Duplicate;
+                Added::Duplicate
             }
             Phase::Processing { again: None } => {
                 entry.phase = Phase::Processing { again: Some(priority) };
                 self.mark_queued(id, now);
-                return Added::Dirty;
+                Added::Dirty
+            }
+            Phase::Idle => {
+                self.mark_queued(id, now);
+                Added::Queued { wake: self.push_ready(id, priority, now) }
             }
         }
-        self.mark_queued(id, now);
-        Added::Queued { wake: self.push_ready(id, priority, now) }
     }
 
     fn mark_queued(&mut self, id: u32, now: &mut Clock) {
-        if self.timed {
-            self.queued_at[id as usize] = now.get();
+        if let Some(times) = &mut self.queued_at {
+            times[id as usize] = now.get();
         }
     }
 
-    /// Puts the key of `id` in the line for `priority`; true if a parked getter must be woken.
+    /// Puts the key of `id` in the line for `priority`; true if a parked getter is to be woken.
     fn push_ready(&mut self, id: u32, priority: Priority, now: &mut Clock) -> bool {
-        // The phase and ticket first: any older low place of the key is stale from here on, so
-        // moving aged keys below cannot move this one too.
+        // Phase and ticket first: the key's older low places are stale before aged keys move.
         self.next_ticket = self.next_ticket.wrapping_add(1);
         let ticket = self.next_ticket;
         let entry = self.entry_mut(id);
-        entry.phase = Phase::Queued(priority);
-        entry.low_ticket = ticket;
-        if !self.low.is_empty() {
-            self.promote_aged(now);
-        }
+        (entry.phase, entry.ticket) = (Phase::Queued(priority), ticket);
+        self.promote_aged(now);
         match priority {
             Priority::Normal => self.ready.push_back(id),
             Priority::Low => {
                 self.low_len += 1;
-                self.low.push_back(LowPlace { id, ticket, since: now.get() });
+                self.low.push_back((id, ticket, now.get()));
             }
         }
-        self.take_parked()
-    }
-
-    /// Counts one parked getter as woken, if any is parked.
-    fn take_parked(&mut self) -> bool {
         let wake = self.parked > 0;
         self.parked -= usize::from(wake);
         wake
@@ -304,57 +242,53 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
         self.parked += 1;
     }
 
-    fn is_current(&self, place: &LowPlace) -> bool {
-        self.entries[place.id as usize].as_ref().is_some_and(|entry| {
-            entry.phase == Phase::Queued(Priority::Low) && entry.low_ticket == place.ticket
-        })
+    fn is_current(&self, (id, ticket, _): (u32, u16, u64)) -> bool {
+        let entry = self.entries[id as usize].as_ref();
+        entry.is_some_and(|e| e.phase == Phase::Queued(Priority::Low) && e.ticket == ticket)
     }
 
     /// Rule 11: low keys that waited `low_max_wait` join the back of the normal line.
     fn promote_aged(&mut self, now: &mut Clock) {
-        let now = now.get();
-        while let Some(place) = self.low.front() {
+        while let Some(&place) = self.low.front() {
             if self.is_current(place) {
-                if now.saturating_sub(place.since) < self.low_max_wait {
+                if now.get().saturating_sub(place.2) < self.low_max_wait {
                     return;
                 }
-                let id = place.id;
                 self.low_len -= 1;
-                self.entry_mut(id).phase = Phase::Queued(Priority::Normal);
-                self.ready.push_back(id);
+                self.entry_mut(place.0).phase = Phase::Queued(Priority::Normal);
+                self.ready.push_back(place.0);
             }
             self.low.pop_front();
         }
     }
 
-    /// Hands out the next ready key (the normal line first, rule 10): it becomes processing.
+    /// Hands out the next ready key, normal line first (rule 10): it becomes processing.
     pub(crate) fn pop_ready(&mut self, now: &mut Clock) -> Option<u32> {
-        if !self.low.is_empty() {
-            self.promote_aged(now);
-        }
+        self.promote_aged(now);
         let id = match self.ready.pop_front() {
             Some(id) => id,
             None => loop {
                 let place = self.low.pop_front()?;
-                if self.is_current(&place) {
+                if self.is_current(place) {
                     self.low_len -= 1;
-                    break place.id;
+                    break place.0;
                 }
             },
         };
         self.entry_mut(id).phase = Phase::Processing { again: None };
-        let started_at = if self.timed { now.get() } else { 0 };
+        let started_at = if self.queued_at.is_some() { now.get() } else { 0 };
         self.processing.insert(id, started_at);
         Some(id)
     }
 
     /// When the key of `id` was last queued (0 without metrics).
     pub(crate) fn queued_at(&self, id: u32) -> u64 {
-        self.queued_at.get(id as usize).copied().unwrap_or(0)
+        self.queued_at.as_ref().map_or(0, |times| times[id as usize])
     }
 
-    /// The claim on `id` was dropped (rule 2): the key is queued again if it was added meanwhile.
-    pub(crate) fn finish(&mut self, id: u32, now: &mut Clock) -> Finished {
+    /// Rule 2: the claim on `id` was dropped; the key is queued again if it was added meanwhile.
+    /// Returns when the claim was made, whether it was requeued, and whether to wake a getter.
+    pub(crate) fn finish(&mut self, id: u32, now: &mut Clock) -> (u64, bool, bool) {
         let started_at = self.processing.remove(&id).unwrap_or(0);
         let entry = self.entry_mut(id);
         let again = match entry.phase {
@@ -362,43 +296,46 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
             Phase::Idle | Phase::Queued(_) => None,
         };
         entry.phase = Phase::Idle;
-        let wake = match again {
-            Some(priority) => self.push_ready(id, priority, now),
-            None => {
-                self.release_if_idle(id);
-                false
-            }
+        let Some(priority) = again else {
+            self.release_if_idle(id);
+            return (started_at, false, false);
         };
-        Finished { started_at, requeued: again.is_some(), wake }
+        (started_at, true, self.push_ready(id, priority, now))
     }
 
     /// Rule 3: a timer for `id` at `due` unless an earlier one is pending (or its retry is due
-    /// already). True when it is the earliest timer (the timer task must look again).
+    /// already). True when it is now the earliest timer: the timer task must look again.
     pub(crate) fn schedule(&mut self, id: u32, due: u64) -> bool {
         let entry = self.entry_mut(id);
         if entry.retry == Retry::Line || due >= entry.due {
             return false;
         }
         entry.due = due;
-        let earliest = self.timers.peek().is_none_or(|Reverse((next, _))| due < *next);
+        let earliest = self.next_due().is_none_or(|next| due < next);
         self.timers.push(Reverse((due, id)));
         earliest
     }
 
-    /// Rules 4, 5 and 13: counts a failure and schedules the retry after `delay_for(failures)`,
-    /// no earlier than `floor`; `None` (nothing counted) while a retry is still pending.
-    pub(crate) fn fail(&mut self, id: u32, now: u64, floor: u64, delay_for: impl FnOnce(u32) -> u64) -> Option<bool> {
+    /// Rules 4, 5 and 13: counts a failure and schedules the retry after `delay(failures)`, no
+    /// earlier than `floor`; `None` (nothing counted) while a retry is pending.
+    pub(crate) fn fail(
+        &mut self,
+        id: u32,
+        now: u64,
+        floor: u64,
+        delay: impl FnOnce(u32) -> u64,
+    ) -> Option<bool> {
         let entry = self.entry_mut(id);
         if entry.retry != Retry::None {
             return None;
         }
         entry.failures = entry.failures.saturating_add(1);
         entry.retry = Retry::Timer;
-        let due = now.saturating_add(delay_for(u32::from(entry.failures))).max(floor).min(NEVER - 1);
+        let due = now.saturating_add(delay(u32::from(entry.failures))).max(floor).min(NEVER - 1);
         Some(self.schedule(id, due))
     }
 
-    /// Rule 7: drops the failure count (a pending timer still fires once, as a plain timer).
+    /// Rule 7: drops the failure count (a pending timer still fires once, as a plain one).
     pub(crate) fn forget(&mut self, id: u32) {
         let entry = self.entry_mut(id);
         entry.failures = 0;
@@ -408,8 +345,7 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
         self.release_if_idle(id);
     }
 
-    /// `forget`, and cancels the pending timer (unless its retry is in the retry line already)
-    /// with the notes that waited for it.
+    /// `forget`, and cancels the pending timer (unless its retry waits for a token already).
     pub(crate) fn settle(&mut self, id: u32) {
         let entry = self.entry_mut(id);
         if entry.due != NEVER && entry.retry != Retry::Line {
@@ -419,18 +355,18 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
         self.forget(id);
     }
 
-    /// Fires the timers due at `now`: plain ones add their key, retries join the retry line,
-    /// which is served while the bucket grants tokens. Also returns when the next token comes.
-    pub(crate) fn release_due(&mut self, now: u64, bucket: Option<&RetryBucket>) -> (Released, Option<Instant>) {
+    /// Fires the timers due at `now` (rule 3); due retries join the retry line, served while
+    /// the bucket grants tokens (rule 6). Also returns when the bucket has the next token.
+    pub(crate) fn release_due(
+        &mut self,
+        now: u64,
+        bucket: Option<&RetryBucket>,
+    ) -> (Released, Option<Instant>) {
         let mut released = Released::default();
-        let mut clock = Clock::at(now);
-        while let Some(&Reverse((due, id))) = self.timers.peek() {
-            if due > now {
-                break;
-            }
+        while let Some(&Reverse((due, id))) = self.timers.peek().filter(|Reverse((due, _))| *due <= now) {
             self.timers.pop();
-            let Some(entry) = self.entries[id as usize].as_mut().filter(|entry| entry.due == due) else {
-                continue; // stale: superseded by an earlier timer, cancelled, or another key's now
+            let Some(entry) = self.entries[id as usize].as_mut().filter(|e| e.due == due) else {
+                continue; // stale: superseded, cancelled, or the number is another key's now
             };
             entry.due = NEVER;
             if entry.retry == Retry::Timer && bucket.is_some() {
@@ -438,27 +374,24 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
                 self.retry_line.push_back(id);
             } else {
                 entry.retry = Retry::None;
-                self.release(id, &mut clock, &mut released);
+                self.release(id, now, &mut released);
             }
         }
-        let mut next_token = None;
         while let (Some(&id), Some(bucket)) = (self.retry_line.front(), bucket) {
-            if let Err(at) = bucket.try_take() {
-                next_token = Some(at);
-                break;
+            if let Err(next_token) = bucket.try_take() {
+                return (released, Some(next_token));
             }
             self.retry_line.pop_front();
             self.entry_mut(id).retry = Retry::None;
-            self.release(id, &mut clock, &mut released);
+            self.release(id, now, &mut released);
         }
-        (released, next_token)
+        (released, None)
     }
 
-    /// Rule 12: a timer's add is a requeue at normal priority; the notes that waited for the
-    /// timer are due from now on.
-    fn release(&mut self, id: u32, now: &mut Clock, released: &mut Released) {
+    /// Rule 12: a timer adds at normal priority; the notes that waited for it are due now.
+    fn release(&mut self, id: u32, now: u64, released: &mut Released) {
         self.entry_mut(id).notes.timer_fired();
-        match self.enqueue(id, Priority::Normal, now) {
+        match self.enqueue(id, Priority::Normal, &mut Clock::at(now)) {
             Added::Duplicate => {}
             Added::Dirty => released.added += 1,
             Added::Queued { wake } => {
@@ -479,21 +412,16 @@ impl<K: Eq + Hash + Clone, N: KeyNotes> State<K, N> {
         self.ready.len() + self.low_len
     }
 
-    /// Outstanding claims with when each was made.
+    /// Outstanding claims: entry → when it was made.
     pub(crate) fn processing(&self) -> &HashMap<u32, u64, DefaultHashBuilder> {
         &self.processing
     }
 
-    /// Every tracked key's entry with its number.
+    /// Every tracked key's entry, with its number.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (u32, &Entry<K, N>)> {
         (0u32..).zip(&self.entries).filter_map(|(id, entry)| Some((id, entry.as_ref()?)))
     }
 
-    pub(crate) fn tracked(&self) -> usize {
-        self.entries.len() - self.free.len()
-    }
-
-    /// Timer heap entries, stale ones included.
     pub(crate) fn timer_entries(&self) -> usize {
         self.timers.len()
     }
