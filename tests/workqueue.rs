@@ -1,8 +1,6 @@
 //! The work queue's semantics (issue 2), one test per numbered rule, plus metrics and snapshot.
 //! Time-dependent tests run on tokio's paused clock: waits are exact and instant.
 
-mod common;
-
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -533,10 +531,12 @@ async fn rule12_a_rerun_keeps_the_highest_priority_it_was_added_with_and_timers_
 
     q.add_with_priority(key(2), Priority::Low);
     q.add_after(key(1), ms(10));
-    common::eventually("the timer to add its key", HOUR, || async {
-        if q.len() >= 2 { Ok(()) } else { Err(q.len()) }
-    })
-    .await;
+    let both_ready = async {
+        while q.len() < 2 {
+            sleep(ms(1)).await;
+        }
+    };
+    timeout(HOUR, both_ready).await.expect("the timer adds its key");
     assert_eq!(drain(&q, 2).await, [key(1), key(2)], "a timer adds at normal priority");
 }
 

@@ -426,3 +426,30 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         self.timers.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(state: &mut State<&'static str, ()>, key: &'static str, priority: Priority) -> u32 {
+        let (id, _) = state.entry_for(key);
+        state.enqueue(id, priority, &mut Clock::at(0));
+        id
+    }
+
+    #[test]
+    fn an_idle_entry_is_removed_and_its_number_reused_without_its_stale_low_place() {
+        let mut state = State::new(false, u64::MAX);
+        let a = add(&mut state, "a", Priority::Low);
+        let z = add(&mut state, "z", Priority::Low);
+        add(&mut state, "a", Priority::Normal); // promoted: its low place, before z's, goes stale
+        assert_eq!(state.pop_ready(&mut Clock::at(0)), Some(a));
+        assert_eq!(state.finish(a, &mut Clock::at(0)), (0, false, false));
+        assert_eq!((state.find(&"a"), state.entries().count()), (None, 1), "nothing left of a");
+        let b = add(&mut state, "b", Priority::Low);
+        assert_eq!(b, a, "the number is reused");
+        // a's stale place comes first in the low line, but it does not hand b out before z.
+        let mut next = || state.pop_ready(&mut Clock::at(0));
+        assert_eq!([next(), next(), next()], [Some(z), Some(b), None]);
+    }
+}
