@@ -33,7 +33,8 @@
 //! the key's phase, pending timer, failure count and notes), the normal and low ready lines, the
 //! processing set, the timer heap and the retry line. Metrics and wake-ups happen after the lock.
 //!
-//! - `queue.rs`: the [`WorkQueue`] handle, [`QueueConfig`], the [`Claim`] guard and the timer task.
+//! - `queue.rs`: the [`WorkQueue`] handle, the [`Claim`] guard and the timer task;
+//!   `config.rs`: [`QueueConfig`] and what `snapshot` reports.
 //! - `state.rs`: the state behind the lock and every rule's bookkeeping.
 //! - `notes.rs`: [`KeyNotes`], what a caller keeps per key in the key's entry (the controller's
 //!   causes), written by the add under the lock it takes anyway.
@@ -49,6 +50,7 @@
 mod backoff;
 mod bucket;
 mod clock;
+mod config;
 mod metrics;
 mod notes;
 mod queue;
@@ -56,7 +58,8 @@ mod state;
 
 pub use backoff::BackoffConfig;
 pub use bucket::{BucketConfig, TokioClock, TokioInstant};
+pub use config::{DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig};
 pub use metrics::{InMemoryMetrics, QueueMetrics};
 pub use notes::{KeyNotes, NoteKey};
-pub use queue::{Claim, DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig, WorkQueue};
+pub use queue::{Claim, WorkQueue};
 pub use state::Priority;
