@@ -6,6 +6,8 @@
 //! `/etc/hosts` (a private mount namespace) so that `<pod>.<svc>.<ns>.svc` resolves, and the
 //! instance program run as a non-root user (Debian's `postgres`). Needs root (for the mount
 //! namespace and the user switch) and the PostgreSQL 15 server binaries.
+
+#![allow(unsafe_code, reason = "libc: kill and killpg of the program under test")]
 #![cfg(feature = "sim")]
 
 mod common;
