@@ -160,6 +160,14 @@ pub async fn create_all(client: &Client, yaml: &str) {
     }
 }
 
+/// The CustomResourceDefinitions as untyped objects, for CRDs no typed object could hold (the
+/// invalid ones a test sends).
+pub fn crd_objects(client: Client) -> Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let gvk = GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
+    Api::all_with(client, &ApiResource::from_gvk_with_plural(&gvk, "customresourcedefinitions"))
+}
+
 /// Creates (or replaces) the CRD.
 pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());

@@ -83,7 +83,10 @@ pub async fn await_streaming(
         if done {
             Ok(db)
         } else {
-            Err(format!("{:?} {:?} primary {:?}: {instances:?}", status.phase, status.ready_instances, status.current_primary))
+            Err(format!(
+                "{:?} {:?} primary {:?}: {instances:?}",
+                status.phase, status.ready_instances, status.current_primary
+            ))
         }
     })
     .await

@@ -208,7 +208,8 @@ async fn deleting_the_cluster_removes_cronjob_and_jobs_and_keeps_the_volume_unle
         await_absent(&cluster.clusters(), NAME, "the cluster").await;
         await_absent(&cronjobs, "production-postgres-backup", "the CronJob").await;
         eventually("the backup Jobs to go", WAIT_LIMIT, || async {
-            let jobs: Vec<_> = backup_jobs(&cluster).await.into_iter().filter_map(|j| j.metadata.name).collect();
+            let jobs: Vec<_> =
+                backup_jobs(&cluster).await.into_iter().filter_map(|j| j.metadata.name).collect();
             if jobs.is_empty() { Ok(()) } else { Err(jobs) }
         })
         .await;

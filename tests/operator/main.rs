@@ -6,16 +6,13 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod status;
-mod crd;
-mod manifests;
-mod rbac;
-mod cli;
-mod dbc_scale;
 mod chaos;
-mod pass_log;
+mod cli;
+mod crd;
+mod dbc_scale;
 mod e2e_adoption;
 mod e2e_backup;
+mod e2e_bad_input;
 mod e2e_drift;
 mod e2e_no_secret_leak;
 mod e2e_quiet;
@@ -24,4 +21,7 @@ mod e2e_run;
 mod e2e_storage;
 mod e2e_transient;
 mod e2e_walkthrough;
-mod e2e_bad_input;
+mod manifests;
+mod pass_log;
+mod rbac;
+mod status;

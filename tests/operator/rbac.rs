@@ -198,7 +198,8 @@ where
 /// requests, and the log is complete when the operator is stopped.
 async fn await_collected_and_settled(debug: SocketAddr) {
     eventually("the operator to see the cluster's children collected and settle", WAIT_LIMIT, || async {
-        let read = |path| async move { serde_json::from_str::<Value>(&http_get(debug, path).await.2).unwrap() };
+        let read =
+            |path| async move { serde_json::from_str::<Value>(&http_get(debug, path).await.2).unwrap() };
         let (cache, queue) = (read("/debug/cache").await, read("/debug/queue").await);
         let cached: Vec<(String, u64)> = cache["informers"]
             .as_array()

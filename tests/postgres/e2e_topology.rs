@@ -12,15 +12,14 @@ use std::time::Instant;
 use common::postgres::*;
 use common::*;
 use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
+mod recovery;
 mod replication;
 mod updates;
-mod recovery;
 
 const NAME: &str = "production-postgres";
 const NS: &str = "default";

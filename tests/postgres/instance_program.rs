@@ -11,15 +11,14 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::within_limit;
 use common::postgres::{
     POSTGRES_BIN as BIN, REAL_POLL_INTERVAL, REAL_WAIT, eventually_some, require_postgres,
 };
+use common::within_limit;
 
 use dbcluster_operator::databasecluster::config::{
     CONFIG_HASH_PARAMETER, POSTGRESQL_CONF_KEY, RESTART_PARAMETERS, build_config_map, postgresql_conf,
@@ -146,7 +145,9 @@ impl Fixture {
 
     /// Runs `instance.sh init` for pod `ordinal` to completion; returns its log.
     async fn init(&self, ordinal: usize) -> String {
-        let output = within_limit("instance.sh init", REAL_WAIT, self.command(ordinal, "init").output()).await.unwrap();
+        let output = within_limit("instance.sh init", REAL_WAIT, self.command(ordinal, "init").output())
+            .await
+            .unwrap();
         let log = String::from_utf8_lossy(&output.stderr).into_owned();
         assert!(output.status.success(), "init of db-{ordinal} failed:\n{log}");
         log
@@ -254,7 +255,10 @@ async fn a_standby_streams_from_the_primary_and_refuses_writes() {
     let standby_app = fixture.target(1, Login::App, "app");
     eventually_some("the rows reach the standby", || async {
         let c = connect(&standby_app).await.ok()?;
-        c.query_one("SELECT count(*) FROM t", &[]).await.is_ok_and(|r| r.get::<_, i64>(0) == 10_000).then_some(())
+        c.query_one("SELECT count(*) FROM t", &[])
+            .await
+            .is_ok_and(|r| r.get::<_, i64>(0) == 10_000)
+            .then_some(())
     })
     .await;
     let standby = connect(&standby_app).await.unwrap();

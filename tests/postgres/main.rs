@@ -6,12 +6,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod e2e_failover;
-mod e2e_topology;
-mod e2e_restore;
-mod e2e_postgres;
-mod sim_process_kubelet;
-mod sim_job_pods;
-mod instance_program;
 mod backup_script;
 mod e2e_demo;
+mod e2e_failover;
+mod e2e_postgres;
+mod e2e_restore;
+mod e2e_topology;
+mod instance_program;
+mod sim_job_pods;
+mod sim_process_kubelet;

@@ -52,4 +52,3 @@ fn ready(p: &Value) -> bool {
 fn kubectl_logs(cluster: &TestCluster, args: &[&str]) -> Result<String, String> {
     kubectl(cluster, &[&["logs"], args].concat())
 }
-

@@ -356,3 +356,16 @@ impl Harness {
         (debug, stop, task)
     }
 }
+
+/// The field `field` of `key`'s last pass in the `/debug/queue` document, if present.
+fn last_pass_field(debug: &Introspection, key: &str, field: &str) -> Option<serde_json::Value> {
+    let report = serde_json::to_value(debug.queue_report()).unwrap();
+    let keys = report["controllers"][0]["keys"].as_array()?.clone();
+    let entry = keys.into_iter().find(|k| k["key"] == key)?;
+    entry["last_pass"].get(field).cloned()
+}
+
+/// The value of the series `series` (name and labels), if present.
+fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
+    metrics.encode().lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}

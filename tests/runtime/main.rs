@@ -6,15 +6,15 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod workqueue;
-mod reflector;
-mod informer;
 mod cache;
-mod controller;
 mod causes;
 mod causes_log;
+mod controller;
+mod informer;
 mod leader;
-mod server;
 mod live;
-mod run;
 mod metrics_secure;
+mod reflector;
+mod run;
+mod server;
+mod workqueue;

@@ -17,11 +17,11 @@ use dbcluster_operator::runtime::workqueue::{
 };
 use tokio::time::{Instant, sleep, timeout};
 
+mod observability;
 mod ordering;
+mod priority;
 mod retries;
 mod shutdown;
-mod priority;
-mod observability;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -2,6 +2,8 @@
 //! every verb, metadata, conflicts, generation and status-subresource rules, pagination, CRDs.
 #![cfg(feature = "sim")]
 
+use crate::common;
+
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -250,13 +252,7 @@ fn crd() -> serde_json::Value {
 async fn creating_a_crd_serves_its_custom_resource() {
     let sim = SimServer::start().await.unwrap();
     let client = sim.client();
-    let crds: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-            "customresourcedefinitions",
-        ),
-    );
+    let crds: Api<DynamicObject> = common::crd_objects(client.clone());
     let created: DynamicObject = serde_json::from_value(crd()).unwrap();
     let created = crds.create(&PostParams::default(), &created).await.unwrap();
     let conditions = created.data["status"]["conditions"].as_array().unwrap();
@@ -301,13 +297,7 @@ async fn creating_a_crd_serves_its_custom_resource() {
 #[tokio::test]
 async fn a_crd_whose_name_does_not_match_its_names_is_invalid() {
     let sim = SimServer::start().await.unwrap();
-    let crds: Api<DynamicObject> = Api::all_with(
-        sim.client(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-            "customresourcedefinitions",
-        ),
-    );
+    let crds: Api<DynamicObject> = common::crd_objects(sim.client());
     let mut bad = crd();
     bad["metadata"]["name"] = json!("wrong.example.com");
     let bad: DynamicObject = serde_json::from_value(bad).unwrap();

@@ -63,13 +63,7 @@ fn crd() -> Value {
 async fn setup() -> (SimServer, Api<DynamicObject>) {
     let config = SimConfig { kubernetes_version: KubernetesVersion::new(29), ..SimConfig::default() };
     let sim = SimServer::start_with(config).await.unwrap();
-    let crds: Api<DynamicObject> = Api::all_with(
-        sim.client(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-            "customresourcedefinitions",
-        ),
-    );
+    let crds: Api<DynamicObject> = common::crd_objects(sim.client());
     crds.create(&PostParams::default(), &serde_json::from_value(crd()).unwrap()).await.unwrap();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("databases.example.dev", "v1alpha1", "DatabaseCluster"),
@@ -182,13 +176,7 @@ async fn status_writes_are_validated_too() {
 #[tokio::test]
 async fn a_crd_with_an_uncompilable_schema_is_refused() {
     let sim = SimServer::start().await.unwrap();
-    let crds: Api<DynamicObject> = Api::all_with(
-        sim.client(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-            "customresourcedefinitions",
-        ),
-    );
+    let crds: Api<DynamicObject> = common::crd_objects(sim.client());
     let mut bad = crd();
     bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["version"]
         ["x-kubernetes-validations"][0]["rule"] = json!("self.split('.'[0] ==");

@@ -285,17 +285,22 @@ async fn jobs_of(jobs: &Api<Job>, prefix: &str) -> Vec<Job> {
 }
 
 // mirrors pkg/controller/cronjob/cronjob_controllerv2.go (1.28): `syncCronJob` with
+/// A server whose Jobs run 7 minutes (longer than a schedule's minute), and its CronJobs and Jobs.
+async fn with_long_jobs() -> (SimServer, Api<CronJob>, Api<Job>) {
+    let sim =
+        SimServer::start_with(SimConfig { job_duration: Duration::from_secs(420), ..SimConfig::default() })
+            .await
+            .unwrap();
+    let (cron_jobs, jobs) = (Api::default_namespaced(sim.client()), Api::default_namespaced(sim.client()));
+    (sim, cron_jobs, jobs)
+}
+
 // `ForbidConcurrent`: a due run waits while `status.active` is not empty and records nothing, so
 // once the running Job finishes the missed time (`mostRecentScheduleTime`) starts late, its Job
 // named for the scheduled time (`getJobFromTemplate2`: `<name>-<minutes since the epoch>`).
 #[tokio::test(start_paused = true)]
 async fn forbid_starts_the_missed_run_late_once_the_active_job_finishes() {
-    let sim =
-        SimServer::start_with(SimConfig { job_duration: Duration::from_secs(420), ..SimConfig::default() })
-            .await
-            .unwrap();
-    let (cron_jobs, jobs): (Api<CronJob>, Api<Job>) =
-        (Api::default_namespaced(sim.client()), Api::default_namespaced(sim.client()));
+    let (_sim, cron_jobs, jobs) = with_long_jobs().await;
     let cj = cron_jobs
         .create(&PostParams::default(), &cron_job("nightly", json!({"concurrencyPolicy": "Forbid"})))
         .await
@@ -341,12 +346,7 @@ async fn forbid_starts_the_missed_run_late_once_the_active_job_finishes() {
 // `status.active` before the new one is created and joins it.
 #[tokio::test(start_paused = true)]
 async fn replace_deletes_the_active_job_before_starting_the_next() {
-    let sim =
-        SimServer::start_with(SimConfig { job_duration: Duration::from_secs(420), ..SimConfig::default() })
-            .await
-            .unwrap();
-    let (cron_jobs, jobs): (Api<CronJob>, Api<Job>) =
-        (Api::default_namespaced(sim.client()), Api::default_namespaced(sim.client()));
+    let (_sim, cron_jobs, jobs) = with_long_jobs().await;
     let cj = cron_jobs
         .create(&PostParams::default(), &cron_job("swap", json!({"concurrencyPolicy": "Replace"})))
         .await

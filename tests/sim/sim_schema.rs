@@ -5,9 +5,9 @@
 use dbcluster_operator::sim::schema::{FieldError, FieldErrorReason, SchemaError, StructuralSchema};
 use serde_json::{Value, json};
 
-mod openapi;
-mod defaulting;
 mod cel;
+mod defaulting;
+mod openapi;
 
 /// A DatabaseCluster-like CRD schema carrying the two CEL rules of the team contract.
 fn database_cluster_schema() -> Value {

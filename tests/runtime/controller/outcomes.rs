@@ -104,19 +104,6 @@ async fn a_panic_or_a_timeout_is_an_error_retried_with_backoff() {
     assert!(timeouts.is_some_and(|n| n >= 1.0), "timeouts counted: {timeouts:?}");
 }
 
-/// The field `field` of `key`'s last pass in the `/debug/queue` document, if present.
-fn last_pass_field(debug: &Introspection, key: &str, field: &str) -> Option<serde_json::Value> {
-    let report = serde_json::to_value(debug.queue_report()).unwrap();
-    let keys = report["controllers"][0]["keys"].as_array()?.clone();
-    let entry = keys.into_iter().find(|k| k["key"] == key)?;
-    entry["last_pass"].get(field).cloned()
-}
-
-/// The value of the series `series` (name and labels), if present.
-fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
-    metrics.encode().lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_error_with_a_retry_after_hint_is_retried_no_earlier() {
     let h = Harness::start().await;
