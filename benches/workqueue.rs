@@ -1,4 +1,4 @@
-//! Work queue benchmarks (issue 2). Every benchmark runs the queue beside two baselines in the same
+//! Work queue benchmarks. Every benchmark runs the queue beside two baselines in the same
 //! run: `mutex_vecdeque` (a `Mutex<VecDeque> + HashSet` queue, written here: dedup, no processing
 //! set, no delays) and `mpsc` (a `tokio::sync::mpsc` channel: no dedup at all, the floor).
 //!
@@ -594,7 +594,7 @@ fn memory<H: Harness>(_c: &mut Criterion) {
     drop((producer, consumer));
 }
 
-/// A restart's backlog (issue 15): 10 000 keys queued at once, 4 workers at 1 ms a pass, and a
+/// A restart's backlog: 10 000 keys queued at once, 4 workers at 1 ms a pass, and a
 /// live event every 5 ms. Criterion times the drain (until the last backlog key is served); the
 /// latency from each live event's add to the start of its pass is printed as p50/p99. `low`
 /// queues the backlog at `Priority::Low` (the controller's choice for initial lists and
