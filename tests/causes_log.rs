@@ -1,4 +1,4 @@
-//! The reconcile span carries the pass's trigger (`runtime::causes`, rule 4): the line a pass logs
+//! The reconcile span carries the pass's trigger (`runtime::controller::causes`, rule 4): the line a pass logs
 //! reads `reconcile{… trigger="<first cause>" (+N)}: …`. Alone in its binary: the log capture is
 //! per thread, and another test's thread could cache the span's callsite as disabled.
 #![cfg(feature = "sim")]

@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::runtime::writes::resource_version_reached;
+use dbcluster_operator::runtime::controller::writes::resource_version_reached;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;

@@ -27,7 +27,7 @@ use dbcluster_operator::cli::run;
 use dbcluster_operator::databasecluster::operator;
 use dbcluster_operator::databasecluster::types::crd;
 use dbcluster_operator::runtime::manager::{ManagerConfig, ManagerError};
-use dbcluster_operator::runtime::tls::RELOAD_PERIOD;
+use dbcluster_operator::runtime::observe::tls::RELOAD_PERIOD;
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;

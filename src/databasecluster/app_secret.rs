@@ -15,7 +15,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::credentials::{secret_password, secret_value};
-use crate::runtime::writes::{Verb, recorded_as};
+use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// The label the operator puts on a user-named app Secret: the name of the cluster using it.
 pub const APP_SECRET_OF: &str = "databases.madmmas.dev/app-secret-of";

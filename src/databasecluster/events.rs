@@ -8,7 +8,7 @@
 //! history, not state. Every Event is published, even one identical to an earlier one: a repeat is
 //! a real repeat (a Service recreated after a hand-delete reports `CreatedService` again). Passes
 //! do not report the same change twice because the controller runs a key's next pass only once
-//! the caches hold its previous pass's writes (read-your-writes, `runtime::freshness`). Only
+//! the caches hold its previous pass's writes (read-your-writes, `runtime::controller::freshness`). Only
 //! errors are aggregated: a `ReconcileError` Event is published when a cluster's error message
 //! changes, not on every retry of the same error (one map lookup per publish).
 //!

@@ -31,7 +31,7 @@ use super::resources::{FIELD_MANAGER, Owner};
 use super::services::{ROLE_PRIMARY, ROLE_REPLICA, role_labels};
 use super::types::{DatabaseCluster, FailoverRecord};
 use super::validation::ValidSpec;
-use crate::runtime::writes::{Verb, recorded_as};
+use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// One failover to carry out.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //!    collector removes the children through their ownerReferences.
 //! 2. **First pass**: write phase Provisioning with every condition Unknown, and end
 //!    `RequeueAfter(0)`: the next pass, at once, makes the children (the echo of a pass's own
-//!    status write queues no pass: `runtime::echoes`).
+//!    status write queues no pass: `runtime::controller::echoes`).
 //! 3. **Children**, each built purely from the cluster ([`super::resources`], [`super::config`],
 //!    [`super::credentials`], [`super::services`]): the headless and the three client Services,
 //!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
@@ -118,8 +118,8 @@ use super::types::{
 };
 use super::validation::{SpecError, ValidSpec, validate};
 use crate::runtime::client;
+use crate::runtime::controller::writes::{Verb, recorded_as};
 use crate::runtime::controller::{Action, ReconcileError};
-use crate::runtime::writes::{Verb, recorded_as};
 use crate::runtime::{Object, ObjectKey};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -435,7 +435,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 /// converging cluster (every [`CONVERGING_REQUEUE`]) needs one, whichever is sooner; `Done`
 /// only when neither does. Nothing else brings that look: neither an instance's state nor the
 /// passing of time makes a watch event, and the echo of the pass's own status write queues no
-/// pass (see `runtime::echoes`).
+/// pass (see `runtime::controller::echoes`).
 fn next_look(retry_after: Option<Duration>, converging: bool) -> Action {
     let converging = converging.then_some(CONVERGING_REQUEUE);
     match retry_after.into_iter().chain(converging).min() {

@@ -27,7 +27,7 @@ use super::resources::{DATA_VOLUME, FIELD_MANAGER, Owner, statefulset_name};
 use super::status::{condition, find_condition, reason};
 use super::types::DatabaseCluster;
 use super::validation::{StorageSize, ValidSpec};
-use crate::runtime::writes::{Verb, recorded_as};
+use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// Words of the resize admission's 403 (`PersistentVolumeClaimResize`): the claim's StorageClass
 /// does not allow expansion.

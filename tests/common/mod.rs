@@ -19,7 +19,7 @@ use dbcluster_operator::databasecluster::operator::{
 use dbcluster_operator::databasecluster::types::{self, DatabaseCluster};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::Cache;
-use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::observe::metrics::Metrics;
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
 use k8s_openapi::api::events::v1::Event;

@@ -34,7 +34,7 @@ use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::validation::ValidSpec;
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;
-use crate::runtime::writes::{Verb, recorded_as};
+use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// What the backup step found, for the status.
 #[derive(Debug)]

@@ -24,11 +24,13 @@ use std::sync::{Arc, OnceLock};
 use tokio::time::{Duration, Instant};
 
 use crate::runtime::ObjectKey;
-use crate::runtime::causes::{Cause, CauseLog, EventType, KeptCauses, ObjectEvent, ResourceVersion};
 use crate::runtime::controller::PassResult;
-use crate::runtime::freshness::Waited;
-use crate::runtime::introspection::PassRecord;
-use crate::runtime::writes::{KindName, PassWrite, Verb};
+use crate::runtime::controller::causes::{
+    Cause, CauseLog, EventType, KeptCauses, ObjectEvent, ResourceVersion,
+};
+use crate::runtime::controller::freshness::Waited;
+use crate::runtime::controller::writes::{KindName, PassWrite, Verb};
+use crate::runtime::observe::introspection::PassRecord;
 
 /// One pass of a key, packed (see the module docs). Unpacking needs the key it was packed for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -377,7 +379,7 @@ impl<'a> Unpacker<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::writes::kind_name;
+    use crate::runtime::controller::writes::kind_name;
 
     fn event(object: ObjectKey, rv: Option<&str>) -> ObjectEvent {
         ObjectEvent {

@@ -25,7 +25,7 @@
 use dashmap::DashMap;
 
 use crate::runtime::ObjectKey;
-use crate::runtime::writes::{KindName, Write};
+use crate::runtime::controller::writes::{KindName, Write};
 
 /// Each key's expected echo: the resourceVersion of its last pass's last write to its own object.
 #[derive(Debug, Default)]
@@ -67,7 +67,7 @@ impl OwnEchoes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::writes::{Verb, kind_name};
+    use crate::runtime::controller::writes::{Verb, kind_name};
 
     fn write(kind: &str, name: &str, rv: &str) -> Write {
         Write {

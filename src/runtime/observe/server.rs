@@ -26,11 +26,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::ObjectKey;
-use crate::runtime::access::AccessReview;
-use crate::runtime::introspection::Introspection;
-use crate::runtime::live::{self, LiveQuery};
-use crate::runtime::metrics::Metrics;
-use crate::runtime::tls::ServedCertificate;
+use crate::runtime::observe::access::AccessReview;
+use crate::runtime::observe::introspection::Introspection;
+use crate::runtime::observe::live::{self, LiveQuery};
+use crate::runtime::observe::metrics::Metrics;
+use crate::runtime::observe::tls::ServedCertificate;
 
 /// Where one key's history is served: `/debug/queue/<namespace>/<name>` (or `/<name>` for a
 /// cluster-scoped key).

@@ -23,7 +23,9 @@ use hyper::body::Frame;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::runtime::introspection::{CacheReport, Introspection, KeyView, LatestPasses, QueueReport};
+use crate::runtime::observe::introspection::{
+    CacheReport, Introspection, KeyView, LatestPasses, QueueReport,
+};
 
 /// The page, as served.
 ///
@@ -310,9 +312,9 @@ pub fn live_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::causes::CauseLog;
     use crate::runtime::controller::PassResult;
-    use crate::runtime::introspection::{ControllerReport, PassView};
+    use crate::runtime::controller::causes::CauseLog;
+    use crate::runtime::observe::introspection::{ControllerReport, PassView};
 
     fn key(i: usize, state: &'static str) -> KeyView {
         KeyView {

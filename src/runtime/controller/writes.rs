@@ -21,7 +21,7 @@ use kube::Resource;
 use serde::Serialize;
 
 use crate::runtime::ObjectKey;
-use crate::runtime::causes::ResourceVersion;
+use crate::runtime::controller::causes::ResourceVersion;
 
 /// The kind of an object, `group/Kind` (`Kind` alone for the core group): how the controller
 /// matches writes to informers, and how a cause names the informer it came from. Interned

@@ -27,13 +27,15 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::access::AccessReview;
-use crate::runtime::introspection::Introspection;
-use crate::runtime::leader::{LeaderElector, LeaderError, LeaseConfig};
-use crate::runtime::metrics::Metrics;
-use crate::runtime::process_metrics::ProcessCollector;
-use crate::runtime::server::{self, Endpoints, ServerState};
-use crate::runtime::tls::{ServedCertificate, TlsError};
+pub mod leader;
+
+use crate::runtime::manager::leader::{LeaderElector, LeaderError, LeaseConfig};
+use crate::runtime::observe::access::AccessReview;
+use crate::runtime::observe::introspection::Introspection;
+use crate::runtime::observe::metrics::Metrics;
+use crate::runtime::observe::process_metrics::ProcessCollector;
+use crate::runtime::observe::server::{self, Endpoints, ServerState};
+use crate::runtime::observe::tls::{ServedCertificate, TlsError};
 
 /// Beyond `shutdown_timeout`, how long releasing the lease and closing may take before the manager
 /// returns anyway.
@@ -58,11 +60,11 @@ pub struct ManagerConfig {
     /// How long reconciles in flight may take after a signal.
     pub shutdown_timeout: Duration,
     /// Serve `/metrics`, and `/debug/*` off loopback, only to requests the API server
-    /// authenticates and authorizes (TokenReview, SubjectAccessReview: `runtime::access`), and
+    /// authenticates and authorizes (TokenReview, SubjectAccessReview: `runtime::observe::access`), and
     /// over TLS only (`server::encrypted`).
     pub metrics_secure: bool,
     /// With `metrics_secure`, the directory whose `tls.crt` and `tls.key` the TLS listeners serve
-    /// (read again when they change); `None`: a self-signed certificate made at start (`runtime::tls`).
+    /// (read again when they change); `None`: a self-signed certificate made at start (`runtime::observe::tls`).
     pub metrics_cert_dir: Option<PathBuf>,
 }
 

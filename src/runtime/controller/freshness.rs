@@ -25,10 +25,10 @@ use parking_lot::RwLock;
 use tokio::time::Instant;
 
 use crate::runtime::ObjectKey;
+use crate::runtime::controller::writes::{KindName, Write, resource_version_reached};
 use crate::runtime::informer::Informer;
 use crate::runtime::object::InformerObject;
 use crate::runtime::selector::LabelSelector;
-use crate::runtime::writes::{KindName, Write, resource_version_reached};
 
 /// How long a pass waits at most for the informers to deliver its key's last writes.
 pub const DEFAULT_STALE_CACHE_WAIT: Duration = Duration::from_secs(5);
