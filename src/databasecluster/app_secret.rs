@@ -14,7 +14,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::credentials::{secret_password, secret_value};
+use crate::databasecluster::credentials::{secret_password, secret_value};
 use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// The label the operator puts on a user-named app Secret: the name of the cluster using it.

@@ -47,14 +47,14 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::backup::jobs::CLUSTER_LABEL;
-pub use super::compact::Compact;
-use super::drift::needs_update;
-use super::identity::{Identity, object_by_identity};
-use super::packed::Packed;
-use super::resources::label;
-use super::services::ROLE_LABEL;
-use super::topology::REVISION_LABEL;
+use crate::databasecluster::backup::jobs::CLUSTER_LABEL;
+pub use crate::databasecluster::compact::Compact;
+use crate::databasecluster::drift::needs_update;
+use crate::databasecluster::identity::{Identity, object_by_identity};
+use crate::databasecluster::packed::Packed;
+use crate::databasecluster::resources::label;
+use crate::databasecluster::services::ROLE_LABEL;
+use crate::databasecluster::topology::REVISION_LABEL;
 use crate::runtime::cache::strip_managed_fields;
 use crate::runtime::object::{Object, shown_metadata};
 

@@ -9,14 +9,14 @@
 //!   demoted one), `ready` and `alive` (probes). Its header is its contract.
 //! - `primary`: the pod name of the instance that must be primary. The operator's record, not an
 //!   ordinal rule: instance 0 when the cluster is created, and kept as the live ConfigMap says ever
-//!   after; a failover or a switchover changes it ([`super::promotion`]).
-//! - `demoting`: during a switchover only, the old primary being demoted ([`super::switchover`]).
+//!   after; a failover or a switchover changes it ([`crate::databasecluster::promotion`]).
+//! - `demoting`: during a switchover only, the old primary being demoted ([`crate::databasecluster::switchover`]).
 //! - `postgresql.conf`: the server's whole configuration file (`config_file`): the operator's
 //!   replication settings (with `synchronous_standby_names` for `spec.synchronousReplicas`,
 //!   [`synchronous_standby_names`]), then `spec.postgresConfig`, then [`CONFIG_HASH_PARAMETER`], a hash of
 //!   the rest. PostgreSQL reports the hash of the file on disk in `pg_file_settings` and the hash in
 //!   force with `current_setting`, so the operator can see when a changed ConfigMap has reached an
-//!   instance and whether a reload applied it (see [`super::instances`]).
+//!   instance and whether a reload applied it (see [`crate::databasecluster::instances`]).
 //! - `pg_hba.conf`: local socket connections trusted (the socket is mode 0700 in a directory only
 //!   the pod's uid reaches), the replication user alone may open replication connections, and every
 //!   TCP login needs a SCRAM password. `pg_ident.conf`: empty.
@@ -34,9 +34,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::instances::InstanceFacts;
-use super::resources::{Owner, child_metadata, statefulset_name};
-use super::validation::ValidSpec;
+use crate::databasecluster::instances::InstanceFacts;
+use crate::databasecluster::resources::{Owner, child_metadata, statefulset_name};
+use crate::databasecluster::validation::ValidSpec;
 
 /// The instance program, shipped in the ConfigMap.
 pub const INSTANCE_SCRIPT: &str = include_str!("scripts/instance.sh");

@@ -26,8 +26,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use rand::distr::{Alphanumeric, SampleString};
 
-use super::resources::{Owner, POSTGRES_PORT, child_metadata};
-use super::services::rw_service_name;
+use crate::databasecluster::resources::{Owner, POSTGRES_PORT, child_metadata};
+use crate::databasecluster::services::rw_service_name;
 
 /// Length of a generated password (alphanumeric: about 190 bits).
 pub const PASSWORD_LENGTH: usize = 32;

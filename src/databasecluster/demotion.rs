@@ -1,4 +1,4 @@
-//! Switching over (the I/O of [`super::switchover`]): fencing the old primary, promoting the
+//! Switching over (the I/O of [`crate::databasecluster::switchover`]): fencing the old primary, promoting the
 //! target once it holds all of the old primary's WAL, then finishing, or aborting. Each call is
 //! one pass's step; a failure is logged and the next pass decides again from what it observes.
 
@@ -7,16 +7,16 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 
-use super::events::{EventNote, EventType};
-use super::forms::{CompactForms, Forms};
-use super::instances::{Target, checkpoint, connect, promote};
-use super::promotion::{set_role_label, write_record};
-use super::reconcile::Context;
-use super::resources::Owner;
-use super::services::{ROLE_PRIMARY, ROLE_REPLICA};
-use super::switchover::{Step, phase, record};
-use super::types::{DatabaseCluster, SwitchoverStatus};
-use super::validation::ValidSpec;
+use crate::databasecluster::events::{EventNote, EventType};
+use crate::databasecluster::forms::{CompactForms, Forms};
+use crate::databasecluster::instances::{Target, checkpoint, connect, promote};
+use crate::databasecluster::promotion::{set_role_label, write_record};
+use crate::databasecluster::reconcile::Context;
+use crate::databasecluster::resources::Owner;
+use crate::databasecluster::services::{ROLE_PRIMARY, ROLE_REPLICA};
+use crate::databasecluster::switchover::{Step, phase, record};
+use crate::databasecluster::types::{DatabaseCluster, SwitchoverStatus};
+use crate::databasecluster::validation::ValidSpec;
 
 /// A switchover from `old` to `new` of `cluster`, and what its steps write with.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub struct Switch<'a, F: Forms = CompactForms> {
     pub new: &'a str,
 }
 
-/// Starts a switchover: step 2 of [`super::switchover`], when the old primary can be reached at
+/// Starts a switchover: step 2 of [`crate::databasecluster::switchover`], when the old primary can be reached at
 /// `login` (its superuser): Event `SwitchingOver`, `CHECKPOINT`, its label, and the record naming
 /// `new` with `old` demoting. Once the record is written, the `status.switchover` record, about the
 /// spec value `requested`, its message starting with `why`.
@@ -71,7 +71,7 @@ pub async fn begin<F: Forms>(
     Some(record(requested, phase::SWITCHING_OVER, Some((old, new)), Some(started), message))
 }
 
-/// Steps 3 and 4, or the abort, as [`super::switchover::next_step`] said (`step`); `login` is
+/// Steps 3 and 4, or the abort, as [`crate::databasecluster::switchover::next_step`] said (`step`); `login` is
 /// the superuser's login to `new`. Whether the switchover is over (completed or aborted).
 pub async fn advance<F: Forms>(
     switch: &Switch<'_, F>,

@@ -33,9 +33,9 @@ use kube::{Api, Client, Resource};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::resources::FIELD_MANAGER;
-use super::status::{condition, find_condition, reason};
-use super::types::{DatabaseCluster, DatabaseClusterStatus};
+use crate::databasecluster::resources::FIELD_MANAGER;
+use crate::databasecluster::status::{condition, find_condition, reason};
+use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterStatus};
 use crate::runtime::ObjectKey;
 
 /// The type of an Event: routine, or worth someone's attention.

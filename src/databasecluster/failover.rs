@@ -1,7 +1,7 @@
 //! Failover, decided purely: whether the recorded primary is down long enough that a standby must
 //! be promoted in its place, which one, and what the status says about it.
 //!
-//! The record is the `primary` key of the `<name>-scripts` ConfigMap ([`super::config`]): the
+//! The record is the `primary` key of the `<name>-scripts` ConfigMap ([`crate::databasecluster::config`]): the
 //! instance that must accept writes. Every instance reads it when it starts (and a watcher reads
 //! it while it runs), so changing it is what makes a standby the primary and the old primary a
 //! standby (the instance program's contract). Rules:
@@ -42,11 +42,11 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::events::{EventNote, EventType};
-use super::instances::InstanceFacts;
-use super::status::ConditionSetter;
-use super::topology::PodView;
-use super::types::{
+use crate::databasecluster::events::{EventNote, EventType};
+use crate::databasecluster::instances::InstanceFacts;
+use crate::databasecluster::status::ConditionSetter;
+use crate::databasecluster::topology::PodView;
+use crate::databasecluster::types::{
     DEFAULT_FAILOVER_DELAY_SECONDS, DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus,
 };
 
@@ -118,7 +118,7 @@ pub enum Decision {
         /// How long the primary has been not ready.
         down_for: Duration,
     },
-    /// A switchover from `from` to the recorded instance is under way ([`super::switchover`]).
+    /// A switchover from `from` to the recorded instance is under way ([`crate::databasecluster::switchover`]).
     SwitchingOver {
         /// The primary being demoted.
         from: String,

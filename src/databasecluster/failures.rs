@@ -10,9 +10,9 @@
 use dashmap::DashMap;
 use jiff::Timestamp;
 
-use super::events::truncate;
-use super::status::ConditionSetter;
-use super::types::{DatabaseCluster, DatabaseClusterStatus};
+use crate::databasecluster::events::truncate;
+use crate::databasecluster::status::ConditionSetter;
+use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterStatus};
 use crate::runtime::ObjectKey;
 
 /// How many consecutive failed passes make an error visible in the status: one or two failures

@@ -3,9 +3,9 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::resources::{Owner, build_statefulset};
-use super::types::{DatabaseCluster, DatabaseClusterSpec};
-use super::validation::validate_spec;
+use crate::databasecluster::resources::{Owner, build_statefulset};
+use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterSpec};
+use crate::databasecluster::validation::validate_spec;
 
 /// The fixture's uid.
 pub(crate) const UID: &str = "uid-1";

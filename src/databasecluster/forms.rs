@@ -21,8 +21,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::cached::{CachedPod, ChildForm, Compact};
-use super::types::DatabaseCluster;
+use crate::databasecluster::cached::{CachedPod, ChildForm, Compact};
+use crate::databasecluster::types::DatabaseCluster;
 use crate::runtime::cache::Cache;
 use crate::runtime::object::InformerObject;
 use crate::runtime::{Object, ObjectKey};

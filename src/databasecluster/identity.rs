@@ -1,5 +1,5 @@
-//! [`Identity`]: what a cached form ([`Compact`](super::compact::Compact),
-//! [`CachedPod`](super::cached::CachedPod)) keeps of an object's metadata beside the rest, for the
+//! [`Identity`]: what a cached form ([`Compact`](crate::databasecluster::compact::Compact),
+//! [`CachedPod`](crate::databasecluster::cached::CachedPod)) keeps of an object's metadata beside the rest, for the
 //! runtime's reads ([`Object`](crate::runtime::Object)) and the passes' reads without decoding:
 //! name, namespace, resourceVersion, generation, whether it is being deleted, and its controller
 //! ownerReference. The strings share one allocation; the whole is 64 bytes inline, where an
@@ -103,7 +103,7 @@ impl Identity {
     }
 
     /// The name, namespace, resourceVersion and generation as metadata (what a
-    /// [`Compact`](super::compact::Compact)'s text leaves out).
+    /// [`Compact`](crate::databasecluster::compact::Compact)'s text leaves out).
     pub fn own_fields(&self) -> ObjectMeta {
         ObjectMeta {
             name: self.name().map(str::to_owned),

@@ -1,6 +1,6 @@
 //! The Events of the instance operations (rolls, reloads, passwords), as pure data.
 
-use super::events::{EventNote, EventType};
+use crate::databasecluster::events::{EventNote, EventType};
 
 impl EventNote {
     /// One step of a rolling update: `pod` is deleted so that it comes back updated.

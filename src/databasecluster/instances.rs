@@ -1,5 +1,5 @@
 //! Talking to the instances (the I/O edge): what each one says about itself, and the few commands
-//! the operator gives them. Everything is decided elsewhere ([`super::topology`], [`super::roll`]).
+//! the operator gives them. Everything is decided elsewhere ([`crate::databasecluster::topology`], [`crate::databasecluster::roll`]).
 //!
 //! The operator logs in to each instance's pod IP on 5432 with `tokio-postgres` as the superuser
 //! (the `<name>-superuser` Secret: observation needs `pg_stat_replication` and `pg_file_settings`;
@@ -22,7 +22,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio_postgres::{Client, Config, NoTls};
 
-use super::config::CONFIG_HASH_PARAMETER;
+use crate::databasecluster::config::CONFIG_HASH_PARAMETER;
 
 /// How long a connection attempt to an instance may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -10,7 +10,7 @@
 //! so the operator never caches the cluster's other Secrets, and of the claims only the backup
 //! volumes ([`backup_volume_selector`]: no pass reads an instance's data claim from the cache);
 //! a user's own app Secret (`spec.appSecretName`) is watched through the label the operator puts
-//! on it ([`super::app_secret`]), mapped to its cluster by that label. Build with [`Operator::new`],
+//! on it ([`crate::databasecluster::app_secret`]), mapped to its cluster by that label. Build with [`Operator::new`],
 //! [`Operator::register`] it with the endpoints' [`Introspection`] (or take [`OperatorHandles`]:
 //! queue, caches, metrics), then [`Operator::run`] until shutdown; [`workload`] does all of it in
 //! the manager's two stages.
@@ -29,15 +29,15 @@ use kube::{Api, Client, Resource};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use super::app_secret::APP_SECRET_OF;
-use super::backup::jobs::CLUSTER_LABEL;
-use super::backup::reconcile::cluster_of_backup_object;
-use super::cached::{CachedPod, Compact};
-use super::events::{EventFlusher, EventPublisher};
-use super::failures::FailureCounts;
-use super::reconcile::{Context, reconcile};
-use super::resources::{FIELD_MANAGER, label};
-use super::types::DatabaseCluster;
+use crate::databasecluster::app_secret::APP_SECRET_OF;
+use crate::databasecluster::backup::jobs::CLUSTER_LABEL;
+use crate::databasecluster::backup::reconcile::cluster_of_backup_object;
+use crate::databasecluster::cached::{CachedPod, Compact};
+use crate::databasecluster::events::{EventFlusher, EventPublisher};
+use crate::databasecluster::failures::FailureCounts;
+use crate::databasecluster::reconcile::{Context, reconcile};
+use crate::databasecluster::resources::{FIELD_MANAGER, label};
+use crate::databasecluster::types::DatabaseCluster;
 use crate::runtime::cache::CacheWriter;
 use crate::runtime::controller::causes::ControllerQueue;
 use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};

@@ -1,4 +1,4 @@
-//! Promoting a standby (the I/O of a failover decided in [`super::failover`]), in an order that
+//! Promoting a standby (the I/O of a failover decided in [`crate::databasecluster::failover`]), in an order that
 //! an operator stopped at any point finishes from what it observes, and that never yields two
 //! primaries:
 //! 1. Event `FailingOver`; the old primary's role label becomes `replica`, so `<name>-rw` can no
@@ -6,10 +6,10 @@
 //! 2. The record (`primary` in the `<name>-scripts` ConfigMap) names the new primary. From here
 //!    on the old primary, when it starts or while it runs, fences itself and rejoins as a standby
 //!    (the instance program); a restarted operator sees the recorded instance in recovery with no
-//!    primary and resumes at step 3 ([`super::failover`] rule 2).
+//!    primary and resumes at step 3 ([`crate::databasecluster::failover`] rule 2).
 //! 3. `pg_promote()` on the new primary, waiting until it accepts writes.
 //! 4. Its role label becomes `primary` (`<name>-rw` follows); Event `FailedOver`, saying what was
-//!    guaranteed ([`super::failover::outcome`]).
+//!    guaranteed ([`crate::databasecluster::failover::outcome`]).
 //!
 //! A failing step is logged and the pass goes on; the next pass decides again.
 
@@ -20,17 +20,17 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::config::{build_config_map, config_map_name};
+use crate::databasecluster::config::{build_config_map, config_map_name};
 use jiff::Timestamp;
 
-use super::failover::{failed_over, failing_over, outcome};
-use super::forms::Forms;
-use super::instances::{Target, connect, promote};
-use super::reconcile::Context;
-use super::resources::{FIELD_MANAGER, Owner};
-use super::services::{ROLE_PRIMARY, ROLE_REPLICA, role_labels};
-use super::types::{DatabaseCluster, FailoverRecord};
-use super::validation::ValidSpec;
+use crate::databasecluster::failover::{failed_over, failing_over, outcome};
+use crate::databasecluster::forms::Forms;
+use crate::databasecluster::instances::{Target, connect, promote};
+use crate::databasecluster::reconcile::Context;
+use crate::databasecluster::resources::{FIELD_MANAGER, Owner};
+use crate::databasecluster::services::{ROLE_PRIMARY, ROLE_REPLICA, role_labels};
+use crate::databasecluster::types::{DatabaseCluster, FailoverRecord};
+use crate::databasecluster::validation::ValidSpec;
 use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// One failover to carry out.

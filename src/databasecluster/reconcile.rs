@@ -6,8 +6,8 @@
 //! 2. **First pass**: write phase Provisioning with every condition Unknown, and end
 //!    `RequeueAfter(0)`: the next pass, at once, makes the children (the echo of a pass's own
 //!    status write queues no pass: `runtime::controller::echoes`).
-//! 3. **Children**, each built purely from the cluster ([`super::resources`], [`super::config`],
-//!    [`super::credentials`], [`super::services`]): the headless and the three client Services,
+//! 3. **Children**, each built purely from the cluster ([`crate::databasecluster::resources`], [`crate::databasecluster::config`],
+//!    [`crate::databasecluster::credentials`], [`crate::databasecluster::services`]): the headless and the three client Services,
 //!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
 //!    the PodDisruptionBudget. Absent from the cache → create (POST); present → server-side apply
 //!    (field manager [`FIELD_MANAGER`], forced) only when `drift::needs_update` finds a
@@ -19,9 +19,9 @@
 //!    line at INFO (`result=created|updated`), one left alone at DEBUG (`result=none`); the pass
 //!    ends with one INFO line, `reconciled DatabaseCluster`, with its phase, readiness, primary
 //!    and what comes next (its span says why it ran), so a pass that changes nothing logs one line.
-//! 4. **Instances** (the I/O in [`super::instances`], the decisions in [`super::topology`],
-//!    [`super::failover`] and [`super::roll`]): each pod's instance is asked what it is; a primary
-//!    down for `failoverDelay` is replaced by a standby ([`super::promotion`]), and that pass ends
+//! 4. **Instances** (the I/O in [`crate::databasecluster::instances`], the decisions in [`crate::databasecluster::topology`],
+//!    [`crate::databasecluster::failover`] and [`crate::databasecluster::roll`]): each pod's instance is asked what it is; a primary
+//!    down for `failoverDelay` is replaced by a standby ([`crate::databasecluster::promotion`]), and that pass ends
 //!    there; role labels follow the answers;
 //!    the primary's slots are created and dropped; a configuration that has reached an instance
 //!    is reloaded, unless PostgreSQL refuses a line of it (then nothing of it is applied and
@@ -30,10 +30,10 @@
 //!    outdated pod of a roll is deleted, once every instance has the current configuration file
 //!    and PostgreSQL accepts it (a pod restarted with a refused file would not start). Failures
 //!    here are logged and retried on a later pass.
-//! 5. **Backups** ([`super::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
+//! 5. **Backups** ([`crate::databasecluster::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
 //!    Jobs' outcomes go into the status with their Events. With `spec.bootstrap.fromBackup` the
-//!    restore Job runs before the StatefulSet is created ([`super::backup::reconcile::ensure_restore`]).
-//! 6. **Storage** ([`super::storage`]): after `storageSize` grows, each instance's claim is
+//!    restore Job runs before the StatefulSet is created ([`crate::databasecluster::backup::reconcile::ensure_restore`]).
+//! 6. **Storage** ([`crate::databasecluster::storage`]): after `storageSize` grows, each instance's claim is
 //!    patched to the new size (the StatefulSet's template keeps the old one: it is immutable);
 //!    `Resizing` says how far that got, or why the StorageClass refuses it.
 //! 7. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
@@ -48,10 +48,10 @@
 //! error: no retry until the spec changes. Events record created children, scaling, upgrades, the
 //! invalid spec and (aggregated) reconcile errors; none ever carries the password. A retryable
 //! error that lasts [`FAILURE_THRESHOLD`] passes also shows in the status
-//! ([`super::failures`]), until a pass succeeds.
+//! ([`crate::databasecluster::failures`]), until a pass succeeds.
 //!
 //! A pass reads the caches through [`Context`], whose type parameter says in which form each
-//! kind is cached ([`super::forms`]): the operator's own forms by default, the objects as
+//! kind is cached ([`crate::databasecluster::forms`]): the operator's own forms by default, the objects as
 //! decoded for the kube-runtime anchor of the e2e benchmark, which runs this same function.
 
 use std::collections::BTreeMap;
@@ -70,53 +70,53 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use thiserror::Error;
 
-use super::app_secret;
-use super::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
-use super::backup::status::apply_backup_status;
-use super::cached::ChildForm;
-use super::config::{
+use crate::databasecluster::app_secret;
+use crate::databasecluster::backup::reconcile::{BackupsObserved, RestoreGate, ensure_backups, ensure_restore};
+use crate::databasecluster::backup::status::apply_backup_status;
+use crate::databasecluster::cached::ChildForm;
+use crate::databasecluster::config::{
     ConfigurationState, Records, build_config_map, config_map_name, configuration_state, desired_config_hash,
     initial_primary, refused_configuration,
 };
-use super::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
-use super::demotion::{Switch, advance, begin};
-use super::drift::keep_immutable_fields;
-use super::events::EventType;
-use super::events::{EventNote, EventPublisher, scaling_event, status_events};
-use super::failover::{
+use crate::databasecluster::credentials::{Login, build_login_secret, generate_password, secret_password, secret_value};
+use crate::databasecluster::demotion::{Switch, advance, begin};
+use crate::databasecluster::drift::keep_immutable_fields;
+use crate::databasecluster::events::EventType;
+use crate::databasecluster::events::{EventNote, EventPublisher, scaling_event, status_events};
+use crate::databasecluster::failover::{
     Decision, decide, failover_delay, outcome, seen_down_since, synchronous, unreported_promotion,
     with_failover,
 };
-use super::failures::{FAILURE_THRESHOLD, FailureCounts, with_reconcile_error, with_reconcile_success};
-use super::forms::{CompactForms, Decoded, Forms, Listing, Lookup, PodForm};
-use super::instances::{
+use crate::databasecluster::failures::{FAILURE_THRESHOLD, FailureCounts, with_reconcile_error, with_reconcile_success};
+use crate::databasecluster::forms::{CompactForms, Decoded, Forms, Listing, Lookup, PodForm};
+use crate::databasecluster::instances::{
     InstanceFacts, Target, check_login, connect, create_slot, drop_slot, observe, reload, set_password,
 };
-use super::promotion::{Promotion, fail_over, finish, set_role_label};
-use super::resources::{
+use crate::databasecluster::promotion::{Promotion, fail_over, finish, set_role_label};
+use crate::databasecluster::resources::{
     FIELD_MANAGER, Owner, OwnerError, POSTGRES_PORT, build_headless_service, build_statefulset,
     foreign_controller, headless_service_name, label, statefulset_name,
 };
-use super::roll::{RollStep, next_step};
-use super::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name};
-use super::status::{
+use crate::databasecluster::roll::{RollStep, next_step};
+use crate::databasecluster::services::{ClientService, ROLE_LABEL, build_client_service, build_pdb, pdb_name};
+use crate::databasecluster::status::{
     compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_refused_configuration,
     with_resizing,
 };
-use super::storage::{Growth, grow_claims};
-use super::switchover::{
+use crate::databasecluster::storage::{Growth, grow_claims};
+use crate::databasecluster::switchover::{
     INVALID_PRIMARY, check_target, handled_request, held_replicas, next_step as switchover_step, ordinal_of,
     phase, record as switchover_record, requested, with_switchover,
 };
-use super::topology::{
+use crate::databasecluster::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, label_changes,
     not_ready_since, slot_changes, start_failure, with_recorded_sync_states,
 };
-use super::types::{
+use crate::databasecluster::types::{
     DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus, PrimaryUpdateMethod,
     SwitchoverStatus,
 };
-use super::validation::{SpecError, ValidSpec, validate};
+use crate::databasecluster::validation::{SpecError, ValidSpec, validate};
 use crate::runtime::client;
 use crate::runtime::controller::writes::{Verb, recorded_as};
 use crate::runtime::controller::{Action, ReconcileError};
@@ -444,7 +444,7 @@ fn next_look(retry_after: Option<Duration>, converging: bool) -> Action {
     }
 }
 
-/// Folds the backup Jobs into `status` ([`super::backup::status`]) and records the on-demand
+/// Folds the backup Jobs into `status` ([`crate::databasecluster::backup::status`]) and records the on-demand
 /// token handled; returns the Events to publish once the status is written.
 fn apply_backups(
     status: &mut DatabaseClusterStatus,
@@ -644,7 +644,7 @@ struct Topology {
     refused: Vec<String>,
 }
 
-/// What the `<name>-scripts` ConfigMap records ([`super::config`]).
+/// What the `<name>-scripts` ConfigMap records ([`crate::databasecluster::config`]).
 struct Record<'a> {
     /// The instance that must accept writes.
     primary: &'a str,
@@ -847,7 +847,7 @@ async fn operate_instances<F: Forms>(
         busy = true;
     }
 
-    // A switchover asked for by `spec.primary` ([`super::switchover`]), while the primary is healthy.
+    // A switchover asked for by `spec.primary` ([`crate::databasecluster::switchover`]), while the primary is healthy.
     let mut switchover = None;
     let wanted = requested(cluster.spec.primary.as_deref(), previous_switchover);
     if let (Some(new), Decision::Healthy, None) = (wanted, &decision, &promoted) {
@@ -1178,7 +1178,7 @@ where
 /// The few fields `T` names of a cached object ([`Decoded::decode_as`]; for a [`Compact`]
 /// not its identity, which the text does not hold).
 ///
-/// [`Compact`]: super::cached::Compact
+/// [`Compact`]: crate::databasecluster::cached::Compact
 pub(super) fn view_cached<T, K, C>(cached: &C, kind: &'static str) -> Result<T, Error>
 where
     T: DeserializeOwned,

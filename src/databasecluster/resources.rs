@@ -2,8 +2,8 @@
 //! `drift`.
 //!
 //! Children built here: the headless Service `<name>` (the StatefulSet's `serviceName`) and the
-//! StatefulSet `<name>`; the others are built in [`super::config`] (ConfigMap),
-//! [`super::credentials`] (Secrets) and [`super::services`] (client Services, PDB). Each carries the
+//! StatefulSet `<name>`; the others are built in [`crate::databasecluster::config`] (ConfigMap),
+//! [`crate::databasecluster::credentials`] (Secrets) and [`crate::databasecluster::services`] (client Services, PDB). Each carries the
 //! `app.kubernetes.io` labels and a controller ownerReference to the cluster (`controller` and
 //! `blockOwnerDeletion` both true), so the garbage collector deletes it with the cluster.
 //!
@@ -31,7 +31,7 @@
 //! cache holds no login Secret, reconcile draws a password and **creates** the Secret (POST, not
 //! apply); `409 AlreadyExists` means the cache lagged behind an earlier pass, and reconcile reads
 //! the live Secret once instead of overwriting it. When the Secret exists, reconcile rebuilds it
-//! with the password read back by [`super::credentials::secret_password`] and applies it like any
+//! with the password read back by [`crate::databasecluster::credentials::secret_password`] and applies it like any
 //! other child.
 //! (Reconcile creates every absent child with POST the same way, so `result=created` and the
 //! `Created…` Event are reported exactly once.)
@@ -54,10 +54,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use thiserror::Error;
 
-use super::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
-use super::credentials::{APP_DATABASE, Login, mounted_secret_name};
-use super::types::{DatabaseCluster, PvcRetention};
-use super::validation::{StorageSize, ValidSpec};
+use crate::databasecluster::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
+use crate::databasecluster::credentials::{APP_DATABASE, Login, mounted_secret_name};
+use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
+use crate::databasecluster::validation::{StorageSize, ValidSpec};
 use crate::runtime::object::{Object, OwnerRef};
 
 /// The field manager of every write the operator makes (server-side apply and status).
@@ -233,7 +233,7 @@ const TERMINATION_GRACE_SECONDS: i64 = 60;
 ///
 /// `updateStrategy: OnDelete`: the StatefulSet controller never replaces a pod on its own; the
 /// operator deletes outdated pods one at a time, standbys first and the primary last
-/// ([`super::roll`]).
+/// ([`crate::databasecluster::roll`]).
 pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
     let mut pod_labels = standard_labels(owner);
     pod_labels.insert(label::VERSION.to_owned(), spec.version.as_str().to_owned());
@@ -392,7 +392,7 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
         // `kubectl exec -it <pod> -- psql` reaches the server as the superuser over the local
         // socket (trusted in `pg_hba.conf`), which lives in the private run directory.
         value("PGHOST", RUN_MOUNT_PATH.to_owned()),
-        value("PGUSER", super::credentials::SUPERUSER.to_owned()),
+        value("PGUSER", crate::databasecluster::credentials::SUPERUSER.to_owned()),
     ]
 }
 

@@ -6,15 +6,15 @@
 //! streams from the primary: the standbys first (highest ordinal first), the primary last. With a
 //! single instance the update is a restart of the database. With 2+ instances observed and
 //! `spec.primaryUpdateMethod: switchover` (the default), the primary's turn is a switchover to
-//! the lowest-ordinal (updated) standby instead ([`super::switchover`]); the old primary, a
+//! the lowest-ordinal (updated) standby instead ([`crate::databasecluster::switchover`]); the old primary, a
 //! standby then, is deleted on a later pass like any other.
 //!
 //! When the operator can observe no instance at all (no SQL access to the pods, as with the
 //! simulator's timer kubelet), the readiness probes are the only signal: the roll still goes one
 //! ready pod at a time in the same order, with the recorded primary last.
 
-use super::topology::{PodView, ROLE_UNKNOWN, all_standbys_streaming};
-use super::types::InstanceStatus;
+use crate::databasecluster::topology::{PodView, ROLE_UNKNOWN, all_standbys_streaming};
+use crate::databasecluster::types::InstanceStatus;
 
 /// The next step of a roll.
 #[derive(Clone, Debug, PartialEq, Eq)]

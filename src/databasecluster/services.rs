@@ -6,7 +6,7 @@
 //! - `<name>-r`: any ready instance.
 //!
 //! All three are ClusterIP Services on 5432, beside the headless governing Service `<name>`
-//! (see [`super::resources`]). Endpoints hold only ready pods, and the role label is set by the
+//! (see [`crate::databasecluster::resources`]). Endpoints hold only ready pods, and the role label is set by the
 //! operator from what it observes (`pg_is_in_recovery()`), so `-rw` reaches the instance that
 //! really accepts writes. Cluster names are at most [`MAX_CLUSTER_NAME`] characters, so every
 //! child's name fits its limit (see the test).
@@ -22,7 +22,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::resources::{Owner, child_metadata, postgres_service_port, selector_labels};
+use crate::databasecluster::resources::{Owner, child_metadata, postgres_service_port, selector_labels};
 
 /// The pod label holding an instance's observed role.
 pub const ROLE_LABEL: &str = "databases.madmmas.dev/role";

@@ -19,11 +19,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::resources::POSTGRES_CONTAINER;
-use super::storage::Growth;
-use super::topology::PodView;
-use super::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
-use super::validation::{SpecError, ValidSpec};
+use crate::databasecluster::resources::POSTGRES_CONTAINER;
+use crate::databasecluster::storage::Growth;
+use crate::databasecluster::topology::PodView;
+use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
+use crate::databasecluster::validation::{SpecError, ValidSpec};
 
 /// Condition types the operator owns.
 pub mod condition {
@@ -273,7 +273,7 @@ pub fn with_instances(
 }
 
 /// `status` with `Ready=False`, reason `InvalidConfiguration`, when PostgreSQL refuses lines of
-/// the instances' configuration (`refused`, from [`super::config::refused_configuration`]): they
+/// the instances' configuration (`refused`, from [`crate::databasecluster::config::refused_configuration`]): they
 /// are not reloaded, the instances keep their previous values, and an instance restarted with them
 /// would not start. The message of a `Ready=False` for another reason follows this one.
 pub fn with_refused_configuration(
@@ -297,7 +297,7 @@ pub fn with_refused_configuration(
     DatabaseClusterStatus { conditions: conditions.into_inner(), ..status }
 }
 
-/// `status` with the `Resizing` condition for `growth` ([`super::storage`]); `None` (the claims
+/// `status` with the `Resizing` condition for `growth` ([`crate::databasecluster::storage`]); `None` (the claims
 /// were not looked at) leaves it as it is.
 pub fn with_resizing(
     mut status: DatabaseClusterStatus,

@@ -1,7 +1,7 @@
 //! Storage growth: a larger `spec.storageSize` reaches every instance's PersistentVolumeClaim.
 //!
 //! A StatefulSet's `volumeClaimTemplates` are immutable, so the template keeps the size the
-//! cluster was created with ([`super::drift::keep_immutable_fields`]) and the operator patches
+//! cluster was created with ([`crate::databasecluster::drift::keep_immutable_fields`]) and the operator patches
 //! each claim `data-<name>-<ordinal>` (ordinals `0..replicas`) to the new request instead; a
 //! claim the StatefulSet creates later (a scale-up) starts at the template's size and is grown on
 //! a later pass. The decisions are pure ([`needs_look`], [`judge`]); [`grow_claims`] does the
@@ -23,10 +23,10 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::resources::{DATA_VOLUME, FIELD_MANAGER, Owner, statefulset_name};
-use super::status::{condition, find_condition, reason};
-use super::types::DatabaseCluster;
-use super::validation::{StorageSize, ValidSpec};
+use crate::databasecluster::resources::{DATA_VOLUME, FIELD_MANAGER, Owner, statefulset_name};
+use crate::databasecluster::status::{condition, find_condition, reason};
+use crate::databasecluster::types::DatabaseCluster;
+use crate::databasecluster::validation::{StorageSize, ValidSpec};
 use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// Words of the resize admission's 403 (`PersistentVolumeClaimResize`): the claim's StorageClass

@@ -1,5 +1,5 @@
 //! Switchover, decided purely: a planned change of primary to the standby `spec.primary` names,
-//! with no lost transaction (the I/O is in [`super::promotion`]).
+//! with no lost transaction (the I/O is in [`crate::databasecluster::promotion`]).
 //!
 //! `spec.primary` is a request, acted on when it changes: the status records the value handled
 //! (`status.switchover.requested`), so that a later failover is not undone by a value still in the
@@ -31,10 +31,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::instances::InstanceFacts;
-use super::status::{ConditionSetter, condition};
-use super::topology::PodView;
-use super::types::{DatabaseClusterStatus, InstanceStatus, SwitchoverStatus};
+use crate::databasecluster::instances::InstanceFacts;
+use crate::databasecluster::status::{ConditionSetter, condition};
+use crate::databasecluster::topology::PodView;
+use crate::databasecluster::types::{DatabaseClusterStatus, InstanceStatus, SwitchoverStatus};
 
 /// How long a switchover may wait for the old primary to come back in recovery and for the target
 /// to catch up with it.

@@ -1,5 +1,5 @@
 //! The replication topology as a pure function of what was observed: each pod (from the cache) and
-//! what its instance said ([`super::instances`]) give `status.instances[]`, `currentPrimary`, the
+//! what its instance said ([`crate::databasecluster::instances`]) give `status.instances[]`, `currentPrimary`, the
 //! role labels to set, and the replication slots the primary should have.
 //!
 //! Rules:
@@ -10,7 +10,7 @@
 //!   never causes), the recorded primary among them, else none.
 //! - A standby's `syncState` is its primary's `pg_stat_replication.sync_state`; in a pass that
 //!   observes no primary, each standby keeps the one last recorded (what a failover with
-//!   `synchronousReplicas` decides by, [`super::failover`]).
+//!   `synchronousReplicas` decides by, [`crate::databasecluster::failover`]).
 //! - Slots: `instance_<ordinal>` for every instance but the primary below `spec.replicas`. Slots
 //!   the primary has that no instance should, and that no standby uses, are dropped; with
 //!   `replicas: 0` (hibernation) nothing is dropped, so the standbys find their slots on waking.
@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 
-use super::instances::{InstanceFacts, StandbyFact};
-use super::services::{ROLE_PRIMARY, ROLE_REPLICA};
-use super::types::InstanceStatus;
+use crate::databasecluster::instances::{InstanceFacts, StandbyFact};
+use crate::databasecluster::services::{ROLE_PRIMARY, ROLE_REPLICA};
+use crate::databasecluster::types::InstanceStatus;
 
 /// The label the StatefulSet controller puts on each pod: the revision of its template.
 pub const REVISION_LABEL: &str = "controller-revision-hash";

@@ -6,7 +6,7 @@
 //! `storageSize` may not shrink, and the cluster's name must fit its children's names and labels.
 //! Every rule compiles on Kubernetes 1.28, whose apiserver compiles new expressions without the
 //! quantity library (so the no-shrink rule converts quantities to bytes itself). What can still slip
-//! past an older CRD is caught by [`validate_spec`](super::validation::validate_spec).
+//! past an older CRD is caught by [`validate_spec`](crate::databasecluster::validation::validate_spec).
 
 use std::collections::BTreeMap;
 
@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::backup::spec::{BOOTSTRAP_IMMUTABLE_MESSAGE, SCHEDULE_PATTERN};
-pub use super::backup::spec::{BackupSpec, BackupsStatus, BootstrapSpec, RestoredFrom};
+use crate::databasecluster::backup::spec::{BOOTSTRAP_IMMUTABLE_MESSAGE, SCHEDULE_PATTERN};
+pub use crate::databasecluster::backup::spec::{BackupSpec, BackupsStatus, BootstrapSpec, RestoredFrom};
 
 /// The storage size used when the spec leaves `storageSize` out.
 pub const DEFAULT_STORAGE_SIZE: &str = "10Gi";

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
-use super::backup::spec::{BackupSpecError, ValidBackup, validate_backup, validate_bootstrap};
-use super::config::{CONFIG_HASH_PARAMETER, MAX_SERVER_CONF_BYTES, postgresql_conf};
-use super::types::{DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements};
+use crate::databasecluster::backup::spec::{BackupSpecError, ValidBackup, validate_backup, validate_bootstrap};
+use crate::databasecluster::config::{CONFIG_HASH_PARAMETER, MAX_SERVER_CONF_BYTES, postgresql_conf};
+use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements};
 
 /// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
 pub const REPLICAS_RANGE: std::ops::RangeInclusive<i32> = 0..=10;
@@ -319,7 +319,7 @@ pub const STORAGE_CLASS_PROBLEM: &str = "is not a StorageClass name: at most 253
 
 /// Whether `name` can name a StorageClass in a claim: a DNS-1123 subdomain, as the API server
 /// checks a claim's `storageClassName` (the CRD's pattern,
-/// [`STORAGE_CLASS_PATTERN`](super::types::STORAGE_CLASS_PATTERN), says the
+/// [`STORAGE_CLASS_PATTERN`](crate::databasecluster::types::STORAGE_CLASS_PATTERN), says the
 /// same for specs stored under it).
 pub fn is_storage_class_name(name: &str) -> bool {
     let label = |part: &str| {

@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
 use super::BACKUP_SCRIPT;
-use super::spec::ValidBackup;
+use crate::databasecluster::backup::spec::ValidBackup;
 use crate::databasecluster::resources::{
     FIELD_MANAGER, Owner, claim_spec, label, restricted_pod_security, restricted_security_context,
 };

@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::RESTORE_SCRIPT;
-use super::jobs::{backup_labels, backup_pvc_name, bounded_name, env, mount, pvc_volume, script_pod};
-use super::spec::{FromBackup, LATEST};
+use crate::databasecluster::backup::jobs::{backup_labels, backup_pvc_name, bounded_name, env, mount, pvc_volume, script_pod};
+use crate::databasecluster::backup::spec::{FromBackup, LATEST};
 use crate::databasecluster::resources::{DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA, selector_labels};
 use crate::databasecluster::types::DatabaseCluster;
 use crate::databasecluster::validation::ValidSpec;

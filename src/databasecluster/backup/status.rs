@@ -21,7 +21,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 
-use super::spec::{BackupJobRecord, BackupRecord, BackupsStatus, Schedule, ValidBackup};
+use crate::databasecluster::backup::spec::{BackupJobRecord, BackupRecord, BackupsStatus, Schedule, ValidBackup};
 use crate::databasecluster::events::{EventNote, EventType};
 use crate::databasecluster::forms::PodForm;
 use crate::databasecluster::status::ConditionSetter;
