@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{eventually, http_get};
 use dbcluster_operator::cli::run;
-use dbcluster_operator::databasecluster::types::crd;
+use dbcluster_operator::databasecluster::api::types::crd;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;

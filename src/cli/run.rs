@@ -9,7 +9,7 @@ use kube::Client;
 use crate::cli::RunArgs;
 use crate::cli::cluster::{self, ClusterError};
 use crate::cli::logging;
-use crate::databasecluster::operator;
+use crate::databasecluster::controller::operator;
 use crate::runtime::manager::leader::{self, LeaseConfig};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 

@@ -3,9 +3,9 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use crate::databasecluster::resources::{Owner, build_statefulset};
-use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterSpec};
-use crate::databasecluster::validation::validate_spec;
+use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
+use crate::databasecluster::api::validation::validate_spec;
+use crate::databasecluster::specs::resources::{Owner, build_statefulset};
 
 /// The fixture's uid.
 pub(crate) const UID: &str = "uid-1";

@@ -19,19 +19,23 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
+use crate::databasecluster::api::backup::RestoredFrom;
+use crate::databasecluster::api::types::{DatabaseCluster, PvcRetention};
+use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::backup::jobs::{
     BACKUP_NOW_ANNOTATION, CLUSTER_LABEL, build_backup_pvc, build_cronjob, build_on_demand_job, cronjob_name,
     keep_immutable_pvc_fields,
 };
-use crate::databasecluster::backup::restore::{build_restore_job, first_data_claim, resolve_backup, restore_job_name};
-use crate::databasecluster::backup::spec::RestoredFrom;
+use crate::databasecluster::backup::restore::{
+    build_restore_job, first_data_claim, resolve_backup, restore_job_name,
+};
 use crate::databasecluster::backup::status::{JobOutcome, JobView, job_view};
-use crate::databasecluster::events::{EventNote, EventType};
-use crate::databasecluster::forms::{Forms, PodForm};
-use crate::databasecluster::reconcile::{Context, Error, child_error, decode_cached, ensure_child, report};
-use crate::databasecluster::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
-use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
-use crate::databasecluster::validation::ValidSpec;
+use crate::databasecluster::cache::forms::{Forms, PodForm};
+use crate::databasecluster::controller::events::{EventNote, EventType};
+use crate::databasecluster::controller::reconcile::{
+    Context, Error, child_error, decode_cached, ensure_child, report,
+};
+use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;
 use crate::runtime::controller::writes::{Verb, recorded_as};
@@ -62,7 +66,10 @@ pub async fn ensure_backups<F: Forms>(
     };
 
     let owned = spec.pvc_retention == PvcRetention::Delete;
-    let pvc_key = ObjectKey::new(Some(owner.namespace()), &crate::databasecluster::backup::jobs::backup_pvc_name(owner.name()));
+    let pvc_key = ObjectKey::new(
+        Some(owner.namespace()),
+        &crate::databasecluster::backup::jobs::backup_pvc_name(owner.name()),
+    );
     let cached = ctx.volumes.get(&pvc_key);
     let (_, outcome) = ensure_child(ctx, owner, "PersistentVolumeClaim", cached, |live| {
         let mut desired = build_backup_pvc(owner, backup, owned);
