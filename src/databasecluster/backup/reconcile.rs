@@ -31,10 +31,9 @@ use crate::databasecluster::backup::restore::{
 };
 use crate::databasecluster::backup::status::{JobOutcome, JobView, job_view};
 use crate::databasecluster::cache::forms::{Forms, PodForm};
+use crate::databasecluster::controller::context::{Context, Error};
 use crate::databasecluster::controller::events::{EventNote, EventType};
-use crate::databasecluster::controller::reconcile::{
-    Context, Error, child_error, decode_cached, ensure_child, report,
-};
+use crate::databasecluster::controller::steps::child::{child_error, decode_cached, ensure_child, report};
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;

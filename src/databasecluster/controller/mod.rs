@@ -2,9 +2,11 @@
 //! ([`reconcile`]), the status it writes ([`status`]), the Events it publishes ([`events`],
 //! [`instance_events`]) and the failures a user can see ([`failures`]).
 
+pub mod context;
 pub mod events;
 pub mod failures;
 pub mod instance_events;
 pub mod operator;
 pub mod reconcile;
 pub mod status;
+pub mod steps;

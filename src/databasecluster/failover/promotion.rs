@@ -26,7 +26,7 @@ use jiff::Timestamp;
 use crate::databasecluster::api::types::{DatabaseCluster, FailoverRecord};
 use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::cache::forms::Forms;
-use crate::databasecluster::controller::reconcile::Context;
+use crate::databasecluster::controller::context::Context;
 use crate::databasecluster::failover::{failed_over, failing_over, outcome};
 use crate::databasecluster::instances::{Target, connect, promote};
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner};
