@@ -463,7 +463,7 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     Ok(())
 }
 
-/// `dbcluster-operator demo`: logs to `--log-file`, runs [`run`] on a multi-threaded runtime and
+/// `dbcluster-operator demo`: logs to `--log-file`, runs [`fn@run`] on a multi-threaded runtime and
 /// prints one `demo: …` line on failure.
 pub fn main(args: DemoArgs) -> ExitCode {
     let result = logging::init_file(&args.log_file)

@@ -1,6 +1,6 @@
 //! Backups and restores of a DatabaseCluster.
 //!
-//! - [`spec`]: `spec.backup`, `spec.bootstrap`, their status records, and the checks the CRD
+//! - [`crate::databasecluster::api::backup`]: `spec.backup`, `spec.bootstrap`, their status records, and the checks the CRD
 //!   cannot make (the cron schedule, parsed by `croner`).
 //!
 //! How it works, end to end: the operator owns a PVC `<name>-backups`, a CronJob `<name>-backup`

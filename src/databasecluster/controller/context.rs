@@ -1,5 +1,5 @@
 //! A pass's shared vocabulary, imported by every step and by nothing it imports: the
-//! [`Context`] a pass reads the caches through, the [`Error`]s a pass returns, and the requeue
+//! [`Context`] a pass reads the caches through, the [`enum@Error`]s a pass returns, and the requeue
 //! delays.
 
 use std::fmt::Debug;
@@ -36,7 +36,7 @@ pub struct Context<F: Forms = CompactForms> {
     pub services: Arc<dyn Lookup<F::Service>>,
     /// The operator's login Secrets.
     pub secrets: Arc<dyn Lookup<F::Secret>>,
-    /// The users' own app Secrets (`spec.appSecretName`) once labelled ([`app_secret`]).
+    /// The users' own app Secrets (`spec.appSecretName`) once labelled ([`crate::databasecluster::specs::app_secret`]).
     pub app_secrets: Arc<dyn Lookup<Secret>>,
     /// The operator's ConfigMaps.
     pub configmaps: Arc<dyn Lookup<F::ConfigMap>>,
@@ -122,7 +122,7 @@ pub enum Error {
     /// The status patch failed.
     #[error("patching the status: {0}")]
     Status(#[source] kube::Error),
-    /// A cached child's text did not decode. It decoded when it was cached ([`Compact`]), so
+    /// A cached child's text did not decode. It decoded when it was cached ([`crate::databasecluster::cache::compact::Compact`]), so
     /// this is a broken invariant; retried, and the pass writes nothing meanwhile.
     #[error("decoding the cached {kind} {name}: {source}")]
     Cached {

@@ -41,7 +41,7 @@
 //!    the cached status. Then `RequeueAfter` while the cluster converges, a volume grows, or an
 //!    instance operation is under way (every 10 s, or sooner when a failover or switchover step
 //!    or the end of the failover delay is due: none of these brings a watch event), else `Done`
-//!    ([`next_look`]).
+//!    (`next_look`).
 //!
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal

@@ -1,5 +1,5 @@
 //! Writing one child: create it when the cache lacks it, apply it when it drifted, and report
-//! what happened ([`ensure_child`]); reading a cached child back ([`decode_cached`]).
+//! what happened (`ensure_child`); reading a cached child back (`decode_cached`).
 
 use std::fmt::Debug;
 use std::sync::Arc;
