@@ -9,8 +9,8 @@ use kube::Client;
 use crate::cli::RunArgs;
 use crate::cli::cluster::{self, ClusterError};
 use crate::cli::logging;
-use crate::databasecluster::operator;
-use crate::runtime::leader::{self, LeaseConfig};
+use crate::databasecluster::controller::operator;
+use crate::runtime::manager::leader::{self, LeaseConfig};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 
 /// Why `run` ended other than cleanly; each message is one sentence.

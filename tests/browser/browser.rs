@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use dbcluster_operator::cli::run;
-use dbcluster_operator::databasecluster::operator;
+use dbcluster_operator::databasecluster::controller::operator;
 use fantoccini::{Client, ClientBuilder, Locator};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

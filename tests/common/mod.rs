@@ -12,14 +12,14 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
-use dbcluster_operator::databasecluster::events::EventFlusher;
-use dbcluster_operator::databasecluster::operator::{
+use dbcluster_operator::databasecluster::api::types::{self, DatabaseCluster};
+use dbcluster_operator::databasecluster::controller::events::EventFlusher;
+use dbcluster_operator::databasecluster::controller::operator::{
     Operator, OperatorError, OperatorHandles, OperatorOptions,
 };
-use dbcluster_operator::databasecluster::types::{self, DatabaseCluster};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::Cache;
-use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::observe::metrics::Metrics;
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
 use k8s_openapi::api::events::v1::Event;

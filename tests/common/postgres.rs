@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::sim::{KubeletKind, SimConfig};
 
 use super::TestCluster;

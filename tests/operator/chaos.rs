@@ -30,10 +30,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::databasecluster::operator::{Operator, OperatorHandles, OperatorOptions};
-use dbcluster_operator::databasecluster::types::{DatabaseCluster, DatabaseClusterSpec};
-use dbcluster_operator::runtime::leader::{LeaderElector, LeaseConfig};
-use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
+use dbcluster_operator::databasecluster::controller::operator::{Operator, OperatorHandles, OperatorOptions};
+use dbcluster_operator::runtime::manager::leader::{LeaderElector, LeaseConfig};
+use dbcluster_operator::runtime::observe::metrics::Metrics;
 use dbcluster_operator::sim::RequestRecord;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};

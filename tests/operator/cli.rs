@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use dbcluster_operator::cli::{LogFormat, RunArgs};
-use dbcluster_operator::databasecluster::types::crd;
+use dbcluster_operator::databasecluster::api::types::crd;
 use dbcluster_operator::sim::SimServer;
 use dbcluster_operator::sim::kubelet::addresses::{Range, allocate};
 use k8s_openapi::api::coordination::v1::Lease;

@@ -1,11 +1,11 @@
 //! The DatabaseCluster CRD: the committed manifest is the generated one, the seed's sample fits the
 //! type and the schema, and the schema carries the rules the operator relies on.
 
-use dbcluster_operator::databasecluster::types::{
+use dbcluster_operator::databasecluster::api::types::{
     DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE, STORAGE_CLASS_PATTERN, STORAGE_SHRINK_MESSAGE, crd,
     crd_yaml,
 };
-use dbcluster_operator::databasecluster::validation::{is_storage_class_name, validate_spec};
+use dbcluster_operator::databasecluster::api::validation::{is_storage_class_name, validate_spec};
 use regex::Regex;
 use serde_json::{Value, json};
 

@@ -9,8 +9,8 @@
 use crate::common;
 
 use common::*;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::databasecluster::backup::jobs::on_demand_job_name;
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};

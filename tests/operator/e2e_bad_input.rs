@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::databasecluster::types::{self, DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE};
+use dbcluster_operator::databasecluster::api::types::{self, DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -6,8 +6,8 @@
 use crate::common;
 
 use common::*;
-use dbcluster_operator::databasecluster::services::ROLE_LABEL;
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
+use dbcluster_operator::databasecluster::specs::services::ROLE_LABEL;
 use dbcluster_operator::runtime::ObjectKey;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, Service};

@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::runtime::writes::resource_version_reached;
+use dbcluster_operator::runtime::controller::writes::resource_version_reached;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
@@ -159,7 +159,7 @@ async fn await_running(cluster: &TestCluster, replicas: i32) {
 #[tokio::test(start_paused = true)]
 async fn with_a_lagging_watch_each_scale_is_one_event_no_conflict_and_no_second_create() {
     let log = Captured::default();
-    let _capture = log.start("dbcluster_operator::databasecluster::reconcile=debug");
+    let _capture = log.start("dbcluster_operator::databasecluster::controller::reconcile=debug");
     let cluster = TestCluster::start().await;
     cluster.sim.faults().set_watch_event_latency(Duration::from_millis(500));
     let recorder = Recorder { inner: cluster.sim.client(), writes: Arc::default() };

@@ -7,7 +7,7 @@ use crate::common;
 
 use common::*;
 use dbcluster_operator::cli::run;
-use dbcluster_operator::databasecluster::operator;
+use dbcluster_operator::databasecluster::controller::operator;
 use dbcluster_operator::runtime::manager::ManagerConfig;
 use kube::api::PostParams;
 use tokio::sync::mpsc;

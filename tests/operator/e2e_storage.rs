@@ -11,7 +11,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
@@ -109,7 +109,7 @@ async fn pvc_retention_delete_follows_scale_down_and_deletion_but_not_hibernatio
     let operator = cluster.start_operator().await;
     let api = cluster.clusters();
     let mut db = sample();
-    db.spec.pvc_retention = Some(dbcluster_operator::databasecluster::types::PvcRetention::Delete);
+    db.spec.pvc_retention = Some(dbcluster_operator::databasecluster::api::types::PvcRetention::Delete);
     api.create(&PostParams::default(), &db).await.unwrap();
     await_object(&api, NAME, "Running 3/3", |c| phase(c) == Some("Running") && ready(c) == 3).await;
     let pvcs: Api<PersistentVolumeClaim> = cluster.api();

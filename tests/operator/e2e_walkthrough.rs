@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::sim::SimConfig;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, Service};

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};

@@ -3,7 +3,6 @@
 //! it), and the binary answering to the plugin's name.
 #![cfg(feature = "sim")]
 
-
 use std::io::Read;
 
 use crate::common::*;

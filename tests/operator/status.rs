@@ -15,7 +15,7 @@ use dbcluster_operator::cli::StatusArgs;
 use dbcluster_operator::cli::run;
 use dbcluster_operator::cli::snapshot::{Operator, StatusError, fetch};
 use dbcluster_operator::cli::status::render;
-use dbcluster_operator::databasecluster::operator;
+use dbcluster_operator::databasecluster::controller::operator;
 use dbcluster_operator::runtime::manager::ManagerConfig;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::PostParams;

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::postgres::*;
 use common::*;
+use dbcluster_operator::databasecluster::api::types::{DatabaseCluster, FailoverRecord};
 use dbcluster_operator::databasecluster::failover::PRIMARY_AVAILABLE;
-use dbcluster_operator::databasecluster::types::{DatabaseCluster, FailoverRecord};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 

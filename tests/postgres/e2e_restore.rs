@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use common::postgres::*;
 use common::*;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::databasecluster::backup::jobs::on_demand_job_name;
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};

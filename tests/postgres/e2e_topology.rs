@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use common::postgres::*;
 use common::*;
-use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
+use dbcluster_operator::databasecluster::specs::app_secret::APP_SECRET_OF;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

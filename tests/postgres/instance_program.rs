@@ -22,16 +22,16 @@ use common::postgres::{
 };
 use common::within_limit;
 
-use dbcluster_operator::databasecluster::config::{
-    CONFIG_HASH_PARAMETER, POSTGRESQL_CONF_KEY, RESTART_PARAMETERS, build_config_map, postgresql_conf,
-};
-use dbcluster_operator::databasecluster::credentials::{Login, build_login_secret};
+use dbcluster_operator::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
+use dbcluster_operator::databasecluster::api::validation::validate_spec;
 use dbcluster_operator::databasecluster::instances::{
     Target, check_login, connect, create_slot, observe, reload, set_password,
 };
-use dbcluster_operator::databasecluster::resources::Owner;
-use dbcluster_operator::databasecluster::types::{DatabaseCluster, DatabaseClusterSpec};
-use dbcluster_operator::databasecluster::validation::validate_spec;
+use dbcluster_operator::databasecluster::specs::config::{
+    CONFIG_HASH_PARAMETER, POSTGRESQL_CONF_KEY, RESTART_PARAMETERS, build_config_map, postgresql_conf,
+};
+use dbcluster_operator::databasecluster::specs::credentials::{Login, build_login_secret};
+use dbcluster_operator::databasecluster::specs::resources::Owner;
 use tokio::process::{Child, Command};
 
 const NAMESPACE: &str = "default";

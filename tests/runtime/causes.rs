@@ -1,4 +1,4 @@
-//! Why each pass ran (`runtime::causes`), against the simulated API server over real HTTP: every
+//! Why each pass ran (`runtime::controller::causes`), against the simulated API server over real HTTP: every
 //! enqueue records its cause (a list, a watch event of the object, a child mapped to its owner, a
 //! `RequeueAfter`, a retry with its error, a leader change, an explicit call); a queued key
 //! accumulates its causes (the first 8 and a count); the reconcile span carries the trigger
@@ -13,7 +13,7 @@ use std::time::Duration;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
-use dbcluster_operator::runtime::introspection::{Introspection, KeyHistoryReport};
+use dbcluster_operator::runtime::observe::introspection::{Introspection, KeyHistoryReport};
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -103,7 +103,7 @@ impl Setup {
 }
 
 struct Controls {
-    enqueuer: dbcluster_operator::runtime::causes::Enqueuer,
+    enqueuer: dbcluster_operator::runtime::controller::causes::Enqueuer,
     _stop: tokio_util::sync::DropGuard,
 }
 

@@ -1,4 +1,4 @@
-//! The reconcile span carries the pass's trigger (`runtime::causes`, rule 4): the line a pass logs
+//! The reconcile span carries the pass's trigger (`runtime::controller::causes`, rule 4): the line a pass logs
 //! reads `reconcile{… trigger="<first cause>" (+N)}: …`. The log capture is per thread
 //! ([`common::Captured`], which keeps tracing's per-callsite cache exact while other tests run).
 #![cfg(feature = "sim")]

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbcluster_operator::runtime::ObjectKey;
+use dbcluster_operator::runtime::controller::writes::recorded;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
-use dbcluster_operator::runtime::introspection::Introspection;
-use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::observe::introspection::Introspection;
+use dbcluster_operator::runtime::observe::metrics::Metrics;
 use dbcluster_operator::runtime::reflector::ReflectorConfig;
-use dbcluster_operator::runtime::writes::recorded;
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};

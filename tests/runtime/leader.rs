@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dbcluster_operator::runtime::leader::{LeaderElector, LeaderError, LeaseConfig};
+use dbcluster_operator::runtime::manager::leader::{LeaderElector, LeaderError, LeaseConfig};
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::Api;

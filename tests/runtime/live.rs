@@ -1,4 +1,4 @@
-//! The live page over real sockets (`runtime::live`): `/debug/` is one self-contained HTML page
+//! The live page over real sockets (`runtime::observe::live`): `/debug/` is one self-contained HTML page
 //! (nothing fetched from elsewhere), and `/debug/live` streams snapshots as server-sent events
 //! that show a new key within a second of its object's creation, with its pass's trigger, and a
 //! timeline of the latest passes of any key.
@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::{http_get, within_limit};
 use dbcluster_operator::runtime::controller::{Controller, ControllerConfig};
 use dbcluster_operator::runtime::informer::Informer;
-use dbcluster_operator::runtime::introspection::Introspection;
-use dbcluster_operator::runtime::metrics::Metrics;
-use dbcluster_operator::runtime::server::{self, Endpoints, ServerState};
+use dbcluster_operator::runtime::observe::introspection::Introspection;
+use dbcluster_operator::runtime::observe::metrics::Metrics;
+use dbcluster_operator::runtime::observe::server::{self, Endpoints, ServerState};
 use dbcluster_operator::sim::SimServer;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;

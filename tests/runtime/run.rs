@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use common::{eventually, http_get};
 use dbcluster_operator::cli::run;
-use dbcluster_operator::databasecluster::types::crd;
+use dbcluster_operator::databasecluster::api::types::crd;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action, Controller, ControllerConfig, ReconcileError};
 use dbcluster_operator::runtime::informer::Informer;
-use dbcluster_operator::runtime::introspection::ControllerProbe;
-use dbcluster_operator::runtime::leader::LeaseConfig;
+use dbcluster_operator::runtime::manager::leader::LeaseConfig;
 use dbcluster_operator::runtime::manager::{Manager, ManagerConfig, ManagerError, WorkloadContext};
+use dbcluster_operator::runtime::observe::introspection::ControllerProbe;
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::SimServer;
 use futures::future::BoxFuture;

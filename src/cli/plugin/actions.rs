@@ -8,8 +8,8 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::cli::cluster;
+use crate::databasecluster::api::types::DatabaseCluster;
 use crate::databasecluster::backup::jobs::BACKUP_NOW_ANNOTATION;
-use crate::databasecluster::types::DatabaseCluster;
 
 /// The annotation `restart` sets to the time of the request; the operator copies it into the pod
 /// template, so each instance is restarted once per new value (standbys first, the primary by
