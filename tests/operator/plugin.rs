@@ -50,9 +50,22 @@ async fn promote_backup_restart_and_hibernate_change_what_they_say() {
         Some(format!("kubectl-dbc-{}", now().as_second()).as_str())
     );
 
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = cluster.api();
+    let uids = |list: Vec<k8s_openapi::api::core::v1::Pod>| -> Vec<String> {
+        list.into_iter().filter_map(|p| p.metadata.uid).collect()
+    };
+    let before = uids(pods.list(&Default::default()).await.unwrap().items);
     actions::restart(client, NS, NAME, now()).await.unwrap();
     let annotations = cluster.clusters().get(NAME).await.unwrap().metadata.annotations.unwrap_or_default();
     assert_eq!(annotations.get(RESTARTED_AT_ANNOTATION).map(String::as_str), Some("2026-12-07T12:00:00Z"));
+    // The operator rolls every instance onto the template that carries the new value.
+    eventually("every instance restarted and the cluster Running 3/3", WAIT_LIMIT, || async {
+        let now = uids(pods.list(&Default::default()).await.unwrap().items);
+        let db = cluster.clusters().get(NAME).await.unwrap();
+        let restarted = now.len() == 3 && now.iter().all(|uid| !before.contains(uid));
+        if restarted && phase(&db) == Some("Running") && ready(&db) == 3 { Ok(()) } else { Err(now) }
+    })
+    .await;
 
     let said = actions::hibernate(client, NS, NAME, true).await.unwrap();
     assert!(said.contains("hibernating (its 3 instances stop"), "{said}");

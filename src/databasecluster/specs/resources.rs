@@ -98,6 +98,8 @@ pub struct Owner {
     name: String,
     namespace: String,
     reference: OwnerReference,
+    /// The cluster's [`RESTARTED_AT_ANNOTATION`], copied into the pod template.
+    restarted_at: Option<String>,
 }
 
 /// Why children cannot be built for a DatabaseCluster (it was never stored by an API server).
@@ -123,7 +125,8 @@ impl Owner {
             controller: Some(true),
             block_owner_deletion: Some(true),
         };
-        Ok(Owner { name, namespace, reference })
+        let restarted_at = meta.annotations.as_ref().and_then(|a| a.get(RESTARTED_AT_ANNOTATION)).cloned();
+        Ok(Owner { name, namespace, reference, restarted_at })
     }
 
     /// The cluster's name.
@@ -223,6 +226,11 @@ pub const BOOTSTRAP_CONTAINER: &str = "bootstrap";
 /// Pod template annotation: the hash of the parameters that need a restart, so that changing one
 /// rolls the instances.
 pub const RESTART_CONFIG_ANNOTATION: &str = "databases.madmmas.dev/restart-config";
+/// Set on the cluster to ask for a rolling restart (`kubectl dbc restart` writes the time): the
+/// operator copies it into the pod template, so each new value makes a new revision, which rolls
+/// like any other (standbys first, the primary by switchover), as `kubectl rollout restart` does
+/// for a Deployment.
+pub const RESTARTED_AT_ANNOTATION: &str = "databases.madmmas.dev/restartedAt";
 /// Long enough for a fast shutdown's checkpoint.
 const TERMINATION_GRACE_SECONDS: i64 = 60;
 
@@ -237,8 +245,11 @@ const TERMINATION_GRACE_SECONDS: i64 = 60;
 pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
     let mut pod_labels = standard_labels(owner);
     pod_labels.insert(label::VERSION.to_owned(), spec.version.as_str().to_owned());
-    let annotations =
+    let mut annotations =
         BTreeMap::from([(RESTART_CONFIG_ANNOTATION.to_owned(), restart_hash(&spec.postgres_config))]);
+    if let Some(at) = &owner.restarted_at {
+        annotations.insert(RESTARTED_AT_ANNOTATION.to_owned(), at.clone());
+    }
     let retention = spec.pvc_retention.as_str().to_owned();
     // Hibernation (zero replicas) is a scale down that must keep every volume, whatever the policy.
     let when_scaled =

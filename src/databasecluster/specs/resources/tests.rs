@@ -38,6 +38,21 @@ fn an_owner_needs_the_name_namespace_and_uid_the_server_assigned() {
     assert_eq!(Owner::of(&cluster), Err(OwnerError::MissingMetadata("namespace")));
 }
 
+/// A restart request reaches the pod template, so it makes a new revision (and only then).
+#[test]
+fn a_restart_request_is_a_new_pod_template() {
+    let spec = crate::databasecluster::api::validation::validate_spec(&seed().spec).unwrap();
+    let template_annotations = |cluster: &DatabaseCluster| {
+        let sts = build_statefulset(&Owner::of(cluster).unwrap(), &spec);
+        sts.spec.unwrap().template.metadata.unwrap().annotations.unwrap()
+    };
+    let mut cluster = seed();
+    assert!(!template_annotations(&cluster).contains_key(RESTARTED_AT_ANNOTATION));
+    cluster.metadata.annotations =
+        Some(BTreeMap::from([(RESTARTED_AT_ANNOTATION.to_owned(), "2026-12-07T12:00:00Z".to_owned())]));
+    assert_eq!(template_annotations(&cluster)[RESTARTED_AT_ANNOTATION], "2026-12-07T12:00:00Z");
+}
+
 #[test]
 fn every_child_has_a_blocking_controller_reference_to_the_cluster() {
     for (kind, meta, _) in children() {
