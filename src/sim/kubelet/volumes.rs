@@ -250,7 +250,10 @@ mod tests {
     #[test]
     fn config_map_volumes_follow_their_source() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
+        // Inside a directory of its own, so that the escape check below looks where nothing else
+        // can have put an `x`.
+        let outer = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in(outer.path()).unwrap();
         let volume = json!({"name": "c", "configMap": {"name": "cfg", "defaultMode": 0o640, "items": [{"key": "a", "path": "sub/a.conf"}]}});
         let pod = json!({});
         let first = Cfg(json!({"data": {"a": "one", "b": "ignored"}}));
