@@ -51,11 +51,12 @@ pub async fn write(
     let file = std::fs::File::create(output).map_err(io("creating"))?;
     let mut archive = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::default()));
     let prefix = format!("report-{namespace}-{name}");
+    let written = jiff::Timestamp::now().as_second().max(0) as u64;
     for (path, bytes) in files {
         let mut header = tar::Header::new_gnu();
         header.set_size(bytes.len() as u64);
         header.set_mode(0o644);
-        header.set_mtime(jiff::Timestamp::now().as_second().max(0) as u64);
+        header.set_mtime(written);
         header.set_cksum();
         archive
             .append_data(&mut header, format!("{prefix}/{path}"), bytes.as_slice())
