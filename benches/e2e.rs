@@ -22,6 +22,8 @@
 //! The simulator's CPU is this process's: the simulator, plus the bench's own creates and its
 //! watch of the clusters' status (small beside the simulator's share).
 
+#![allow(unsafe_code, reason = "libc: kill of the operator process group")]
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;

@@ -14,6 +14,8 @@
 //! client-go's come from a goroutine beside its workers) and from the bench's own thread outside
 //! it (on 2 cores, a third runnable thread: see `time_adds`).
 
+#![allow(unsafe_code, reason = "a counting global allocator measures the queue memory")]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
@@ -37,11 +39,13 @@ struct CountingAllocator;
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 
+// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
         }
+        // SAFETY: the caller's contract for `alloc`, passed on unchanged.
         unsafe { System.alloc(layout) }
     }
 
@@ -49,6 +53,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
         }
+        // SAFETY: the caller's contract for `dealloc`, passed on unchanged.
         unsafe { System.dealloc(ptr, layout) }
     }
 
@@ -56,6 +61,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
         }
+        // SAFETY: the caller's contract for `realloc`, passed on unchanged.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

@@ -12,8 +12,6 @@
 //! - `sim` (the `sim` feature, on by default) is an embedded simulated Kubernetes API server used
 //!   by `demo` and by the tests; the image is built without it.
 
-#![warn(missing_docs, missing_debug_implementations)]
-
 pub mod cli;
 pub mod databasecluster;
 pub mod instance;

@@ -7,6 +7,8 @@
 //! `<pod>.<svc>.<ns>.svc` resolves, and this crate's binary run as a non-root user (Debian's
 //! `postgres`); readiness is the manager's `/readyz`. Needs root (for the mount namespace and the
 //! user switch) and the PostgreSQL 15 server binaries.
+
+#![allow(unsafe_code, reason = "libc: kill and killpg of the program under test")]
 #![cfg(feature = "sim")]
 
 mod common;

@@ -63,7 +63,7 @@ async fn metrics_and_debug_answer_only_authenticated_authorized_requests() {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "dbcluster-system"}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
     create_all(&client, include_str!("../manifests/rbac.yaml")).await;
-    // As the README says: the scraper's ServiceAccount bound to the metrics reader.
+    // As docs/metrics-security.md says: the scraper's ServiceAccount bound to the metrics reader.
     let prometheus = json!({"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"});
     bind(&client, "dbcluster-operator-metrics-reader", prometheus).await;
     // As cert-manager would provide it: a Secret's tls.crt and tls.key, signed by a CA.

@@ -263,11 +263,26 @@ spec:
     assert!(f.ok(&["rollout", "status", "statefulset/web"]).await.contains("roll out complete"));
     let pods = f.ok(&["get", "pods"]).await;
     let header: Vec<&str> = pods.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "IP", "AGE"]);
+    // The columns of 1.28's pod printer (pkg/printers/internalversion/printers.go), the node
+    // and IP with -o wide only.
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
     for line in pods.lines().skip(1) {
         let cells: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(&cells[1..4], ["1/1", "Running", "0"], "{line}");
     }
+    let wide = f.ok(&["get", "pods", "-o", "wide"]).await;
+    let header = wide.lines().next().unwrap();
+    for column in ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"] {
+        assert!(header.contains(column), "{column} in {header}");
+    }
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  selector: {app: web}\n  ports: [{port: 5432, targetPort: 5432}]\n";
+    std::fs::write(f.path("svc.yaml"), service).unwrap();
+    f.ok(&["apply", "-f", path_str(&f.path("svc.yaml"))]).await;
+    let services = f.ok(&["get", "svc", "web", "-o", "wide"]).await;
+    let header: Vec<&str> = services.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE", "SELECTOR"]);
+    let row = services.lines().nth(1).unwrap();
+    assert!(row.contains("5432/TCP") && row.contains("<none>") && row.contains("app=web"), "{row}");
     let sets = f.ok(&["get", "sts"]).await;
     assert!(sets.lines().nth(1).unwrap().split_whitespace().any(|c| c == "2/2"), "{sets}");
 

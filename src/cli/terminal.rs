@@ -4,6 +4,8 @@
 //! thread: a blocking read of stdin never holds up the runtime's shutdown. Stdin that is a pipe
 //! (a test) is read the same way; at its end the channel closes.
 
+#![allow(unsafe_code, reason = "libc: termios settings of stdin")]
+
 use std::io::{IsTerminal, Read};
 
 use tokio::sync::mpsc;

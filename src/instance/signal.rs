@@ -1,6 +1,6 @@
 //! Sending a signal to the postmaster (a child this process spawned and has not reaped): the only
 //! system call the manager makes itself. `SIGINT` is PostgreSQL's fast shutdown, `SIGHUP` a reload.
-#![allow(unsafe_code)] // kill(2) has no safe wrapper among the dependencies; one call, below.
+#![allow(unsafe_code, reason = "kill(2) has no safe wrapper among the dependencies: one call, below")]
 
 /// A signal the manager sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Why a pass ran: every enqueue records its [`Cause`] in the key's own slot of the work queue
+//! Why a pass ran: every enqueue records its [`Cause`] in the key's own entry of the work queue
 //! ([`CauseNotes`], the queue's per-key notes), and the worker that claims the key takes the
 //! causes gathered since the previous pass.
 //!
@@ -12,11 +12,7 @@
 //!    and the ones after them are counted ([`CauseLog::more`]); nothing is lost silently. The
 //!    first ones are the ones kept because the first is what queued the key (the pass's
 //!    trigger); the rest were folded into it by the dedup, and a burst of them costs a count
-//!    each (their causes are never built). A duplicate add that finds the queue's lock busy (or
-//!    is made by a thread whose last try found it busy) is counted too, whatever the number
-//!    kept: it does not wait for the lock to record its cause
-//!    (`WorkQueue::add_with_note_or_count`; the count is kept without the lock, in the key's
-//!    slot, and joins the pass that claims the key next).
+//!    each (their causes are never built).
 //! 3. A pass takes the causes recorded up to the moment its worker claimed the key; a cause
 //!    recorded later belongs to the next pass. A timer's cause (a `RequeueAfter`, a retry) waits
 //!    for the key's timer to fire: a watch event's pass before that does not take it. The queue
@@ -27,16 +23,14 @@
 //! 5. Switched off ([`Enqueuer::new`] with `record` false), recording costs a branch: no cause
 //!    is built, nothing is stored, and passes have no trigger.
 //!
-//! The causes live in the queue's slots, so recording one costs no second hash, map or lock:
-//! it is written under the lock the add takes anyway (a duplicate add that finds the lock busy
-//! counts itself in the slot's flags instead, as the plain queue's duplicate adds return without
-//! it), and the queue drops it with the slot.
+//! The causes live in the queue's entry for the key, so recording one costs no second hash, map
+//! or lock: it is written under the lock the add takes anyway, and the queue drops it with the
+//! entry.
 //! A cause is built under that lock only while the key's log has room (one that is not built is
 //! dropped after the lock, since it holds a shared key), and the first one of a pass is held
-//! inline in the slot ([`KeptCauses`]): a pass with a single cause (the usual case) allocates
-//! nothing to record it or to hand it to its worker. The claim finds its causes in a cell
-//! beside the key's slot, so a claim stays two words however many it carries. The `work-queue`
-//! benchmarks measure the enqueue with causes on beside off.
+//! inline in the entry ([`KeptCauses`]): a pass with a single cause (the usual case) allocates
+//! nothing to record it or to hand it to its worker. The `work-queue` benchmarks measure the
+//! enqueue with causes on beside off.
 
 use std::fmt;
 use std::sync::Arc;
@@ -326,9 +320,9 @@ pub enum Due {
     OnTimer,
 }
 
-/// A key's pending causes, kept by the controller's queue in the key's own slot
+/// A key's pending causes, kept by the controller's queue in the key's own entry
 /// ([`KeyNotes`]): recorded by the add under the lock it takes anyway, handed to the claim
-/// when a worker takes the key, dropped with the slot. The due line lives in the slot (its first
+/// when a worker takes the key, dropped with the entry. The due line lives in the entry (its first
 /// cause inline, the others from the second on in a buffer of their own, both handed to the
 /// claim); only causes that wait for a timer take a box of their own. With recording off,
 /// nothing is ever allocated.
@@ -405,29 +399,17 @@ impl KeyNotes for CauseNotes {
         self.on_timer = None;
     }
 
-    /// Rule 2: duplicate adds counted without the lock are due with the next pass.
-    fn counted(&mut self, count: u32) {
-        self.due.more += u64::from(count);
-    }
-
     /// Rule 3: a pass takes what is due when its worker claims the key; what waits for the
     /// timer stays.
     fn take(&mut self) -> CauseLog {
         CauseLog { kept: std::mem::take(&mut self.due.kept), more: std::mem::take(&mut self.due.more) }
-    }
-
-    /// Nothing to drop or rewrite when the last claim took everything (the usual case).
-    fn reset(&mut self) {
-        if !self.due.kept.is_empty() || self.due.more != 0 || self.on_timer.is_some() {
-            *self = Self::default();
-        }
     }
 }
 
 /// The controller's work queue: keys with their pending causes.
 pub type ControllerQueue = WorkQueue<ObjectKey, CauseNotes>;
 
-/// The controller's way into its queue: each add records its cause in the key's slot (built
+/// The controller's way into its queue: each add records its cause in the key's entry (built
 /// before the lock is taken, and only when recording is on). Cloning gives another handle to
 /// the same queue.
 #[derive(Debug, Clone)]
@@ -455,8 +437,7 @@ impl Enqueuer {
 
     /// Queues `key` at `priority` because of `cause(key)`: the cause is built only when it is
     /// kept, and a cause about the key's own object keeps the key it is given
-    /// ([`NoteKey::into_owned`]), which costs no clone when the queue already had the key. A
-    /// duplicate add that finds the queue's lock contended is only counted (rule 2).
+    /// ([`NoteKey::into_owned`]), which costs no clone when the queue already had the key.
     pub fn add(
         &self,
         key: ObjectKey,
@@ -466,7 +447,7 @@ impl Enqueuer {
         if !self.record {
             return self.queue.add_with_priority(key, priority);
         }
-        self.queue.add_with_note_or_count(key, priority, |key, notes| notes.record(key, cause, Due::Now));
+        self.queue.add_with_note(key, priority, |key, notes| notes.record(key, cause, Due::Now));
     }
 
     /// Queues `key` at once, for `reason`: an explicit call (rule 1).
@@ -506,12 +487,7 @@ impl Enqueuer {
 
 /// The causes pending for `key` in `queue`, due or not, for `/debug/queue`.
 pub fn pending(queue: &ControllerQueue, key: &ObjectKey) -> CauseLog {
-    let pending = |notes: &CauseNotes, counted: u32| {
-        let mut log = notes.pending();
-        log.more += u64::from(counted);
-        log
-    };
-    queue.notes_of(key, pending).unwrap_or_default()
+    queue.notes_of(key, CauseNotes::pending).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -548,7 +524,7 @@ mod tests {
     /// Records `cause` about [`key`] in `notes`, due now; true if it was kept.
     fn record_now(notes: &mut CauseNotes, cause: impl FnOnce(NoteKey<'_, ObjectKey>) -> Cause) -> bool {
         let (key, mut spare) = (key(), None);
-        notes.record(NoteKey::new(Some(&key), &mut spare), cause, Due::Now).is_none()
+        notes.record(NoteKey::new(&key, &mut spare), cause, Due::Now).is_none()
     }
 
     #[test]
@@ -719,10 +695,9 @@ mod tests {
     }
 
     /// Rule 2 under contention: producers on four threads add a few keys while workers claim
-    /// them, so duplicate adds meet the lock busy and are counted without it. Every add's cause
-    /// is kept or counted in exactly one pass.
+    /// them. Every add's cause is kept or counted in exactly one pass.
     #[test]
-    fn every_add_is_in_exactly_one_pass_while_duplicates_are_counted_without_the_lock() {
+    fn every_add_is_in_exactly_one_pass_under_contention() {
         use std::sync::atomic::{AtomicU64, Ordering};
         const PRODUCERS: u64 = 4;
         const ADDS: u64 = 20_000;

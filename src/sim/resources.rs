@@ -130,66 +130,115 @@ const BUILT_INS: &[BuiltIn] = &[
     ),
 ];
 
-/// One built-in Table column: name, type, and a JSONPath or (`#name`) a cell `table` computes
-/// as kubectl's server-side printers do.
-type Column = (&'static str, &'static str, &'static str);
+/// One built-in Table column: name, type, a JSONPath or (`#name`) a cell `table` computes as
+/// kubectl's server-side printers do, and its priority (1: shown by `-o wide` only).
+type Column = (&'static str, &'static str, &'static str, i64);
 
-/// Table columns of built-in kinds (besides NAME and AGE), by plural.
+/// The object's age, where 1.28's printer puts it.
+const AGE: Column = ("Age", "date", ".metadata.creationTimestamp", 0);
+
+/// Table columns of built-in kinds (besides NAME), by plural, in the order and with the
+/// priorities of 1.28's printers (`AddHandlers` in pkg/printers/internalversion/printers.go).
 const BUILT_IN_COLUMNS: &[(&str, &[Column])] = &[
     (
         "pods",
         &[
-            ("Ready", "string", "#pod-ready"),
-            ("Status", "string", "#pod-status"),
-            ("Restarts", "integer", "#pod-restarts"),
-            ("IP", "string", ".status.podIP"),
+            ("Ready", "string", "#pod-ready", 0),
+            ("Status", "string", "#pod-status", 0),
+            ("Restarts", "string", "#pod-restarts", 0),
+            AGE,
+            ("IP", "string", "#pod-ip", 1),
+            ("Node", "string", "#pod-node", 1),
+            ("Nominated Node", "string", "#nominated-node", 1),
+            ("Readiness Gates", "string", "#readiness-gates", 1),
         ],
     ),
-    ("statefulsets", &[("Ready", "string", "#statefulset-ready")]),
-    ("services", &[("Type", "string", ".spec.type"), ("Cluster-IP", "string", ".spec.clusterIP")]),
+    (
+        "statefulsets",
+        &[
+            ("Ready", "string", "#statefulset-ready", 0),
+            AGE,
+            ("Containers", "string", "#containers", 1),
+            ("Images", "string", "#images", 1),
+        ],
+    ),
+    (
+        "services",
+        &[
+            ("Type", "string", ".spec.type", 0),
+            ("Cluster-IP", "string", ".spec.clusterIP", 0),
+            ("External-IP", "string", "#service-external-ip", 0),
+            ("Port(s)", "string", "#service-ports", 0),
+            AGE,
+            ("Selector", "string", "#service-selector", 1),
+        ],
+    ),
     (
         "persistentvolumeclaims",
         &[
-            ("Status", "string", ".status.phase"),
-            ("Volume", "string", ".spec.volumeName"),
-            ("Capacity", "string", ".status.capacity.storage"),
+            ("Status", "string", ".status.phase", 0),
+            ("Volume", "string", ".spec.volumeName", 0),
+            ("Capacity", "string", ".status.capacity.storage", 0),
+            ("Access Modes", "string", "#access-modes", 0),
+            ("StorageClass", "string", ".spec.storageClassName", 0),
+            AGE,
+            ("VolumeMode", "string", ".spec.volumeMode", 1),
         ],
     ),
     (
         "persistentvolumes",
         &[
-            ("Capacity", "string", ".spec.capacity.storage"),
-            ("Reclaim Policy", "string", ".spec.persistentVolumeReclaimPolicy"),
-            ("Status", "string", ".status.phase"),
-            ("Claim", "string", "#pv-claim"),
-            ("StorageClass", "string", ".spec.storageClassName"),
+            ("Capacity", "string", ".spec.capacity.storage", 0),
+            ("Access Modes", "string", "#access-modes", 0),
+            ("Reclaim Policy", "string", ".spec.persistentVolumeReclaimPolicy", 0),
+            ("Status", "string", ".status.phase", 0),
+            ("Claim", "string", "#pv-claim", 0),
+            ("StorageClass", "string", ".spec.storageClassName", 0),
+            ("Reason", "string", ".status.reason", 0),
+            AGE,
         ],
     ),
     (
         "storageclasses",
         &[
-            ("Provisioner", "string", ".provisioner"),
-            ("ReclaimPolicy", "string", ".reclaimPolicy"),
-            ("VolumeBindingMode", "string", ".volumeBindingMode"),
+            ("Provisioner", "string", ".provisioner", 0),
+            ("ReclaimPolicy", "string", ".reclaimPolicy", 0),
+            ("VolumeBindingMode", "string", ".volumeBindingMode", 0),
+            ("AllowVolumeExpansion", "boolean", ".allowVolumeExpansion", 0),
+            AGE,
         ],
     ),
-    ("jobs", &[("Status", "string", "#job-status"), ("Completions", "string", "#job-completions")]),
+    (
+        "jobs",
+        &[
+            ("Completions", "string", "#job-completions", 0),
+            ("Duration", "string", "#job-duration", 0),
+            AGE,
+            ("Containers", "string", "#containers", 1),
+            ("Images", "string", "#images", 1),
+            ("Selector", "string", "#job-selector", 1),
+        ],
+    ),
     (
         "cronjobs",
         &[
-            ("Schedule", "string", ".spec.schedule"),
-            ("Suspend", "boolean", ".spec.suspend"),
-            ("Last Schedule", "date", ".status.lastScheduleTime"),
+            ("Schedule", "string", ".spec.schedule", 0),
+            ("Suspend", "boolean", ".spec.suspend", 0),
+            ("Active", "integer", "#cronjob-active", 0),
+            ("Last Schedule", "date", ".status.lastScheduleTime", 0),
+            AGE,
+            ("Containers", "string", "#containers", 1),
+            ("Images", "string", "#images", 1),
         ],
     ),
-    ("namespaces", &[("Status", "string", ".status.phase")]),
+    ("namespaces", &[("Status", "string", ".status.phase", 0), AGE]),
     (
         "events",
         &[
-            ("Type", "string", ".type"),
-            ("Reason", "string", ".reason"),
-            ("Object", "string", ".involvedObject.name"),
-            ("Message", "string", ".message"),
+            ("Type", "string", ".type", 0),
+            ("Reason", "string", ".reason", 0),
+            ("Object", "string", ".involvedObject.name", 0),
+            ("Message", "string", ".message", 0),
         ],
     ),
 ];
@@ -199,11 +248,11 @@ fn built_in_columns(plural: &str) -> Vec<PrinterColumn> {
         .iter()
         .filter(|(p, _)| *p == plural)
         .flat_map(|(_, cols)| cols.iter())
-        .map(|(name, column_type, json_path)| PrinterColumn {
+        .map(|(name, column_type, json_path, priority)| PrinterColumn {
             name: name.to_string(),
             column_type: column_type.to_string(),
             json_path: json_path.to_string(),
-            priority: 0,
+            priority: *priority,
             description: String::new(),
         })
         .collect()

@@ -115,9 +115,76 @@ fn computed(name: &str, obj: &Value) -> Value {
             let ready = statuses.iter().filter(|s| s["ready"] == true).count();
             json!(format!("{ready}/{total}"))
         }
-        "pod-status" if obj["metadata"]["deletionTimestamp"].is_string() => json!("Terminating"),
-        "pod-status" => obj["status"]["phase"].clone(),
-        "pod-restarts" => json!(statuses.iter().map(|s| count(&s["restartCount"])).sum::<i64>()),
+        "pod-status" => json!(pod_status(obj)),
+        "pod-restarts" => json!(statuses.iter().map(|s| count(&s["restartCount"])).sum::<i64>().to_string()),
+        "pod-ip" => or_none(&obj["status"]["podIP"]),
+        "pod-node" => or_none(&obj["spec"]["nodeName"]),
+        "nominated-node" => or_none(&obj["status"]["nominatedNodeName"]),
+        "readiness-gates" => match obj["spec"]["readinessGates"].as_array().map(Vec::len) {
+            None | Some(0) => json!("<none>"),
+            Some(n) => json!(format!("0/{n}")),
+        },
+        "containers" | "images" => {
+            let field = if name == "containers" { "name" } else { "image" };
+            let containers = obj["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .or_else(|| obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"].as_array());
+            let values: Vec<&str> =
+                containers.into_iter().flatten().filter_map(|c| c[field].as_str()).collect();
+            json!(values.join(","))
+        }
+        "service-external-ip" => {
+            let ips = obj["spec"]["externalIPs"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let ips: Vec<&str> = ips.iter().filter_map(Value::as_str).collect();
+            match (obj["spec"]["type"].as_str(), ips.is_empty()) {
+                (_, false) => json!(ips.join(",")),
+                (Some("LoadBalancer"), true) => json!("<pending>"),
+                (Some("ExternalName"), true) => obj["spec"]["externalName"].clone(),
+                _ => json!("<none>"),
+            }
+        }
+        "service-ports" => {
+            let ports = obj["spec"]["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let shown: Vec<String> = ports
+                .iter()
+                .map(|p| {
+                    let protocol = p["protocol"].as_str().unwrap_or("TCP");
+                    match p["nodePort"].as_i64() {
+                        Some(node) => format!("{}:{node}/{protocol}", count(&p["port"])),
+                        None => format!("{}/{protocol}", count(&p["port"])),
+                    }
+                })
+                .collect();
+            json!(if shown.is_empty() { "<none>".to_owned() } else { shown.join(",") })
+        }
+        "service-selector" => selector_text(&obj["spec"]["selector"]),
+        "job-selector" => selector_text(&obj["spec"]["selector"]["matchLabels"]),
+        "access-modes" => {
+            let modes = obj["spec"]["accessModes"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let short: Vec<&str> = modes
+                .iter()
+                .filter_map(|m| match m.as_str()? {
+                    "ReadWriteOnce" => Some("RWO"),
+                    "ReadOnlyMany" => Some("ROX"),
+                    "ReadWriteMany" => Some("RWX"),
+                    "ReadWriteOncePod" => Some("RWOP"),
+                    _ => None,
+                })
+                .collect();
+            json!(short.join(","))
+        }
+        "job-duration" => {
+            let at =
+                |field: &str| obj["status"][field].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            match at("startTime") {
+                None => json!(""),
+                Some(start) => {
+                    let end = at("completionTime").unwrap_or_else(jiff::Timestamp::now);
+                    json!(age(Some(&start.to_string()), end))
+                }
+            }
+        }
+        "cronjob-active" => json!(obj["status"]["active"].as_array().map_or(0, Vec::len)),
         "statefulset-ready" => {
             json!(format!(
                 "{}/{}",
@@ -154,6 +221,56 @@ fn computed(name: &str, obj: &Value) -> Value {
         }
         _ => Value::Null,
     }
+}
+
+/// A value, or `<none>` as 1.28's printers show an empty one.
+fn or_none(value: &Value) -> Value {
+    match value.as_str() {
+        Some(text) if !text.is_empty() => json!(text),
+        _ => json!("<none>"),
+    }
+}
+
+/// A label map as `a=b,c=d` (sorted), `<none>` when empty.
+fn selector_text(labels: &Value) -> Value {
+    let Some(map) = labels.as_object().filter(|m| !m.is_empty()) else { return json!("<none>") };
+    let mut pairs: Vec<String> =
+        map.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect();
+    pairs.sort();
+    json!(pairs.join(","))
+}
+
+/// A pod's STATUS as 1.28's `printPod` shows it: `Terminating` while deleted, the reason of an
+/// init container still to finish (`Init:…`) or of a waiting or failed container
+/// (`ContainerCreating`, `CrashLoopBackOff`, `Error`…), else the pod's reason or phase.
+fn pod_status(pod: &Value) -> String {
+    let status = &pod["status"];
+    if pod["metadata"]["deletionTimestamp"].is_string() {
+        return "Terminating".into();
+    }
+    let mut reason = status["reason"].as_str().or(status["phase"].as_str()).unwrap_or_default().to_owned();
+    let inits = status["initContainerStatuses"].as_array().map(Vec::as_slice).unwrap_or_default();
+    for (i, init) in inits.iter().enumerate() {
+        let state = &init["state"];
+        if state["terminated"]["exitCode"] == 0 {
+            continue;
+        }
+        return match (state["terminated"]["reason"].as_str(), state["waiting"]["reason"].as_str()) {
+            (Some(why), _) => format!("Init:{why}"),
+            (None, Some(why)) if why != "PodInitializing" => format!("Init:{why}"),
+            _ => format!("Init:{i}/{}", inits.len()),
+        };
+    }
+    let containers = status["containerStatuses"].as_array().map(Vec::as_slice).unwrap_or_default();
+    for container in containers.iter().rev() {
+        let state = &container["state"];
+        if let Some(why) = state["waiting"]["reason"].as_str().filter(|w| !w.is_empty()) {
+            reason = why.to_owned();
+        } else if let Some(why) = state["terminated"]["reason"].as_str() {
+            reason = why.to_owned();
+        }
+    }
+    reason
 }
 
 /// Evaluates a simple JSONPath: `.a.b`, `.a[0]`, `.a[?(@.type=="Ready")].status`.

@@ -28,41 +28,38 @@
 //! 13. `add_rate_limited_after(key, d)` is `add_rate_limited` that retries no earlier than `d`
 //!     from now: a server's `Retry-After` is a floor under the backoff.
 //!
-//! - `queue.rs`: the [`WorkQueue`] handle, [`QueueConfig`] and the [`Claim`] guard.
-//! - `notes.rs`: [`KeyNotes`], what a caller keeps per key in the queue's own slots (the
-//!   controller's causes), written by the add under the lock it takes anyway.
-//! - `state.rs`: the state behind the queue's single lock: the normal and low ready lines, the
-//!   processing list, and the right to change the slots.
-//! - `claimed.rs`: what a [`Claim`] carries besides its key (its notes), kept per slot so that
-//!   a claim is two words.
-//! - `segments.rs`: per-slot storage that never moves, for the slots and the claim cells.
-//! - `slots.rs`: the 40-byte per-key slots (one hash per operation, none to hand out or finish
-//!   a key) and their sharded index, which a duplicate add reads without the queue's lock.
-//! - `delay.rs`: the timer heap and the one background task that fires it.
+//! The design is client-go's (`util/workqueue/queue.go`): one lock around a plain state, and
+//! getters that wait to be woken. The state: the key index (key to entry, where the entry holds
+//! the key's phase, pending timer, failure count and notes), the normal and low ready lines, the
+//! processing set, the timer heap and the retry line. Metrics and wake-ups happen after the lock.
+//!
+//! - `queue.rs`: the [`WorkQueue`] handle, the [`Claim`] guard and the timer task;
+//!   `config.rs`: [`QueueConfig`] and what `snapshot` reports.
+//! - `state.rs`: the state behind the lock and every rule's bookkeeping.
+//! - `notes.rs`: [`KeyNotes`], what a caller keeps per key in the key's entry (the controller's
+//!   causes), written by the add under the lock it takes anyway.
+//! - `clock.rs`: the queue's timestamps and its once-per-operation clock.
 //! - `backoff.rs`: per-key exponential backoff; `bucket.rs`: the overall retry budget (governor,
 //!   on tokio's clock).
 //! - `metrics.rs`: the [`QueueMetrics`] hooks and an in-memory implementation.
 //!
-//! Waking: a key that becomes ready wakes one parked getter (a `tokio::sync::Notify` permit)
-//! only if no woken getter is already on its way; a woken getter that claims a key wakes up to
-//! two more while keys remain ready. So an add costs the same with one waiting worker or a
-//! thousand and rarely pays for a wake-up itself (the wake-up of a parked worker thread is the
-//! add's tail), while a burst still reaches every worker in a logarithmic number of hops.
+//! Waking: a key that becomes ready wakes one parked getter (a `tokio::sync::Notify` permit) if
+//! one is parked; shutdown wakes them all. A getter that is cancelled after being woken passes
+//! the wake-up on to another.
 
 mod backoff;
 mod bucket;
-mod claimed;
-mod delay;
+mod clock;
+mod config;
 mod metrics;
 mod notes;
 mod queue;
-mod segments;
-mod slots;
 mod state;
 
 pub use backoff::BackoffConfig;
 pub use bucket::{BucketConfig, TokioClock, TokioInstant};
+pub use config::{DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig};
 pub use metrics::{InMemoryMetrics, QueueMetrics};
 pub use notes::{KeyNotes, NoteKey};
-pub use queue::{Claim, DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig, WorkQueue};
+pub use queue::{Claim, WorkQueue};
 pub use state::Priority;

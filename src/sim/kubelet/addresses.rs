@@ -7,6 +7,8 @@
 //! (parallel test binaries) skip held addresses, and the kernel releases the lock when the holder
 //! exits, however abruptly.
 
+#![allow(unsafe_code, reason = "libc: flock on an address lock file")]
+
 use std::fs::{File, OpenOptions};
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;

@@ -21,6 +21,8 @@
 //!    failed run that wrote none gets its log's last 80 lines, at most 2048 bytes — as a real
 //!    kubelet reports them.
 
+#![allow(unsafe_code, reason = "libc: the sandbox pre_exec hook, kill of the container init")]
+
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;

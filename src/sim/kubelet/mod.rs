@@ -28,6 +28,8 @@
 //! namespace whose init dies with the simulator (`sandbox`); dropping the [`Node`] (with the
 //! server) SIGKILLs every init, which takes the whole namespace with it.
 
+#![allow(unsafe_code, reason = "libc: geteuid, kill of the processes this node started")]
+
 pub mod addresses;
 pub mod choice;
 mod container;

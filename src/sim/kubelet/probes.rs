@@ -25,6 +25,8 @@
 //!    fails with a message saying so). Both default to the pod IP; named ports are the
 //!    container's `ports[].name`.
 
+#![allow(unsafe_code, reason = "libc: pre_exec hooks that join the sandbox, killpg of a probe")]
+
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Duration;

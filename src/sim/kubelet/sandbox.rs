@@ -16,6 +16,8 @@
 //!
 //! Only async-signal-safe calls happen after `fork`: every string is prepared before.
 
+#![allow(unsafe_code, reason = "libc: namespaces, mounts and identity switches between fork and exec")]
+
 use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::path::Path;
@@ -286,6 +288,7 @@ mod tests {
         let text = unsafe { std::ffi::CStr::from_ptr(path.as_ptr()) };
         assert_eq!(text.to_str().unwrap(), "/proc/self/fd/1234");
         let zero = FdPath::new(0);
+        // SAFETY: as above.
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(zero.as_ptr()) }.to_str().unwrap(), "/proc/self/fd/0");
     }
 }
