@@ -43,10 +43,10 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ExecAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServicePort,
-    ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -54,8 +54,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use thiserror::Error;
 
-use super::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
+use super::config::{CONFIG_MOUNT_PATH, config_map_name, restart_hash};
 use super::credentials::{APP_DATABASE, Login, mounted_secret_name};
+use super::instance_pod::{
+    STATUS_PORT, controller_volume, install_container, liveness_probe, manager_command, manager_mounts,
+    readiness_probe, startup_probe, status_port, status_token_volume,
+};
 use super::types::{DatabaseCluster, PvcRetention};
 use super::validation::{StorageSize, ValidSpec};
 use crate::runtime::object::{Object, OwnerRef};
@@ -226,10 +230,13 @@ pub const RESTART_CONFIG_ANNOTATION: &str = "databases.madmmas.dev/restart-confi
 /// Long enough for a fast shutdown's checkpoint.
 const TERMINATION_GRACE_SECONDS: i64 = 60;
 
-/// The StatefulSet running `spec.replicas` instances of image `postgres:<version>`: each starts
-/// with the init container `bootstrap` (`instance.sh init`) and runs `instance.sh run` in the
-/// container `postgres`, with a `data` volume of `storageSize`, the ConfigMap and the three login
-/// Secrets mounted, probes from the instance program, and the restricted Pod Security profile.
+/// The StatefulSet running `spec.replicas` instances of image `postgres:<version>` under the
+/// instance manager (`crate::instance`): the init container `install-manager` (the operator's
+/// image) copies the operator's binary into the `controller` emptyDir, the init container
+/// `bootstrap` runs `instance init` and the container `postgres` runs `instance run` from there,
+/// with a `data` volume of `storageSize`, the ConfigMap, the three login Secrets and the status
+/// token mounted, HTTP probes on the manager's `status` port ([`super::instance_pod`]), and the
+/// restricted Pod Security profile.
 ///
 /// `updateStrategy: OnDelete`: the StatefulSet controller never replaces a pod on its own; the
 /// operator deletes outdated pods one at a time, standbys first and the primary last
@@ -268,7 +275,10 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     security_context: Some(restricted_pod_security()),
-                    init_containers: Some(vec![bootstrap_container(owner, spec)]),
+                    init_containers: Some(vec![
+                        install_container(restricted_security_context()),
+                        bootstrap_container(owner, spec),
+                    ]),
                     containers: vec![postgres_container(owner, spec)],
                     volumes: Some(pod_volumes(owner, spec)),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
@@ -334,6 +344,8 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
             ..Volume::default()
         });
     }
+    volumes.push(status_token_volume(&owner.name));
+    volumes.push(controller_volume());
     for name in [RUN_VOLUME, TMP_VOLUME] {
         volumes.push(Volume {
             name: name.to_owned(),
@@ -361,10 +373,11 @@ fn volume_mounts() -> Vec<VolumeMount> {
         let path = format!("{SECRETS_MOUNT_PATH}/{}", login.mount_dir());
         mounts.push(mount(&secret_volume_name(login), &path, true));
     }
+    mounts.extend(manager_mounts(SECRETS_MOUNT_PATH));
     mounts
 }
 
-/// The environment of the instance program (see the header of `instance.sh`).
+/// The environment of the instance manager (see `crate::instance::settings`).
 fn instance_env(owner: &Owner) -> Vec<EnvVar> {
     let value =
         |name: &str, value: String| EnvVar { name: name.to_owned(), value: Some(value), ..EnvVar::default() };
@@ -389,6 +402,7 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
         value("DBC_PEER_DOMAIN", format!("{}.{}.svc", headless_service_name(&owner.name), owner.namespace)),
         value("DBC_PORT", POSTGRES_PORT.to_string()),
         value("DBC_APP_DATABASE", APP_DATABASE.to_owned()),
+        value("DBC_STATUS_PORT", STATUS_PORT.to_string()),
         // `kubectl exec -it <pod> -- psql` reaches the server as the superuser over the local
         // socket (trusted in `pg_hba.conf`), which lives in the private run directory.
         value("PGHOST", RUN_MOUNT_PATH.to_owned()),
@@ -396,9 +410,9 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
     ]
 }
 
-/// `bash <ConfigMap>/instance.sh <verb>`.
+/// `/controller/dbcluster-operator instance <verb>`.
 fn instance_command(verb: &str) -> Vec<String> {
-    vec!["bash".to_owned(), format!("{CONFIG_MOUNT_PATH}/{SCRIPT_KEY}"), verb.to_owned()]
+    manager_command(verb)
 }
 
 /// The pod security settings of the restricted Pod Security profile, as the `postgres` image's
@@ -457,52 +471,30 @@ fn bootstrap_container(owner: &Owner, spec: &ValidSpec) -> Container {
 }
 
 fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
-    let exec = |verb: &str| ExecAction { command: Some(instance_command(verb)) };
     Container {
         name: POSTGRES_CONTAINER.to_owned(),
         image: Some(format!("postgres:{}", spec.version.as_str())),
         command: Some(instance_command("run")),
         // Explicitly empty: an older operator passed `-c` arguments here, which must go.
         args: Some(Vec::new()),
-        ports: Some(vec![ContainerPort {
-            name: Some(POSTGRES_PORT_NAME.to_owned()),
-            container_port: POSTGRES_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(POSTGRES_PORT_NAME.to_owned()),
+                container_port: POSTGRES_PORT,
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+            status_port(),
+        ]),
         env: Some(instance_env(owner)),
         resources: Some(container_resources(spec)),
         // Ready: accepting connections in its role (out of recovery on the primary, in recovery
-        // on a standby), with the credentials applied. The script bounds its own client call
-        // (3 s, killed then): `timeoutSeconds` is not enforced while a probe's child blocks, so a
-        // hung server turns the pod unready within three 3-second attempts, about 10 s.
-        readiness_probe: Some(Probe {
-            exec: Some(exec("ready")),
-            period_seconds: Some(2),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(3),
-            ..Probe::default()
-        }),
-        // Allows up to five minutes for crash recovery before liveness takes over.
-        startup_probe: Some(Probe {
-            exec: Some(exec("alive")),
-            period_seconds: Some(1),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(300),
-            ..Probe::default()
-        }),
-        // Restart only a server that stopped accepting connections for a minute; a busy server
-        // that answers slowly is left alone.
-        liveness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::String(POSTGRES_PORT_NAME.to_owned()),
-                ..TCPSocketAction::default()
-            }),
-            period_seconds: Some(10),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(6),
-            ..Probe::default()
-        }),
+        // on a standby), with the credentials applied; startup and liveness: the server answers.
+        // All three are the manager's HTTP endpoints, which bound their own queries (2 s), so a
+        // hung server fails each attempt in time (timings in `instance_pod`).
+        readiness_probe: Some(readiness_probe()),
+        startup_probe: Some(startup_probe()),
+        liveness_probe: Some(liveness_probe()),
         volume_mounts: Some(volume_mounts()),
         security_context: Some(restricted_security_context()),
         // A container that fails says why in its status: the log's tail when it wrote no
@@ -703,10 +695,16 @@ mod tests {
             [
                 ("production-postgres-superuser", 0o440),
                 ("production-postgres-replication", 0o440),
-                ("production-postgres-app", 0o440)
+                ("production-postgres-app", 0o440),
+                ("production-postgres-status-token", 0o440)
             ]
         );
-        for container in pod.init_containers.iter().flatten().chain(&pod.containers) {
+        let install = &pod.init_containers.as_ref().unwrap()[0];
+        assert!(
+            install.volume_mounts.iter().flatten().all(|m| m.name == "controller"),
+            "no Secret in the copy"
+        );
+        for container in pod.init_containers.iter().flatten().skip(1).chain(&pod.containers) {
             assert!(
                 container
                     .env
@@ -732,18 +730,34 @@ mod tests {
     }
 
     #[test]
-    fn pods_start_through_the_instance_program_with_an_init_container() {
+    fn pods_run_the_instance_manager_copied_from_the_operators_image() {
         let sts = statefulset();
         let spec = sts.spec.as_ref().unwrap();
         assert_eq!(spec.update_strategy.as_ref().unwrap().type_.as_deref(), Some("OnDelete"));
         let pod = spec.template.spec.as_ref().unwrap();
-        let init = &pod.init_containers.as_ref().unwrap()[0];
-        assert_eq!(init.command.as_deref().unwrap(), ["bash", "/etc/dbcluster/instance.sh", "init"]);
+        let [install, init] = pod.init_containers.as_deref().unwrap() else { panic!("two init containers") };
+        assert_eq!(install.image.as_deref(), Some(super::super::instance_pod::instance_image()));
+        assert_eq!(
+            install.command.as_deref().unwrap(),
+            ["dbcluster-operator", "instance", "copy-binary", "/controller"]
+        );
+        assert_eq!(init.command.as_deref().unwrap(), ["/controller/dbcluster-operator", "instance", "init"]);
         assert_eq!(
             container(&sts).command.as_deref().unwrap(),
-            ["bash", "/etc/dbcluster/instance.sh", "run"]
+            ["/controller/dbcluster-operator", "instance", "run"]
         );
         assert_eq!(init.image, container(&sts).image);
+        for c in [install, init, container(&sts)] {
+            let context = c.security_context.as_ref().unwrap();
+            assert_eq!(context.read_only_root_filesystem, Some(true), "{}", c.name);
+            let controller =
+                c.volume_mounts.iter().flatten().find(|m| m.mount_path == "/controller").unwrap();
+            assert_eq!(
+                controller.read_only.is_some(),
+                c.name != "install-manager",
+                "only the copy writes it"
+            );
+        }
         assert_eq!(pod.termination_grace_period_seconds, Some(60));
         let anti = pod.affinity.as_ref().unwrap().pod_anti_affinity.as_ref().unwrap();
         assert!(anti.required_during_scheduling_ignored_during_execution.is_none(), "soft only");
@@ -806,25 +820,23 @@ mod tests {
     }
 
     #[test]
-    fn the_probes_check_postgres_itself() {
+    fn the_probes_ask_the_instance_manager() {
         let sts = statefulset();
         let container = container(&sts);
-        let command =
-            |probe: &Option<Probe>| probe.as_ref().unwrap().exec.as_ref().unwrap().command.clone().unwrap();
-        assert_eq!(
-            command(&container.readiness_probe)[2],
-            "ready",
-            "ready: accepting connections in its role"
-        );
-        assert_eq!(command(&container.startup_probe)[2], "alive");
+        let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+            let get = probe.as_ref().unwrap().http_get.clone().unwrap();
+            assert_eq!(get.port, IntOrString::String("status".into()));
+            get.path.unwrap()
+        };
+        assert_eq!(path(&container.readiness_probe), "/readyz", "ready: accepting connections in its role");
+        assert_eq!(path(&container.startup_probe), "/healthz");
+        assert_eq!(path(&container.liveness_probe), "/healthz");
         let startup = container.startup_probe.as_ref().unwrap();
         assert!(startup.period_seconds.unwrap() * startup.failure_threshold.unwrap() >= 300);
-        let liveness = container.liveness_probe.as_ref().unwrap();
-        assert_eq!(
-            liveness.tcp_socket.as_ref().unwrap().port,
-            IntOrString::String("postgres".into()),
-            "liveness checks the port, so a slow server is not killed"
-        );
+        let ports: Vec<_> =
+            container.ports.iter().flatten().map(|p| (p.name.as_deref(), p.container_port)).collect();
+        assert_eq!(ports, [(Some("postgres"), 5432), (Some("status"), 8000)]);
+        assert_eq!(env(container, "DBC_STATUS_PORT").value.as_deref(), Some("8000"));
     }
 
     #[test]

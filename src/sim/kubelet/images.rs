@@ -70,7 +70,9 @@ pub fn resolve(image: &str) -> Option<Image> {
             let major = postgres_major(tag)?;
             postgres_bin_dir(major).map(|bin_dir| Image::Postgres { major, bin_dir })
         }
-        OPERATOR_IMAGE => std::env::current_exe().ok().map(|exe| Image::Operator { program: operator_program(exe) }),
+        OPERATOR_IMAGE => {
+            std::env::current_exe().ok().map(|exe| Image::Operator { program: operator_program(exe) })
+        }
         _ => None,
     }
 }
