@@ -8,7 +8,7 @@
 //! allocator (live bytes and peak live bytes); those figures are printed before the timings.
 //!
 //! `retained/<kind> as the operator caches it` measures the operator's own caches
-//! (`databasecluster::cached`: a Pod without its spec, a StatefulSet as its JSON text,
+//! (`databasecluster::cache::cached`: a Pod without its spec, a StatefulSet as its JSON text,
 //! `Compact`) beside the runtime's cache of the same objects whole, in the same run.
 
 #![allow(unsafe_code, reason = "a counting global allocator measures the cache memory")]
@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use dbcluster_operator::databasecluster::cached::{CachedPod, Compact};
+use dbcluster_operator::databasecluster::cache::cached::{CachedPod, Compact};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::CacheWriter;
 use dbcluster_operator::runtime::reflector::{

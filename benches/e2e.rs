@@ -32,7 +32,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dbcluster_operator::databasecluster::types::{self, DatabaseCluster, DatabaseClusterSpec};
+use dbcluster_operator::databasecluster::api::types::{self, DatabaseCluster, DatabaseClusterSpec};
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;

@@ -1,10 +1,10 @@
-//! Work queue benchmarks (issue 2). Every benchmark runs the queue beside two baselines in the same
+//! Work queue benchmarks. Every benchmark runs the queue beside two baselines in the same
 //! run: `mutex_vecdeque` (a `Mutex<VecDeque> + HashSet` queue, written here: dedup, no processing
 //! set, no delays) and `mpsc` (a `tokio::sync::mpsc` channel: no dedup at all, the floor).
 //!
 //! `workqueue_causes_on` / `workqueue_causes_off` run the same queue through the controller's
 //! `Enqueuer`, recording each add's cause (a watch event, as the informers' handlers build it)
-//! and taking the causes at each claim, as the workers do: the cost of `runtime::causes`, on
+//! and taking the causes at each claim, as the workers do: the cost of `runtime::controller::causes`, on
 //! beside off, in the same run.
 //!
 //! `big_queue`, `big_queue_idle` (the same queue without workers: the floor its memory accesses
@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dbcluster_operator::runtime::ObjectKey;
-use dbcluster_operator::runtime::causes::{
+use dbcluster_operator::runtime::controller::causes::{
     Cause, CauseNotes, Enqueuer, EventType, ObjectEvent, ResourceVersion,
 };
+use dbcluster_operator::runtime::controller::writes::{KindName, kind_name};
 use dbcluster_operator::runtime::workqueue::{Claim, Priority, QueueConfig, QueueMetrics, WorkQueue};
-use dbcluster_operator::runtime::writes::{KindName, kind_name};
 use tokio::sync::{Notify, mpsc};
 
 /// Counts live heap bytes while `COUNTING` is on.
@@ -594,7 +594,7 @@ fn memory<H: Harness>(_c: &mut Criterion) {
     drop((producer, consumer));
 }
 
-/// A restart's backlog (issue 15): 10 000 keys queued at once, 4 workers at 1 ms a pass, and a
+/// A restart's backlog: 10 000 keys queued at once, 4 workers at 1 ms a pass, and a
 /// live event every 5 ms. Criterion times the drain (until the last backlog key is served); the
 /// latency from each live event's add to the start of its pass is printed as p50/p99. `low`
 /// queues the backlog at `Priority::Low` (the controller's choice for initial lists and
@@ -727,7 +727,7 @@ fn all(c: &mut Criterion) {
     }
 }
 
-/// The cost of recording causes (`runtime::causes`): the same groups with it on, beside off.
+/// The cost of recording causes (`runtime::controller::causes`): the same groups with it on, beside off.
 fn causes(c: &mut Criterion) {
     add_get_done::<WithCauses<true>>(c);
     add_get_done::<WithCauses<false>>(c);

@@ -66,7 +66,7 @@ fn main() -> ExitCode {
 
 /// Writes the CRD YAML to stdout; a closed pipe (`| head`) is a failure, not a panic.
 fn print_crd() -> ExitCode {
-    let yaml = dbcluster_operator::databasecluster::types::crd_yaml();
+    let yaml = dbcluster_operator::databasecluster::api::types::crd_yaml();
     match std::io::stdout().lock().write_all(yaml.as_bytes()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -69,7 +69,7 @@ pub struct RunArgs {
     /// The operator's own image, which every PostgreSQL pod copies the instance manager from
     /// (an init container). The Deployment sets it to its own image.
     #[arg(long, env = "OPERATOR_IMAGE", value_name = "IMAGE",
-          default_value = crate::databasecluster::instance_pod::DEFAULT_INSTANCE_IMAGE)]
+          default_value = crate::databasecluster::specs::instance_pod::DEFAULT_INSTANCE_IMAGE)]
     pub instance_image: String,
 
     /// Where the /healthz and /readyz probes are served. The default listens on every interface,

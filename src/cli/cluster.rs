@@ -11,7 +11,7 @@ use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
-use crate::databasecluster::types::DatabaseCluster;
+use crate::databasecluster::api::types::DatabaseCluster;
 
 /// Where the cluster's address and credentials come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -33,9 +33,9 @@ use crate::cli::demo_keys::{self, Action, Selection};
 use crate::cli::table::Table;
 use crate::cli::terminal::KeyReader;
 use crate::cli::{logging, run, snapshot, status};
-use crate::databasecluster::credentials::{Login, mounted_secret_name};
-use crate::databasecluster::operator;
-use crate::databasecluster::types::{self, DatabaseCluster};
+use crate::databasecluster::api::types::{self, DatabaseCluster};
+use crate::databasecluster::controller::operator;
+use crate::databasecluster::specs::credentials::{Login, mounted_secret_name};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 use crate::sim::kubelet::choice;
 use crate::sim::{KubeletKind, KubernetesVersion, SimConfig, SimError, SimServer};
@@ -478,7 +478,7 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     Ok(())
 }
 
-/// `dbcluster-operator demo`: logs to `--log-file`, runs [`run`] on a multi-threaded runtime and
+/// `dbcluster-operator demo`: logs to `--log-file`, runs [`fn@run`] on a multi-threaded runtime and
 /// prints one `demo: …` line on failure.
 pub fn main(args: DemoArgs) -> ExitCode {
     let result = logging::init_file(&args.log_file)

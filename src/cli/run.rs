@@ -9,8 +9,8 @@ use kube::Client;
 use crate::cli::RunArgs;
 use crate::cli::cluster::{self, ClusterError};
 use crate::cli::logging;
-use crate::databasecluster::operator;
-use crate::runtime::leader::{self, LeaseConfig};
+use crate::databasecluster::controller::operator;
+use crate::runtime::manager::leader::{self, LeaseConfig};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 
 /// Why `run` ended other than cleanly; each message is one sentence.
@@ -68,7 +68,7 @@ pub async fn start(client: Client, url: &str, config: ManagerConfig) -> Result<M
 /// `error: …` line and exits non-zero on failure (130 after a second signal).
 pub fn main(args: RunArgs) -> ExitCode {
     logging::init(args.log_format);
-    crate::databasecluster::instance_pod::set_instance_image(args.instance_image.clone());
+    crate::databasecluster::specs::instance_pod::set_instance_image(args.instance_image.clone());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use serde_json::Value;
 
-use crate::databasecluster::backup::spec::Schedule;
+use crate::databasecluster::api::backup::Schedule;
 
 /// How many Events the status shows (the newest).
 pub const RECENT_EVENTS: usize = 10;
@@ -246,7 +246,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::databasecluster::types::InstanceStatus;
+    use crate::databasecluster::api::types::InstanceStatus;
 
     fn cluster(instances: bool) -> Value {
         let mut cluster = json!({

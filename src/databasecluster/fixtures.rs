@@ -3,9 +3,9 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::resources::{Owner, build_statefulset};
-use super::types::{DatabaseCluster, DatabaseClusterSpec};
-use super::validation::validate_spec;
+use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
+use crate::databasecluster::api::validation::validate_spec;
+use crate::databasecluster::specs::resources::{Owner, build_statefulset};
 
 /// The fixture's uid.
 pub(crate) const UID: &str = "uid-1";

@@ -1,35 +1,22 @@
-//! The DatabaseCluster operator: CRD types, pure child builders, status, reconcile and the wiring
-//! that runs them ([`operator::workload`]).
+//! The DatabaseCluster operator, in folders a reader can follow:
+//!
+//! - [`api`]: what a user writes: the CRD types, the checks the CRD cannot make, `spec.backup`.
+//! - [`controller`]: the wiring ([`controller::operator::workload`]) and the reconcile pass, one
+//!   step a file, with the status it writes, its Events and its failures.
+//! - [`specs`]: pure builders of the child objects, one kind each.
+//! - [`instances`]: what the instances say about themselves, and the roles, rolls and storage
+//!   decided from it.
+//! - [`failover`] and [`switchover`]: a change of primary, unplanned and planned.
+//! - [`backup`]: backups and restores.
+//! - [`cache`]: the compact forms the informers keep and what a pass reads of them.
 
-pub mod app_secret;
+pub mod api;
 pub mod backup;
-pub mod cached;
-pub mod compact;
-pub mod config;
-pub mod credentials;
-pub mod demotion;
-pub mod drift;
-pub mod events;
+pub mod cache;
+pub mod controller;
 pub mod failover;
-pub mod failures;
 #[cfg(test)]
 pub(crate) mod fixtures;
-pub mod forms;
-pub mod identity;
-pub mod instance_events;
-pub mod instance_pod;
 pub mod instances;
-pub mod operator;
-pub mod packed;
-pub mod promotion;
-pub mod reconcile;
-pub mod resources;
-pub mod roll;
-pub mod services;
-pub mod status;
-pub mod status_token;
-pub mod storage;
+pub mod specs;
 pub mod switchover;
-pub mod topology;
-pub mod types;
-pub mod validation;

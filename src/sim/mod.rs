@@ -102,7 +102,7 @@ pub enum KubeletKind {
     #[default]
     Timer,
     /// Runs each pod's containers as local processes on the pod's own loopback address
-    /// ([`kubelet`](crate::sim::kubelet)); needs root.
+    /// ([`kubelet`]); needs root.
     Process,
 }
 

@@ -12,14 +12,14 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
-use dbcluster_operator::databasecluster::events::EventFlusher;
-use dbcluster_operator::databasecluster::operator::{
+use dbcluster_operator::databasecluster::api::types::{self, DatabaseCluster};
+use dbcluster_operator::databasecluster::controller::events::EventFlusher;
+use dbcluster_operator::databasecluster::controller::operator::{
     Operator, OperatorError, OperatorHandles, OperatorOptions,
 };
-use dbcluster_operator::databasecluster::types::{self, DatabaseCluster};
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::cache::Cache;
-use dbcluster_operator::runtime::metrics::Metrics;
+use dbcluster_operator::runtime::observe::metrics::Metrics;
 use dbcluster_operator::runtime::workqueue::KeyPhase;
 use dbcluster_operator::sim::{RequestRecord, SimConfig, SimServer};
 use k8s_openapi::api::events::v1::Event;
@@ -160,6 +160,14 @@ pub async fn create_all(client: &Client, yaml: &str) {
     }
 }
 
+/// The CustomResourceDefinitions as untyped objects, for CRDs no typed object could hold (the
+/// invalid ones a test sends).
+pub fn crd_objects(client: Client) -> Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let gvk = GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
+    Api::all_with(client, &ApiResource::from_gvk_with_plural(&gvk, "customresourcedefinitions"))
+}
+
 /// Creates (or replaces) the CRD.
 pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -243,7 +251,7 @@ impl RunningOperator {
     }
 
     /// Stops the operator and waits for it to finish. Every e2e test that stops its operator so
-    /// checks that the operator's own reconcile is no hot loop (issue 15).
+    /// checks that the operator's own reconcile is no hot loop.
     pub async fn stop(self) {
         let hot = self.metric("controller_runtime_hot_loop_keys");
         assert_eq!(hot, 0, "keys of the operator's own reconcile in a hot loop");
@@ -450,6 +458,35 @@ pub fn condition(cluster: &DatabaseCluster, type_: &str) -> Option<(String, Stri
     Some((c.status.clone(), c.reason.clone()))
 }
 
+/// The value of `key` in a Secret's data, as text.
+pub fn secret_value(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> String {
+    String::from_utf8(secret.data.as_ref().expect("data")[key].0.clone()).expect("utf-8")
+}
+
+/// A pod's IP, or nothing while it has none.
+pub fn pod_ip(pod: &k8s_openapi::api::core::v1::Pod) -> String {
+    pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default()
+}
+
+/// The real `kubectl` against the cluster, its own kubeconfig in `home`.
+pub fn kubectl_command(cluster: &TestCluster, home: &std::path::Path) -> tokio::process::Command {
+    std::fs::write(home.join("config"), cluster.sim.kubeconfig_yaml()).unwrap();
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.env("KUBECONFIG", home.join("config")).env("HOME", home).kill_on_drop(true);
+    cmd
+}
+
+/// `kubectl <args>` against the cluster; stdout, or stderr on failure.
+pub fn kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = kubectl_command(cluster, dir.path()).args(args).as_std_mut().output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// A plain HTTP/1.1 GET of `path` on `addr`, for the operator's endpoints: (status, content type,
 /// body).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
@@ -518,6 +555,7 @@ impl Captured {
     /// Captures the log lines `filter` (an `EnvFilter` directive) selects, written on this
     /// thread (the whole test under tokio's current-thread runtime), while the guard lives.
     pub fn start(&self, filter: &str) -> tracing::subscriber::DefaultGuard {
+        keep_callsite_interest_exact();
         let writer = self.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(filter)
@@ -536,6 +574,21 @@ impl Captured {
     pub fn count(&self, needle: &str) -> usize {
         self.text().matches(needle).count()
     }
+}
+
+/// Makes tracing decide every callsite's interest over every registered subscriber, so that a
+/// capture sees its lines even while other tests of the binary run. tracing caches, per callsite,
+/// whether any subscriber may want it; while at most one subscriber is registered, a thread that
+/// hits a new callsite asks only its own default (another test's thread: none, or the global one),
+/// without a lock, and can store "never" over what a capture registered meanwhile wants. Two
+/// subscribers that want nothing, kept for the whole process, make every later decision ask all of
+/// them under the lock.
+fn keep_callsite_interest_exact() {
+    static KEPT: std::sync::OnceLock<[tracing::Dispatch; 2]> = std::sync::OnceLock::new();
+    KEPT.get_or_init(|| {
+        let none = || tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        [none(), none()]
+    });
 }
 
 /// The error of a reconcile that never fails.

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::sim::{KubeletKind, SimConfig};
 
 use super::TestCluster;
@@ -42,6 +43,51 @@ pub async fn eventually_some<T, F: std::future::Future<Output = Option<T>>>(
     super::eventually_every(what, REAL_WAIT, REAL_POLL_INTERVAL, || {
         let next = check();
         async move { next.await.ok_or("not yet") }
+    })
+    .await
+}
+
+/// Waits (real time, bounded by [`REAL_WAIT`]) until the cluster `name` in `default` is Running
+/// with `replicas` of `replicas` instances ready, every instance observed (its role `primary` or
+/// `replica`), one primary (`primary`, when given, which `currentPrimary` names) and every standby
+/// streaming; returns the cluster. On timeout the failure shows the last status seen.
+pub async fn await_streaming(
+    cluster: &TestCluster,
+    name: &str,
+    replicas: usize,
+    primary: Option<&str>,
+) -> DatabaseCluster {
+    let api = cluster.clusters();
+    let from = primary.map(|p| format!(" from {p}")).unwrap_or_default();
+    let what = format!("{name}: {replicas} instances ready and streaming{from}");
+    super::eventually_every(&what, REAL_WAIT, REAL_POLL_INTERVAL, || async {
+        let db = api.get(name).await.map_err(|e| e.to_string())?;
+        let Some(status) = db.status.as_ref() else { return Err("no status".to_owned()) };
+        let instances = &status.instances;
+        let primaries: Vec<&str> =
+            instances.iter().filter(|i| i.role == "primary").map(|i| i.name.as_str()).collect();
+        let done = status.ready_instances.as_deref() == Some(&format!("{replicas}/{replicas}"))
+            && instances.len() == replicas
+            && instances.iter().all(|i| i.ready)
+            // Every instance observed in this pass (an unobserved one has role `unknown`).
+            && instances.iter().all(|i| i.role == "primary" || i.role == "replica")
+            && primaries.len() == 1
+            && primary.is_none_or(|p| primaries == [p])
+            && instances
+                .iter()
+                .filter(|i| i.role == "replica")
+                .all(|i| i.replication_state.as_deref() == Some("streaming"))
+            && status.current_primary.is_some()
+            && primary.is_none_or(|p| status.current_primary.as_deref() == Some(p))
+            && status.phase.map(|p| p.as_str()) == Some("Running");
+        if done {
+            Ok(db)
+        } else {
+            Err(format!(
+                "{:?} {:?} primary {:?}: {instances:?}",
+                status.phase, status.ready_instances, status.current_primary
+            ))
+        }
     })
     .await
 }

@@ -6,7 +6,7 @@
 //!
 //! Each kind is kept where a kube-runtime user keeps it: a `reflector` store of the objects as
 //! decoded (`WholeForms`), which `reconcile` reads through the operator's `Lookup` and `Listing`
-//! (`databasecluster::forms`). The operator's own caches keep other forms (text, identities,
+//! (`databasecluster::cache::forms`). The operator's own caches keep other forms (text, identities,
 //! pods without spec): that difference is part of what the benchmark compares. kube-runtime's
 //! store has no index, only scans (`Store::state_filter`); a pass lists its cluster's pods and
 //! Jobs by label and a backup Job's pods by owner, so this anchor keeps the small index a careful
@@ -23,15 +23,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dbcluster_operator::databasecluster::app_secret::APP_SECRET_OF;
+use dbcluster_operator::databasecluster::specs::app_secret::APP_SECRET_OF;
 use dbcluster_operator::databasecluster::backup::jobs::CLUSTER_LABEL;
-use dbcluster_operator::databasecluster::events::EventPublisher;
-use dbcluster_operator::databasecluster::failures::FailureCounts;
-use dbcluster_operator::databasecluster::forms::{Listing, Lookup, WholeForms};
-use dbcluster_operator::databasecluster::operator::{backup_volume_selector, managed_selector};
-use dbcluster_operator::databasecluster::reconcile::{Context, Error, reconcile};
-use dbcluster_operator::databasecluster::resources::label;
-use dbcluster_operator::databasecluster::types::DatabaseCluster;
+use dbcluster_operator::databasecluster::controller::events::EventPublisher;
+use dbcluster_operator::databasecluster::controller::failures::FailureCounts;
+use dbcluster_operator::databasecluster::cache::forms::{Listing, Lookup, WholeForms};
+use dbcluster_operator::databasecluster::controller::operator::{backup_volume_selector, managed_selector};
+use dbcluster_operator::databasecluster::controller::context::{Context, Error};
+use dbcluster_operator::databasecluster::controller::reconcile::reconcile;
+use dbcluster_operator::databasecluster::specs::resources::label;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::controller::{Action as PassResult, ReconcileError};
 use dbcluster_operator::runtime::object::InformerObject;

@@ -8,13 +8,10 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::cli::cluster;
+use crate::databasecluster::api::types::DatabaseCluster;
 use crate::databasecluster::backup::jobs::BACKUP_NOW_ANNOTATION;
-use crate::databasecluster::types::DatabaseCluster;
 
-/// The annotation `restart` sets to the time of the request; the operator copies it into the pod
-/// template, so each instance is restarted once per new value (standbys first, the primary by
-/// switchover), as `kubectl rollout restart` does for a Deployment.
-pub const RESTARTED_AT_ANNOTATION: &str = "databases.madmmas.dev/restartedAt";
+pub use crate::databasecluster::specs::resources::RESTARTED_AT_ANNOTATION;
 
 /// The annotation `hibernate on` keeps the replica count in, for `hibernate off`.
 pub const HIBERNATED_REPLICAS_ANNOTATION: &str = "databases.madmmas.dev/hibernatedReplicas";

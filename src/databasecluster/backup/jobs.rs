@@ -22,11 +22,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
 use super::BACKUP_SCRIPT;
-use super::spec::ValidBackup;
-use crate::databasecluster::resources::{
+use crate::databasecluster::api::backup::ValidBackup;
+use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
+use crate::databasecluster::specs::resources::{
     FIELD_MANAGER, Owner, claim_spec, label, restricted_pod_security, restricted_security_context,
 };
-use crate::databasecluster::validation::{StorageSize, ValidSpec};
 
 /// Label naming the DatabaseCluster a backup object belongs to (the Job informer's mapper reads
 /// it; CronJob-made Jobs are controlled by the CronJob, not by the cluster).
@@ -302,10 +302,10 @@ pub fn script_pod(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::databasecluster::api::backup::{BackupSpec, RetentionSpec};
+    use crate::databasecluster::api::types::DatabaseClusterSpec;
+    use crate::databasecluster::api::validation::validate_spec;
     use crate::databasecluster::backup::fixtures::owner;
-    use crate::databasecluster::backup::spec::{BackupSpec, RetentionSpec};
-    use crate::databasecluster::types::DatabaseClusterSpec;
-    use crate::databasecluster::validation::validate_spec;
 
     fn valid(schedule: Option<&str>) -> ValidSpec {
         let spec = DatabaseClusterSpec {

@@ -1,6 +1,6 @@
 //! Backups and restores of a DatabaseCluster.
 //!
-//! - [`spec`]: `spec.backup`, `spec.bootstrap`, their status records, and the checks the CRD
+//! - [`crate::databasecluster::api::backup`]: `spec.backup`, `spec.bootstrap`, their status records, and the checks the CRD
 //!   cannot make (the cron schedule, parsed by `croner`).
 //!
 //! How it works, end to end: the operator owns a PVC `<name>-backups`, a CronJob `<name>-backup`
@@ -14,7 +14,7 @@
 pub mod jobs;
 pub mod reconcile;
 pub mod restore;
-pub mod spec;
+
 pub mod status;
 
 /// The backup Job's program (`scripts/backup.sh`), run by `bash -c` in the backup pod.
@@ -25,8 +25,8 @@ pub const RESTORE_SCRIPT: &str = include_str!("../scripts/restore.sh");
 /// Fixtures shared by this module's unit tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use crate::databasecluster::resources::Owner;
-    use crate::databasecluster::types::{DatabaseCluster, DatabaseClusterSpec};
+    use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
+    use crate::databasecluster::specs::resources::Owner;
 
     /// A stored cluster named `name` in `default` with `spec`.
     pub fn cluster(name: &str, spec: DatabaseClusterSpec) -> DatabaseCluster {

@@ -11,7 +11,7 @@
 //! - The Jobs are read from the Job informer by the `databases.madmmas.dev/cluster` label (CronJob
 //!   Jobs are controlled by the CronJob, on-demand ones by the cluster), and each Job's pod from the
 //!   pod informer by its controller ownerReference, for the termination message.
-//! - Restore ([`ensure_restore`]): the gate before the StatefulSet (see [`super::restore`]).
+//! - Restore ([`ensure_restore`]): the gate before the StatefulSet (see [`crate::databasecluster::backup::restore`]).
 
 use std::sync::Arc;
 
@@ -19,22 +19,25 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
-use super::jobs::{
+use crate::databasecluster::api::backup::RestoredFrom;
+use crate::databasecluster::api::types::{DatabaseCluster, PvcRetention};
+use crate::databasecluster::api::validation::ValidSpec;
+use crate::databasecluster::backup::jobs::{
     BACKUP_NOW_ANNOTATION, CLUSTER_LABEL, build_backup_pvc, build_cronjob, build_on_demand_job, cronjob_name,
     keep_immutable_pvc_fields,
 };
-use super::restore::{build_restore_job, first_data_claim, resolve_backup, restore_job_name};
-use super::spec::RestoredFrom;
-use super::status::{JobOutcome, JobView, job_view};
-use crate::databasecluster::events::{EventNote, EventType};
-use crate::databasecluster::forms::{Forms, PodForm};
-use crate::databasecluster::reconcile::{Context, Error, child_error, decode_cached, ensure_child, report};
-use crate::databasecluster::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
-use crate::databasecluster::types::{DatabaseCluster, PvcRetention};
-use crate::databasecluster::validation::ValidSpec;
+use crate::databasecluster::backup::restore::{
+    build_restore_job, first_data_claim, resolve_backup, restore_job_name,
+};
+use crate::databasecluster::backup::status::{JobOutcome, JobView, job_view};
+use crate::databasecluster::cache::forms::{Forms, PodForm};
+use crate::databasecluster::controller::context::{Context, Error};
+use crate::databasecluster::controller::events::{EventNote, EventType};
+use crate::databasecluster::controller::steps::child::{child_error, decode_cached, ensure_child, report};
+use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;
-use crate::runtime::writes::{Verb, recorded_as};
+use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// What the backup step found, for the status.
 #[derive(Debug)]
@@ -62,7 +65,10 @@ pub async fn ensure_backups<F: Forms>(
     };
 
     let owned = spec.pvc_retention == PvcRetention::Delete;
-    let pvc_key = ObjectKey::new(Some(owner.namespace()), &super::jobs::backup_pvc_name(owner.name()));
+    let pvc_key = ObjectKey::new(
+        Some(owner.namespace()),
+        &crate::databasecluster::backup::jobs::backup_pvc_name(owner.name()),
+    );
     let cached = ctx.volumes.get(&pvc_key);
     let (_, outcome) = ensure_child(ctx, owner, "PersistentVolumeClaim", cached, |live| {
         let mut desired = build_backup_pvc(owner, backup, owned);
@@ -164,7 +170,7 @@ pub enum RestoreGate {
     Failed,
 }
 
-/// Runs `spec.bootstrap.fromBackup` before the StatefulSet exists (see [`super::restore`]):
+/// Runs `spec.bootstrap.fromBackup` before the StatefulSet exists (see [`crate::databasecluster::backup::restore`]):
 /// creates instance 0's data volume and the restore Job, and opens the gate, with the backup it
 /// restored, once the Job has succeeded. A failed restore is a Warning Event `RestoreFailed`; the
 /// gate stays shut (the cluster stays Provisioning).

@@ -20,11 +20,15 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::RESTORE_SCRIPT;
-use super::jobs::{backup_labels, backup_pvc_name, bounded_name, env, mount, pvc_volume, script_pod};
-use super::spec::{FromBackup, LATEST};
-use crate::databasecluster::resources::{DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA, selector_labels};
-use crate::databasecluster::types::DatabaseCluster;
-use crate::databasecluster::validation::ValidSpec;
+use crate::databasecluster::api::backup::{FromBackup, LATEST};
+use crate::databasecluster::api::types::DatabaseCluster;
+use crate::databasecluster::api::validation::ValidSpec;
+use crate::databasecluster::backup::jobs::{
+    backup_labels, backup_pvc_name, bounded_name, env, mount, pvc_volume, script_pod,
+};
+use crate::databasecluster::specs::resources::{
+    DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA, selector_labels,
+};
 
 /// Where the restore pod mounts the source's backup volume.
 const RESTORE_PATH: &str = "/restore";
@@ -115,11 +119,11 @@ pub fn build_restore_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::databasecluster::api::backup::{BackupRecord, BackupsStatus};
+    use crate::databasecluster::api::types::DatabaseClusterStatus;
+    use crate::databasecluster::api::validation::validate_spec;
     use crate::databasecluster::backup::fixtures::{cluster, owner, spec};
-    use crate::databasecluster::backup::spec::{BackupRecord, BackupsStatus};
-    use crate::databasecluster::resources::build_statefulset;
-    use crate::databasecluster::types::DatabaseClusterStatus;
-    use crate::databasecluster::validation::validate_spec;
+    use crate::databasecluster::specs::resources::build_statefulset;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn from(backup: &str) -> FromBackup {

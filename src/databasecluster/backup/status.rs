@@ -21,11 +21,13 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 
-use super::spec::{BackupJobRecord, BackupRecord, BackupsStatus, Schedule, ValidBackup};
-use crate::databasecluster::events::{EventNote, EventType};
-use crate::databasecluster::forms::PodForm;
-use crate::databasecluster::status::ConditionSetter;
-use crate::databasecluster::types::DatabaseClusterStatus;
+use crate::databasecluster::api::backup::{
+    BackupJobRecord, BackupRecord, BackupsStatus, Schedule, ValidBackup,
+};
+use crate::databasecluster::api::types::DatabaseClusterStatus;
+use crate::databasecluster::cache::forms::PodForm;
+use crate::databasecluster::controller::events::{EventNote, EventType};
+use crate::databasecluster::controller::status::ConditionSetter;
 
 /// Condition: whether the newest finished backup succeeded.
 pub const LAST_BACKUP_SUCCEEDED: &str = "LastBackupSucceeded";
@@ -335,7 +337,7 @@ pub fn overdue_after(schedule: &Schedule, since: Timestamp) -> Option<Timestamp>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::databasecluster::validation::StorageSize;
+    use crate::databasecluster::api::validation::StorageSize;
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_790_000_000 + second).unwrap()

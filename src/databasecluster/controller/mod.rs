@@ -1,0 +1,12 @@
+//! The operator's controller: the wiring that runs it ([`operator`]), the reconcile pass
+//! ([`reconcile`]), the status it writes ([`status`]), the Events it publishes ([`events`],
+//! [`instance_events`]) and the failures a user can see ([`failures`]).
+
+pub mod context;
+pub mod events;
+pub mod failures;
+pub mod instance_events;
+pub mod operator;
+pub mod reconcile;
+pub mod status;
+pub mod steps;

@@ -1,0 +1,366 @@
+//! Reconcile: the seed's four-step contract, plus the instances, with reads from the informers'
+//! caches and writes only where the cluster differs from its desired state.
+//!
+//! 1. **Fetch** the DatabaseCluster from the cache; gone (or being deleted) → `Done`: the garbage
+//!    collector removes the children through their ownerReferences.
+//! 2. **First pass**: write phase Provisioning with every condition Unknown, and end
+//!    `RequeueAfter(0)`: the next pass, at once, makes the children (the echo of a pass's own
+//!    status write queues no pass: `runtime::controller::echoes`).
+//! 3. **Children**, each built purely from the cluster ([`crate::databasecluster::specs::resources`], [`crate::databasecluster::specs::config`],
+//!    [`crate::databasecluster::specs::credentials`], [`crate::databasecluster::specs::services`]): the headless and the three client Services,
+//!    the three login Secrets, the ConfigMap `<name>-scripts`, the StatefulSet and (2+ instances)
+//!    the PodDisruptionBudget. Absent from the cache → create (POST); present → server-side apply
+//!    (field manager [`FIELD_MANAGER`], forced) only when `drift::needs_update` finds a
+//!    difference in a field the operator owns (`ChildForm::needs_update`: the cached form
+//!    compared like with like), so other managers' fields survive and an unchanged cluster costs no
+//!    write. A create answered `409 AlreadyExists` means the cache is behind: the object is
+//!    read from the API once and handled as if cached. A password is drawn once from a CSPRNG
+//!    when its Secret is created and read back from it ever after. A child that changed logs a
+//!    line at INFO (`result=created|updated`), one left alone at DEBUG (`result=none`); the pass
+//!    ends with one INFO line, `reconciled DatabaseCluster`, with its phase, readiness, primary
+//!    and what comes next (its span says why it ran), so a pass that changes nothing logs one line.
+//! 4. **Instances** (the I/O in [`crate::databasecluster::instances`], the decisions in [`crate::databasecluster::instances::topology`],
+//!    [`crate::databasecluster::failover`] and [`crate::databasecluster::instances::roll`]): each pod's instance is asked what it is; a primary
+//!    down for `failoverDelay` is replaced by a standby ([`crate::databasecluster::failover::promotion`]), and that pass ends
+//!    there; role labels follow the answers;
+//!    the primary's slots are created and dropped; a configuration that has reached an instance
+//!    is reloaded, unless PostgreSQL refuses a line of it (then nothing of it is applied and
+//!    `Ready=False`, `InvalidConfiguration`, names the lines); a password the primary refuses is
+//!    set from its Secret (a refused superuser password restarts the primary); and the next
+//!    outdated pod of a roll is deleted, once every instance has the current configuration file
+//!    and PostgreSQL accepts it (a pod restarted with a refused file would not start). Failures
+//!    here are logged and retried on a later pass.
+//! 5. **Backups** ([`crate::databasecluster::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
+//!    Jobs' outcomes go into the status with their Events. With `spec.bootstrap.fromBackup` the
+//!    restore Job runs before the StatefulSet is created ([`crate::databasecluster::backup::reconcile::ensure_restore`]).
+//! 6. **Storage** ([`crate::databasecluster::instances::storage`]): after `storageSize` grows, each instance's claim is
+//!    patched to the new size (the StatefulSet's template keeps the old one: it is immutable);
+//!    `Resizing` says how far that got, or why the StorageClass refuses it.
+//! 7. **Status**: computed from the StatefulSet as observed and the instances, and merge-patched
+//!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
+//!    the cached status. Then `RequeueAfter` while the cluster converges, a volume grows, or an
+//!    instance operation is under way (every 10 s, or sooner when a failover or switchover step
+//!    or the end of the failover delay is due: none of these brings a watch event), else `Done`
+//!    (`next_look`).
+//!
+//! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
+//! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
+//! error: no retry until the spec changes. Events record created children, scaling, upgrades, the
+//! invalid spec and (aggregated) reconcile errors; none ever carries the password. A retryable
+//! error that lasts [`FAILURE_THRESHOLD`] passes also shows in the status
+//! ([`crate::databasecluster::controller::failures`]), until a pass succeeds.
+//!
+//! A pass reads the caches through [`Context`], whose type parameter says in which form each
+//! kind is cached ([`crate::databasecluster::cache::forms`]): the operator's own forms by default, the objects as
+//! decoded for the kube-runtime anchor of the e2e benchmark, which runs this same function.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::databasecluster::controller::context::*;
+use crate::databasecluster::controller::steps::backups::*;
+use crate::databasecluster::controller::steps::child::*;
+use crate::databasecluster::controller::steps::instances::*;
+use crate::databasecluster::controller::steps::pdb::*;
+use crate::databasecluster::controller::steps::secrets::*;
+use crate::databasecluster::controller::steps::services::*;
+
+use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus};
+use crate::databasecluster::api::validation::{ValidSpec, validate};
+use crate::databasecluster::backup::reconcile::{RestoreGate, ensure_backups, ensure_restore};
+use crate::databasecluster::cache::drift::keep_immutable_fields;
+use crate::databasecluster::cache::forms::Forms;
+use crate::databasecluster::controller::events::{EventNote, scaling_event, status_events};
+use crate::databasecluster::controller::failures::{
+    FAILURE_THRESHOLD, with_reconcile_error, with_reconcile_success,
+};
+use crate::databasecluster::controller::status::{
+    compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_refused_configuration,
+    with_resizing,
+};
+use crate::databasecluster::failover::with_failover;
+use crate::databasecluster::instances::storage::{Growth, grow_claims};
+use crate::databasecluster::specs::config::{Records, build_config_map, config_map_name, initial_primary};
+use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
+use crate::databasecluster::switchover::{held_replicas, with_switchover};
+use crate::runtime::controller::writes::{Verb, recorded_as};
+use crate::runtime::controller::{Action, ReconcileError};
+use crate::runtime::{Object, ObjectKey};
+
+/// One reconcile pass for the DatabaseCluster `key`; see the module docs.
+pub async fn reconcile<F: Forms>(key: ObjectKey, ctx: Arc<Context<F>>) -> Result<Action, Error> {
+    let Some(cached) = ctx.clusters.get(&key) else {
+        tracing::info!("DatabaseCluster not found: deleted; nothing to do");
+        ctx.events.clear_error(&key);
+        ctx.failures.clear(&key);
+        return Ok(Action::Done);
+    };
+    if cached.is_deleting() {
+        tracing::info!("DatabaseCluster is being deleted; the garbage collector removes its children");
+        return Ok(Action::Done);
+    }
+    // Boxed: the pass's future holds it across every await (a decoded cluster is 1.4 KB inline).
+    let cluster: Box<DatabaseCluster> = Box::new(decode_cached(&*cached, "DatabaseCluster")?);
+    let result = reconcile_cluster(&cluster, &ctx).await;
+    match &result {
+        Err(error) if !error.is_terminal() => {
+            ctx.events.publish_error(&cluster, error).await;
+            if ctx.failures.record_failure(&key) >= FAILURE_THRESHOLD {
+                show_error(&ctx, &cluster, error).await;
+            }
+        }
+        Err(_) => {}
+        Ok(_) => {
+            ctx.events.clear_error(&key);
+            ctx.failures.clear(&key);
+        }
+    }
+    result
+}
+
+/// Writes `error` into the cluster's status ([`with_reconcile_error`]); a failure to do so is
+/// logged (the API may be what is failing) and the next failed pass tries again.
+async fn show_error<F: Forms>(ctx: &Context<F>, cluster: &DatabaseCluster, error: &Error) {
+    let status = with_reconcile_error(cluster, &error.to_string(), Timestamp::now());
+    if let Err(write_error) = write_status(ctx, cluster, status).await {
+        tracing::warn!(error = %write_error, "could not record the reconcile error in the status");
+    }
+}
+
+async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>) -> Result<Action, Error> {
+    let phase = cluster.status.as_ref().and_then(|s| s.phase).map(|p| p.as_str());
+    tracing::debug!(replicas = cluster.spec.replicas, version = %cluster.spec.version, phase, "reconciling DatabaseCluster");
+
+    if is_first_pass(cluster) {
+        tracing::info!("new DatabaseCluster: setting phase Provisioning");
+        write_status(ctx, cluster, initial_status(cluster, Timestamp::now())).await?;
+        // Not `Done`: the children are still to be made, by the next pass, which reads the
+        // status just written (the echo of the pass's own write queues nothing).
+        return Ok(Action::RequeueAfter(Duration::ZERO));
+    }
+
+    let spec = match validate(cluster) {
+        Ok(spec) => spec,
+        Err(error) => {
+            let cached = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
+            let observed = cached
+                .as_deref()
+                .map(|sts| decode_cached::<StatefulSet, _>(sts, "StatefulSet"))
+                .transpose()?;
+            let now = Timestamp::now();
+            let pods = Owner::of(cluster).map(|owner| pod_views(ctx, &owner, now)).unwrap_or_default();
+            let status = compute_status(cluster, Err(&error), observed.as_ref(), &pods, now);
+            write_status(ctx, cluster, status).await?;
+            return Err(Error::InvalidSpec(error));
+        }
+    };
+    let owner = Owner::of(cluster)?;
+
+    ensure_services(ctx, cluster, &owner).await?;
+    let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
+    crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
+        .await?;
+
+    let config_key = child_key(cluster, config_map_name);
+    let cached = ctx.configmaps.get(&config_key);
+    let records: Records = match cached.as_deref() {
+        Some(live) => view_cached(live, "ConfigMap")?,
+        None => Records::default(),
+    };
+    let primary_record = records.primary().unwrap_or_else(|| initial_primary(owner.name()));
+    let demoting = records.demoting();
+    let (_, outcome) = ensure_child(ctx, &owner, "ConfigMap", cached, |_| {
+        Ok(build_config_map(&owner, &spec, &primary_record, demoting.as_deref()))
+    })
+    .await?;
+    report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
+
+    let restored = match ensure_restore(ctx, cluster, &owner, &spec).await? {
+        RestoreGate::Open(restored) => restored,
+        gate => {
+            tracing::info!(?gate, "restoring from a backup; the StatefulSet waits");
+            let status = compute_status(cluster, Ok(&spec), None, &[], Timestamp::now());
+            write_status(ctx, cluster, status).await?;
+            // The Job's progress brings the next pass (its informer); a failed restore waits for a change.
+            return Ok(Action::Done);
+        }
+    };
+    let sts_key = child_key(cluster, statefulset_name);
+    let cached = ctx.statefulsets.get(&sts_key);
+    let primaries: Vec<&str> = std::iter::once(primary_record.as_str()).chain(demoting.as_deref()).collect();
+    let held = ValidSpec { replicas: held_replicas(spec.replicas, &primaries), ..spec.clone() };
+    // The live StatefulSet the last `build` decoded: unchanged, it is the StatefulSet; updated,
+    // the one before. So a pass decodes the text once, and a written one not at all.
+    let mut read = None;
+    let (written, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
+        let mut desired = build_statefulset(&owner, &held);
+        if let Some(live) = live {
+            let live: StatefulSet = decode_cached(live, "StatefulSet")?;
+            keep_immutable_fields(&mut desired, &live);
+            read = Some(live);
+        }
+        Ok(desired)
+    })
+    .await?;
+    let scaling = match (&read, &written) {
+        (Some(before), Some(after)) => scaling_event(before, after),
+        _ => None,
+    };
+    // Invariant: a pass that wrote nothing compared the live StatefulSet, which `build` decoded
+    // into `read` (a decode that failed ended the pass above).
+    let sts = written.or(read).expect("an unwritten StatefulSet was read by `build`");
+    report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
+
+    ensure_pdb(ctx, cluster, &owner, spec.replicas).await?;
+    let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
+
+    let pods = pod_views(ctx, &owner, Timestamp::now());
+    let record = Record { primary: &primary_record, demoting: demoting.as_deref() };
+    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &record).await;
+
+    let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
+
+    let now = Timestamp::now();
+    let status = with_reconcile_success(
+        compute_status(cluster, Ok(&spec), Some(&sts), &pods, now),
+        cluster.metadata.generation,
+        now,
+    );
+    let status = with_instances(status, topology.statuses, topology.current_primary);
+    let status = with_refused_configuration(status, &topology.refused, now);
+    let status = if spec.replicas > 0 {
+        with_failover(status, &primary_record, &topology.decision, topology.promoted.as_ref(), now)
+    } else {
+        status
+    };
+    let status = with_switchover(status, topology.switchover, cluster.spec.primary.as_deref(), now);
+    let mut status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
+    let backup_events = apply_backups(&mut status, cluster, backups, &spec, now);
+    if restored.is_some() {
+        status.restored_from = restored;
+    }
+    let ready = status.ready_replicas;
+    let (phase, primary) = (status.phase.map(|p| p.as_str()), status.current_primary.clone());
+    let resizing = matches!(growth, Some(Growth::InProgress { .. }));
+    let converging = needs_requeue(&status) || topology.busy || resizing;
+    write_status_with_events(ctx, cluster, status, backup_events).await?;
+    let next = next_look(topology.retry_after, converging);
+    // The pass's one line at INFO (the changes it made have a line each): what it found and
+    // what comes next; the span around it says why it ran.
+    let desired = cluster.spec.replicas;
+    match next {
+        Action::RequeueAfter(after) => {
+            tracing::info!(
+                phase,
+                ready,
+                desired,
+                primary,
+                ?after,
+                "reconciled DatabaseCluster: converging, looking again"
+            )
+        }
+        Action::Done => {
+            tracing::info!(phase, ready, desired, primary, "reconciled DatabaseCluster: in its desired state")
+        }
+    }
+    Ok(next)
+}
+
+/// What a pass that got to the status asks for next: a look when the instances' operation
+/// (`retry_after`: a failover or switchover step, or the end of the failover delay) or a
+/// converging cluster (every [`CONVERGING_REQUEUE`]) needs one, whichever is sooner; `Done`
+/// only when neither does. Nothing else brings that look: neither an instance's state nor the
+/// passing of time makes a watch event, and the echo of the pass's own status write queues no
+/// pass (see `runtime::controller::echoes`).
+fn next_look(retry_after: Option<Duration>, converging: bool) -> Action {
+    let converging = converging.then_some(CONVERGING_REQUEUE);
+    match retry_after.into_iter().chain(converging).min() {
+        Some(after) => Action::RequeueAfter(after),
+        None => Action::Done,
+    }
+}
+/// Merge-patches `status` on `/status` when it differs from the cached status, then publishes the
+/// Events the change implies. The cached resourceVersion is a precondition: a `409 Conflict` means
+/// the cache is behind, and the newer version's event brings the next pass.
+async fn write_status<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    status: DatabaseClusterStatus,
+) -> Result<(), Error> {
+    write_status_with_events(ctx, cluster, status, Vec::new()).await
+}
+
+/// [`write_status`], also publishing `extra` Events (the backups') once the status that records
+/// them is written, so that a write lost to a conflict repeats them on the next pass, not twice.
+async fn write_status_with_events<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    status: DatabaseClusterStatus,
+    extra: Vec<EventNote>,
+) -> Result<(), Error> {
+    let old = cluster.status.as_ref();
+    if old == Some(&status) {
+        tracing::debug!("status unchanged; not writing");
+        return Ok(());
+    }
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    let namespace = cluster.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<DatabaseCluster> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = json!({
+        "metadata": {"resourceVersion": cluster.metadata.resource_version},
+        "status": status,
+    });
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+    match api.patch_status(name, &params, &Patch::Merge(&patch)).await {
+        Ok(written) => drop(recorded_as(Verb::PatchStatus, written)),
+        Err(kube::Error::Api(s)) if s.is_conflict() => {
+            tracing::debug!("status patch conflicts: the cache is behind; the next event brings a new pass");
+            return Ok(());
+        }
+        Err(source) => return Err(Error::Status(source)),
+    }
+    let phase = status.phase.map(|p| p.as_str());
+    tracing::info!(phase, ready = status.ready_replicas, "status updated");
+    for note in status_events(old, &status).into_iter().chain(extra) {
+        ctx.events.publish(cluster, &note).await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::databasecluster::api::validation::SpecError;
+    use crate::databasecluster::specs::resources::OwnerError;
+
+    #[test]
+    fn only_spec_and_ownership_errors_are_terminal() {
+        assert!(Error::InvalidSpec(SpecError::ReplicasOutOfRange(0)).is_terminal());
+        assert!(Error::Owner(OwnerError::MissingMetadata("uid")).is_terminal());
+        let foreign = Error::ForeignChild {
+            kind: "Service",
+            name: "pg".into(),
+            owner_kind: "Other".into(),
+            owner_name: "x".into(),
+        };
+        assert!(!foreign.is_terminal());
+    }
+
+    #[test]
+    fn a_pass_asks_for_the_sooner_of_the_instances_retry_and_the_converging_check() {
+        let secs = Duration::from_secs;
+        assert_eq!(next_look(None, false), Action::Done);
+        assert_eq!(next_look(None, true), Action::RequeueAfter(CONVERGING_REQUEUE));
+        assert_eq!(next_look(Some(secs(1)), true), Action::RequeueAfter(secs(1)));
+        assert_eq!(next_look(Some(secs(25)), true), Action::RequeueAfter(CONVERGING_REQUEUE));
+        // A failover delay that ends after the converging check, in a cluster not converging:
+        // nothing else would look again when it ends.
+        assert_eq!(next_look(Some(secs(25)), false), Action::RequeueAfter(secs(25)));
+    }
+}

@@ -1,0 +1,11 @@
+//! The reconcile pass's steps, one file each, in the order [`super::reconcile`] runs them:
+//! [`secrets`] and [`status_token`], [`services`], the StatefulSet and [`pdb`], [`instances`], [`backups`]; [`child`]
+//! is how every step writes one child.
+
+pub mod backups;
+pub mod child;
+pub mod instances;
+pub mod pdb;
+pub mod secrets;
+pub mod services;
+pub mod status_token;

@@ -1,0 +1,17 @@
+//! The tests that run real PostgreSQL 15 (they need root and Debian's `postgresql-15`, which
+//! `scripts/test` installs): the simulator's process kubelet, the instance, backup and restore
+//! programs, and the operator's clusters end to end (topology, failover, restore, the demo).
+
+#[cfg(feature = "sim")]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod backup_script;
+mod e2e_demo;
+mod e2e_failover;
+mod e2e_postgres;
+mod e2e_restore;
+mod e2e_topology;
+mod instance_program;
+mod sim_job_pods;
+mod sim_process_kubelet;
