@@ -505,13 +505,10 @@ async fn the_manager_serves_its_probes_and_a_status_only_with_the_token() {
         assert_eq!(code, 401, "{body}");
         assert!(!body.contains("system_identifier"));
     }
-    eventually("the primary reports its standby streaming", || async {
+    eventually_some("the primary reports its standby streaming", || async {
         let status = fixture.status(0).await;
-        status["standbys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["name"] == "db-1" && s["state"] == "streaming")
+        let standbys = status["standbys"].as_array().unwrap();
+        standbys.iter().any(|s| s["name"] == "db-1" && s["state"] == "streaming").then_some(())
     })
     .await;
     let (primary, standby) = (fixture.status(0).await, fixture.status(1).await);
@@ -546,23 +543,19 @@ async fn a_primary_the_record_no_longer_names_is_fenced_and_rejoins_as_a_standby
     let log = fixture.init(0).await;
     assert!(log.contains("rewinding"), "{log}");
     fixture.start(0).await;
-    eventually("the old primary streams from the new one", || async {
+    eventually_some("the old primary streams from the new one", || async {
         let status = fixture.status(1).await;
-        status["standbys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["name"] == "db-0" && s["state"] == "streaming")
+        let standbys = status["standbys"].as_array().unwrap();
+        standbys.iter().any(|s| s["name"] == "db-0" && s["state"] == "streaming").then_some(())
     })
     .await;
     let old = fixture.target(0, Login::Superuser, "postgres");
-    eventually("the row written after the failover reaches the old primary", || async {
-        match connect(&old).await {
-            Ok(c) => {
-                c.query_one("SELECT i FROM after_failover", &[]).await.is_ok_and(|r| r.get::<_, i32>(0) == 7)
-            }
-            Err(_) => false,
-        }
+    eventually_some("the row written after the failover reaches the old primary", || async {
+        let c = connect(&old).await.ok()?;
+        c.query_one("SELECT i FROM after_failover", &[])
+            .await
+            .is_ok_and(|r| r.get::<_, i32>(0) == 7)
+            .then_some(())
     })
     .await;
 }
