@@ -10,7 +10,7 @@
 //! - [`controller`] turns those events into reconcile passes through a `workqueue/`, and holds the
 //!   pass's mechanisms: why a key was queued (`causes`), the echoes of a pass's own writes
 //!   (`echoes`), read-your-writes (`freshness`, `writes`), hot loops (`hotloop`) and each key's
-//!   small pass history (`packed_pass`).
+//!   last passes (`worker`).
 //! - [`observe`] shows all of it: the HTTP server, the introspection endpoints and live page,
 //!   metrics, access control and TLS.
 //! - [`manager`] runs controllers and the server, behind leader election.

@@ -185,7 +185,7 @@ fn status_and_scale_are_subresources() {
 }
 
 #[test]
-fn printer_columns_are_phase_ready_primary_version_age() {
+fn printer_columns_are_phase_ready_status_primary_version_age_and_the_message_when_wide() {
     let columns: Vec<(String, String, String)> =
         crd_json()["spec"]["versions"][0]["additionalPrinterColumns"]
             .as_array()
@@ -199,9 +199,11 @@ fn printer_columns_are_phase_ready_primary_version_age() {
     let expected = [
         ("PHASE", "string", ".status.phase"),
         ("READY", "string", ".status.readyInstances"),
+        ("STATUS", "string", ".status.conditions[?(@.type==\"Ready\")].reason"),
         ("PRIMARY", "string", ".status.currentPrimary"),
         ("VERSION", "string", ".status.currentVersion"),
         ("AGE", "date", ".metadata.creationTimestamp"),
+        ("MESSAGE", "string", ".status.conditions[?(@.type==\"Ready\")].message"),
     ]
     .map(|(n, t, p)| (n.to_owned(), t.to_owned(), p.to_owned()));
     assert_eq!(columns, expected);

@@ -137,6 +137,37 @@ async fn an_on_demand_backup_runs_once_per_token() {
     operator.stop().await;
 }
 
+/// A `backup-now` token on a cluster without `spec.backup` is not ignored in silence: one Warning
+/// Event says what to add, and the token counts as handled (no Event again on the next passes).
+#[tokio::test(start_paused = true)]
+async fn a_backup_request_without_spec_backup_says_what_to_add() {
+    let cluster = TestCluster::start().await;
+    let operator = sample_running(&cluster).await;
+    let annotate = json!({"metadata": {"annotations": {"databases.madmmas.dev/backup-now": "first"}}});
+    cluster.clusters().patch(NAME, &PatchParams::default(), &Patch::Merge(annotate)).await.unwrap();
+    await_event_reasons(&cluster, NAME, &["BackupNotConfigured"]).await;
+    let db =
+        await_object(&cluster.clusters(), NAME, "the token recorded as handled", |db: &DatabaseCluster| {
+            db.status
+                .as_ref()
+                .and_then(|s| s.backups.as_ref())
+                .and_then(|b| b.last_on_demand_token.as_deref())
+                == Some("first")
+        })
+        .await;
+    reconcile_now(&operator, &key(NAME)).await;
+    let warnings: Vec<_> = cluster
+        .events_about(NAME)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("BackupNotConfigured"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "once per token");
+    let note = warnings[0].note.clone().unwrap_or_default();
+    assert!(note.contains("add spec.backup"), "{note}");
+    assert!(backup_jobs(&cluster).await.is_empty(), "no Job for {db:?}");
+}
+
 #[tokio::test]
 async fn the_crd_reads_its_schedule_pattern_as_go_does() {
     let cluster = TestCluster::start().await;

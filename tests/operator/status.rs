@@ -163,3 +163,34 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
     signal.send(()).await.unwrap();
     within("the manager to stop", running).await.unwrap().unwrap();
 }
+
+/// `kubectl get dbc` does not hide trouble: STATUS is the `Ready` condition's reason (a running
+/// cluster whose configuration PostgreSQL refused says `InvalidConfiguration`), PRIMARY names the
+/// instance that accepts writes, and `-o wide` adds the condition's message. (Two threads: the
+/// blocking kubectl must not stop the simulator's runtime.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_shows_the_ready_reason_and_the_primary() {
+    let cluster = common::TestCluster::start().await;
+    cluster.clusters().create(&Default::default(), &common::sample()).await.unwrap();
+    let status = serde_json::json!({"status": {
+        "phase": "Running", "readyInstances": "3/3", "currentPrimary": "production-postgres-0", "currentVersion": "15.4",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "InvalidConfiguration",
+            "message": "PostgreSQL refuses work_mem", "lastTransitionTime": "2026-12-07T12:00:00Z"}]}});
+    let params = kube::api::PatchParams::default();
+    cluster
+        .clusters()
+        .patch_status("production-postgres", &params, &kube::api::Patch::Merge(status))
+        .await
+        .unwrap();
+    let table = common::kubectl(&cluster, &["get", "dbc"]).unwrap();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "PHASE", "READY", "STATUS", "PRIMARY", "VERSION", "AGE"]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..6],
+        ["production-postgres", "Running", "3/3", "InvalidConfiguration", "production-postgres-0", "15.4"]
+    );
+    let wide = common::kubectl(&cluster, &["get", "dbc", "-o", "wide"]).unwrap();
+    assert!(wide.lines().next().unwrap().ends_with("MESSAGE"), "{wide}");
+    assert!(wide.contains("PostgreSQL refuses work_mem"), "{wide}");
+}

@@ -113,6 +113,12 @@ pub fn storage_no_shrink_rule() -> String {
         description = "Ready instances / desired instances"
     ),
     printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Why the cluster is or is not ready (the Ready condition's reason)"
+    ),
+    printcolumn(
         name = "Primary",
         type_ = "string",
         json_path = ".status.currentPrimary",
@@ -125,6 +131,13 @@ pub fn storage_no_shrink_rule() -> String {
         description = "PostgreSQL version every instance runs"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        description = "What the Ready condition says",
+        priority = 1
+    ),
     validation = Rule::new(CLUSTER_NAME_RULE).message(CLUSTER_NAME_MESSAGE),
     scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas")
 )]

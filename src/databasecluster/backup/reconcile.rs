@@ -61,7 +61,17 @@ pub async fn ensure_backups<F: Forms>(
         if cached_cron.is_some() {
             delete_cronjob(ctx, owner, cron_key.name()).await?;
         }
-        return Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token: None });
+        // A request that cannot be carried out says so, once per token (recorded as handled).
+        let token = new_token(cluster);
+        if let Some(token) = &token {
+            let note = format!(
+                "{BACKUP_NOW_ANNOTATION}={token} asks for a backup, but the cluster has no spec.backup: add spec.backup (where backups go, and a schedule if you want one) and set a new token"
+            );
+            ctx.events
+                .publish(cluster, &EventNote::new(EventType::Warning, "BackupNotConfigured", "Backup", note))
+                .await;
+        }
+        return Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token });
     };
 
     let owned = spec.pvc_retention == PvcRetention::Delete;
@@ -90,17 +100,26 @@ pub async fn ensure_backups<F: Forms>(
         None => {}
     }
 
-    let handled =
-        cluster.status.as_ref().and_then(|s| s.backups.as_ref()).and_then(|b| b.last_on_demand_token.clone());
-    let requested = cluster.metadata.annotations.as_ref().and_then(|a| a.get(BACKUP_NOW_ANNOTATION)).cloned();
-    let token = match requested {
-        Some(token) if !token.is_empty() && Some(&token) != handled.as_ref() => {
+    let token = match new_token(cluster) {
+        Some(token) => {
             start_on_demand(ctx, owner, &build_on_demand_job(owner, spec, backup, &token)).await?;
             Some(token)
         }
         _ => None,
     };
     Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token })
+}
+
+/// The cluster's `backup-now` token when it is one not handled yet (not the status's
+/// `lastOnDemandToken`, not empty).
+fn new_token(cluster: &DatabaseCluster) -> Option<String> {
+    let handled = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.backups.as_ref())
+        .and_then(|b| b.last_on_demand_token.as_deref());
+    let requested = cluster.metadata.annotations.as_ref().and_then(|a| a.get(BACKUP_NOW_ANNOTATION))?;
+    (!requested.is_empty() && Some(requested.as_str()) != handled).then(|| requested.clone())
 }
 
 async fn start_on_demand<F: Forms>(ctx: &Context<F>, owner: &Owner, job: &Job) -> Result<(), Error> {

@@ -215,7 +215,8 @@ pub fn compute_status(
         phase: Some(phase),
         ready_replicas: ready,
         replicas: existing,
-        ready_instances: Some(format!("{ready}/{desired}")),
+        // Never more ready than desired: the instances a scale-down removes do not count.
+        ready_instances: Some(format!("{}/{desired}", ready.min(desired))),
         current_version,
         observed_generation: cluster.metadata.generation,
         conditions: conditions.into_inner(),

@@ -58,7 +58,6 @@ pub(crate) mod echoes;
 pub mod freshness;
 pub mod hotloop;
 mod outcome;
-pub mod packed_pass;
 #[cfg(test)]
 mod tests;
 mod worker;

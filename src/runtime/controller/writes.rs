@@ -46,22 +46,6 @@ impl KindName {
     pub fn as_str(self) -> &'static str {
         self.0
     }
-
-    /// Its place among the interned names, fixed for the life of the process: what a packed
-    /// pass keeps instead of the name (see `packed_pass`).
-    pub(crate) fn index(self) -> usize {
-        // Invariant: the field is private and only `kind_name` makes one, from `KIND_NAMES`.
-        KIND_NAMES
-            .lock()
-            .iter()
-            .position(|known| std::ptr::eq(*known, self.0))
-            .expect("every KindName is interned")
-    }
-
-    /// The interned name at `index`, if there is one.
-    pub(crate) fn by_index(index: usize) -> Option<Self> {
-        KIND_NAMES.lock().get(index).map(|known| KindName(known))
-    }
 }
 
 /// Every kind name interned so far, in the order they were first asked for.
@@ -146,7 +130,6 @@ impl Write {
 
 /// A write as a pass's record shows it, for `/debug/queue/<namespace>/<name>`: no labels, the
 /// kind interned, the key shared with the write, the resourceVersion inline when it is a number.
-/// The history keeps it packed (`packed_pass`: a verb, a kind's index, a name and a number).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PassWrite {
     /// How it was written.

@@ -13,11 +13,10 @@ use crate::runtime::ObjectKey;
 use crate::runtime::controller::PassResult;
 use crate::runtime::controller::causes::{self, CauseLog, ControllerQueue};
 use crate::runtime::controller::freshness::Waited;
-use crate::runtime::controller::packed_pass::PackedPass;
 use crate::runtime::controller::writes::PassWrite;
 use crate::runtime::workqueue::KeyState;
 /// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote. The history
-/// keeps it packed ([`PackedPass`]) and unpacks it for a reader.
+/// keeps the last few of each key as they are.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PassRecord {
     /// Why it ran: the causes recorded since the previous pass.
@@ -59,8 +58,8 @@ pub struct KeyReport {
     pub pending: CauseLog,
 }
 
-/// Each key's last passes, newest last, as the controller keeps them: packed ([`PackedPass`]).
-pub type PassHistories = Arc<DashMap<ObjectKey, VecDeque<PackedPass>>>;
+/// Each key's last passes, newest last, as the controller keeps them.
+pub type PassHistories = Arc<DashMap<ObjectKey, VecDeque<PassRecord>>>;
 
 /// A read-only view of a controller's queue and last passes, taken before `run` consumes the
 /// controller (`Controller::probe`) and valid while it runs.
@@ -99,7 +98,7 @@ impl ControllerProbe {
             .iter()
             .map(|entry| {
                 let key = entry.key().clone();
-                let last = entry.value().back().map(|pass| pass.unpack(&key));
+                let last = entry.value().back().cloned();
                 (key.clone(), KeyReport { key, queue: None, last, pending: CauseLog::default() })
             })
             .collect();
@@ -115,11 +114,8 @@ impl ControllerProbe {
 
     /// The key's state and last passes (oldest first), if the controller knows the key.
     pub fn history(&self, key: &ObjectKey) -> Option<(KeyReport, Vec<PassRecord>)> {
-        let passes: Vec<PassRecord> = self
-            .passes
-            .get(key)
-            .map(|passes| passes.iter().map(|pass| pass.unpack(key)).collect())
-            .unwrap_or_default();
+        let passes: Vec<PassRecord> =
+            self.passes.get(key).map(|passes| passes.iter().cloned().collect()).unwrap_or_default();
         let queue = self.queue.snapshot().into_iter().find(|state| &state.key == key);
         let pending = causes::pending(&self.queue, key);
         if passes.is_empty() && queue.is_none() && pending.total() == 0 {
@@ -148,14 +144,7 @@ impl ControllerProbe {
                 }
             }
         }
-        latest
-            .into_sorted_vec()
-            .into_iter()
-            .map(|Reverse(l)| {
-                let pass = l.pass.unpack(&l.key);
-                (l.key, pass)
-            })
-            .collect()
+        latest.into_sorted_vec().into_iter().map(|Reverse(l)| (l.key, l.pass)).collect()
     }
 
     fn empty_report(&self, key: ObjectKey) -> KeyReport {
@@ -167,7 +156,7 @@ impl ControllerProbe {
 pub(super) struct Latest {
     finished: Instant,
     key: ObjectKey,
-    pass: PackedPass,
+    pass: PassRecord,
 }
 
 impl PartialEq for Latest {
