@@ -8,6 +8,9 @@
 //!   where the token is the mounted `$DBC_SECRETS/status/token` (read at each request, compared in
 //!   constant time); 401 otherwise, and when no token is mounted.
 //!
+//! The metrics listener on `POD_IP:$DBC_METRICS_PORT` serves `GET /metrics` alone
+//! ([`super::metrics`]).
+//!
 //! Probe answers are bounded by their query's limit, so a hung server makes them fail in time
 //! rather than hang.
 
@@ -41,13 +44,27 @@ pub struct Shared {
     pub started: AtomicBool,
 }
 
-/// Binds the listener (a taken port fails the start, as it should).
-pub async fn bind(settings: &Settings) -> std::io::Result<TcpListener> {
-    TcpListener::bind((settings.pod_ip.as_str(), settings.status_port)).await
+/// Which of the manager's listeners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoints {
+    /// `/healthz`, `/readyz`, `/status`.
+    Status,
+    /// `/metrics`.
+    Metrics,
+}
+
+/// Binds a listener on the pod's address (a taken port fails the start, as it should).
+pub async fn bind(settings: &Settings, port: u16) -> std::io::Result<TcpListener> {
+    TcpListener::bind((settings.pod_ip.as_str(), port)).await
 }
 
 /// Serves connections until `stop` is cancelled.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    endpoints: Endpoints,
+    stop: CancellationToken,
+) {
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
@@ -59,7 +76,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: Cancellatio
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(route(&request, &shared).await) }
+                async move { Ok::<_, Infallible>(route(&request, &shared, endpoints).await) }
             });
             let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -80,9 +97,19 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
 }
 
 /// The answer to `request`.
-pub async fn route<B>(request: &Request<B>, shared: &Shared) -> Response<Full<Bytes>> {
+pub async fn route<B>(request: &Request<B>, shared: &Shared, endpoints: Endpoints) -> Response<Full<Bytes>> {
     if request.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET");
+    }
+    if endpoints == Endpoints::Metrics {
+        if request.uri().path() != "/metrics" {
+            return text(StatusCode::NOT_FOUND, "not found");
+        }
+        let mut response = text(StatusCode::OK, super::metrics::scrape(&shared.local).await.trim_end());
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; version=0.0.4"));
+        return response;
     }
     match request.uri().path() {
         "/healthz" => match shared.local.ping(PROBE_LIMIT).await {
@@ -190,8 +217,17 @@ mod tests {
             ("/status", Some("Bearer wrong"), StatusCode::UNAUTHORIZED),
             ("/status", Some("Bearer abc"), StatusCode::SERVICE_UNAVAILABLE),
             ("/nothing", None, StatusCode::NOT_FOUND),
+            ("/metrics", None, StatusCode::NOT_FOUND),
         ] {
-            assert_eq!(route(&get(path, auth), &shared).await.status(), want, "{path} {auth:?}");
+            assert_eq!(
+                route(&get(path, auth), &shared, Endpoints::Status).await.status(),
+                want,
+                "{path} {auth:?}"
+            );
         }
+        let metrics = route(&get("/metrics", None), &shared, Endpoints::Metrics).await;
+        assert_eq!(metrics.status(), StatusCode::OK);
+        let status = route(&get("/status", Some("Bearer abc")), &shared, Endpoints::Metrics).await;
+        assert_eq!(status.status(), StatusCode::NOT_FOUND, "the metrics port serves /metrics alone");
     }
 }

@@ -6,7 +6,7 @@
 //! - `instance init` (an init container of the `postgres` image): prepares the data directory for
 //!   this pod's role ([`prepare`]).
 //! - `instance run [-- postgres options]` (the `postgres` container): the same preparation, then
-//!   the server as its child, the probes and `/status` ([`http`]), the record watcher
+//!   the server as its child, the probes and `/status` ([`http`]), `/metrics` ([`metrics`]), the record watcher
 //!   ([`watcher`]), SIGTERM → fast shutdown, and the server's exit status as its own ([`run`]).
 //!
 //! The environment is [`settings`]'s; the role always comes from the record file
@@ -20,6 +20,7 @@ pub mod credentials;
 pub mod decide;
 pub mod http;
 pub mod local;
+pub mod metrics;
 pub mod postmaster;
 pub mod prepare;
 pub mod run;

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::credentials::{self, ApplyError};
 use super::decide::Role;
-use super::http::{self, Shared};
+use super::http::{self, Endpoints, Shared};
 use super::local::{Local, PROBE_LIMIT};
 use super::postmaster;
 use super::prepare::{PrepareError, prepare};
@@ -55,12 +55,16 @@ fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
 pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError> {
     let mut term = signal(SignalKind::terminate()).map_err(io("installing the SIGTERM handler"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(io("installing the SIGINT handler"))?;
-    let listener = http::bind(&settings).await.map_err(io("binding the status listener"))?;
+    let listener =
+        http::bind(&settings, settings.status_port).await.map_err(io("binding the status listener"))?;
+    let metrics =
+        http::bind(&settings, settings.metrics_port).await.map_err(io("binding the metrics listener"))?;
     let superuser = secrets::read(&settings, Login::Superuser)?.username;
     let local = Local::new(&settings, &superuser);
     let shared = Arc::new(Shared { settings, local, started: AtomicBool::new(false) });
     let stop = CancellationToken::new();
-    tokio::spawn(http::serve(listener, shared.clone(), stop.clone()));
+    tokio::spawn(http::serve(listener, shared.clone(), Endpoints::Status, stop.clone()));
+    tokio::spawn(http::serve(metrics, shared.clone(), Endpoints::Metrics, stop.clone()));
     let _stop_on_exit = stop.clone().drop_guard();
 
     let role = tokio::select! {

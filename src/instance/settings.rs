@@ -13,6 +13,7 @@
 //! | `DBC_PORT` | the PostgreSQL port | 5432 |
 //! | `DBC_APP_DATABASE` | the application database | `app` |
 //! | `DBC_STATUS_PORT` | the manager's HTTP port (`/healthz`, `/readyz`, `/status`) | 8000 |
+//! | `DBC_METRICS_PORT` | the metrics port (`/metrics`) | 9187 |
 //!
 //! Also the paths derived from them, and the record: the file `$DBC_CONFIG/primary` names the
 //! pod that must be primary (the operator's record, never the ordinal).
@@ -23,6 +24,8 @@ use thiserror::Error;
 
 /// The manager's HTTP port when `DBC_STATUS_PORT` is unset.
 pub const DEFAULT_STATUS_PORT: u16 = 8000;
+/// The metrics port when `DBC_METRICS_PORT` is unset.
+pub const DEFAULT_METRICS_PORT: u16 = 9187;
 
 /// The environment, parsed.
 #[derive(Clone, Debug)]
@@ -47,6 +50,8 @@ pub struct Settings {
     pub app_database: String,
     /// `DBC_STATUS_PORT`.
     pub status_port: u16,
+    /// `DBC_METRICS_PORT`.
+    pub metrics_port: u16,
 }
 
 /// Why the environment is unusable.
@@ -90,6 +95,7 @@ impl Settings {
             port: port("DBC_PORT", 5432)?,
             app_database: get("DBC_APP_DATABASE").unwrap_or_else(|| "app".to_owned()),
             status_port: port("DBC_STATUS_PORT", DEFAULT_STATUS_PORT)?,
+            metrics_port: port("DBC_METRICS_PORT", DEFAULT_METRICS_PORT)?,
         })
     }
 

@@ -188,9 +188,19 @@ impl Fixture {
     /// `GET path` on pod `ordinal`'s manager (with a bearer token when given): the status code
     /// and body, or `None` when nothing answers within two seconds.
     async fn get(&self, ordinal: usize, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+        self.get_on(ordinal, STATUS_PORT, path, token).await
+    }
+
+    /// `GET path` on pod `ordinal`'s `port`.
+    async fn get_on(
+        &self,
+        ordinal: usize,
+        port: u16,
+        path: &str,
+        token: Option<&str>,
+    ) -> Option<(u16, String)> {
         let exchange = async {
-            let mut stream =
-                tokio::net::TcpStream::connect((self.ip(ordinal).as_str(), STATUS_PORT)).await.ok()?;
+            let mut stream = tokio::net::TcpStream::connect((self.ip(ordinal).as_str(), port)).await.ok()?;
             let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
             let request = format!("GET {path} HTTP/1.1\r\nHost: pod\r\n{auth}Connection: close\r\n\r\n");
             stream.write_all(request.as_bytes()).await.ok()?;
@@ -521,6 +531,20 @@ async fn the_manager_serves_its_probes_and_a_status_only_with_the_token() {
     assert!(primary["file_settings"]["refused"].as_array().unwrap().is_empty());
     assert_eq!(primary["file_settings"]["hash_on_disk"], primary["file_settings"]["hash_applied"]);
     assert!(primary["data_directory_bytes"].as_u64().unwrap() > 1_000_000);
+
+    let (code, metrics) = fixture.get_on(0, 9187, "/metrics", None).await.unwrap();
+    assert_eq!(code, 200, "{metrics}");
+    for line in [
+        "pg_up 1",
+        "pg_in_recovery 0",
+        "pg_replication_lag_bytes{standby=\"db-1\"}",
+        "pg_database_size_bytes{datname=\"app\"}",
+        "pg_xact_commit_total{datname=\"postgres\"}",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    let (_, standby_metrics) = fixture.get_on(1, 9187, "/metrics", None).await.unwrap();
+    assert!(standby_metrics.contains("pg_in_recovery 1"), "{standby_metrics}");
 }
 
 #[tokio::test]

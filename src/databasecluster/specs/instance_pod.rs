@@ -2,7 +2,7 @@
 //! operator's own binary, copied by an init container of the operator's image into an emptyDir
 //! ([`CONTROLLER_MOUNT_PATH`]) that the `postgres` image's containers run it from
 //! (`/controller/dbcluster-operator instance init|run`); its HTTP port ([`STATUS_PORT`], named
-//! `status`) for the probes; and the `<name>-status-token` Secret mounted at
+//! `status`) for the probes and its metrics port ([`METRICS_PORT`], named `metrics`); and the `<name>-status-token` Secret mounted at
 //! `<secrets>/status/token` for `/status`.
 //!
 //! The operator's image is process-wide configuration fixed at start (`run --instance-image`, env
@@ -31,6 +31,10 @@ pub const INSTALL_CONTAINER: &str = "install-manager";
 pub const STATUS_PORT: i32 = 8000;
 /// Its name on the container.
 pub const STATUS_PORT_NAME: &str = "status";
+/// The manager's metrics port (`/metrics`, Prometheus text).
+pub const METRICS_PORT: i32 = 9187;
+/// Its name on the container.
+pub const METRICS_PORT_NAME: &str = "metrics";
 /// The volume of the status token's Secret.
 pub const STATUS_TOKEN_VOLUME: &str = "secret-status";
 /// The image when none was configured.
@@ -133,14 +137,15 @@ pub fn install_container(security: k8s_openapi::api::core::v1::SecurityContext) 
     }
 }
 
-/// The manager's port on the `postgres` container.
-pub fn status_port() -> ContainerPort {
-    ContainerPort {
-        name: Some(STATUS_PORT_NAME.to_owned()),
-        container_port: STATUS_PORT,
+/// The manager's ports on the `postgres` container: `status` and `metrics`.
+pub fn manager_ports() -> [ContainerPort; 2] {
+    let port = |name: &str, number: i32| ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: number,
         protocol: Some("TCP".to_owned()),
         ..ContainerPort::default()
-    }
+    };
+    [port(STATUS_PORT_NAME, STATUS_PORT), port(METRICS_PORT_NAME, METRICS_PORT)]
 }
 
 fn http_probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {

@@ -59,8 +59,8 @@ use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
 use crate::databasecluster::specs::config::{CONFIG_MOUNT_PATH, config_map_name, restart_hash};
 use crate::databasecluster::specs::credentials::{APP_DATABASE, Login, mounted_secret_name};
 use crate::databasecluster::specs::instance_pod::{
-    STATUS_PORT, controller_volume, install_container, liveness_probe, manager_command, manager_mounts,
-    readiness_probe, startup_probe, status_port, status_token_volume,
+    METRICS_PORT, STATUS_PORT, controller_volume, install_container, liveness_probe, manager_command,
+    manager_mounts, manager_ports, readiness_probe, startup_probe, status_token_volume,
 };
 use crate::runtime::object::{Object, OwnerRef};
 
@@ -414,6 +414,7 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
         value("DBC_PORT", POSTGRES_PORT.to_string()),
         value("DBC_APP_DATABASE", APP_DATABASE.to_owned()),
         value("DBC_STATUS_PORT", STATUS_PORT.to_string()),
+        value("DBC_METRICS_PORT", METRICS_PORT.to_string()),
         // `kubectl exec -it <pod> -- psql` reaches the server as the superuser over the local
         // socket (trusted in `pg_hba.conf`), which lives in the private run directory.
         value("PGHOST", RUN_MOUNT_PATH.to_owned()),
@@ -488,15 +489,17 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
         command: Some(instance_command("run")),
         // Explicitly empty: an older operator passed `-c` arguments here, which must go.
         args: Some(Vec::new()),
-        ports: Some(vec![
-            ContainerPort {
+        ports: Some(
+            vec![ContainerPort {
                 name: Some(POSTGRES_PORT_NAME.to_owned()),
                 container_port: POSTGRES_PORT,
                 protocol: Some("TCP".to_owned()),
                 ..ContainerPort::default()
-            },
-            status_port(),
-        ]),
+            }]
+            .into_iter()
+            .chain(manager_ports())
+            .collect(),
+        ),
         env: Some(instance_env(owner)),
         resources: Some(container_resources(spec)),
         // Ready: accepting connections in its role (out of recovery on the primary, in recovery

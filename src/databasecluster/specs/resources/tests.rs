@@ -307,7 +307,7 @@ fn the_probes_ask_the_instance_manager() {
     assert!(startup.period_seconds.unwrap() * startup.failure_threshold.unwrap() >= 300);
     let ports: Vec<_> =
         container.ports.iter().flatten().map(|p| (p.name.as_deref(), p.container_port)).collect();
-    assert_eq!(ports, [(Some("postgres"), 5432), (Some("status"), 8000)]);
+    assert_eq!(ports, [(Some("postgres"), 5432), (Some("status"), 8000), (Some("metrics"), 9187)]);
     assert_eq!(env(container, "DBC_STATUS_PORT").value.as_deref(), Some("8000"));
 }
 
