@@ -1,5 +1,5 @@
 //! The runtime's API client: kube's own retries off, so the runtime's retry policies are the only
-//! ones (issue 15).
+//! ones.
 //!
 //! kube's default client retries 429/503/504 by itself (up to 15 times, honouring `Retry-After`)
 //! under the reflector's reconnect backoff and the work queue's per-key backoff: two policies

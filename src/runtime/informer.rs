@@ -29,7 +29,7 @@ pub use crate::runtime::cache::InformerEvent;
 
 /// Where a change came from: a list (the initial list, a relist, or the replay of the cache to a
 /// handler registered late) or a live watch event. The controller queues list changes at low
-/// priority, so a restart's backlog never delays a user's change (issue 15).
+/// priority, so a restart's backlog never delays a user's change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventOrigin {
     /// A list result, or the cache replayed to a new handler.

@@ -107,7 +107,7 @@ pub enum PluginCommand {
     Report {
         /// The DatabaseCluster.
         name: String,
-        /// The archive to write (default: report-<namespace>-<name>.tar.gz).
+        /// The archive to write (default: `report-NAMESPACE-NAME.tar.gz`).
         #[arg(long, short = 'o', value_name = "PATH")]
         output: Option<PathBuf>,
         /// Where the operator serves /debug/queue.

@@ -18,8 +18,8 @@
 //!   sees the whole object; a view ([`Compact::decode_as`]) sees the text only. The text is
 //!   decoded as `K` before it is kept, which refuses what is not a `K`, as the typed decoder
 //!   always did, so [`Compact::expand`] of a cached object cannot fail but on a broken
-//!   invariant. The server's text is kept as sent, not written back from the `K` (since s40:
-//!   writing it back cost about 4 % of the operator's CPU at 5 000 clusters); fields
+//!   invariant. The server's text is kept as sent, not written back from the `K` (writing it
+//!   back cost about 4 % of the operator's CPU at 5 000 clusters); fields
 //!   k8s-openapi does not know stay in it, and no reader of a `K` sees them;
 //! - the text is kept packed ([`Packed`]: LZ4 against a dictionary per kind, the kind's first
 //!   named object, so not a bookmark);
