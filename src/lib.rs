@@ -6,12 +6,15 @@
 //!   about Postgres.
 //! - [`databasecluster`] is the operator: the CRD types, pure builders of child objects, status
 //!   computation, drift, Events and the reconcile function.
+//! - [`instance`] is the instance manager: the operator's binary as each PostgreSQL pod's main
+//!   process (`instance init`, `instance run`), in place of a shell script.
 //! - [`cli`] is the subcommands: `run`, and `demo` with the `sim` feature.
 //! - `sim` (the `sim` feature, on by default) is an embedded simulated Kubernetes API server used
 //!   by `demo` and by the tests; the image is built without it.
 
 pub mod cli;
 pub mod databasecluster;
+pub mod instance;
 pub mod runtime;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -32,6 +32,8 @@ enum Command {
     /// Start the embedded simulated cluster, run the operator on it and show a sample cluster's progress.
     #[cfg(feature = "sim")]
     Demo(dbcluster_operator::cli::demo::DemoArgs),
+    /// Run inside a PostgreSQL pod: prepare its data, run and supervise the server, serve its probes.
+    Instance(dbcluster_operator::instance::InstanceArgs),
     /// Print the DatabaseCluster CustomResourceDefinition as YAML.
     Crd,
     /// Install this program as the kubectl plugin `kubectl dbc` (a link named kubectl-dbc).
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
             dbcluster_operator::cli::plugin::install(&dir.unwrap_or_else(|| home.join(".local/bin")))
         }
         Command::Crd => print_crd(),
+        Command::Instance(args) => dbcluster_operator::instance::main(args),
         #[cfg(feature = "sim")]
         Command::Demo(args) => dbcluster_operator::cli::demo::main(args),
         Command::Run(args) => dbcluster_operator::cli::run::main(*args),

@@ -66,6 +66,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", requires = "metrics_secure")]
     pub metrics_cert_dir: Option<PathBuf>,
 
+    /// The operator's own image, which every PostgreSQL pod copies the instance manager from
+    /// (an init container). The Deployment sets it to its own image.
+    #[arg(long, env = "OPERATOR_IMAGE", value_name = "IMAGE",
+          default_value = crate::databasecluster::specs::instance_pod::DEFAULT_INSTANCE_IMAGE)]
+    pub instance_image: String,
+
     /// Where the /healthz and /readyz probes are served. The default listens on every interface,
     /// as the kubelet's probes need in a pod; outside a cluster, pass 127.0.0.1:8081.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]

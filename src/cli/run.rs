@@ -68,6 +68,7 @@ pub async fn start(client: Client, url: &str, config: ManagerConfig) -> Result<M
 /// `error: …` line and exits non-zero on failure (130 after a second signal).
 pub fn main(args: RunArgs) -> ExitCode {
     logging::init(args.log_format);
+    crate::databasecluster::specs::instance_pod::set_instance_image(args.instance_image.clone());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -1,11 +1,12 @@
-//! The instance program (`instance.sh`, shipped in the `<name>-scripts` ConfigMap) and the
+//! The instance manager (`dbcluster-operator instance init|run`, `src/instance`) and the
 //! operator's instance I/O (`databasecluster::instances`), against real PostgreSQL 15 processes.
 //!
 //! Each "pod" here is what a kubelet would make of the operator's pod spec: the ConfigMap's keys
-//! and the login Secrets' keys as files, its own loopback address and socket directory, its own
-//! `/etc/hosts` (a private mount namespace) so that `<pod>.<svc>.<ns>.svc` resolves, and the
-//! instance program run as a non-root user (Debian's `postgres`). Needs root (for the mount
-//! namespace and the user switch) and the PostgreSQL 15 server binaries.
+//! and the Secrets' keys (the logins and the status token) as files, its own loopback address and
+//! socket directory, its own `/etc/hosts` (a private mount namespace) so that
+//! `<pod>.<svc>.<ns>.svc` resolves, and this crate's binary run as a non-root user (Debian's
+//! `postgres`); readiness is the manager's `/readyz`. Needs root (for the mount namespace and the
+//! user switch) and the PostgreSQL 15 server binaries.
 
 #![allow(unsafe_code, reason = "libc: kill and killpg of the program under test")]
 #![cfg(feature = "sim")]
@@ -25,17 +26,24 @@ use common::within_limit;
 use dbcluster_operator::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
 use dbcluster_operator::databasecluster::api::validation::validate_spec;
 use dbcluster_operator::databasecluster::instances::{
-    Target, check_login, connect, create_slot, observe, reload, set_password,
+    Target, check_login, connect, create_slot, observe, promote, reload, set_password,
 };
 use dbcluster_operator::databasecluster::specs::config::{
     CONFIG_HASH_PARAMETER, POSTGRESQL_CONF_KEY, RESTART_PARAMETERS, build_config_map, postgresql_conf,
 };
 use dbcluster_operator::databasecluster::specs::credentials::{Login, build_login_secret};
 use dbcluster_operator::databasecluster::specs::resources::Owner;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 const NAMESPACE: &str = "default";
 const CLUSTER: &str = "db";
+/// The manager's HTTP port.
+const STATUS_PORT: u16 = 8000;
+/// The `/status` bearer token mounted in every pod.
+const TOKEN: &str = "test-status-token";
+/// This crate's binary: the instance manager.
+const MANAGER: &str = env!("CARGO_BIN_EXE_dbcluster-operator");
 
 /// One simulated cluster's files: the ConfigMap, the Secrets, the hosts file, and a directory per pod.
 struct Fixture {
@@ -81,6 +89,10 @@ impl Fixture {
             let data = secret.data.unwrap().into_iter().map(|(k, v)| (k, String::from_utf8(v.0).unwrap()));
             write_files(&root.join("sec").join(login.mount_dir()), data.collect());
         }
+        write_files(
+            &root.join("sec").join("status"),
+            BTreeMap::from([("token".to_owned(), TOKEN.to_owned())]),
+        );
         let mut hosts = String::from("127.0.0.1 localhost\n");
         for n in 0..4 {
             hosts.push_str(&format!("127.213.{subnet}.{} db-{n}.db.{NAMESPACE}.svc\n", n + 1));
@@ -123,7 +135,7 @@ impl Fixture {
         self.root.join(format!("db-{ordinal}")).join("data").join("pgdata")
     }
 
-    /// The instance program run as pod `db-<ordinal>` would run it.
+    /// The instance manager run as pod `db-<ordinal>` would run it.
     fn command(&self, ordinal: usize, verb: &str) -> Command {
         let pod = self.root.join(format!("db-{ordinal}"));
         std::fs::create_dir_all(pod.join("data")).unwrap();
@@ -132,7 +144,7 @@ impl Fixture {
             "mount --bind {hosts} /etc/hosts && exec setpriv --reuid=postgres --regid=postgres --init-groups \
              env PATH={BIN}:/usr/bin:/bin PGDATA={pgdata} POD_NAME=db-{ordinal} POD_IP={ip} \
              DBC_CONFIG={cfg} DBC_SECRETS={sec} DBC_RUN={run} DBC_PEER_DOMAIN=db.{NAMESPACE}.svc \
-             bash {cfg}/instance.sh {verb}",
+             {MANAGER} instance {verb}",
             hosts = self.root.join("hosts").display(),
             pgdata = self.pgdata(ordinal).display(),
             ip = self.ip(ordinal),
@@ -145,17 +157,16 @@ impl Fixture {
         command
     }
 
-    /// Runs `instance.sh init` for pod `ordinal` to completion; returns its log.
+    /// Runs `instance init` for pod `ordinal` to completion; returns its log.
     async fn init(&self, ordinal: usize) -> String {
-        let output = within_limit("instance.sh init", REAL_WAIT, self.command(ordinal, "init").output())
-            .await
-            .unwrap();
+        let output =
+            within_limit("instance init", REAL_WAIT, self.command(ordinal, "init").output()).await.unwrap();
         let log = String::from_utf8_lossy(&output.stderr).into_owned();
         assert!(output.status.success(), "init of db-{ordinal} failed:\n{log}");
         log
     }
 
-    /// Starts `instance.sh run` for pod `ordinal` and waits until its readiness probe passes.
+    /// Starts `instance run` for pod `ordinal` and waits until its readiness probe passes.
     async fn start(&mut self, ordinal: usize) {
         let log = self.root.join(format!("db-{ordinal}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
@@ -166,14 +177,64 @@ impl Fixture {
         self.pods.push(Instance { name: format!("db-{ordinal}"), child: Some(child), log });
         let limit = Duration::from_secs(60);
         common::eventually_every(&format!("db-{ordinal} ready"), limit, REAL_POLL_INTERVAL, || async {
-            let probe = self.command(ordinal, "ready").stderr(Stdio::null()).stdout(Stdio::null()).status();
-            if probe.await.unwrap().success() { Ok(()) } else { Err(Log(self.log(ordinal))) }
+            match self.get(ordinal, "/readyz", None).await {
+                Some((200, _)) => Ok(()),
+                _ => Err(Log(self.log(ordinal))),
+            }
         })
         .await;
     }
 
+    /// `GET path` on pod `ordinal`'s manager (with a bearer token when given): the status code
+    /// and body, or `None` when nothing answers within two seconds.
+    async fn get(&self, ordinal: usize, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+        self.get_on(ordinal, STATUS_PORT, path, token).await
+    }
+
+    /// `GET path` on pod `ordinal`'s `port`.
+    async fn get_on(
+        &self,
+        ordinal: usize,
+        port: u16,
+        path: &str,
+        token: Option<&str>,
+    ) -> Option<(u16, String)> {
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect((self.ip(ordinal).as_str(), port)).await.ok()?;
+            let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+            let request = format!("GET {path} HTTP/1.1\r\nHost: pod\r\n{auth}Connection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.ok()?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.ok()?;
+            let code = answer.split_whitespace().nth(1)?.parse().ok()?;
+            let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+            Some((code, body))
+        };
+        tokio::time::timeout(Duration::from_secs(2), exchange).await.ok().flatten()
+    }
+
+    /// Pod `ordinal`'s `/status`, parsed.
+    async fn status(&self, ordinal: usize) -> serde_json::Value {
+        let (code, body) = self.get(ordinal, "/status", Some(TOKEN)).await.expect("the manager answers");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
     fn log(&self, ordinal: usize) -> String {
         std::fs::read_to_string(self.root.join(format!("db-{ordinal}.log"))).unwrap_or_default()
+    }
+
+    /// Waits for pod `ordinal`'s manager to exit on its own; its exit status must be success.
+    async fn exited(&mut self, ordinal: usize) {
+        let name = format!("db-{ordinal}");
+        let pod = self.pods.iter_mut().find(|p| p.name == name).unwrap();
+        let mut child = pod.child.take().unwrap();
+        let status = within_limit("the manager's exit", REAL_WAIT, child.wait()).await.unwrap();
+        assert!(
+            status.success(),
+            "{name} exited with {status}:\n{}",
+            std::fs::read_to_string(&pod.log).unwrap()
+        );
     }
 
     /// Sends SIGTERM (what a kubelet does) and waits for the instance to exit.
@@ -442,4 +503,83 @@ async fn the_restart_parameter_table_is_postgresql_15s_postmaster_context() {
         .unwrap();
     let server: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(server, RESTART_PARAMETERS);
+}
+
+#[tokio::test]
+async fn the_manager_serves_its_probes_and_a_status_only_with_the_token() {
+    let fixture = primary_and_standby(7).await;
+    assert_eq!(fixture.get(0, "/healthz", None).await.map(|r| r.0), Some(200));
+    assert_eq!(fixture.get(1, "/healthz", None).await.map(|r| r.0), Some(200));
+    for token in [None, Some("wrong")] {
+        let (code, body) = fixture.get(0, "/status", token).await.unwrap();
+        assert_eq!(code, 401, "{body}");
+        assert!(!body.contains("system_identifier"));
+    }
+    eventually_some("the primary reports its standby streaming", || async {
+        let status = fixture.status(0).await;
+        let standbys = status["standbys"].as_array().unwrap();
+        standbys.iter().any(|s| s["name"] == "db-1" && s["state"] == "streaming").then_some(())
+    })
+    .await;
+    let (primary, standby) = (fixture.status(0).await, fixture.status(1).await);
+    assert_eq!((primary["role"].as_str(), primary["in_recovery"].as_bool()), (Some("primary"), Some(false)));
+    assert_eq!((standby["role"].as_str(), standby["in_recovery"].as_bool()), (Some("standby"), Some(true)));
+    assert_eq!(primary["system_identifier"], standby["system_identifier"]);
+    assert!(primary["current_lsn"].is_string() && standby["received_lsn"].is_string(), "{primary} {standby}");
+    assert_eq!(primary["slots"][0]["name"], "instance_1");
+    assert_eq!(primary["pending_restart"], false);
+    assert!(primary["file_settings"]["refused"].as_array().unwrap().is_empty());
+    assert_eq!(primary["file_settings"]["hash_on_disk"], primary["file_settings"]["hash_applied"]);
+    assert!(primary["data_directory_bytes"].as_u64().unwrap() > 1_000_000);
+
+    let (code, metrics) = fixture.get_on(0, 9187, "/metrics", None).await.unwrap();
+    assert_eq!(code, 200, "{metrics}");
+    for line in [
+        "pg_up 1",
+        "pg_in_recovery 0",
+        "pg_replication_lag_bytes{standby=\"db-1\"}",
+        "pg_database_size_bytes{datname=\"app\"}",
+        "pg_xact_commit_total{datname=\"postgres\"}",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    let (_, standby_metrics) = fixture.get_on(1, 9187, "/metrics", None).await.unwrap();
+    assert!(standby_metrics.contains("pg_in_recovery 1"), "{standby_metrics}");
+}
+
+#[tokio::test]
+async fn a_primary_the_record_no_longer_names_is_fenced_and_rejoins_as_a_standby() {
+    let mut fixture = primary_and_standby(8).await;
+    // A failover as the operator makes it: the record names db-1, which is then promoted.
+    std::fs::write(fixture.root.join("cfg").join("primary"), "db-1").unwrap();
+    fixture.exited(0).await;
+    assert!(fixture.log(0).contains("fencing"), "{}", fixture.log(0));
+    let su = fixture.superuser(1);
+    let new_primary = connect(&su).await.unwrap();
+    assert!(promote(&new_primary, &su).await.unwrap());
+    create_slot(&new_primary, &su, "instance_0").await.unwrap();
+    new_primary
+        .batch_execute("CREATE TABLE after_failover (i int); INSERT INTO after_failover VALUES (7)")
+        .await
+        .unwrap();
+
+    // The fenced container restarts: its data shut down cleanly as primary; rewound onto db-1.
+    let log = fixture.init(0).await;
+    assert!(log.contains("rewinding"), "{log}");
+    fixture.start(0).await;
+    eventually_some("the old primary streams from the new one", || async {
+        let status = fixture.status(1).await;
+        let standbys = status["standbys"].as_array().unwrap();
+        standbys.iter().any(|s| s["name"] == "db-0" && s["state"] == "streaming").then_some(())
+    })
+    .await;
+    let old = fixture.target(0, Login::Superuser, "postgres");
+    eventually_some("the row written after the failover reaches the old primary", || async {
+        let c = connect(&old).await.ok()?;
+        c.query_one("SELECT i FROM after_failover", &[])
+            .await
+            .is_ok_and(|r| r.get::<_, i32>(0) == 7)
+            .then_some(())
+    })
+    .await;
 }

@@ -213,7 +213,7 @@ pub enum SpecError {
     /// `postgresConfig` makes a configuration file too large for its ConfigMap.
     #[error(
         "spec.postgresConfig makes a configuration file of {bytes} bytes; at most {MAX_SERVER_CONF_BYTES} fit in \
-         its ConfigMap (1 MiB in all, with the instance program)"
+         its ConfigMap (1 MiB in all)"
     )]
     ConfigurationTooLarge {
         /// The file's size as it would be written.

@@ -290,10 +290,10 @@ mod tests {
     use crate::runtime::ObjectKey;
 
     #[test]
-    fn a_cached_config_map_is_drift_for_a_changed_script_and_its_records_read_without_it() {
+    fn a_cached_config_map_is_drift_for_a_changed_file_and_its_records_read_without_it() {
         use crate::databasecluster::api::validation::validate_spec;
         use crate::databasecluster::fixtures::{owner, seed};
-        use crate::databasecluster::specs::config::{Records, SCRIPT_KEY, build_config_map};
+        use crate::databasecluster::specs::config::{POSTGRESQL_CONF_KEY, Records, build_config_map};
         use k8s_openapi::api::core::v1::ConfigMap;
 
         let spec = validate_spec(&seed().spec).unwrap();
@@ -309,8 +309,8 @@ mod tests {
         assert!(!Compact::needs_update(&desired, &live));
         let records: Records = live.decode_as().unwrap();
         assert_eq!(records.primary().as_deref(), Some("production-postgres-1"));
-        let edited = served(|live| live["data"][SCRIPT_KEY] = json!("#!/bin/sh\nexit 0\n"));
-        assert!(Compact::needs_update(&desired, &edited), "a changed script is drift");
+        let edited = served(|live| live["data"][POSTGRESQL_CONF_KEY] = json!("fsync = off\n"));
+        assert!(Compact::needs_update(&desired, &edited), "a changed file is drift");
     }
 
     #[test]

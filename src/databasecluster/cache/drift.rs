@@ -138,8 +138,8 @@ mod tests {
             live["metadata"]["labels"].as_object_mut().unwrap().remove("app.kubernetes.io/component");
         }));
         assert!(drifted(&|live| {
-            live["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"] =
-                json!(["pg_isready"])
+            live["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] =
+                json!("/healthz")
         }));
         assert!(drifted(&|live| {
             live["spec"]["template"]["spec"]["containers"][0]["env"] =

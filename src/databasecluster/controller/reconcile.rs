@@ -164,6 +164,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
     ensure_services(ctx, cluster, &owner).await?;
     let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
+    crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
+        .await?;
 
     let config_key = child_key(cluster, config_map_name);
     let cached = ctx.configmaps.get(&config_key);

@@ -1,12 +1,8 @@
-//! The ConfigMap `<name>-scripts`: what every instance runs and reads, built purely from the spec.
+//! The ConfigMap `<name>-scripts`: what every instance reads, built purely from the spec. (The
+//! pods run the instance manager, `crate::instance`, the operator's own binary; the name is kept
+//! from when the ConfigMap also shipped a script.)
 //!
 //! Keys (mounted at [`CONFIG_MOUNT_PATH`] in every pod):
-//! - `instance.sh`: the instance program ([`INSTANCE_SCRIPT`]): `init` (init container: initdb on
-//!   the primary, `pg_basebackup` over a replication slot on a standby, re-clone when the data is
-//!   missing or from another cluster, `pg_rewind` of data that last ran as a primary the record no
-//!   longer names), `run` (the same preparation, postgres, the mounted Secrets' passwords applied on
-//!   the primary, SIGTERM → fast shutdown, and a watcher that follows a new primary or fences a
-//!   demoted one), `ready` and `alive` (probes). Its header is its contract.
 //! - `primary`: the pod name of the instance that must be primary. The operator's record, not an
 //!   ordinal rule: instance 0 when the cluster is created, and kept as the live ConfigMap says ever
 //!   after; a failover or a switchover changes it ([`crate::databasecluster::failover::promotion`]).
@@ -38,12 +34,8 @@ use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::instances::InstanceFacts;
 use crate::databasecluster::specs::resources::{Owner, child_metadata, statefulset_name};
 
-/// The instance program, shipped in the ConfigMap.
-pub const INSTANCE_SCRIPT: &str = include_str!("../scripts/instance.sh");
 /// Where the ConfigMap is mounted in the pods.
 pub const CONFIG_MOUNT_PATH: &str = "/etc/dbcluster";
-/// ConfigMap key of the instance program.
-pub const SCRIPT_KEY: &str = "instance.sh";
 /// ConfigMap key naming the primary's pod.
 pub const PRIMARY_KEY: &str = "primary";
 /// ConfigMap key naming the primary a switchover is demoting (absent otherwise).
@@ -167,7 +159,6 @@ fn recorded(value: &Option<String>) -> Option<String> {
 /// primary of a switchover under way.
 pub fn build_config_map(owner: &Owner, spec: &ValidSpec, primary: &str, demoting: Option<&str>) -> ConfigMap {
     let mut data = BTreeMap::from([
-        (SCRIPT_KEY.to_owned(), INSTANCE_SCRIPT.to_owned()),
         (PRIMARY_KEY.to_owned(), primary.to_owned()),
         (POSTGRESQL_CONF_KEY.to_owned(), server_conf(owner.name(), spec)),
         ("pg_hba.conf".to_owned(), PG_HBA_CONF.to_owned()),
@@ -191,9 +182,8 @@ const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
 const RECORDS_RESERVE_BYTES: usize = 4096;
 
 /// The largest server configuration file (the user's `postgresConfig` as written, with the
-/// operator's settings) that fits in the ConfigMap beside the instance program.
-pub const MAX_SERVER_CONF_BYTES: usize =
-    CONFIG_MAP_MAX_BYTES - INSTANCE_SCRIPT.len() - PG_HBA_CONF.len() - RECORDS_RESERVE_BYTES;
+/// operator's settings) that fits in the ConfigMap beside its other keys.
+pub const MAX_SERVER_CONF_BYTES: usize = CONFIG_MAP_MAX_BYTES - PG_HBA_CONF.len() - RECORDS_RESERVE_BYTES;
 
 /// Client authentication: see the module docs.
 pub const PG_HBA_CONF: &str = "\

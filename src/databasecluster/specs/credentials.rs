@@ -11,7 +11,7 @@
 //! created, and read back from the live Secret ever after.
 //!
 //! # The Secret and the database never disagree
-//! - At every start of the primary, the instance program sets every login's password from the
+//! - At every start of the primary, the instance manager sets every login's password from the
 //!   mounted Secrets (so a cluster re-created over kept volumes takes the new Secrets' passwords).
 //! - While the cluster runs, each pass logs in to the primary as the app and replication users with
 //!   their Secrets' passwords; a refused password (SQLSTATE 28P01) is set with `ALTER ROLE … PASSWORD`

@@ -43,10 +43,10 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ExecAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServicePort,
-    ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -56,8 +56,12 @@ use thiserror::Error;
 
 use crate::databasecluster::api::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
-use crate::databasecluster::specs::config::{CONFIG_MOUNT_PATH, SCRIPT_KEY, config_map_name, restart_hash};
+use crate::databasecluster::specs::config::{CONFIG_MOUNT_PATH, config_map_name, restart_hash};
 use crate::databasecluster::specs::credentials::{APP_DATABASE, Login, mounted_secret_name};
+use crate::databasecluster::specs::instance_pod::{
+    METRICS_PORT, STATUS_PORT, controller_volume, install_container, liveness_probe, manager_command,
+    manager_mounts, manager_ports, readiness_probe, startup_probe, status_token_volume,
+};
 use crate::runtime::object::{Object, OwnerRef};
 
 /// The field manager of every write the operator makes (server-side apply and status).
@@ -234,10 +238,13 @@ pub const RESTARTED_AT_ANNOTATION: &str = "databases.madmmas.dev/restartedAt";
 /// Long enough for a fast shutdown's checkpoint.
 const TERMINATION_GRACE_SECONDS: i64 = 60;
 
-/// The StatefulSet running `spec.replicas` instances of image `postgres:<version>`: each starts
-/// with the init container `bootstrap` (`instance.sh init`) and runs `instance.sh run` in the
-/// container `postgres`, with a `data` volume of `storageSize`, the ConfigMap and the three login
-/// Secrets mounted, probes from the instance program, and the restricted Pod Security profile.
+/// The StatefulSet running `spec.replicas` instances of image `postgres:<version>` under the
+/// instance manager (`crate::instance`): the init container `install-manager` (the operator's
+/// image) copies the operator's binary into the `controller` emptyDir, the init container
+/// `bootstrap` runs `instance init` and the container `postgres` runs `instance run` from there,
+/// with a `data` volume of `storageSize`, the ConfigMap, the three login Secrets and the status
+/// token mounted, HTTP probes on the manager's `status` port ([`super::instance_pod`]), and the
+/// restricted Pod Security profile.
 ///
 /// `updateStrategy: OnDelete`: the StatefulSet controller never replaces a pod on its own; the
 /// operator deletes outdated pods one at a time, standbys first and the primary last
@@ -279,7 +286,10 @@ pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     security_context: Some(restricted_pod_security()),
-                    init_containers: Some(vec![bootstrap_container(owner, spec)]),
+                    init_containers: Some(vec![
+                        install_container(restricted_security_context()),
+                        bootstrap_container(owner, spec),
+                    ]),
                     containers: vec![postgres_container(owner, spec)],
                     volumes: Some(pod_volumes(owner, spec)),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
@@ -345,6 +355,8 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
             ..Volume::default()
         });
     }
+    volumes.push(status_token_volume(&owner.name));
+    volumes.push(controller_volume());
     for name in [RUN_VOLUME, TMP_VOLUME] {
         volumes.push(Volume {
             name: name.to_owned(),
@@ -372,10 +384,11 @@ fn volume_mounts() -> Vec<VolumeMount> {
         let path = format!("{SECRETS_MOUNT_PATH}/{}", login.mount_dir());
         mounts.push(mount(&secret_volume_name(login), &path, true));
     }
+    mounts.extend(manager_mounts(SECRETS_MOUNT_PATH));
     mounts
 }
 
-/// The environment of the instance program (see the header of `instance.sh`).
+/// The environment of the instance manager (see `crate::instance::settings`).
 fn instance_env(owner: &Owner) -> Vec<EnvVar> {
     let value =
         |name: &str, value: String| EnvVar { name: name.to_owned(), value: Some(value), ..EnvVar::default() };
@@ -400,6 +413,8 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
         value("DBC_PEER_DOMAIN", format!("{}.{}.svc", headless_service_name(&owner.name), owner.namespace)),
         value("DBC_PORT", POSTGRES_PORT.to_string()),
         value("DBC_APP_DATABASE", APP_DATABASE.to_owned()),
+        value("DBC_STATUS_PORT", STATUS_PORT.to_string()),
+        value("DBC_METRICS_PORT", METRICS_PORT.to_string()),
         // `kubectl exec -it <pod> -- psql` reaches the server as the superuser over the local
         // socket (trusted in `pg_hba.conf`), which lives in the private run directory.
         value("PGHOST", RUN_MOUNT_PATH.to_owned()),
@@ -407,9 +422,9 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
     ]
 }
 
-/// `bash <ConfigMap>/instance.sh <verb>`.
+/// `/controller/dbcluster-operator instance <verb>`.
 fn instance_command(verb: &str) -> Vec<String> {
-    vec!["bash".to_owned(), format!("{CONFIG_MOUNT_PATH}/{SCRIPT_KEY}"), verb.to_owned()]
+    manager_command(verb)
 }
 
 /// The pod security settings of the restricted Pod Security profile, as the `postgres` image's
@@ -432,7 +447,7 @@ pub fn restricted_pod_security() -> PodSecurityContext {
 pub fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
-        // Every path the instance program and the server write is a volume: the data, the
+        // Every path the instance manager and the server write is a volume: the data, the
         // socket and run directory, `/tmp`.
         read_only_root_filesystem: Some(true),
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
@@ -468,52 +483,32 @@ fn bootstrap_container(owner: &Owner, spec: &ValidSpec) -> Container {
 }
 
 fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
-    let exec = |verb: &str| ExecAction { command: Some(instance_command(verb)) };
     Container {
         name: POSTGRES_CONTAINER.to_owned(),
         image: Some(format!("postgres:{}", spec.version.as_str())),
         command: Some(instance_command("run")),
         // Explicitly empty: an older operator passed `-c` arguments here, which must go.
         args: Some(Vec::new()),
-        ports: Some(vec![ContainerPort {
-            name: Some(POSTGRES_PORT_NAME.to_owned()),
-            container_port: POSTGRES_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(
+            vec![ContainerPort {
+                name: Some(POSTGRES_PORT_NAME.to_owned()),
+                container_port: POSTGRES_PORT,
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            }]
+            .into_iter()
+            .chain(manager_ports())
+            .collect(),
+        ),
         env: Some(instance_env(owner)),
         resources: Some(container_resources(spec)),
         // Ready: accepting connections in its role (out of recovery on the primary, in recovery
-        // on a standby), with the credentials applied. The script bounds its own client call
-        // (3 s, killed then): `timeoutSeconds` is not enforced while a probe's child blocks, so a
-        // hung server turns the pod unready within three 3-second attempts, about 10 s.
-        readiness_probe: Some(Probe {
-            exec: Some(exec("ready")),
-            period_seconds: Some(2),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(3),
-            ..Probe::default()
-        }),
-        // Allows up to five minutes for crash recovery before liveness takes over.
-        startup_probe: Some(Probe {
-            exec: Some(exec("alive")),
-            period_seconds: Some(1),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(300),
-            ..Probe::default()
-        }),
-        // Restart only a server that stopped accepting connections for a minute; a busy server
-        // that answers slowly is left alone.
-        liveness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::String(POSTGRES_PORT_NAME.to_owned()),
-                ..TCPSocketAction::default()
-            }),
-            period_seconds: Some(10),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(6),
-            ..Probe::default()
-        }),
+        // on a standby), with the credentials applied; startup and liveness: the server answers.
+        // All three are the manager's HTTP endpoints, which bound their own queries (2 s), so a
+        // hung server fails each attempt in time (timings in `instance_pod`).
+        readiness_probe: Some(readiness_probe()),
+        startup_probe: Some(startup_probe()),
+        liveness_probe: Some(liveness_probe()),
         volume_mounts: Some(volume_mounts()),
         security_context: Some(restricted_security_context()),
         // A container that fails says why in its status: the log's tail when it wrote no

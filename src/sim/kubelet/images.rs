@@ -6,7 +6,10 @@
 //!   `PATH`, and the container gets the image's entrypoint contract (`entrypoint`) when it has no
 //!   `command`. Every minor version of a major maps to the same binaries: an upgrade 15.4 → 15.5 is a
 //!   real restart on the same server program.
-//! - the operator's own image (`dbcluster-operator[:tag]`, any registry) → the current executable.
+//! - the operator's own image (`dbcluster-operator[:tag]`, any registry) → the current executable,
+//!   or, when that is a cargo test harness (`target/<profile>/deps/<test>-<hash>`), the crate's
+//!   binary cargo built beside it for the integration tests (`target/<profile>/dbcluster-operator`):
+//!   the same code, with the binary's own subcommands (`instance run`…) that a harness lacks.
 //! - anything else has no mapping: the kubelet reports `ErrImagePull`, as a real kubelet reports an
 //!   image it cannot pull.
 
@@ -67,8 +70,21 @@ pub fn resolve(image: &str) -> Option<Image> {
             let major = postgres_major(tag)?;
             postgres_bin_dir(major).map(|bin_dir| Image::Postgres { major, bin_dir })
         }
-        OPERATOR_IMAGE => std::env::current_exe().ok().map(|program| Image::Operator { program }),
+        OPERATOR_IMAGE => {
+            std::env::current_exe().ok().map(|exe| Image::Operator { program: operator_program(exe) })
+        }
         _ => None,
+    }
+}
+
+/// The program standing in for the operator's image: `exe` itself, or the crate's binary beside a
+/// test harness in `target/<profile>/deps/` when cargo built it.
+pub fn operator_program(exe: PathBuf) -> PathBuf {
+    let named_itself = exe.file_name().is_some_and(|n| n == OPERATOR_IMAGE);
+    let deps = exe.parent().filter(|dir| dir.file_name().is_some_and(|n| n == "deps"));
+    match deps.and_then(Path::parent).map(|profile| profile.join(OPERATOR_IMAGE)) {
+        Some(binary) if !named_itself && binary.is_file() => binary,
+        _ => exe,
     }
 }
 
@@ -123,8 +139,17 @@ mod tests {
     }
 
     #[test]
-    fn the_operators_image_is_the_current_executable() {
+    fn the_operators_image_is_the_current_executable_or_the_binary_beside_a_test_harness() {
         let Some(Image::Operator { program }) = resolve("dbcluster-operator:latest") else { panic!() };
-        assert_eq!(program, std::env::current_exe().unwrap());
+        assert_eq!(program, operator_program(std::env::current_exe().unwrap()));
+        let dir = tempfile::tempdir().unwrap();
+        let deps = dir.path().join("debug/deps");
+        std::fs::create_dir_all(&deps).unwrap();
+        let harness = deps.join("e2e_failover-0123abcd");
+        assert_eq!(operator_program(harness.clone()), harness, "no binary built: the harness itself");
+        std::fs::write(dir.path().join("debug/dbcluster-operator"), "").unwrap();
+        assert_eq!(operator_program(harness), dir.path().join("debug/dbcluster-operator"));
+        let installed = PathBuf::from("/usr/local/bin/dbcluster-operator");
+        assert_eq!(operator_program(installed.clone()), installed);
     }
 }

@@ -1,5 +1,5 @@
 //! The reconcile pass's steps, one file each, in the order [`super::reconcile`] runs them:
-//! [`secrets`], [`services`], the StatefulSet and [`pdb`], [`instances`], [`backups`]; [`child`]
+//! [`secrets`] and [`status_token`], [`services`], the StatefulSet and [`pdb`], [`instances`], [`backups`]; [`child`]
 //! is how every step writes one child.
 
 pub mod backups;
@@ -8,3 +8,4 @@ pub mod instances;
 pub mod pdb;
 pub mod secrets;
 pub mod services;
+pub mod status_token;

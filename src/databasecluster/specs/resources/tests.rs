@@ -178,10 +178,13 @@ fn credentials_are_mounted_from_the_login_secrets_never_in_env() {
         [
             ("production-postgres-superuser", 0o440),
             ("production-postgres-replication", 0o440),
-            ("production-postgres-app", 0o440)
+            ("production-postgres-app", 0o440),
+            ("production-postgres-status-token", 0o440)
         ]
     );
-    for container in pod.init_containers.iter().flatten().chain(&pod.containers) {
+    let install = &pod.init_containers.as_ref().unwrap()[0];
+    assert!(install.volume_mounts.iter().flatten().all(|m| m.name == "controller"), "no Secret in the copy");
+    for container in pod.init_containers.iter().flatten().skip(1).chain(&pod.containers) {
         assert!(
             container
                 .env
@@ -206,15 +209,29 @@ fn credentials_are_mounted_from_the_login_secrets_never_in_env() {
 }
 
 #[test]
-fn pods_start_through_the_instance_program_with_an_init_container() {
+fn pods_run_the_instance_manager_copied_from_the_operators_image() {
     let sts = statefulset();
     let spec = sts.spec.as_ref().unwrap();
     assert_eq!(spec.update_strategy.as_ref().unwrap().type_.as_deref(), Some("OnDelete"));
     let pod = spec.template.spec.as_ref().unwrap();
-    let init = &pod.init_containers.as_ref().unwrap()[0];
-    assert_eq!(init.command.as_deref().unwrap(), ["bash", "/etc/dbcluster/instance.sh", "init"]);
-    assert_eq!(container(&sts).command.as_deref().unwrap(), ["bash", "/etc/dbcluster/instance.sh", "run"]);
+    let [install, init] = pod.init_containers.as_deref().unwrap() else { panic!("two init containers") };
+    assert_eq!(install.image.as_deref(), Some(crate::databasecluster::specs::instance_pod::instance_image()));
+    assert_eq!(
+        install.command.as_deref().unwrap(),
+        ["dbcluster-operator", "instance", "copy-binary", "/controller"]
+    );
+    assert_eq!(init.command.as_deref().unwrap(), ["/controller/dbcluster-operator", "instance", "init"]);
+    assert_eq!(
+        container(&sts).command.as_deref().unwrap(),
+        ["/controller/dbcluster-operator", "instance", "run"]
+    );
     assert_eq!(init.image, container(&sts).image);
+    for c in [install, init, container(&sts)] {
+        let context = c.security_context.as_ref().unwrap();
+        assert_eq!(context.read_only_root_filesystem, Some(true), "{}", c.name);
+        let controller = c.volume_mounts.iter().flatten().find(|m| m.mount_path == "/controller").unwrap();
+        assert_eq!(controller.read_only.is_some(), c.name != "install-manager", "only the copy writes it");
+    }
     assert_eq!(pod.termination_grace_period_seconds, Some(60));
     let anti = pod.affinity.as_ref().unwrap().pod_anti_affinity.as_ref().unwrap();
     assert!(anti.required_during_scheduling_ignored_during_execution.is_none(), "soft only");
@@ -275,21 +292,23 @@ fn retention_storage_class_and_resources_come_from_the_spec() {
 }
 
 #[test]
-fn the_probes_check_postgres_itself() {
+fn the_probes_ask_the_instance_manager() {
     let sts = statefulset();
     let container = container(&sts);
-    let command =
-        |probe: &Option<Probe>| probe.as_ref().unwrap().exec.as_ref().unwrap().command.clone().unwrap();
-    assert_eq!(command(&container.readiness_probe)[2], "ready", "ready: accepting connections in its role");
-    assert_eq!(command(&container.startup_probe)[2], "alive");
+    let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        let get = probe.as_ref().unwrap().http_get.clone().unwrap();
+        assert_eq!(get.port, IntOrString::String("status".into()));
+        get.path.unwrap()
+    };
+    assert_eq!(path(&container.readiness_probe), "/readyz", "ready: accepting connections in its role");
+    assert_eq!(path(&container.startup_probe), "/healthz");
+    assert_eq!(path(&container.liveness_probe), "/healthz");
     let startup = container.startup_probe.as_ref().unwrap();
     assert!(startup.period_seconds.unwrap() * startup.failure_threshold.unwrap() >= 300);
-    let liveness = container.liveness_probe.as_ref().unwrap();
-    assert_eq!(
-        liveness.tcp_socket.as_ref().unwrap().port,
-        IntOrString::String("postgres".into()),
-        "liveness checks the port, so a slow server is not killed"
-    );
+    let ports: Vec<_> =
+        container.ports.iter().flatten().map(|p| (p.name.as_deref(), p.container_port)).collect();
+    assert_eq!(ports, [(Some("postgres"), 5432), (Some("status"), 8000), (Some("metrics"), 9187)]);
+    assert_eq!(env(container, "DBC_STATUS_PORT").value.as_deref(), Some("8000"));
 }
 
 #[test]

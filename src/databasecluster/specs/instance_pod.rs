@@ -1,0 +1,206 @@
+//! The pod pieces that make each PostgreSQL pod run the instance manager (`crate::instance`): the
+//! operator's own binary, copied by an init container of the operator's image into an emptyDir
+//! ([`CONTROLLER_MOUNT_PATH`]) that the `postgres` image's containers run it from
+//! (`/controller/dbcluster-operator instance init|run`); its HTTP port ([`STATUS_PORT`], named
+//! `status`) for the probes and its metrics port ([`METRICS_PORT`], named `metrics`); and the `<name>-status-token` Secret mounted at
+//! `<secrets>/status/token` for `/status`.
+//!
+//! The operator's image is process-wide configuration fixed at start (`run --instance-image`, env
+//! `OPERATOR_IMAGE`; the Deployment sets it to its own image): [`set_instance_image`] records it
+//! once and the pure builders read it with [`instance_image`]. Without it, the image of this
+//! build's version.
+
+use std::sync::OnceLock;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, Probe, ResourceRequirements,
+    SecretVolumeSource, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::databasecluster::specs::status_token::status_token_secret_name;
+
+/// The emptyDir holding the manager's binary.
+pub const CONTROLLER_VOLUME: &str = "controller";
+/// Where it is mounted.
+pub const CONTROLLER_MOUNT_PATH: &str = "/controller";
+/// The init container copying the binary.
+pub const INSTALL_CONTAINER: &str = "install-manager";
+/// The manager's HTTP port in the pod.
+pub const STATUS_PORT: i32 = 8000;
+/// Its name on the container.
+pub const STATUS_PORT_NAME: &str = "status";
+/// The manager's metrics port (`/metrics`, Prometheus text).
+pub const METRICS_PORT: i32 = 9187;
+/// Its name on the container.
+pub const METRICS_PORT_NAME: &str = "metrics";
+/// The volume of the status token's Secret.
+pub const STATUS_TOKEN_VOLUME: &str = "secret-status";
+/// The image when none was configured.
+pub const DEFAULT_INSTANCE_IMAGE: &str = concat!("dbcluster-operator:", env!("CARGO_PKG_VERSION"));
+
+static INSTANCE_IMAGE: OnceLock<String> = OnceLock::new();
+
+/// Records the operator's image for the pods; the first call wins (returns whether it did).
+pub fn set_instance_image(image: String) -> bool {
+    INSTANCE_IMAGE.set(image).is_ok()
+}
+
+/// The operator's image that the pods copy the manager from.
+pub fn instance_image() -> &'static str {
+    INSTANCE_IMAGE.get().map_or(DEFAULT_INSTANCE_IMAGE, String::as_str)
+}
+
+/// `/controller/dbcluster-operator instance <verb>`.
+pub fn manager_command(verb: &str) -> Vec<String> {
+    vec![
+        format!("{CONTROLLER_MOUNT_PATH}/{}", crate::instance::BINARY_NAME),
+        "instance".to_owned(),
+        verb.to_owned(),
+    ]
+}
+
+/// The emptyDir the binary is copied into.
+pub fn controller_volume() -> Volume {
+    Volume {
+        name: CONTROLLER_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+/// The status token's Secret as a volume (readable by the pod's group only).
+pub fn status_token_volume(cluster_name: &str) -> Volume {
+    Volume {
+        name: STATUS_TOKEN_VOLUME.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(status_token_secret_name(cluster_name)),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The mounts every container running the manager adds: the binary (read-only) and the token.
+pub fn manager_mounts(secrets_mount_path: &str) -> [VolumeMount; 2] {
+    [
+        VolumeMount {
+            name: CONTROLLER_VOLUME.to_owned(),
+            mount_path: CONTROLLER_MOUNT_PATH.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: STATUS_TOKEN_VOLUME.to_owned(),
+            mount_path: format!("{secrets_mount_path}/status"),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    ]
+}
+
+/// The init container that copies the operator's binary into the emptyDir (first of all).
+pub fn install_container(security: k8s_openapi::api::core::v1::SecurityContext) -> Container {
+    let quantity = |cpu: &str, memory: &str| {
+        Some(
+            [
+                ("cpu".to_owned(), Quantity(cpu.to_owned())),
+                ("memory".to_owned(), Quantity(memory.to_owned())),
+            ]
+            .into(),
+        )
+    };
+    Container {
+        name: INSTALL_CONTAINER.to_owned(),
+        image: Some(instance_image().to_owned()),
+        command: Some(vec![
+            crate::instance::BINARY_NAME.to_owned(),
+            "instance".to_owned(),
+            "copy-binary".to_owned(),
+            CONTROLLER_MOUNT_PATH.to_owned(),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: quantity("10m", "32Mi"),
+            limits: quantity("500m", "128Mi"),
+            ..ResourceRequirements::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: CONTROLLER_VOLUME.to_owned(),
+            mount_path: CONTROLLER_MOUNT_PATH.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        security_context: Some(security),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Container::default()
+    }
+}
+
+/// The manager's ports on the `postgres` container: `status` and `metrics`.
+pub fn manager_ports() -> [ContainerPort; 2] {
+    let port = |name: &str, number: i32| ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: number,
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
+    };
+    [port(STATUS_PORT_NAME, STATUS_PORT), port(METRICS_PORT_NAME, METRICS_PORT)]
+}
+
+fn http_probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String(STATUS_PORT_NAME.to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(timeout),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    }
+}
+
+/// Readiness: `/readyz`, every 2 s. The manager bounds its own query (2 s), so a hung server
+/// answers 503 in time and fails each attempt: three failures, at most about 2 + 3 × 2 s, make
+/// it unready within about 8 s, under the 10 s a hung primary may stay in the `-rw` Service.
+pub fn readiness_probe() -> Probe {
+    http_probe("/readyz", 2, 3, 3)
+}
+
+/// Startup: `/healthz` every second, for up to five minutes of crash recovery (or a clone).
+pub fn startup_probe() -> Probe {
+    http_probe("/healthz", 1, 3, 300)
+}
+
+/// Liveness: `/healthz` every 10 s; a restart only after a minute of no answer (six failures), so
+/// a busy server that answers slowly now and then is left alone.
+pub fn liveness_probe() -> Probe {
+    http_probe("/healthz", 10, 5, 6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hung_server_is_unready_within_ten_seconds_and_recovery_gets_five_minutes() {
+        let worst = |p: &Probe| p.period_seconds.unwrap() * p.failure_threshold.unwrap();
+        let readiness = readiness_probe();
+        // The manager answers within its 2 s query limit; the kubelet's timeout is above that.
+        assert!(readiness.timeout_seconds.unwrap() > 2);
+        assert!(worst(&readiness) + readiness.period_seconds.unwrap() <= 10);
+        assert!(worst(&startup_probe()) >= 300);
+        assert!(worst(&liveness_probe()) >= 60);
+        for probe in [readiness, startup_probe(), liveness_probe()] {
+            assert_eq!(probe.http_get.unwrap().port, IntOrString::String("status".into()));
+        }
+    }
+
+    #[test]
+    fn the_manager_runs_from_the_controller_volume() {
+        assert_eq!(manager_command("run"), ["/controller/dbcluster-operator", "instance", "run"]);
+        assert!(instance_image().starts_with("dbcluster-operator:"));
+    }
+}

@@ -1,0 +1,110 @@
+//! Makes the primary accept exactly the passwords of the mounted Secrets, at every start: creates
+//! the replication and application roles and the application database when missing, and sets the
+//! three passwords. The server only sees SCRAM-SHA-256 verifiers computed here (never a plaintext,
+//! so nothing secret can reach its log), and the session turns statement logging off besides.
+//! Commits are local: with synchronous replication no standby can stream before the replication
+//! role exists.
+
+use std::time::Duration;
+
+use super::local::{ClientError, Local};
+use super::secrets::{Credential, Login, SecretError};
+use super::settings::Settings;
+
+/// How long applying the credentials may take (creating the database included).
+const APPLY_LIMIT: Duration = Duration::from_secs(60);
+
+/// The credentials could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A Secret is unreadable.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// The server refused or did not answer.
+    #[error("applying the credentials: {0}")]
+    Client(#[from] ClientError),
+}
+
+/// An SQL identifier, double-quoted.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// An SQL string literal, single-quoted.
+pub fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// `ALTER ROLE … PASSWORD '<SCRAM verifier>'` and the role's attributes.
+fn alter_role(credential: &Credential, attributes: &str) -> String {
+    let verifier = postgres_protocol::password::scram_sha_256(credential.password.expose().as_bytes());
+    format!(
+        "ALTER ROLE {} WITH {attributes} PASSWORD {}",
+        quote_ident(&credential.username),
+        quote_literal(&verifier)
+    )
+}
+
+/// The session settings that keep the statements out of the server log.
+const QUIET_SESSION: &str = "SET synchronous_commit = 'local'; SET log_statement = 'none'; \
+    SET log_min_error_statement = 'panic'; SET log_min_duration_statement = -1";
+
+/// Applies the mounted Secrets' credentials on the local primary.
+pub async fn apply(settings: &Settings, local: &Local) -> Result<(), ApplyError> {
+    let superuser = super::secrets::read(settings, Login::Superuser)?;
+    let replication = super::secrets::read(settings, Login::Replication)?;
+    let app = super::secrets::read(settings, Login::App)?;
+    let database = settings.app_database.clone();
+    let work = |client: tokio_postgres::Client| async move {
+        client.batch_execute(QUIET_SESSION).await?;
+        let exists = "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)";
+        for (role, attributes) in [(&replication.username, "LOGIN REPLICATION"), (&app.username, "LOGIN")] {
+            if !client.query_one(exists, &[role]).await?.get::<_, bool>(0) {
+                client.batch_execute(&format!("CREATE ROLE {} {attributes}", quote_ident(role))).await?;
+            }
+        }
+        client.batch_execute(&alter_role(&superuser, "LOGIN")).await?;
+        client.batch_execute(&alter_role(&replication, "LOGIN REPLICATION NOSUPERUSER")).await?;
+        client.batch_execute(&alter_role(&app, "LOGIN NOSUPERUSER NOREPLICATION")).await?;
+        let has_db = "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)";
+        if !client.query_one(has_db, &[&database]).await?.get::<_, bool>(0) {
+            let create =
+                format!("CREATE DATABASE {} OWNER {}", quote_ident(&database), quote_ident(&app.username));
+            client.batch_execute(&create).await?;
+        }
+        Ok(())
+    };
+    local.with(APPLY_LIMIT, work).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_and_literals_are_quoted() {
+        let cases =
+            [("app", "\"app\"", "'app'"), ("a\"b", "\"a\"\"b\"", "'a\"b'"), ("it's", "\"it's\"", "'it''s'")];
+        for (value, ident, literal) in cases {
+            assert_eq!((quote_ident(value).as_str(), quote_literal(value).as_str()), (ident, literal));
+        }
+    }
+
+    #[test]
+    fn the_statement_carries_a_verifier_never_the_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::sample();
+        settings.secrets_dir = dir.path().to_owned();
+        std::fs::create_dir_all(dir.path().join("app")).unwrap();
+        std::fs::write(dir.path().join("app/username"), "app").unwrap();
+        std::fs::write(dir.path().join("app/password"), "s3cret-UNIQUE").unwrap();
+        let app = super::super::secrets::read(&settings, Login::App).unwrap();
+        let statement = alter_role(&app, "LOGIN");
+        assert!(
+            statement.starts_with("ALTER ROLE \"app\" WITH LOGIN PASSWORD 'SCRAM-SHA-256$4096:"),
+            "{statement}"
+        );
+        assert!(!statement.contains("s3cret-UNIQUE"));
+    }
+}

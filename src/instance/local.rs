@@ -1,0 +1,178 @@
+//! libpq access (`tokio-postgres`) to this instance's own server over its Unix socket in `$DBC_RUN`
+//! as the superuser (trusted locally by `pg_hba.conf`), and to the recorded primary over TCP.
+//! Every call is bounded: connecting and the statements together within the caller's limit, so a
+//! hung server never hangs the manager or a probe.
+
+use std::future::Future;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::decide::PrimaryFacts;
+use super::secrets::Credential;
+use super::settings::Settings;
+
+/// How long a probe's query may take in all (`/healthz`, `/readyz`).
+pub const PROBE_LIMIT: Duration = Duration::from_secs(2);
+/// How long an administrative call may take (reload, the watcher's look, `/status`).
+pub const ADMIN_LIMIT: Duration = Duration::from_secs(5);
+/// How long asking the recorded primary may take.
+const PRIMARY_LIMIT: Duration = Duration::from_secs(8);
+
+/// A client call failed.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// No answer within the limit.
+    #[error("{target}: no answer within {limit:?}")]
+    Timeout {
+        /// Which server.
+        target: String,
+        /// The limit.
+        limit: Duration,
+    },
+    /// The driver's error.
+    #[error("{target}: {source}")]
+    Postgres {
+        /// Which server.
+        target: String,
+        /// Why.
+        source: tokio_postgres::Error,
+    },
+}
+
+/// This instance's server on its socket.
+#[derive(Clone, Debug)]
+pub struct Local {
+    config: Config,
+}
+
+/// Connects with `config` and runs `work` on the session, all within `limit`.
+pub async fn session<T, F, Fut>(
+    config: &Config,
+    target: &str,
+    limit: Duration,
+    work: F,
+) -> Result<T, ClientError>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+{
+    let attempt = async {
+        let (client, connection) = config.connect(NoTls).await?;
+        let driver = tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "session ended");
+            }
+        });
+        let result = work(client).await;
+        driver.abort();
+        result
+    };
+    tokio::time::timeout(limit, attempt)
+        .await
+        .map_err(|_| ClientError::Timeout { target: target.to_owned(), limit })?
+        .map_err(|source| ClientError::Postgres { target: target.to_owned(), source })
+}
+
+impl Local {
+    /// The server of `settings` as `superuser` (its name only: the socket is trusted).
+    pub fn new(settings: &Settings, superuser: &str) -> Local {
+        let mut config = Config::new();
+        config
+            .host_path(&settings.run_dir)
+            .port(settings.port)
+            .user(superuser)
+            .dbname("postgres")
+            .application_name("dbcluster-instance")
+            .connect_timeout(PROBE_LIMIT);
+        Local { config }
+    }
+
+    /// Runs `work` on a fresh local session within `limit`.
+    pub async fn with<T, F, Fut>(&self, limit: Duration, work: F) -> Result<T, ClientError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        session(&self.config, "the local server", limit, work).await
+    }
+
+    /// The server answers a trivial query.
+    pub async fn ping(&self, limit: Duration) -> Result<(), ClientError> {
+        self.with(limit, |c| async move { c.simple_query("SELECT 1").await.map(drop) }).await
+    }
+
+    /// `pg_is_in_recovery()`.
+    pub async fn in_recovery(&self, limit: Duration) -> Result<bool, ClientError> {
+        self.with(limit, |c| async move { Ok(c.query_one("SELECT pg_is_in_recovery()", &[]).await?.get(0)) })
+            .await
+    }
+
+    /// `pg_reload_conf()`.
+    pub async fn reload(&self) -> Result<(), ClientError> {
+        self.with(ADMIN_LIMIT, |c| async move { c.simple_query("SELECT pg_reload_conf()").await.map(drop) })
+            .await
+    }
+}
+
+/// Asks the recorded primary `recorded` (as the superuser, over TCP) for its system identifier
+/// and whether it accepts writes; `None` when it does not answer in time.
+pub async fn observe_primary(
+    settings: &Settings,
+    recorded: &str,
+    superuser: &Credential,
+) -> Option<PrimaryFacts> {
+    let mut config = Config::new();
+    let host = settings.host_of(recorded);
+    config
+        .host(&host)
+        .port(settings.port)
+        .user(&superuser.username)
+        .password(superuser.password.expose())
+        .dbname("postgres")
+        .application_name("dbcluster-instance")
+        .connect_timeout(Duration::from_secs(5));
+    let query = |c: Client| async move {
+        let row = c
+            .query_one(
+                "SELECT system_identifier::text, NOT pg_is_in_recovery() FROM pg_control_system()",
+                &[],
+            )
+            .await?;
+        Ok((row.get::<_, String>(0), row.get::<_, bool>(1)))
+    };
+    match session(&config, &host, PRIMARY_LIMIT, query).await {
+        Ok((id, writable)) => id.parse().ok().map(|system_id| PrimaryFacts { system_id, writable }),
+        Err(error) => {
+            tracing::debug!(%error, "the recorded primary did not answer");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_that_accepts_but_never_answers_fails_within_the_limit() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                kept.push(stream);
+            }
+        });
+        let mut config = Config::new();
+        config.host("127.0.0.1").port(port).user("postgres");
+        let started = std::time::Instant::now();
+        let limit = Duration::from_millis(300);
+        let result =
+            session(&config, "hung", limit, |c| async move { c.simple_query("SELECT 1").await.map(drop) });
+        let error = result.await.unwrap_err();
+        assert!(matches!(error, ClientError::Timeout { .. }), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}

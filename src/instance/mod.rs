@@ -1,0 +1,134 @@
+//! The instance manager: the operator's own binary run as each PostgreSQL pod's main process
+//! (`dbcluster-operator instance …`), in place of a shell script.
+//!
+//! - `instance copy-binary <dir>` (an init container of the operator's image): copies this
+//!   executable into `<dir>` (an emptyDir shared with the `postgres` container).
+//! - `instance init` (an init container of the `postgres` image): prepares the data directory for
+//!   this pod's role ([`prepare`]).
+//! - `instance run [-- postgres options]` (the `postgres` container): the same preparation, then
+//!   the server as its child, the probes and `/status` ([`http`]), `/metrics` ([`metrics`]), the record watcher
+//!   ([`watcher`]), SIGTERM → fast shutdown, and the server's exit status as its own ([`run`]).
+//!
+//! The environment is [`settings`]'s; the role always comes from the record file
+//! `$DBC_CONFIG/primary`. Decisions are pure functions in [`decide`]; the rest are the I/O edges:
+//! PostgreSQL's programs ([`tools`], [`postmaster`]), libpq sessions ([`local`]), the Secrets
+//! ([`secrets`], [`credentials`]) and `postgresql.auto.conf` ([`auto_conf`]). Logs: one JSON line
+//! per event on stderr (`RUST_LOG` filters), nothing on a healthy restart.
+
+pub mod auto_conf;
+pub mod credentials;
+pub mod decide;
+pub mod http;
+pub mod local;
+pub mod metrics;
+pub mod postmaster;
+pub mod prepare;
+pub mod run;
+pub mod secrets;
+pub mod settings;
+pub mod signal;
+pub mod status;
+pub mod tools;
+pub mod watcher;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The file name the binary is copied under.
+pub const BINARY_NAME: &str = "dbcluster-operator";
+
+/// `dbcluster-operator instance`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct InstanceArgs {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Verb {
+    /// Prepare the data directory for this pod's role (initdb, clone, rewind), then exit.
+    Init,
+    /// Prepare, then run PostgreSQL under the manager (probes, /status, the record watcher).
+    Run {
+        /// Extra `postgres` arguments, after `--`.
+        #[arg(last = true)]
+        postgres_args: Vec<String>,
+    },
+    /// Copy this executable into DIR (an emptyDir the postgres container runs it from).
+    CopyBinary {
+        /// The directory.
+        dir: PathBuf,
+    },
+}
+
+/// The log filter without `RUST_LOG`: the manager's events, the driver's warnings only.
+const DEFAULT_FILTER: &str = "info,tokio_postgres=warn";
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .try_init();
+}
+
+/// Runs `dbcluster-operator instance …`.
+pub fn main(args: InstanceArgs) -> ExitCode {
+    init_logging();
+    if let Verb::CopyBinary { dir } = &args.verb {
+        return match copy_binary(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, dir = %dir.display(), "copying the binary failed");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let settings = match settings::Settings::from_env() {
+        Ok(settings) => settings,
+        Err(error) => {
+            tracing::error!(%error, "the environment is incomplete");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "starting the async runtime failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        match args.verb {
+            Verb::Init => prepare::prepare(&settings).await.map(|_| 0).map_err(|e| e.to_string()),
+            Verb::Run { postgres_args } => run::run(settings, postgres_args).await.map_err(|e| e.to_string()),
+            Verb::CopyBinary { .. } => Ok(0),
+        }
+    });
+    // Children still running (a killed clone) are not waited for.
+    runtime.shutdown_background();
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            tracing::error!(%error, "the instance manager failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Copies the current executable to `<dir>/dbcluster-operator` (mode 0755, written whole, then
+/// renamed into place).
+pub fn copy_binary(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let source = std::env::current_exe()?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{BINARY_NAME}.tmp"));
+    std::fs::copy(&source, &tmp)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, dir.join(BINARY_NAME))
+}
