@@ -69,40 +69,78 @@ pub fn to_events_v1(obj: &mut Value) {
     rename(obj, 1, "events.k8s.io/v1");
 }
 
-/// The causes of a 422 for a (core-shaped) Event written through `kind`'s version: the object it
-/// is about is required, `type` is `Normal` or `Warning`, `reason` at most 128 characters.
+/// The causes of a 422 for a (core-shaped) Event written through `kind`'s version, as 1.28's
+/// `ValidateEventCreate` and `legacyValidateEvent` (pkg/apis/core/validation/events.go) give them:
+///
+/// - either version: the object it is about is required; `type` is `Normal` or `Warning` (may be
+///   empty on `core/v1`); `reason` at most 128 characters.
+/// - an Event with an `eventTime` (a "new" Event, through either version): the reporting
+///   controller, reporting instance, action and reason are required.
+/// - through `events.k8s.io/v1`: `eventTime` is required and the older API's
+///   `deprecatedFirstTimestamp`, `deprecatedLastTimestamp`, `deprecatedCount` and
+///   `deprecatedSource` must be unset (through `core/v1` they may be set beside `eventTime`).
 pub fn causes(kind: &Kind, event: &Value) -> Vec<Cause> {
     let v1 = is_events_v1(kind);
     let mut causes = Vec::new();
     let about = &event["involvedObject"];
     if about.as_object().is_none_or(|m| m.values().all(|v| v.as_str().is_some_and(str::is_empty))) {
-        causes.push(Cause {
-            reason: "FieldValueRequired".into(),
-            message: "Required value".into(),
-            field: if v1 { "regarding" } else { "involvedObject" }.into(),
-        });
+        causes.push(required(if v1 { "regarding" } else { "involvedObject" }));
     }
     match event["type"].as_str() {
         Some("Normal" | "Warning") => {}
         None | Some("") if !v1 => {}
-        other => causes.push(Cause {
-            reason: "FieldValueInvalid".into(),
-            message: format!(
-                "Invalid value: {:?}: has invalid value: {}",
-                other.unwrap_or_default(),
-                other.unwrap_or_default()
-            ),
-            field: "type".into(),
-        }),
+        other => {
+            let other = other.unwrap_or_default();
+            causes.push(invalid("type", "", &format!("has invalid value: {other}")));
+        }
     }
     if let Some(reason) = event["reason"].as_str().filter(|r| r.chars().count() > REASON_MAX) {
-        causes.push(Cause {
-            reason: "FieldValueInvalid".into(),
-            message: format!("Invalid value: {reason:?}: can have at most {REASON_MAX} characters"),
-            field: "reason".into(),
-        });
+        causes.push(invalid("reason", reason, &format!("can have at most {REASON_MAX} characters")));
+    }
+    let set = |field: &str| event.get(field).is_some_and(|v| !v.is_null() && v != "" && v != 0);
+    if set("eventTime") {
+        let controller = if v1 { "reportingController" } else { "reportingComponent" };
+        for (stored, shown) in [
+            ("reportingComponent", controller),
+            ("reportingInstance", "reportingInstance"),
+            ("action", "action"),
+            ("reason", "reason"),
+        ] {
+            if !set(stored) {
+                causes.push(required(shown));
+            }
+        }
+    } else if v1 {
+        causes.push(required("eventTime"));
+    }
+    if v1 {
+        for (stored, shown) in [
+            ("firstTimestamp", "deprecatedFirstTimestamp"),
+            ("lastTimestamp", "deprecatedLastTimestamp"),
+            ("count", "deprecatedCount"),
+        ] {
+            if set(stored) {
+                causes.push(invalid(shown, "", "needs to be unset"));
+            }
+        }
+        let source = &event["source"];
+        if ["component", "host"].iter().any(|f| source[f].as_str().is_some_and(|s| !s.is_empty())) {
+            causes.push(invalid("deprecatedSource", "", "needs to be unset"));
+        }
     }
     causes
+}
+
+fn required(field: &str) -> Cause {
+    Cause { reason: "FieldValueRequired".into(), message: "Required value".into(), field: field.into() }
+}
+
+fn invalid(field: &str, value: &str, why: &str) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: {value:?}: {why}"),
+        field: field.into(),
+    }
 }
 
 #[cfg(test)]

@@ -193,6 +193,32 @@ async fn kubectl_explain_reads_the_crd_schema_from_openapi_v3() {
         assert!(stdout.contains(field), "{field:?} missing from:\n{stdout}");
     }
     assert!(stdout.contains("Number of PostgreSQL instances (0 to 10)"), "{stdout}");
+    // The allowed values are listed (in the description: kubectl before 1.30 does not print a
+    // field's enum), and a description reads as one paragraph (kubectl wraps it).
+    for (field, values) in
+        [("primaryUpdateMethod", ["Switchover", "Restart"]), ("pvcRetention", ["Retain", "Delete"])]
+    {
+        let path = format!("dbc.spec.{field}");
+        let (ok, stdout, stderr) = kubectl(&cluster.sim, dir.path(), &["explain", &path]).await;
+        let listed = format!("One of: `{}`, `{}`.", values[0], values[1]);
+        assert!(
+            ok && stdout.split_whitespace().collect::<Vec<_>>().join(" ").contains(&listed),
+            "{stdout}{stderr}"
+        );
+    }
+    let (ok, stdout, stderr) =
+        kubectl(&cluster.sim, dir.path(), &["explain", "dbc.spec.failoverDelay"]).await;
+    // kubectl wraps at 76 columns itself: a break kept from the source's wrapping would leave a
+    // short line inside the paragraph ("… promoted in its" / "place (default" / "30); …").
+    let description: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| *l != "DESCRIPTION:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    let (last, wrapped) = description.split_last().expect("a description");
+    assert!(last.contains("disables automatic failover") && !wrapped.is_empty(), "{stdout}{stderr}");
+    assert!(ok && wrapped.iter().all(|l| l.trim().len() >= 60), "a line broken early:\n{stdout}");
     let (ok, stdout, stderr) = kubectl(&cluster.sim, dir.path(), &["explain", "dbc.metadata"]).await;
     assert!(ok && stdout.contains("ObjectMeta is metadata"), "{stdout}{stderr}");
 }

@@ -442,6 +442,17 @@ async fn events_are_served_as_core_and_events_k8s_io_and_both_refuse_bad_ones() 
         ("a.1", serde_json::json!({"regarding": null}), "regarding"),
         ("a.2", serde_json::json!({"type": "Info"}), "type"),
         ("a.3", serde_json::json!({"reason": long_reason}), "reason"),
+        // 1.28's ValidateEventCreate: through events.k8s.io/v1, eventTime is required and the
+        // older API's fields must be unset.
+        ("a.4", serde_json::json!({"eventTime": null}), "eventTime"),
+        (
+            "a.5",
+            serde_json::json!({"deprecatedLastTimestamp": "2026-01-01T00:00:00Z"}),
+            "deprecatedLastTimestamp",
+        ),
+        ("a.6", serde_json::json!({"deprecatedCount": 1}), "deprecatedCount"),
+        ("a.7", serde_json::json!({"deprecatedSource": {"component": "x"}}), "deprecatedSource"),
+        ("a.8", serde_json::json!({"reportingInstance": null}), "reportingInstance"),
     ] {
         let (code, message) = refused(
             v1.create(&Default::default(), &serde_json::from_value(event(name, extra)).unwrap()).await,
@@ -464,6 +475,8 @@ async fn events_are_served_as_core_and_events_k8s_io_and_both_refuse_bad_ones() 
         ),
         (serde_json::json!({"type": "Info"}), "type"),
         (serde_json::json!({"reason": "R".repeat(129)}), "reason"),
+        // legacyValidateEvent: a core Event with an eventTime names its reporter and action.
+        (serde_json::json!({"eventTime": "2026-01-01T00:00:00.000000Z"}), "reportingComponent"),
     ] {
         match core.create(&Default::default(), &core_event(extra)).await {
             Err(kube::Error::Api(s)) => assert!(s.code == 422 && s.message.contains(field), "{}", s.message),
@@ -471,4 +484,12 @@ async fn events_are_served_as_core_and_events_k8s_io_and_both_refuse_bad_ones() 
         }
     }
     core.create(&Default::default(), &core_event(serde_json::json!({}))).await.unwrap();
+    // Through core/v1, the older API's times may stand beside eventTime (as the operator writes).
+    let both = serde_json::json!({
+        "metadata": {"name": "c.2"}, "eventTime": "2026-01-01T00:00:00.000000Z",
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1,
+        "reportingComponent": "x/y", "reportingInstance": "i", "action": "Create",
+        "source": {"component": "x/y"},
+    });
+    core.create(&Default::default(), &core_event(both)).await.unwrap();
 }

@@ -322,6 +322,31 @@ async fn events_written_as_events_k8s_io_show_in_kubectl_get_events_and_describe
     );
 }
 
+/// The operator's Events carry both generations' times, so `kubectl get events` sorts them either
+/// way a user asks.
+#[tokio::test]
+async fn the_operators_events_sort_by_last_timestamp_and_by_event_time() {
+    use dbcluster_operator::databasecluster::controller::events::{EventNote, build_event};
+    let f = Fixture::new().await;
+    f.install().await;
+    let cluster: dbcluster_operator::databasecluster::api::types::DatabaseCluster = serde_json::from_value(
+        serde_json::to_value(f.clusters().get("production-postgres").await.unwrap()).unwrap(),
+    )
+    .unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(f.sim.client());
+    let now = jiff::Timestamp::now();
+    for (i, reason) in ["CreatedService", "CreatedSecret"].into_iter().enumerate() {
+        let note = EventNote::created(&reason["Created".len()..], "production-postgres");
+        let at = now + jiff::SignedDuration::from_secs(i64::try_from(i).unwrap());
+        events.create(&Default::default(), &build_event(&cluster, &note, "op-0", at)).await.unwrap();
+    }
+    for field in [".lastTimestamp", ".eventTime", ".firstTimestamp"] {
+        let listed = f.ok(&["get", "events", "--sort-by", field]).await;
+        let (service, secret) = (listed.find("CreatedService"), listed.find("CreatedSecret"));
+        assert!(service.is_some() && service < secret, "sorted by {field}: {listed}");
+    }
+}
+
 #[tokio::test]
 async fn kubectl_creates_namespaces_config_maps_and_secrets() {
     // kubectl sends JSON for these requests (`kubectl create` encodes built-in kinds as JSON

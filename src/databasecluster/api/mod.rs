@@ -1,6 +1,8 @@
 //! What a user writes: the `DatabaseCluster` CRD's [`types`], the checks the CRD cannot make
-//! ([`validation`]) and `spec.backup` / `spec.bootstrap` ([`backup`]).
+//! ([`validation`]), `spec.backup` / `spec.bootstrap` ([`backup`]), and the schema's descriptions
+//! as `kubectl explain` shows them ([`descriptions`]).
 
 pub mod backup;
+pub mod descriptions;
 pub mod types;
 pub mod validation;

@@ -539,9 +539,14 @@ impl Phase {
     }
 }
 
-/// The DatabaseCluster CustomResourceDefinition, as generated from the types above.
+/// The DatabaseCluster CustomResourceDefinition, as generated from the types above, with each
+/// description's lines joined into paragraphs
+/// ([`super::descriptions::unwrap_lines`]).
 pub fn crd() -> CustomResourceDefinition {
-    DatabaseCluster::crd()
+    let mut crd = serde_json::to_value(DatabaseCluster::crd())
+        .expect("a CustomResourceDefinition always serialises to JSON");
+    super::descriptions::unwrap_descriptions(&mut crd);
+    serde_json::from_value(crd).expect("joining description lines keeps a valid CustomResourceDefinition")
 }
 
 /// The CRD as YAML: what `dbcluster-operator crd` prints and `manifests/crd.yaml` holds.

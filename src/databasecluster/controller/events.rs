@@ -1,5 +1,12 @@
-//! The Events the operator reports about a DatabaseCluster, and publishing them as
-//! `events.k8s.io/v1` Events.
+//! The Events the operator reports about a DatabaseCluster, and publishing them as `core/v1`
+//! Events.
+//!
+//! Written through `core/v1`, not `events.k8s.io/v1`, so that they carry what both generations of
+//! tools sort and show by: `eventTime` and the reporting fields of the newer API, and
+//! `firstTimestamp`, `lastTimestamp`, `count` and `source` of the older one
+//! (`kubectl get events --sort-by=.lastTimestamp` lists them). The apiserver refuses the older
+//! fields on an `events.k8s.io/v1` create (`ValidateEventCreate`) and accepts both on a `core/v1`
+//! one; both APIs serve the same objects.
 //!
 //! The model is pure data: an [`EventNote`] (type, reason, action, note), computed from a status
 //! transition ([`status_events`]), a created child ([`EventNote::created`]) or a scaling write
@@ -25,9 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::PostParams;
 use kube::{Api, Client, Resource};
 use tokio::sync::{mpsc, oneshot};
@@ -57,7 +63,7 @@ impl EventType {
     }
 }
 
-/// An Event to publish about a DatabaseCluster (events.k8s.io/v1 fields), as pure data: reconcile
+/// An Event to publish about a DatabaseCluster, as pure data: reconcile
 /// only sends it. Notes never hold a secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventNote {
@@ -191,13 +197,17 @@ pub fn build_event(cluster: &DatabaseCluster, note: &EventNote, instance: &str, 
             ..ObjectMeta::default()
         },
         event_time: Some(MicroTime(now)),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
         type_: Some(note.type_.as_str().to_owned()),
         reason: Some(note.reason.clone()),
         action: Some(note.action.to_owned()),
-        note: Some(note.note.clone()),
-        reporting_controller: Some(REPORTING_CONTROLLER.to_owned()),
+        message: Some(note.note.clone()),
+        reporting_component: Some(REPORTING_CONTROLLER.to_owned()),
         reporting_instance: Some(instance.to_owned()),
-        regarding: Some(ObjectReference {
+        source: Some(EventSource { component: Some(REPORTING_CONTROLLER.to_owned()), host: None }),
+        involved_object: ObjectReference {
             api_version: Some(DatabaseCluster::api_version(&()).into_owned()),
             kind: Some(DatabaseCluster::kind(&()).into_owned()),
             name: Some(name),
@@ -205,7 +215,7 @@ pub fn build_event(cluster: &DatabaseCluster, note: &EventNote, instance: &str, 
             uid: meta.uid.clone(),
             resource_version: meta.resource_version.clone(),
             ..ObjectReference::default()
-        }),
+        },
         ..Event::default()
     }
 }
@@ -363,10 +373,13 @@ mod tests {
         assert_eq!(event.type_.as_deref(), Some("Normal"));
         assert_eq!(event.reason.as_deref(), Some("CreatedService"));
         assert_eq!(event.action.as_deref(), Some("Create"));
-        assert_eq!(event.reporting_controller.as_deref(), Some(REPORTING_CONTROLLER));
+        assert_eq!(event.reporting_component.as_deref(), Some(REPORTING_CONTROLLER));
         assert_eq!(event.reporting_instance.as_deref(), Some("op-0"));
+        // Both generations' times: the newer API's `eventTime`, the older one's first/last seen.
         assert_eq!(event.event_time, Some(MicroTime(now)));
-        let regarding = event.regarding.unwrap();
+        assert_eq!((event.first_timestamp, event.last_timestamp), (Some(Time(now)), Some(Time(now))));
+        assert_eq!(event.count, Some(1));
+        let regarding = event.involved_object;
         assert_eq!(regarding.kind.as_deref(), Some("DatabaseCluster"));
         assert_eq!(regarding.api_version.as_deref(), Some("databases.madmmas.dev/v1alpha1"));
         assert_eq!(regarding.uid.as_deref(), Some(UID));
