@@ -275,6 +275,10 @@ spec:
     for column in ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"] {
         assert!(header.contains(column), "{column} in {header}");
     }
+    // Each running pod is bound to the node (`spec.nodeName`), as the scheduler's binding leaves it.
+    for line in wide.lines().skip(1) {
+        assert!(line.split_whitespace().any(|cell| cell == "sim-node"), "{line}");
+    }
     let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  selector: {app: web}\n  ports: [{port: 5432, targetPort: 5432}]\n";
     std::fs::write(f.path("svc.yaml"), service).unwrap();
     f.ok(&["apply", "-f", path_str(&f.path("svc.yaml"))]).await;

@@ -32,7 +32,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::sim::cluster::Cluster;
-use crate::sim::controllers::write_status;
+use crate::sim::controllers::{bind, write_status};
 use crate::sim::kubelet::Node;
 use crate::sim::kubelet::container::{self, Ending};
 use crate::sim::kubelet::env::Sources;
@@ -174,10 +174,12 @@ impl PodWorker {
         self.publish();
     }
 
-    /// Rule 7: waits for the node to take the pod; `false` if the pod is deleted first.
+    /// Rule 7: waits for the node to take the pod, then binds it (`spec.nodeName`); `false` if
+    /// the pod is deleted first.
     async fn schedule(&self) -> bool {
         let mut cordoned = self.cluster.faults.cordoned();
         if !*cordoned.borrow_and_update() {
+            self.bind();
             return true;
         }
         self.update(|m| m.set_unschedulable(Some(no_node_for("1 node(s) were unschedulable")), &meta::now()));
@@ -186,7 +188,20 @@ impl PodWorker {
             _ = self.entry.stop.cancelled() => return false,
         }
         self.update(|m| m.set_unschedulable(None, &meta::now()));
+        self.bind();
         true
+    }
+
+    /// Sets the pod's `spec.nodeName`, as the scheduler's binding does.
+    fn bind(&self) {
+        let (ns, name, uid) =
+            (self.namespace().to_owned(), name_of(&self.pod).to_owned(), self.entry.uid.clone());
+        self.cluster.write(|s| {
+            let Some(current) = s.store.get("pods", &ns, &name).cloned() else { return };
+            if current["metadata"]["uid"] == uid.as_str() {
+                bind(s, &current);
+            }
+        });
     }
 
     /// Runs the pod until it is deleted and its containers have stopped.

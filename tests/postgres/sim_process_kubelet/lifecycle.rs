@@ -29,7 +29,9 @@ async fn probes_gate_readiness_and_a_service_forwards_to_ready_pods() {
     let services: Api<Service> = cluster.api();
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]}});
     services.create(&PostParams::default(), &serde_json::from_value(svc).unwrap()).await.unwrap();
-    await_pod(&pods, "web", "ready", ready).await;
+    let web = await_pod(&pods, "web", "ready", ready).await;
+    // Bound to the node before it ran, as the scheduler's binding leaves a pod.
+    assert_eq!(web["spec"]["nodeName"], "sim-node");
     let ip = cluster.sim.resolve("default", "web.default.svc.cluster.local").expect("the Service resolves");
     assert!(ip.to_string().starts_with("127.11."), "{ip}");
     let answer = eventually_some("the Service forwards", || async {
