@@ -1,7 +1,11 @@
 //! `dbcluster-operator status`, the rendering half: pure functions from a fetched [`Snapshot`]
 //! (the DatabaseCluster as JSON, its children, its recent Events, the operator's view of the key)
 //! to the text a user reads first, like `kubectl cnpg status`. Fields not every version of the
-//! status has (`instances`, backups) are shown when present and skipped when absent. The fetch is
+//! status has (`instances`, backups) are shown when present and skipped when absent. Each figure
+//! says how old it is, counted from the snapshot's time: the instances' figures from
+//! `status.instancesObservedAt` (when the operator observed them; "observation time not
+//! recorded" for a status without it), a condition from its `lastTransitionTime`, the last backup
+//! from its end ([`crate::databasecluster::view::age`] says the ages). The fetch is
 //! [`crate::cli::snapshot`].
 
 use std::fmt::Write;
@@ -12,6 +16,7 @@ use k8s_openapi::api::events::v1::Event;
 use serde_json::Value;
 
 use crate::databasecluster::api::backup::Schedule;
+use crate::databasecluster::view::age::ago_text;
 
 /// How many Events the status shows (the newest).
 pub const RECENT_EVENTS: usize = 10;
@@ -96,37 +101,16 @@ pub fn render(snapshot: &Snapshot) -> String {
     ] {
         let _ = writeln!(out, "{:<11}{value}", format!("{label}:"));
     }
-    let _ = writeln!(out, "\nConditions:");
-    for condition in array(cluster, "/status/conditions") {
+    render_conditions(&mut out, cluster, snapshot.now);
+    render_instances(&mut out, cluster, snapshot.now);
+    if let Some(value) = cluster.pointer("/status/lastBackupTime") {
+        let age = value.as_str().and_then(|at| ago_text(at, snapshot.now));
         let _ = writeln!(
             out,
-            "  {:<20} {:<7} {:<26} {}",
-            text(condition, "/type"),
-            text(condition, "/status"),
-            text(condition, "/reason"),
-            text(condition, "/message")
+            "Last backup: {}{}",
+            display(value),
+            age.map(|a| format!(" ({a})")).unwrap_or_default()
         );
-    }
-    let instances = array(cluster, "/status/instances");
-    if !instances.is_empty() {
-        let _ = writeln!(out, "\nInstances:");
-        for instance in instances {
-            let _ = writeln!(
-                out,
-                "  {:<28} {:<8} ready={:<5} version={:<6} {}",
-                text(instance, "/name"),
-                text(instance, "/role"),
-                text(instance, "/ready"),
-                text(instance, "/version"),
-                replication(instance)
-            );
-            if let Some(message) = instance.get("message").and_then(Value::as_str) {
-                let _ = writeln!(out, "      {message}");
-            }
-        }
-    }
-    if let Some(value) = cluster.pointer("/status/lastBackupTime") {
-        let _ = writeln!(out, "Last backup: {}", display(value));
     }
     if let Some(next) = next_backup(cluster, snapshot.now) {
         let _ = writeln!(out, "Next backup: {next}");
@@ -148,6 +132,55 @@ pub fn render(snapshot: &Snapshot) -> String {
     let _ = writeln!(out, "\nOperator:");
     render_view(&mut out, &snapshot.view);
     out.lines().map(str::trim_end).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+/// Each condition, with how long ago it last changed.
+fn render_conditions(out: &mut String, cluster: &Value, now: jiff::Timestamp) {
+    let _ = writeln!(out, "\nConditions:");
+    for condition in array(cluster, "/status/conditions") {
+        let changed = condition
+            .pointer("/lastTransitionTime")
+            .and_then(Value::as_str)
+            .and_then(|at| ago_text(at, now))
+            .map(|age| format!(" (since {age})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {:<20} {:<7} {:<26} {}{changed}",
+            text(condition, "/type"),
+            text(condition, "/status"),
+            text(condition, "/reason"),
+            text(condition, "/message")
+        );
+    }
+}
+
+/// Each instance as last observed, each line ending with how long ago that was.
+fn render_instances(out: &mut String, cluster: &Value, now: jiff::Timestamp) {
+    let instances = array(cluster, "/status/instances");
+    if instances.is_empty() {
+        return;
+    }
+    let observed = cluster
+        .pointer("/status/instancesObservedAt")
+        .and_then(Value::as_str)
+        .and_then(|at| ago_text(at, now))
+        .map_or_else(|| "observation time not recorded".to_owned(), |age| format!("observed {age}"));
+    let _ = writeln!(out, "\nInstances:");
+    for instance in instances {
+        let _ = writeln!(
+            out,
+            "  {:<28} {:<8} ready={:<5} version={:<6} {}, {observed}",
+            text(instance, "/name"),
+            text(instance, "/role"),
+            text(instance, "/ready"),
+            text(instance, "/version"),
+            replication(instance)
+        );
+        if let Some(message) = instance.get("message").and_then(Value::as_str) {
+            let _ = writeln!(out, "      {message}");
+        }
+    }
 }
 
 fn render_view(out: &mut String, view: &RuntimeView) {
@@ -254,7 +287,7 @@ mod tests {
             "spec": {"replicas": 3},
             "status": {"phase": "Degraded", "readyReplicas": 2, "currentVersion": "15.4",
                 "conditions": [{"type": "ReconcileSucceeded", "status": "False", "reason": "ReconcileError",
-                    "message": "Service pg is controlled by ConfigMap x"}]}
+                    "message": "Service pg is controlled by ConfigMap x", "lastTransitionTime": "2026-01-01T10:26:00Z"}]}
         });
         if instances {
             // Built from the status type itself, so the field names are the ones the operator writes.
@@ -280,6 +313,7 @@ mod tests {
             let unasked = instance("pg-3", "unknown");
             cluster["status"]["instances"] =
                 serde_json::to_value([instance("pg-0", "primary"), streaming, down, unasked]).unwrap();
+            cluster["status"]["instancesObservedAt"] = json!("2026-01-01T10:29:48Z");
         }
         cluster
     }
@@ -310,13 +344,18 @@ mod tests {
         assert!(text.contains("Ready:     2/3"), "{text}");
         assert!(text.contains("ReconcileError") && text.contains("controlled by ConfigMap x"), "{text}");
         let line = |name: &str| text.lines().find(|l| l.contains(name)).unwrap_or_default().to_owned();
-        assert!(line("pg-0").contains("primary") && line("pg-0").ends_with("lag=-"), "{text}");
-        assert!(line("pg-1").ends_with("lag=4096 B (streaming, async)"), "{text}");
         assert!(
-            line("pg-2").contains("ready=false") && line("pg-2").ends_with("lag=- (not streaming, sync)"),
+            line("pg-0").contains("primary") && line("pg-0").ends_with("lag=-, observed 12 s ago"),
             "{text}"
         );
-        assert!(line("pg-3").ends_with("lag=- (not observed)"), "{text}");
+        assert!(line("pg-1").ends_with("lag=4096 B (streaming, async), observed 12 s ago"), "{text}");
+        assert!(
+            line("pg-2").contains("ready=false")
+                && line("pg-2").ends_with("lag=- (not streaming, sync), observed 12 s ago"),
+            "{text}"
+        );
+        assert!(line("pg-3").ends_with("lag=- (not observed), observed 12 s ago"), "{text}");
+        assert!(line("ReconcileSucceeded").ends_with("ConfigMap x (since 4 min ago)"), "{text}");
         assert!(text.contains("\n      container postgres: CrashLoopBackOff\n"), "{text}");
         assert!(text.contains("\n  Service      pg\n"), "a child without detail, no trailing blanks: {text}");
         assert!(text.contains("state: waiting, requeues: 2") && text.contains("error: boom"), "{text}");
@@ -334,6 +373,10 @@ mod tests {
             render(&snapshot(cluster(false), vec![], RuntimeView::Unreachable("connection refused".into())));
         assert!(!text.contains("Instances:"), "{text}");
         assert!(text.contains("operator unreachable (connection refused)"), "{text}");
+        let mut unstamped = cluster(true);
+        unstamped["status"].as_object_mut().unwrap().remove("instancesObservedAt");
+        let text = render(&snapshot(unstamped, vec![], RuntimeView::Key(None)));
+        assert!(text.contains("lag=4096 B (streaming, async), observation time not recorded"), "{text}");
     }
 
     #[test]
@@ -352,7 +395,7 @@ mod tests {
         with_backups["spec"]["backup"] = json!({"schedule": "@daily"});
         with_backups["status"]["lastBackupTime"] = json!("2026-01-01T00:00:05Z");
         let text = render(&snapshot(with_backups.clone(), vec![], RuntimeView::Key(None)));
-        assert!(text.contains("Last backup: 2026-01-01T00:00:05Z"), "{text}");
+        assert!(text.contains("Last backup: 2026-01-01T00:00:05Z (10 h 29 min ago)"), "{text}");
         assert!(text.contains("Next backup: 2026-01-02T00:00:00Z (schedule @daily)"), "{text}");
         with_backups["spec"]["backup"]["suspend"] = json!(true);
         let text = render(&snapshot(with_backups, vec![], RuntimeView::Key(None)));

@@ -9,6 +9,7 @@
 //! - [`failover`] and [`switchover`]: a change of primary, unplanned and planned.
 //! - [`backup`]: backups and restores.
 //! - [`cache`]: the compact forms the informers keep and what a pass reads of them.
+//! - [`view`]: the clusters as the live page shows them, and how old each figure is.
 
 pub mod api;
 pub mod backup;
@@ -20,3 +21,4 @@ pub(crate) mod fixtures;
 pub mod instances;
 pub mod specs;
 pub mod switchover;
+pub mod view;

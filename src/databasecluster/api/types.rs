@@ -351,6 +351,13 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceStatus>,
 
+    /// When the operator last observed the instances (asked each one, read its pod) and wrote
+    /// what it saw in `instances` and `currentPrimary`: how old those figures are. Refreshed with
+    /// every status write, and at least every 30 s while the cluster converges; a cluster at rest
+    /// is not observed until something changes, so its figures age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances_observed_at: Option<Time>,
+
     /// The PostgreSQL version every instance actually runs (set once a rollout completes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,

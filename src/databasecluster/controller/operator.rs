@@ -39,6 +39,7 @@ use crate::databasecluster::controller::failures::FailureCounts;
 use crate::databasecluster::controller::reconcile::reconcile;
 use crate::databasecluster::specs::app_secret::APP_SECRET_OF;
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, label};
+use crate::databasecluster::view::ClusterView;
 use crate::runtime::cache::CacheWriter;
 use crate::runtime::controller::causes::ControllerQueue;
 use crate::runtime::controller::{Controller, ControllerConfig, ControllerError};
@@ -307,8 +308,9 @@ impl Operator {
         self.handles.clone()
     }
 
-    /// Registers the informers and the controller with the endpoints' registry, so that
-    /// `/readyz`, `/debug/queue`, `/debug/cache` and the informer metrics show them.
+    /// Registers the informers, the controller and the clusters' view with the endpoints'
+    /// registry, so that `/readyz`, `/debug/queue`, `/debug/cache`, the informer metrics and the
+    /// live page show them.
     pub fn register(&self, view: &Introspection) {
         let handles = &self.handles;
         view.add_informer("databaseclusters", Arc::clone(&handles.clusters) as Arc<dyn InformerProbe>);
@@ -323,6 +325,8 @@ impl Operator {
         view.add_informer("cronjobs", Arc::clone(&handles.cronjobs) as Arc<dyn InformerProbe>);
         view.add_informer("persistentvolumeclaims", Arc::clone(&handles.volumes) as Arc<dyn InformerProbe>);
         view.add_controller(self.controller.probe());
+        let clusters = Arc::clone(handles.clusters.cache());
+        view.add_object_view(Arc::new(ClusterView::new(CONTROLLER_NAME, clusters)));
     }
 
     /// Starts the informers' list and watch without reconciling, e.g. to warm the caches of a

@@ -80,6 +80,7 @@ use crate::databasecluster::controller::events::{EventNote, scaling_event, statu
 use crate::databasecluster::controller::failures::{
     FAILURE_THRESHOLD, with_reconcile_error, with_reconcile_success,
 };
+use crate::databasecluster::controller::observed::with_observation;
 use crate::databasecluster::controller::status::{
     compute_status, initial_status, is_first_pass, needs_requeue, with_instances, with_refused_configuration,
     with_resizing,
@@ -249,6 +250,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let (phase, primary) = (status.phase.map(|p| p.as_str()), status.current_primary.clone());
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || topology.busy || resizing;
+    let status = with_observation(cluster.status.as_ref(), status, converging, now);
     write_status_with_events(ctx, cluster, status, backup_events).await?;
     let next = next_look(topology.retry_after, converging);
     // The pass's one line at INFO (the changes it made have a line each): what it found and

@@ -229,6 +229,7 @@ pub fn compute_status(
         last_failover: previous.last_failover,
         switchover: previous.switchover,
         instances: previous.instances,
+        instances_observed_at: previous.instances_observed_at,
     }
 }
 

@@ -334,7 +334,12 @@ where
 
     /// A view of the queue and of each key's last passes, for the debug endpoint.
     pub fn probe(&self) -> ControllerProbe {
-        ControllerProbe::new(&self.config.name, self.queue.clone(), Arc::clone(&self.passes))
+        ControllerProbe::new(
+            &self.config.name,
+            self.config.workers,
+            self.queue.clone(),
+            Arc::clone(&self.passes),
+        )
     }
 }
 

@@ -335,8 +335,9 @@ where
     /// saved about a tenth of the operator's memory at 5 000 clusters (docs/performance.md), less
     /// than the code it took.
     fn remember(&self, key: ObjectKey, last: PassRecord) {
+        self.passes.totals.record(&last);
         if last.result == PassResult::Success && !(self.exists)(&key) {
-            self.passes.remove(&key);
+            self.passes.histories.remove(&key);
             self.pending_writes.remove(&key);
             self.echoes.forget(&key);
             let mut hot_loops = self.hot_loops.lock();
@@ -347,7 +348,7 @@ where
             }
             return;
         }
-        keep_last(&mut self.passes.entry(key).or_default(), last, self.config.pass_history);
+        keep_last(&mut self.passes.histories.entry(key).or_default(), last, self.config.pass_history);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The operator's HTTP endpoints, served with hyper: `/metrics`, `/debug/{queue,cache}` and
 //! `/debug/queue/<namespace>/<name>` (one key's last passes: why each ran, what it did), and the
-//! live page `/debug/` with its event stream `/debug/live` (see `live`) for
+//! live page `/debug/` with the snapshots it polls, `/debug/live.json` (see `live`), for
 //! people and Prometheus, `/healthz` and `/readyz` for the kubelet. The three groups (metrics,
 //! debug, health) can listen on separate addresses ([`Endpoints`]), as controller-runtime's
 //! `--metrics-bind-address`, `--pprof-bind-address` and `--health-probe-bind-address` do. With an
@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -28,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::runtime::ObjectKey;
 use crate::runtime::observe::access::AccessReview;
 use crate::runtime::observe::introspection::Introspection;
-use crate::runtime::observe::live::{self, LiveQuery};
+use crate::runtime::observe::live;
 use crate::runtime::observe::metrics::Metrics;
 use crate::runtime::observe::tls::ServedCertificate;
 
@@ -184,25 +183,21 @@ async fn connection<I>(
     }
 }
 
-/// The answer to `request`: refused unless the access review (if any) lets it through, then the
-/// live stream or [`respond`]'s answer.
+/// The answer to `request`: refused unless the access review (if any) lets it through, then
+/// [`respond`]'s answer.
 async fn route<B>(
     request: &Request<B>,
     endpoints: Endpoints,
     loopback: bool,
     state: &ServerState,
-) -> Response<BoxBody<Bytes, Infallible>> {
-    let (method, path) = (request.method(), request.uri().path());
-    if let Some(access) = state.access.as_ref().filter(|_| reviewed(path, endpoints, loopback))
-        && let Err(denied) = access.check(request.headers(), path).await
+) -> Response<Full<Bytes>> {
+    let (method, uri) = (request.method(), request.uri());
+    if let Some(access) = state.access.as_ref().filter(|_| reviewed(uri.path(), endpoints, loopback))
+        && let Err(denied) = access.check(request.headers(), uri.path()).await
     {
-        return text(denied.status(), &format!("{denied}\n")).map(BodyExt::boxed);
+        return text(denied.status(), &format!("{denied}\n"));
     }
-    if endpoints.debug && method == Method::GET && path == LIVE_STREAM {
-        live_stream(&state.view, request.uri().query().unwrap_or_default())
-    } else {
-        respond(method, path, endpoints, state).map(BodyExt::boxed)
-    }
+    respond_to(method, uri.path(), uri.query().unwrap_or_default(), endpoints, state)
 }
 
 /// Whether, with an access review, a request for `path` on a listener serving `endpoints` (on a
@@ -216,23 +211,25 @@ pub fn reviewed(path: &str, endpoints: Endpoints, loopback: bool) -> bool {
     !probe && !local_debug
 }
 
-/// The live page's event stream (served by [`serve`], not [`respond`]: it does not end).
-const LIVE_STREAM: &str = "/debug/live";
+/// The live page's snapshots (see `live`).
+const LIVE_SNAPSHOT: &str = "/debug/live.json";
 
-/// `/debug/live?…`: server-sent events, one snapshot each `live::LIVE_PERIOD`.
-fn live_stream(view: &Introspection, query: &str) -> Response<BoxBody<Bytes, Infallible>> {
-    let body = live::live_stream(view.clone(), LiveQuery::parse(query));
-    let mut response = Response::new(BodyExt::boxed(body));
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/event-stream"));
-    headers.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
-    response
-}
-
-/// The response to `method path` on a listener serving `endpoints` (all but the live stream).
+/// The response to `method path` on a listener serving `endpoints`, without a query string.
 pub fn respond(
     method: &Method,
     path: &str,
+    endpoints: Endpoints,
+    state: &ServerState,
+) -> Response<Full<Bytes>> {
+    respond_to(method, path, "", endpoints, state)
+}
+
+/// The response to `method path?query` on a listener serving `endpoints` (only the live page's
+/// snapshots read the query).
+pub fn respond_to(
+    method: &Method,
+    path: &str,
+    query: &str,
     endpoints: Endpoints,
     state: &ServerState,
 ) -> Response<Full<Bytes>> {
@@ -248,6 +245,10 @@ pub fn respond(
         "/debug/" if endpoints.debug => {
             reply(StatusCode::OK, "text/html; charset=utf-8", live::PAGE_HTML.as_bytes().to_vec())
         }
+        LIVE_SNAPSHOT if endpoints.debug => match live::snapshot_json(&state.view, query) {
+            Ok(body) => reply(StatusCode::OK, "application/json", body),
+            Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
+        },
         _ if endpoints.debug && path.starts_with(KEY_HISTORY_PREFIX) => {
             let key: ObjectKey =
                 path[KEY_HISTORY_PREFIX.len()..].parse().unwrap_or_else(|never| match never {});
@@ -316,6 +317,8 @@ mod tests {
         assert_eq!(status("/debug/queue/default/unknown", Endpoints::METRICS), StatusCode::NOT_FOUND);
         assert_eq!(status("/debug/", Endpoints::DEBUG), StatusCode::OK);
         assert_eq!(status("/debug/", Endpoints::METRICS), StatusCode::NOT_FOUND);
+        assert_eq!(status("/debug/live.json", Endpoints::DEBUG), StatusCode::OK);
+        assert_eq!(status("/debug/live", Endpoints::DEBUG), StatusCode::NOT_FOUND, "no stream any more");
     }
 
     #[test]
@@ -325,7 +328,7 @@ mod tests {
         assert!(reviewed("/metrics", Endpoints::METRICS, false));
         assert!(!reviewed("/healthz", shared, false) && !reviewed("/readyz", Endpoints::HEALTH, false));
         assert!(reviewed("/healthz", Endpoints::METRICS, false), "not a probe where none is served");
-        for path in ["/debug/", "/debug/queue", "/debug/live", "/debug/queue/default/pg"] {
+        for path in ["/debug/", "/debug/queue", "/debug/live.json", "/debug/queue/default/pg"] {
             assert!(!reviewed(path, Endpoints::DEBUG, true), "{path} on loopback");
             assert!(reviewed(path, Endpoints::DEBUG, false), "{path} exposed");
             assert!(reviewed(path, shared, true), "{path} on the metrics listener, even on loopback");

@@ -3,7 +3,9 @@
 //! [`CacheReport`]: plain `Serialize` structs), and informer metrics. The debug-only views of a
 //! controller ([`ControllerProbe`], [`KeyReport`], [`PassRecord`]) live here too, and the
 //! `/debug/queue/<namespace>/<name>` document ([`KeyHistoryReport`]): a key's last passes with
-//! their causes, results and writes.
+//! their causes, results and writes. The operator may also register an [`ObjectView`] per
+//! controller: rows describing the objects themselves, which the live page shows beside the loop's
+//! view of each key (the runtime renders them without knowing what they are).
 //!
 //! The operator registers each informer and each controller's probe once, at start-up; the HTTP
 //! server only reads. Times are rendered as RFC 3339 wall-clock instants plus seconds relative to
@@ -18,11 +20,13 @@ use crate::runtime::ObjectKey;
 use crate::runtime::informer::{Informer, InformerStats};
 use crate::runtime::object::InformerObject;
 mod collector;
+mod objects;
 mod probe;
 mod reports;
 
 pub use collector::InformerCollector;
-pub use probe::{ControllerProbe, KeyReport, PassHistories, PassRecord};
+pub use objects::{Cell, ObjectRow, ObjectTable, ObjectView, Tone, page_of_keys};
+pub use probe::{ControllerProbe, KeyReport, PassCounts, PassHistories, PassLog, PassRecord, PassTotals};
 use reports::Clock;
 pub use reports::{
     CacheReport, ControllerReport, EventCounts, InformerReport, KeyHistoryReport, KeyHistoryView, KeyView,
@@ -54,6 +58,7 @@ where
 struct Registered {
     informers: RwLock<Vec<(String, Arc<dyn InformerProbe>)>>,
     controllers: RwLock<Vec<ControllerProbe>>,
+    objects: RwLock<Vec<Arc<dyn ObjectView>>>,
     leading: RwLock<Option<(String, watch::Receiver<bool>)>>,
 }
 
@@ -87,6 +92,25 @@ impl Introspection {
     /// Registers a controller's probe (take it with `Controller::probe` before `run`).
     pub fn add_controller(&self, probe: ControllerProbe) {
         self.registered.controllers.write().push(probe);
+    }
+
+    /// Registers a view of the objects a controller reconciles (shown on the live page beside
+    /// the controller's view of each key).
+    pub fn add_object_view(&self, view: Arc<dyn ObjectView>) {
+        self.registered.objects.write().push(view);
+    }
+
+    /// Each registered object view's page of objects (see [`ObjectView::table`]), with the name of
+    /// its controller.
+    pub fn object_tables(&self, filter: &str, offset: usize, limit: usize) -> Vec<(String, ObjectTable)> {
+        let views: Vec<Arc<dyn ObjectView>> = self.registered.objects.read().clone();
+        views.iter().map(|view| (view.controller().to_owned(), view.table(filter, offset, limit))).collect()
+    }
+
+    /// Each controller's workers and pass totals, by name.
+    pub fn pass_totals(&self) -> Vec<(String, usize, PassCounts)> {
+        let controllers = self.registered.controllers.read();
+        controllers.iter().map(|probe| (probe.name().to_owned(), probe.workers(), probe.totals())).collect()
     }
 
     /// Registers the leader elector's signal for the lease `name`: shown in `/debug/queue` and as

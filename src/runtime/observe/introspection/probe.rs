@@ -1,11 +1,14 @@
-//! A controller's debug-only view: its queue and each key's last passes ([`ControllerProbe`],
-//! [`KeyReport`], [`PassRecord`]).
+//! A controller's debug-only view: its queue, each key's last passes ([`ControllerProbe`],
+//! [`KeyReport`], [`PassRecord`]) and the running totals of every pass ([`PassTotals`]: how
+//! many, how long in all, how many writes; a reader turns two readings into rates).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
+use serde::Serialize;
 
 use tokio::time::{Duration, Instant};
 
@@ -58,14 +61,65 @@ pub struct KeyReport {
     pub pending: CauseLog,
 }
 
-/// Each key's last passes, newest last, as the controller keeps them.
-pub type PassHistories = Arc<DashMap<ObjectKey, VecDeque<PassRecord>>>;
+/// Each key's last passes, newest last, as the controller keeps them, and the totals of every
+/// pass it ran.
+#[derive(Debug, Default)]
+pub struct PassLog {
+    /// Each key's last passes, newest last.
+    pub histories: DashMap<ObjectKey, VecDeque<PassRecord>>,
+    /// Every pass, counted (also those of keys whose history is gone).
+    pub totals: PassTotals,
+}
+
+/// The controller's [`PassLog`], shared by its workers (which write) and its probe (which reads).
+pub type PassHistories = Arc<PassLog>;
+
+/// Running totals of a controller's passes: cumulative, so that a reader takes two readings and
+/// divides (passes per second, mean pass latency, writes per second) without the controller
+/// keeping any window.
+#[derive(Debug, Default)]
+pub struct PassTotals {
+    passes: AtomicU64,
+    nanos: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl PassTotals {
+    /// Counts `pass`.
+    pub fn record(&self, pass: &PassRecord) {
+        let nanos = u64::try_from(pass.took.as_nanos()).unwrap_or(u64::MAX);
+        self.passes.fetch_add(1, Ordering::Relaxed);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.writes.fetch_add(pass.writes.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The totals so far.
+    pub fn read(&self) -> PassCounts {
+        PassCounts {
+            passes: self.passes.load(Ordering::Relaxed),
+            seconds: Duration::from_nanos(self.nanos.load(Ordering::Relaxed)).as_secs_f64(),
+            writes: self.writes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One reading of [`PassTotals`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PassCounts {
+    /// Passes that ended.
+    pub passes: u64,
+    /// Their durations, summed, in seconds.
+    pub seconds: f64,
+    /// The API writes they made.
+    pub writes: u64,
+}
 
 /// A read-only view of a controller's queue and last passes, taken before `run` consumes the
 /// controller (`Controller::probe`) and valid while it runs.
 #[derive(Clone)]
 pub struct ControllerProbe {
     name: String,
+    workers: usize,
     queue: ControllerQueue,
     passes: PassHistories,
 }
@@ -74,16 +128,16 @@ impl std::fmt::Debug for ControllerProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControllerProbe")
             .field("name", &self.name)
-            .field("keys_with_passes", &self.passes.len())
+            .field("keys_with_passes", &self.passes.histories.len())
             .finish()
     }
 }
 
 impl ControllerProbe {
-    /// A probe of the controller `name` (made by the controller, which fills `passes`; the
-    /// queue keeps the pending causes).
-    pub(crate) fn new(name: &str, queue: ControllerQueue, passes: PassHistories) -> Self {
-        Self { name: name.to_string(), queue, passes }
+    /// A probe of the controller `name` with `workers` workers (made by the controller, which
+    /// fills `passes`; the queue keeps the pending causes).
+    pub(crate) fn new(name: &str, workers: usize, queue: ControllerQueue, passes: PassHistories) -> Self {
+        Self { name: name.to_string(), workers, queue, passes }
     }
 
     /// The controller's name.
@@ -91,10 +145,21 @@ impl ControllerProbe {
         &self.name
     }
 
+    /// How many workers it runs (passes at once, at most).
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// The totals of every pass so far.
+    pub fn totals(&self) -> PassCounts {
+        self.passes.totals.read()
+    }
+
     /// Every key the queue tracks or that had a pass, sorted by key.
     pub fn keys(&self) -> Vec<KeyReport> {
         let mut reports: std::collections::BTreeMap<ObjectKey, KeyReport> = self
             .passes
+            .histories
             .iter()
             .map(|entry| {
                 let key = entry.key().clone();
@@ -115,7 +180,7 @@ impl ControllerProbe {
     /// The key's state and last passes (oldest first), if the controller knows the key.
     pub fn history(&self, key: &ObjectKey) -> Option<(KeyReport, Vec<PassRecord>)> {
         let passes: Vec<PassRecord> =
-            self.passes.get(key).map(|passes| passes.iter().cloned().collect()).unwrap_or_default();
+            self.passes.histories.get(key).map(|passes| passes.iter().cloned().collect()).unwrap_or_default();
         let queue = self.queue.snapshot().into_iter().find(|state| &state.key == key);
         let pending = causes::pending(&self.queue, key);
         if passes.is_empty() && queue.is_none() && pending.total() == 0 {
@@ -130,7 +195,7 @@ impl ControllerProbe {
     /// oldest kept).
     pub fn latest_passes(&self, limit: usize) -> Vec<(ObjectKey, PassRecord)> {
         let mut latest: BinaryHeap<Reverse<Latest>> = BinaryHeap::with_capacity(limit + 1);
-        for entry in self.passes.iter() {
+        for entry in self.passes.histories.iter() {
             for pass in entry.value().iter().rev() {
                 let finished = pass.finished();
                 let older = latest.peek().is_some_and(|Reverse(oldest)| oldest.finished >= finished);
