@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::workqueue::{
-    BackoffConfig, DEFAULT_LOW_PRIORITY_MAX_WAIT, InMemoryMetrics, KeyPhase, Priority, QueueConfig,
-    QueueMetrics, WorkQueue,
+    BackoffConfig, DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, Priority, QueueConfig, QueueMetrics, WorkQueue,
 };
 use tokio::time::{Instant, sleep, timeout};
 

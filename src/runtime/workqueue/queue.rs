@@ -1,7 +1,6 @@
-//! The work queue handle, its configuration, the claim guard and the timer task. Every
-//! operation takes the one lock around the queue's state (`state.rs`), changes it, releases the
-//! lock, then wakes getters and reports metrics as the state said.
+//! The [`WorkQueue`] handle, the [`Claim`] guard and the timer task.
 
+use std::cmp::Reverse;
 use std::fmt;
 use std::hash::Hash;
 use std::ops::Deref;
@@ -9,46 +8,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::backoff::BackoffConfig;
-use super::bucket::RetryBucket;
-use super::clock::{Clock, Epoch};
-use super::config::{KeyPhase, KeyState, QueueConfig};
-use super::metrics::QueueMetrics;
+use super::config::{BackoffConfig, QueueConfig, QueueMetrics, RetryBucket};
 use super::notes::{KeyNotes, NoteKey};
-use super::state::{Added, NEVER, Phase, Priority, Retry, State};
+use super::state::{Clock, Epoch, NEVER, Phase, Priority, Retry, State, nanos};
+use super::{KeyPhase, KeyState};
 
-/// How often outstanding claims are sampled for the unfinished-work metrics (client-go's period).
-const UNFINISHED_WORK_PERIOD: Duration = Duration::from_millis(500);
+/// How often the claims are sampled for metrics (client-go's 500 ms), in nanoseconds.
+const SAMPLE_EVERY: u64 = 500_000_000;
 
-/// A deduplicating, delaying, rate-limited queue of keys with client-go's guarantees: a key is
-/// queued at most once, never handed to two workers at once, and re-run after its claim is
-/// dropped if it was added meanwhile. Cloning gives another handle to the same queue.
-///
-/// Delayed keys need a tokio runtime: the queue spawns one timer task (on creation when inside a
-/// runtime, otherwise on the first delayed add or wait) and lives within that runtime.
-///
-/// # Examples
-///
-/// ```
-/// use dbcluster_operator::runtime::workqueue::{QueueConfig, WorkQueue};
-///
-/// #[tokio::main(flavor = "current_thread")]
-/// async fn main() {
-///     let queue = WorkQueue::new(QueueConfig::named("example"));
-///     queue.add("a");
-///     queue.add("a"); // already queued: still one entry
-///     assert_eq!(queue.len(), 1);
-///     let claim = queue.get().await.expect("the queue is running");
-///     assert_eq!(*claim.key(), "a");
-///     drop(claim); // the key is done; had it been added meanwhile, it would be queued again
-///     queue.shutdown();
-///     assert!(queue.get().await.is_none());
-/// }
-/// ```
+/// A deduplicating, delaying, rate-limited queue of keys (the rules are in the module docs);
+/// clones are handles to the same queue. Timers need a tokio runtime: the queue spawns its timer
+/// task on creation inside one, else on the first delayed add or wait.
 pub struct WorkQueue<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
     shared: Arc<Shared<K, N>>,
 }
@@ -67,16 +41,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> fmt::Debug for W
 
 struct Shared<K, N: KeyNotes> {
     state: Mutex<State<K, N>>,
-    /// Parked getters: one woken per key that becomes ready, all at shutdown.
-    getters: Notify,
-    /// `shutdown_with_drain` callers, woken when the last claim is dropped after shutdown.
-    drained: Notify,
-    /// Pokes the timer task: an earlier timer, shutdown, or the queue dropped.
-    timer_wake: Arc<Notify>,
+    getters: Notify, // parked getters: one woken per key that becomes ready, all at shutdown
+    drained: Notify, // `shutdown_with_drain` callers, woken when the last claim is dropped
+    timer_wake: Arc<Notify>, // an earlier timer, shutdown, or the queue dropped
     timer_started: AtomicBool,
     epoch: Epoch,
     backoff: BackoffConfig,
-    bucket: Option<RetryBucket>,
     metrics: Option<Arc<dyn QueueMetrics>>,
     name: String,
 }
@@ -91,15 +61,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> {
     /// An empty queue that keeps notes of type `N` per key (see [`KeyNotes`]).
     pub fn with_notes(config: QueueConfig) -> Self {
+        let bucket = config.retry_bucket.as_ref().map(RetryBucket::new);
+        let state = State::new(config.metrics.is_some(), nanos(config.low_priority_max_wait), bucket);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(config.metrics.is_some(), nanos(config.low_priority_max_wait))),
+            state: Mutex::new(state),
             getters: Notify::new(),
             drained: Notify::new(),
             timer_wake: Arc::new(Notify::new()),
             timer_started: AtomicBool::new(false),
             epoch: Epoch::now(),
             backoff: config.backoff,
-            bucket: config.retry_bucket.as_ref().map(RetryBucket::new),
             metrics: config.metrics,
             name: config.name,
         });
@@ -112,21 +83,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         &self.shared.name
     }
 
-    /// Queues `key` at normal priority unless it is already queued; if it is being processed,
-    /// it runs once more after its claim is dropped. Ignored after shutdown.
+    /// Queues `key` (rules 1 and 2); ignored after shutdown.
     pub fn add(&self, key: K) {
         self.add_with_note(key, Priority::Normal, |_, _| {});
     }
 
-    /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
-    /// to the back of the normal line; a low add of a key already queued changes nothing.
+    /// `add` at `priority` (rule 10).
     pub fn add_with_priority(&self, key: K, priority: Priority) {
         self.add_with_note(key, priority, |_, _| {});
     }
 
-    /// `add_with_priority` that also writes the key's notes with `note`, under the lock (not
-    /// called after shutdown). `note` gets the key ([`NoteKey`]); what it returns is dropped
-    /// after the lock.
+    /// `add_with_priority` that also writes the key's notes under the lock (see [`KeyNotes`]).
     pub fn add_with_note<L>(
         &self,
         key: K,
@@ -134,13 +101,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
     ) {
         let mut now = Clock::new(&self.shared.epoch);
-        if let Some(added) = self.with_entry(key, note, |state, id| state.enqueue(id, priority, &mut now)) {
-            self.shared.report_added(added);
-        }
+        self.with_entry(key, note, |state, id| state.enqueue(id, priority, &mut now));
     }
 
-    /// Under the lock: finds or makes the entry of `key`, writes its notes, then runs `op` on
-    /// it. `None` after shutdown.
+    /// Under the lock: finds or makes the entry of `key`, writes its notes, runs `op` on it.
     fn with_entry<T, L>(
         &self,
         key: K,
@@ -155,19 +119,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         let entry = state.entry_mut(id);
         let leftover = note(NoteKey::new(&entry.key, &mut spare), &mut entry.notes);
         let outcome = op(&mut state, id);
-        drop(state);
+        self.shared.unlock(state);
         drop((spare, leftover));
         Some(outcome)
     }
 
-    /// Adds `key` after `delay`; of two pending timers the earlier wins. The key may also be
-    /// added directly meanwhile; the timer then adds it once more.
+    /// Adds `key` after `delay` (rule 3); a direct add meanwhile does not cancel the timer.
     pub fn add_after(&self, key: K, delay: Duration) {
         self.add_after_with_note(key, delay, |_, _| {});
     }
 
-    /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]); unless
-    /// the delay is zero, notes can wait for the timer ([`KeyNotes::timer_fired`]).
+    /// `add_after` that also writes the key's notes, which can wait for the timer.
     pub fn add_after_with_note<L>(
         &self,
         key: K,
@@ -183,14 +145,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         }
     }
 
-    /// Reports a failure of `key`: it is retried after its exponential backoff, then as the
-    /// retry budget allows. A failure while the previous retry is pending counts for nothing.
+    /// Reports a failure of `key`: it is retried after its backoff and a token (rules 4 to 6).
     pub fn add_rate_limited(&self, key: K) {
         self.add_rate_limited_after_with_note(key, Duration::ZERO, |_, _| {});
     }
 
-    /// `add_rate_limited`, retrying no earlier than `at_least` from now (a server's
-    /// `Retry-After`); the backoff still grows as usual.
+    /// `add_rate_limited`, retrying no earlier than `at_least` from now (rule 13).
     pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
         self.add_rate_limited_after_with_note(key, at_least, |_, _| {});
     }
@@ -204,10 +164,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     ) {
         let shared = &*self.shared;
         let now = shared.epoch.nanos_now();
+        let floor = now.saturating_add(nanos(at_least));
         let delay = |failures| nanos(shared.backoff.delay(failures));
-        let fail =
-            |state: &mut State<K, N>, id| state.fail(id, now, now.saturating_add(nanos(at_least)), delay);
-        let Some(poke) = self.with_entry(key, note, fail) else { return };
+        let Some(poke) = self.with_entry(key, note, |state, id| state.fail(id, now, floor, delay)) else {
+            return;
+        };
         if let Some(metrics) = &shared.metrics {
             metrics.retried();
         }
@@ -225,9 +186,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         Some(op(&mut state, id))
     }
 
-    /// Waits for a ready key and claims it; dropping the claim marks the key done. `None` once
-    /// the queue is shut down and no key is ready. Cancel-safe: a wake-up that a cancelled
-    /// getter received passes on to another (tokio's `Notify`).
+    /// Waits for a ready key and claims it; `None` once shut down and drained. Cancel-safe: a
+    /// cancelled getter's wake-up passes on to another (tokio's `Notify`).
     pub async fn get(&self) -> Option<Claim<K, N>> {
         loop {
             if let Some(outcome) = self.try_claim(false) {
@@ -244,16 +204,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         }
     }
 
-    /// `Some(claim)`, or `Some(None)` once shut down and drained; `None` if the caller must
-    /// wait (counted as parked when `park`: the next ready key wakes it).
+    /// `Some(claim)`, `Some(None)` once shut down and drained, `None`: wait (parked if `park`).
     fn try_claim(&self, park: bool) -> Option<Option<Claim<K, N>>> {
         let shared = &*self.shared;
         let mut now = Clock::new(&shared.epoch);
         let mut state = shared.state.lock();
         let Some(id) = state.pop_ready(&mut now) else {
-            if park && !state.shut_down {
-                state.park();
-            }
+            state.parked += usize::from(park && !state.shut_down);
             return state.shut_down.then_some(None);
         };
         let queued_at = state.queued_at(id);
@@ -267,15 +224,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         Some(Some(Claim { shared: Arc::clone(&self.shared), id, key, notes }))
     }
 
-    /// Drops the failure history of `key` (`num_requeues` becomes 0); an otherwise idle key
-    /// leaves nothing behind. Call it when a key succeeds or its object is deleted.
+    /// Drops the failure history of `key` (rule 7): when it succeeds or its object is deleted.
     pub fn forget(&self, key: &K) {
         self.on_tracked(key, State::forget);
     }
 
-    /// `forget`, and also cancels `key`'s pending timer (a delayed add, or a retry not yet in
-    /// the retry line) with the notes that waited for it: for a key whose last pass found
-    /// nothing left to do (client-go's `Forget` keeps the timer).
+    /// `forget`, and cancels the pending timer (not a retry due already) and the notes that
+    /// waited for it: for a key whose last pass found nothing to do.
     pub fn settle(&self, key: &K) {
         self.on_tracked(key, State::settle);
     }
@@ -295,23 +250,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.len() == 0
     }
 
-    /// Stops intake: later adds are ignored and timers no longer fire. Getters still receive
-    /// what is ready, then `None`.
+    /// Stops intake and timers (rule 8). Getters still receive what is ready, then `None`.
     pub fn shutdown(&self) {
         self.shared.state.lock().shut_down = true;
         self.shared.getters.notify_waiters();
         self.shared.timer_wake.notify_one();
     }
 
-    /// `shutdown`, then waits until every outstanding claim has been dropped (put a deadline
-    /// around it).
+    /// `shutdown`, then waits until every claim has been dropped (put a deadline around it).
     pub async fn shutdown_with_drain(&self) {
         self.shutdown();
         loop {
             let drained = self.shared.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if self.shared.state.lock().processing().is_empty() {
+            if self.shared.state.lock().processing.is_empty() {
                 return;
             }
             drained.await;
@@ -323,7 +276,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.shared.state.lock().shut_down
     }
 
-    /// Every tracked key with its phase, pending timer and failure count (for `/debug/queue`).
+    /// Every tracked key with its phase, pending timer and failure count.
     pub fn snapshot(&self) -> Vec<KeyState<K>> {
         let at = |nanos: u64| self.shared.epoch.instant(nanos);
         let since = |nanos: u64| self.shared.metrics.is_some().then(|| at(nanos));
@@ -332,7 +285,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             let timer = (entry.due != NEVER).then(|| at(entry.due));
             let (phase, low_priority) = match (entry.phase, entry.retry, timer) {
                 (Phase::Processing { again }, ..) => {
-                    let started_at = state.processing().get(&id).copied().unwrap_or(0);
+                    let started_at = state.processing.get(&id).copied().unwrap_or(0);
                     (KeyPhase::Processing { since: since(started_at), again: again.is_some() }, again)
                 }
                 (Phase::Queued(p), ..) => (KeyPhase::Queued { since: since(state.queued_at(id)) }, Some(p)),
@@ -359,21 +312,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Entries in the timer heap, including superseded ones not yet expired.
     pub fn timer_entries(&self) -> usize {
-        self.shared.state.lock().timer_entries()
+        self.shared.state.lock().timers.len()
     }
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
-    fn report_added(&self, added: Added) {
-        match added {
-            Added::Duplicate => return,
-            Added::Queued { wake: true } => self.getters.notify_one(),
-            Added::Queued { wake: false } | Added::Dirty => {}
+    /// Releases the lock, then wakes getters and reports metrics as the state's effects say.
+    fn unlock(&self, mut state: MutexGuard<'_, State<K, N>>) {
+        let effects = std::mem::take(&mut state.effects);
+        drop(state);
+        for _ in 0..effects.wakes {
+            self.getters.notify_one();
         }
         if let Some(metrics) = &self.metrics {
-            metrics.added();
-            if added != Added::Dirty {
-                metrics.depth(1);
+            (0..effects.added).for_each(|_| metrics.added());
+            if effects.depth != 0 {
+                metrics.depth(effects.depth);
             }
         }
     }
@@ -400,67 +354,53 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
     fn finish(&self, id: u32) {
         let mut now = Clock::new(&self.epoch);
         let mut state = self.state.lock();
-        let (started_at, requeued, wake) = state.finish(id, &mut now);
-        let drained = state.shut_down && state.processing().is_empty();
-        drop(state);
-        if wake {
-            self.getters.notify_one();
-        }
+        let started_at = state.finish(id, &mut now);
+        let drained = state.shut_down && state.processing.is_empty();
+        self.unlock(state);
         if drained {
             self.drained.notify_waiters();
         }
         if let Some(metrics) = &self.metrics {
             metrics.work_duration(Duration::from_nanos(now.get().saturating_sub(started_at)));
-            if requeued {
-                metrics.depth(1);
-            }
         }
     }
 
-    /// Fires due timers and, every 500 ms with metrics, samples the outstanding claims. Returns
-    /// when to look again (`None` when stopped, `Some(None)` when nothing is scheduled).
-    fn release_due(&self) -> Option<Option<Instant>> {
+    /// Fires due timers and samples the claims when due; when to look again (`None`: stop).
+    fn release_due(&self, next_sample: &mut u64) -> Option<Option<Instant>> {
         let now = self.epoch.nanos_now();
         let mut state = self.state.lock();
         if state.shut_down {
             return None;
         }
-        let (released, next_token) = state.release_due(now, self.bucket.as_ref());
-        let next_timer = state.next_due().map(|due| self.epoch.instant(due));
-        let mut unfinished = None;
-        if self.metrics.is_some() && now >= state.next_sample {
-            let next = state.next_sample.saturating_add(nanos(UNFINISHED_WORK_PERIOD));
-            state.next_sample = if next > now { next } else { now + nanos(UNFINISHED_WORK_PERIOD) };
-            let ages = state.processing().values().map(|started_at| now.saturating_sub(*started_at));
-            unfinished = Some(ages.fold((0, 0), |(sum, max), age| (sum + age, max.max(age))));
+        let next_token = state.release_due(now);
+        let next_timer = state.timers.peek().map(|Reverse((due, _))| *due);
+        let sample = self.metrics.is_some() && now >= *next_sample;
+        let unfinished = sample.then(|| {
+            *next_sample = (now / SAMPLE_EVERY + 1) * SAMPLE_EVERY;
+            let ages = state.processing.values().map(|started_at| now.saturating_sub(*started_at));
+            ages.fold((0, 0), |(sum, max), age| (sum + age, max.max(age)))
+        });
+        self.unlock(state);
+        if let (Some(metrics), Some((total, longest))) = (&self.metrics, unfinished) {
+            metrics.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
         }
-        let next_sample = self.metrics.is_some().then(|| self.epoch.instant(state.next_sample));
-        drop(state);
-        for _ in 0..released.wakes {
-            self.getters.notify_one();
-        }
-        if let Some(metrics) = &self.metrics {
-            (0..released.added).for_each(|_| metrics.added());
-            metrics.depth(released.queued as i64);
-            if let Some((total, longest)) = unfinished {
-                metrics.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
-            }
-        }
-        Some([next_timer, next_token, next_sample].into_iter().flatten().min())
+        let next_sample = self.metrics.is_some().then_some(*next_sample);
+        let next = [next_timer, next_token, next_sample].into_iter().flatten().min();
+        Some(next.map(|at| self.epoch.instant(at)))
     }
 }
 
-/// The one background task that turns due timers into ready keys. It holds the queue weakly,
-/// so dropping the last handle ends it (the queue pokes `wake` when dropped).
+/// The one task that fires timers; it holds the queue weakly, so dropping the queue ends it.
 async fn run_timers<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes>(
     queue: Weak<Shared<K, N>>,
     wake: Arc<Notify>,
 ) {
+    let mut next_sample = 0;
     loop {
         let poked = wake.notified();
         tokio::pin!(poked);
         poked.as_mut().enable();
-        match queue.upgrade().and_then(|queue| queue.release_due()) {
+        match queue.upgrade().and_then(|queue| queue.release_due(&mut next_sample)) {
             None => return,
             Some(None) => poked.await,
             Some(Some(at)) => {
@@ -479,12 +419,10 @@ impl<K, N: KeyNotes> Drop for Shared<K, N> {
     }
 }
 
-/// A key handed out by [`WorkQueue::get`]. While it lives, no other worker gets the key;
-/// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
+/// A key handed out by [`WorkQueue::get`], held by no other worker until this is dropped.
 pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
     shared: Arc<Shared<K, N>>,
-    /// The key's entry, kept while the claim lives.
-    id: u32,
+    id: u32, // the key's entry, kept while the claim lives
     key: K,
     notes: N::Taken,
 }
@@ -495,7 +433,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Claim<K, N> {
         &self.key
     }
 
-    /// The notes that were due when the key was handed out (see [`KeyNotes::take`]).
+    /// The notes that were due when the key was handed out.
     pub fn notes(&self) -> &N::Taken {
         &self.notes
     }
@@ -527,9 +465,4 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Drop for Claim<K
     fn drop(&mut self) {
         self.shared.finish(self.id);
     }
-}
-
-/// A duration in nanoseconds, saturating.
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -22,7 +22,7 @@ mod probe;
 mod reports;
 
 pub use collector::InformerCollector;
-pub use probe::{ControllerProbe, KeyReport, PassHistories, PassRecord};
+pub use probe::{ControllerProbe, KeyPhase, KeyReport, KeyState, PassHistories, PassRecord};
 use reports::Clock;
 pub use reports::{
     CacheReport, ControllerReport, EventCounts, InformerReport, KeyHistoryReport, KeyHistoryView, KeyView,
