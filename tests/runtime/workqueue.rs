@@ -57,3 +57,13 @@ async fn drain(q: &WorkQueue<ObjectKey>, n: usize) -> Vec<ObjectKey> {
     }
     keys
 }
+
+/// Keys the queue holds any state for (queued, processing, waiting or with failures).
+fn tracked(q: &WorkQueue<ObjectKey>) -> usize {
+    q.snapshot().len()
+}
+
+/// Keys with a failure count (the state `forget` drops).
+fn with_failures(q: &WorkQueue<ObjectKey>) -> usize {
+    q.snapshot().iter().filter(|key| key.requeues > 0).count()
+}

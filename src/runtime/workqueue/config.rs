@@ -1,14 +1,11 @@
-//! What a [`WorkQueue`](super::WorkQueue) is made with: its backoff (rule 4) and retry budget
-//! (rule 6), and the hooks its metrics go to.
+//! What a [`WorkQueue`](super::WorkQueue) is made with: its backoff (rule 4), its retry budget
+//! (rule 6) and the hooks its metrics go to.
 
-use std::fmt;
-use std::num::NonZeroU32;
-use std::sync::Arc;
-use std::time::Duration;
+use std::{fmt, num::NonZeroU32, sync::Arc, time::Duration};
 
 /// How a queue behaves: its name, the per-key backoff, the overall retry budget, how long a
 /// low-priority key may wait, and where metrics go.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct QueueConfig {
     /// The queue's name, the `name` label of its metrics.
     pub name: String,
@@ -50,18 +47,6 @@ impl QueueConfig {
     }
 }
 
-impl fmt::Debug for QueueConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QueueConfig")
-            .field("name", &self.name)
-            .field("backoff", &self.backoff)
-            .field("retry_bucket", &self.retry_bucket)
-            .field("metrics", &self.metrics.is_some())
-            .field("low_priority_max_wait", &self.low_priority_max_wait)
-            .finish()
-    }
-}
-
 /// Receives one queue's metrics, controller-runtime's seven `workqueue_*` figures. Called outside
 /// the queue's lock, from several threads at once: each method must be cheap.
 pub trait QueueMetrics: Send + Sync + 'static {
@@ -78,6 +63,12 @@ pub trait QueueMetrics: Send + Sync + 'static {
     fn unfinished_work(&self, total: Duration, longest: Duration);
     /// `workqueue_retries_total`: a failure was reported with `add_rate_limited`.
     fn retried(&self);
+}
+
+impl fmt::Debug for dyn QueueMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("QueueMetrics")
+    }
 }
 
 /// Per-key backoff, `base · factor^(failures − 1)` capped; client-go's defaults (5 ms, ×2,
@@ -103,11 +94,9 @@ impl Default for BackoffConfig {
 impl BackoffConfig {
     /// The jitter-free delay before retry number `failures` (from 1); past the cap, the cap.
     pub fn nominal_delay(&self, failures: u32) -> Duration {
-        let exponent = failures.saturating_sub(1);
-        self.factor
-            .checked_pow(exponent)
-            .and_then(|multiplier| self.base.checked_mul(multiplier))
-            .map_or(self.cap, |delay| delay.min(self.cap))
+        let multiplier = self.factor.checked_pow(failures.saturating_sub(1));
+        let delay = multiplier.and_then(|multiplier| self.base.checked_mul(multiplier));
+        delay.map_or(self.cap, |delay| delay.min(self.cap))
     }
 
     /// The delay before retry number `failures`, jittered if configured.
@@ -129,15 +118,13 @@ pub struct BucketConfig {
 impl Default for BucketConfig {
     /// client-go's default: 10 retries per second, burst 100.
     fn default() -> Self {
-        Self {
-            per_second: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
-            burst: NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN),
-        }
+        let (per_second, burst) = (NonZeroU32::new(10), NonZeroU32::new(100));
+        Self { per_second: per_second.unwrap_or(NonZeroU32::MIN), burst: burst.unwrap_or(NonZeroU32::MIN) }
     }
 }
 
-/// The bucket as a GCRA (governor's algorithm) on the queue's nanosecond clock: `tat` is when
-/// the bucket is full again; a token may be taken while that is at most a burst's worth ahead.
+/// The bucket as a GCRA (the generic cell rate algorithm) on the queue's nanosecond clock: `tat`
+/// is when the bucket is full again; a token may be taken while that is at most a burst ahead.
 pub(crate) struct RetryBucket {
     interval: u64,
     tolerance: u64,
@@ -159,43 +146,5 @@ impl RetryBucket {
         }
         self.tat = tat;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn doubles_from_five_milliseconds_up_to_the_cap() {
-        let backoff = BackoffConfig::default();
-        let ms = |n| backoff.nominal_delay(n).as_millis();
-        assert_eq!([ms(1), ms(2), ms(3), ms(4)], [5, 10, 20, 40]);
-        assert_eq!(ms(18), 5 << 17); // 655.36 s, the last uncapped step
-        assert_eq!(backoff.nominal_delay(19), Duration::from_secs(1000));
-        assert_eq!(backoff.nominal_delay(u32::MAX), Duration::from_secs(1000));
-    }
-
-    #[test]
-    fn jitter_stays_within_the_upper_half() {
-        let backoff = BackoffConfig { jitter: true, ..BackoffConfig::default() };
-        for failures in 1..30 {
-            let nominal = backoff.nominal_delay(failures);
-            let delay = backoff.delay(failures);
-            assert!(delay <= nominal && delay >= nominal / 2, "{delay:?} vs {nominal:?}");
-        }
-    }
-
-    #[test]
-    fn a_burst_then_one_token_per_interval() {
-        let config =
-            BucketConfig { per_second: NonZeroU32::new(10).unwrap(), burst: NonZeroU32::new(2).unwrap() };
-        let mut bucket = RetryBucket::new(&config);
-        let ms = 1_000_000;
-        assert!(bucket.try_take(5 * ms).is_ok() && bucket.try_take(5 * ms).is_ok());
-        assert_eq!(bucket.try_take(5 * ms), Err(105 * ms));
-        assert!(bucket.try_take(105 * ms).is_ok());
-        assert_eq!(bucket.try_take(105 * ms), Err(205 * ms));
-        assert!(bucket.try_take(10_000 * ms).is_ok() && bucket.try_take(10_000 * ms).is_ok(), "refilled");
     }
 }

@@ -33,9 +33,11 @@ mod config;
 mod notes;
 mod queue;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use crate::runtime::observe::introspection::{KeyPhase, KeyState};
 pub use config::{BackoffConfig, BucketConfig, DEFAULT_LOW_PRIORITY_MAX_WAIT, QueueConfig, QueueMetrics};
 pub use notes::{KeyNotes, NoteKey};
-pub use queue::{Claim, WorkQueue};
+pub use queue::{Claim, When, WorkQueue};
 pub use state::Priority;

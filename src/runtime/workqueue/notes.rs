@@ -1,5 +1,5 @@
 //! What a caller keeps per key in the key's entry (the controller: why the key was queued, see
-//! `runtime::causes`), written by the add under the lock it takes anyway.
+//! `runtime::controller::causes`), written by the add under the lock it takes anyway.
 
 /// The key an add's note is written for: the queue's copy, and the adder's own copy when the
 /// queue had the key already (the add would drop it after the lock).
@@ -55,24 +55,4 @@ impl KeyNotes for () {
     fn timer_cancelled(&mut self) {}
 
     fn take(&mut self) {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    #[test]
-    fn a_note_key_hands_over_the_adders_copy_or_else_clones_the_queues() {
-        let queued: Arc<str> = "team/pg".into();
-        let adders: Arc<str> = "team/pg".into();
-        let mut spare = Some(Arc::clone(&adders));
-        let key = NoteKey::new(&queued, &mut spare);
-        assert_eq!(&**key, "team/pg");
-        assert!(Arc::ptr_eq(&key.into_owned(), &adders), "the adder's copy, not a clone");
-        assert!(spare.is_none(), "taken, so the add has nothing left to drop");
-
-        let mut none = None;
-        assert!(Arc::ptr_eq(&NoteKey::new(&queued, &mut none).into_owned(), &queued));
-    }
 }

@@ -1,24 +1,32 @@
-//! The [`WorkQueue`] handle, the [`Claim`] guard and the timer task.
+//! The [`WorkQueue`] handle, the [`Claim`] guard and the timer task. Each operation takes the
+//! lock, changes the state (`state.rs`), lets go, then wakes and reports as the state says.
 
-use std::cmp::Reverse;
-use std::fmt;
-use std::hash::Hash;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::{cmp::Reverse, fmt, hash::Hash, ops::Deref, time::Duration};
 
 use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::{sync::Notify, time::Instant};
 
 use super::config::{BackoffConfig, QueueConfig, QueueMetrics, RetryBucket};
 use super::notes::{KeyNotes, NoteKey};
-use super::state::{Clock, Epoch, NEVER, Phase, Priority, Retry, State, nanos};
+use super::state::{Clock, Entry, NEVER, Phase, Priority, Retry, State, nanos};
 use super::{KeyPhase, KeyState};
 
 /// How often the claims are sampled for metrics (client-go's 500 ms), in nanoseconds.
 const SAMPLE_EVERY: u64 = 500_000_000;
+
+/// When an add takes effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// Now, at this priority (rules 1, 2 and 10).
+    Now(Priority),
+    /// After this delay (rule 3); zero is `Now(Priority::Normal)`.
+    After(Duration),
+    /// As a retry: after the key's backoff and a token of the retry budget, and no earlier than
+    /// this (rules 4 to 6 and 13).
+    Retry(Duration),
+}
 
 /// A deduplicating, delaying, rate-limited queue of keys (the rules are in the module docs);
 /// clones are handles to the same queue. Timers need a tokio runtime: the queue spawns its timer
@@ -45,7 +53,7 @@ struct Shared<K, N: KeyNotes> {
     drained: Notify, // `shutdown_with_drain` callers, woken when the last claim is dropped
     timer_wake: Arc<Notify>, // an earlier timer, shutdown, or the queue dropped
     timer_started: AtomicBool,
-    epoch: Epoch,
+    epoch: Instant, // the queue's times are nanoseconds since
     backoff: BackoffConfig,
     metrics: Option<Arc<dyn QueueMetrics>>,
     name: String,
@@ -69,7 +77,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
             drained: Notify::new(),
             timer_wake: Arc::new(Notify::new()),
             timer_started: AtomicBool::new(false),
-            epoch: Epoch::now(),
+            epoch: Instant::now(),
             backoff: config.backoff,
             metrics: config.metrics,
             name: config.name,
@@ -85,94 +93,52 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Queues `key` (rules 1 and 2); ignored after shutdown.
     pub fn add(&self, key: K) {
-        self.add_with_note(key, Priority::Normal, |_, _| {});
+        self.add_with_note(key, When::Now(Priority::Normal), |_, _| {});
     }
 
     /// `add` at `priority` (rule 10).
     pub fn add_with_priority(&self, key: K, priority: Priority) {
-        self.add_with_note(key, priority, |_, _| {});
-    }
-
-    /// `add_with_priority` that also writes the key's notes under the lock (see [`KeyNotes`]).
-    pub fn add_with_note<L>(
-        &self,
-        key: K,
-        priority: Priority,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-    ) {
-        let mut now = Clock::new(&self.shared.epoch);
-        self.with_entry(key, note, |state, id| state.enqueue(id, priority, &mut now));
-    }
-
-    /// Under the lock: finds or makes the entry of `key`, writes its notes, runs `op` on it.
-    fn with_entry<T, L>(
-        &self,
-        key: K,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-        op: impl FnOnce(&mut State<K, N>, u32) -> T,
-    ) -> Option<T> {
-        let mut state = self.shared.state.lock();
-        if state.shut_down {
-            return None;
-        }
-        let (id, mut spare) = state.entry_for(key);
-        let entry = state.entry_mut(id);
-        let leftover = note(NoteKey::new(&entry.key, &mut spare), &mut entry.notes);
-        let outcome = op(&mut state, id);
-        self.shared.unlock(state);
-        drop((spare, leftover));
-        Some(outcome)
+        self.add_with_note(key, When::Now(priority), |_, _| {});
     }
 
     /// Adds `key` after `delay` (rule 3); a direct add meanwhile does not cancel the timer.
     pub fn add_after(&self, key: K, delay: Duration) {
-        self.add_after_with_note(key, delay, |_, _| {});
-    }
-
-    /// `add_after` that also writes the key's notes, which can wait for the timer.
-    pub fn add_after_with_note<L>(
-        &self,
-        key: K,
-        delay: Duration,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-    ) {
-        if delay.is_zero() {
-            return self.add_with_note(key, Priority::Normal, note);
-        }
-        let due = self.shared.epoch.nanos_now().saturating_add(nanos(delay)).min(NEVER - 1);
-        if let Some(poke) = self.with_entry(key, note, |state, id| state.schedule(id, due)) {
-            self.shared.after_scheduling(poke);
-        }
+        self.add_with_note(key, When::After(delay), |_, _| {});
     }
 
     /// Reports a failure of `key`: it is retried after its backoff and a token (rules 4 to 6).
     pub fn add_rate_limited(&self, key: K) {
-        self.add_rate_limited_after_with_note(key, Duration::ZERO, |_, _| {});
+        self.add_with_note(key, When::Retry(Duration::ZERO), |_, _| {});
     }
 
     /// `add_rate_limited`, retrying no earlier than `at_least` from now (rule 13).
     pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
-        self.add_rate_limited_after_with_note(key, at_least, |_, _| {});
+        self.add_with_note(key, When::Retry(at_least), |_, _| {});
     }
 
-    /// `add_rate_limited_after` that also writes the key's notes; they can wait for the retry.
-    pub fn add_rate_limited_after_with_note<L>(
-        &self,
-        key: K,
-        at_least: Duration,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-    ) {
+    /// Adds `key` as `when` says, and writes its notes with `note` under the lock (see
+    /// [`KeyNotes`]; notes can wait for a timer). What `note` returns is dropped after the lock.
+    pub fn add_with_note<L>(&self, key: K, when: When, note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L) {
         let shared = &*self.shared;
-        let now = shared.epoch.nanos_now();
-        let floor = now.saturating_add(nanos(at_least));
-        let delay = |failures| nanos(shared.backoff.delay(failures));
-        let Some(poke) = self.with_entry(key, note, |state, id| state.fail(id, now, floor, delay)) else {
+        let mut now = Clock(shared.epoch, None);
+        let mut state = shared.state.lock();
+        if state.shut_down {
             return;
-        };
-        if let Some(metrics) = &shared.metrics {
-            metrics.retried();
         }
-        self.shared.after_scheduling(poke.unwrap_or(false));
+        let (id, mut spare) = state.entry_for(key);
+        let entry = state.entry_mut(id);
+        let leftover = note(NoteKey::new(&entry.key, &mut spare), &mut entry.notes);
+        match when {
+            When::Now(priority) => state.enqueue(id, priority, &mut now),
+            When::After(Duration::ZERO) => state.enqueue(id, Priority::Normal, &mut now),
+            When::After(delay) => state.schedule(id, now.get().saturating_add(nanos(delay)).min(NEVER - 1)),
+            When::Retry(at_least) => {
+                let (now, delay) = (now.get(), |failures| nanos(shared.backoff.delay(failures)));
+                state.fail(id, now, now.saturating_add(nanos(at_least)), delay);
+            }
+        }
+        Shared::unlock(&self.shared, state);
+        drop((spare, leftover));
     }
 
     /// Reads the notes of `key`, if the queue tracks it (for `/debug/queue`).
@@ -207,7 +173,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
     /// `Some(claim)`, `Some(None)` once shut down and drained, `None`: wait (parked if `park`).
     fn try_claim(&self, park: bool) -> Option<Option<Claim<K, N>>> {
         let shared = &*self.shared;
-        let mut now = Clock::new(&shared.epoch);
+        let mut now = Clock(shared.epoch, None);
         let mut state = shared.state.lock();
         let Some(id) = state.pop_ready(&mut now) else {
             state.parked += usize::from(park && !state.shut_down);
@@ -242,7 +208,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Ready keys: neither being processed nor waiting for a timer.
     pub fn len(&self) -> usize {
-        self.shared.state.lock().ready_len()
+        self.shared.state.lock().queued
     }
 
     /// No key is ready.
@@ -276,12 +242,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.shared.state.lock().shut_down
     }
 
-    /// Every tracked key with its phase, pending timer and failure count.
+    /// Every key the queue holds any state for (queued, processing, waiting or with failures),
+    /// with its phase, pending timer and failure count.
     pub fn snapshot(&self) -> Vec<KeyState<K>> {
-        let at = |nanos: u64| self.shared.epoch.instant(nanos);
+        let at = |nanos: u64| self.shared.epoch + Duration::from_nanos(nanos);
         let since = |nanos: u64| self.shared.metrics.is_some().then(|| at(nanos));
         let state = self.shared.state.lock();
-        let key_state = |(id, entry): (u32, &super::state::Entry<K, N>)| {
+        let key_state = |(id, entry): (u32, &Entry<K, N>)| {
             let timer = (entry.due != NEVER).then(|| at(entry.due));
             let (phase, low_priority) = match (entry.phase, entry.retry, timer) {
                 (Phase::Processing { again }, ..) => {
@@ -300,16 +267,6 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         state.entries().map(key_state).collect()
     }
 
-    /// Keys the queue holds any state for (queued, processing, waiting or with failures).
-    pub fn tracked_keys(&self) -> usize {
-        self.shared.state.lock().entries().count()
-    }
-
-    /// Keys with a failure count (the state `forget` drops).
-    pub fn failure_entries(&self) -> usize {
-        self.shared.state.lock().entries().filter(|(_, entry)| entry.failures > 0).count()
-    }
-
     /// Entries in the timer heap, including superseded ones not yet expired.
     pub fn timer_entries(&self) -> usize {
         self.shared.state.lock().timers.len()
@@ -317,26 +274,27 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
-    /// Releases the lock, then wakes getters and reports metrics as the state's effects say.
-    fn unlock(&self, mut state: MutexGuard<'_, State<K, N>>) {
+    /// Releases the lock, then acts on what the state left to do (its [`Effects`](super::state::Effects)).
+    fn unlock(self: &Arc<Self>, mut state: MutexGuard<'_, State<K, N>>) {
         let effects = std::mem::take(&mut state.effects);
         drop(state);
         for _ in 0..effects.wakes {
             self.getters.notify_one();
         }
-        if let Some(metrics) = &self.metrics {
-            (0..effects.added).for_each(|_| metrics.added());
-            if effects.depth != 0 {
-                metrics.depth(effects.depth);
-            }
-        }
-    }
-
-    fn after_scheduling(self: &Arc<Self>, poke: bool) {
-        if poke {
+        if effects.poke {
             self.timer_wake.notify_one();
         }
-        self.ensure_timer_task();
+        if effects.timed || effects.retried {
+            self.ensure_timer_task();
+        }
+        let Some(metrics) = &self.metrics else { return };
+        (0..effects.added).for_each(|_| metrics.added());
+        if effects.depth != 0 {
+            metrics.depth(effects.depth);
+        }
+        if effects.retried {
+            metrics.retried();
+        }
     }
 
     /// Starts the timer task once, if a runtime is at hand.
@@ -351,8 +309,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
     }
 
     /// The claim on entry `id` was dropped.
-    fn finish(&self, id: u32) {
-        let mut now = Clock::new(&self.epoch);
+    fn finish(self: &Arc<Self>, id: u32) {
+        let mut now = Clock(self.epoch, None);
         let mut state = self.state.lock();
         let started_at = state.finish(id, &mut now);
         let drained = state.shut_down && state.processing.is_empty();
@@ -366,13 +324,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
     }
 
     /// Fires due timers and samples the claims when due; when to look again (`None`: stop).
-    fn release_due(&self, next_sample: &mut u64) -> Option<Option<Instant>> {
-        let now = self.epoch.nanos_now();
+    fn release_due(self: &Arc<Self>, next_sample: &mut u64) -> Option<Option<Instant>> {
+        let mut clock = Clock(self.epoch, None);
+        let now = clock.get();
         let mut state = self.state.lock();
         if state.shut_down {
             return None;
         }
-        let next_token = state.release_due(now);
+        let next_token = state.release_due(&mut clock);
         let next_timer = state.timers.peek().map(|Reverse((due, _))| *due);
         let sample = self.metrics.is_some() && now >= *next_sample;
         let unfinished = sample.then(|| {
@@ -386,7 +345,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
         }
         let next_sample = self.metrics.is_some().then_some(*next_sample);
         let next = [next_timer, next_token, next_sample].into_iter().flatten().min();
-        Some(next.map(|at| self.epoch.instant(at)))
+        Some(next.map(|at| self.epoch + Duration::from_nanos(at)))
     }
 }
 
@@ -433,12 +392,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Claim<K, N> {
         &self.key
     }
 
-    /// The notes that were due when the key was handed out.
-    pub fn notes(&self) -> &N::Taken {
-        &self.notes
-    }
-
-    /// Takes the claim's notes, leaving the empty value.
+    /// Takes the notes that were due when the key was handed out, leaving the empty value.
     pub fn take_notes(&mut self) -> N::Taken {
         std::mem::take(&mut self.notes)
     }

@@ -3,10 +3,8 @@
 //! A key is stored once, in its entry, found through a hash table of 4-byte entry numbers; the
 //! lines, processing set and timers hold numbers. An idle entry is removed, its number reused.
 
-use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hash};
-use std::time::Duration;
+use std::{cmp::Reverse, hash::BuildHasher, hash::Hash, time::Duration};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 use tokio::time::Instant;
@@ -49,18 +47,21 @@ pub(crate) struct Entry<K, N> {
     pub(crate) key: K,
     pub(crate) notes: N,
     pub(crate) due: u64, // when the pending timer fires, or `NEVER`
-    ticket: u16,         // the current place in the low line (wrapping: a stale match only moves it up)
+    ticket: u16,         // its current low place (wrapping: a stale match only moves a key up)
     pub(crate) failures: u16,
     pub(crate) phase: Phase,
     pub(crate) retry: Retry,
 }
 
-/// What one hold of the lock leaves to do: getters to wake, adds and the change of depth to report.
+/// What one hold of the lock leaves to do: getters to wake, the timer task to poke, and metrics.
 #[derive(Default)]
 pub(crate) struct Effects {
     pub(crate) wakes: usize,
     pub(crate) added: usize,
     pub(crate) depth: i64,
+    pub(crate) retried: bool,
+    pub(crate) timed: bool, // a timer was asked for: the timer task must run
+    pub(crate) poke: bool,  // the earliest timer: the task must look again
 }
 
 pub(crate) struct State<K, N> {
@@ -70,7 +71,7 @@ pub(crate) struct State<K, N> {
     free: Vec<u32>,
     ready: VecDeque<u32>,
     low: VecDeque<(u32, u16, u64)>, // (entry, ticket, when it joined); older tickets are stale
-    low_len: usize,
+    pub(crate) queued: usize,       // ready keys, both lines
     next_ticket: u16,
     low_max_wait: u64,
     pub(crate) processing: HashMap<u32, u64, DefaultHashBuilder>, // claims: entry → since (metrics)
@@ -92,7 +93,7 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
             free: Vec::new(),
             ready: VecDeque::new(),
             low: VecDeque::new(),
-            low_len: 0,
+            queued: 0,
             next_ticket: 0,
             low_max_wait,
             processing: HashMap::default(),
@@ -106,13 +107,13 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         }
     }
 
+    // Invariant (the `expect`s below): the index, lines, processing set and claims name live
+    // entries only, and fewer than 2^32 keys are tracked at once (hundreds of gigabytes).
     pub(crate) fn entry(&self, id: u32) -> &Entry<K, N> {
-        // Invariant: the index, lines, processing set and claims name live entries only.
         self.entries[id as usize].as_ref().expect("a named entry is live")
     }
 
     pub(crate) fn entry_mut(&mut self, id: u32) -> &mut Entry<K, N> {
-        // Invariant: as in `entry`.
         self.entries[id as usize].as_mut().expect("a named entry is live")
     }
 
@@ -132,14 +133,12 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
             if let Some(times) = &mut self.queued_at {
                 times.push(0);
             }
-            // Invariant: fewer than 2^32 keys at once (that would take hundreds of gigabytes).
             u32::try_from(self.entries.len() - 1).expect("fewer than 2^32 keys")
         });
         let (notes, phase) = (N::default(), Phase::Idle);
         let entry = Entry { key, notes, due: NEVER, ticket: 0, failures: 0, phase, retry: Retry::None };
         self.entries[id as usize] = Some(entry);
         let (entries, hasher) = (&self.entries, &self.hasher);
-        // Invariant: the index names live entries only.
         let key_of = |id: &u32| &entries[*id as usize].as_ref().expect("indexed entries are live").key;
         self.index.insert_unique(hash, id, |id| hasher.hash_one(key_of(id)));
         (id, None)
@@ -163,7 +162,7 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         let dirty = match entry.phase {
             Phase::Queued(was) => {
                 if was < priority {
-                    self.low_len -= 1; // its low place goes stale; `push_ready` counts it again
+                    self.queued -= 1; // its low place goes stale; `push_ready` counts it again
                     self.effects.depth -= 1;
                     self.push_ready(id, priority, now);
                 }
@@ -200,7 +199,7 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
             Priority::Normal => self.ready.push_back(id),
             Priority::Low => self.low.push_back((id, ticket, now.get())),
         }
-        self.low_len += usize::from(priority == Priority::Low);
+        self.queued += 1;
         self.effects.depth += 1;
         if self.parked > 0 {
             self.parked -= 1;
@@ -208,8 +207,8 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         }
     }
 
-    /// Rule 11: low keys that waited `low_max_wait` join the normal line; leaves the first
-    /// low place current.
+    /// Rule 11: low keys that waited `low_max_wait` join the normal line; leaves the first low
+    /// place current.
     fn promote_aged(&mut self, now: &mut Clock) {
         while let Some(&(id, ticket, joined)) = self.low.front() {
             let entry = self.entries[id as usize].as_mut();
@@ -218,7 +217,6 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
                     return;
                 }
                 e.phase = Phase::Queued(Priority::Normal);
-                self.low_len -= 1;
                 self.ready.push_back(id);
             }
             self.low.pop_front();
@@ -228,14 +226,8 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
     /// Hands out the next ready key, normal line first (rule 10): it becomes processing.
     pub(crate) fn pop_ready(&mut self, now: &mut Clock) -> Option<u32> {
         self.promote_aged(now);
-        let id = match self.ready.pop_front() {
-            Some(id) => id,
-            None => {
-                let (id, ..) = self.low.pop_front()?;
-                self.low_len -= 1;
-                id
-            }
-        };
+        let id = self.ready.pop_front().or_else(|| Some(self.low.pop_front()?.0))?;
+        self.queued -= 1;
         self.entry_mut(id).phase = Phase::Processing { again: None };
         let started_at = if self.queued_at.is_some() { now.get() } else { 0 };
         self.processing.insert(id, started_at);
@@ -257,35 +249,28 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         started_at
     }
 
-    /// Rule 3: a timer for `id` at `due` unless an earlier one (or a due retry) is pending;
-    /// true when it is now the earliest.
-    pub(crate) fn schedule(&mut self, id: u32, due: u64) -> bool {
+    /// Rule 3: a timer for `id` at `due` unless an earlier one (or a due retry) is pending.
+    pub(crate) fn schedule(&mut self, id: u32, due: u64) {
+        self.effects.timed = true;
         let entry = self.entry_mut(id);
-        if entry.retry == Retry::Line || due >= entry.due {
-            return false;
+        if entry.retry != Retry::Line && due < entry.due {
+            entry.due = due;
+            self.effects.poke |= self.timers.peek().is_none_or(|Reverse((next, _))| due < *next);
+            self.timers.push(Reverse((due, id)));
         }
-        entry.due = due;
-        let earliest = self.timers.peek().is_none_or(|Reverse((next, _))| due < *next);
-        self.timers.push(Reverse((due, id)));
-        earliest
     }
 
-    /// Rules 4, 5 and 13: counts a failure and schedules its retry; `None` if one is pending.
-    pub(crate) fn fail(
-        &mut self,
-        id: u32,
-        now: u64,
-        floor: u64,
-        delay: impl FnOnce(u32) -> u64,
-    ) -> Option<bool> {
+    /// Rules 4, 5 and 13: counts a failure and schedules its retry after `delay(failures)`, no
+    /// earlier than `floor`, unless a retry is pending.
+    pub(crate) fn fail(&mut self, id: u32, now: u64, floor: u64, delay: impl FnOnce(u32) -> u64) {
+        (self.effects.retried, self.effects.timed) = (true, true);
         let entry = self.entry_mut(id);
-        if entry.retry != Retry::None {
-            return None;
+        if entry.retry == Retry::None {
+            entry.failures = entry.failures.saturating_add(1);
+            entry.retry = Retry::Timer;
+            let due = now.saturating_add(delay(u32::from(entry.failures))).max(floor).min(NEVER - 1);
+            self.schedule(id, due);
         }
-        entry.failures = entry.failures.saturating_add(1);
-        entry.retry = Retry::Timer;
-        let due = now.saturating_add(delay(u32::from(entry.failures))).max(floor).min(NEVER - 1);
-        Some(self.schedule(id, due))
     }
 
     /// Rule 7: drops the failure count (a pending timer still fires once, as a plain one).
@@ -310,7 +295,8 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
 
     /// Fires the timers due at `now`; due retries wait in line for tokens (rule 6). Returns when
     /// the next token comes, if one is awaited.
-    pub(crate) fn release_due(&mut self, now: u64) -> Option<u64> {
+    pub(crate) fn release_due(&mut self, clock: &mut Clock) -> Option<u64> {
+        let now = clock.get();
         while let Some(&Reverse((due, id))) = self.timers.peek().filter(|Reverse((due, _))| *due <= now) {
             self.timers.pop();
             let Some(entry) = self.entries[id as usize].as_mut().filter(|e| e.due == due) else {
@@ -322,7 +308,7 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
                 self.retry_line.push_back(id);
             } else {
                 entry.retry = Retry::None;
-                self.release(id, now);
+                self.release(id, clock);
             }
         }
         while let (Some(&id), Some(bucket)) = (self.retry_line.front(), &mut self.bucket) {
@@ -331,20 +317,15 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
             }
             self.retry_line.pop_front();
             self.entry_mut(id).retry = Retry::None;
-            self.release(id, now);
+            self.release(id, clock);
         }
         None
     }
 
     /// Rule 12: a timer adds at normal priority; the notes that waited for it are due now.
-    fn release(&mut self, id: u32, now: u64) {
+    fn release(&mut self, id: u32, clock: &mut Clock) {
         self.entry_mut(id).notes.timer_fired();
-        self.enqueue(id, Priority::Normal, &mut Clock::at(now));
-    }
-
-    /// Ready keys, both lines.
-    pub(crate) fn ready_len(&self) -> usize {
-        self.ready.len() + self.low_len
+        self.enqueue(id, Priority::Normal, clock);
     }
 
     /// Every tracked key's entry, with its number.
@@ -353,83 +334,18 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
     }
 }
 
-/// The queue's zero: its times are nanoseconds since, on tokio's clock (paused-clock tests
-/// drive it).
-pub(crate) struct Epoch(Instant);
+/// The time of one operation, in nanoseconds since the queue's epoch on tokio's clock (which
+/// paused-clock tests drive): read on first use, and only if needed.
+pub(crate) struct Clock(pub(crate) Instant, pub(crate) Option<u64>);
 
-impl Epoch {
-    pub(crate) fn now() -> Self {
-        Self(Instant::now())
-    }
-
-    pub(crate) fn nanos_now(&self) -> u64 {
-        nanos(self.0.elapsed()).min(u64::MAX - 1)
-    }
-
-    pub(crate) fn instant(&self, nanos: u64) -> Instant {
-        self.0 + Duration::from_nanos(nanos)
-    }
-}
-
-/// The time of one operation, read on first use and only if needed (`at`: fixed).
-pub(crate) struct Clock<'a> {
-    epoch: Option<&'a Epoch>,
-    now: Option<u64>,
-}
-
-impl<'a> Clock<'a> {
-    pub(crate) fn new(epoch: &'a Epoch) -> Self {
-        Self { epoch: Some(epoch), now: None }
-    }
-
-    pub(crate) fn at(now: u64) -> Self {
-        Self { epoch: None, now: Some(now) }
-    }
-
+impl Clock {
     pub(crate) fn get(&mut self) -> u64 {
-        let epoch = self.epoch;
-        *self.now.get_or_insert_with(|| epoch.map_or(0, Epoch::nanos_now))
+        let epoch = self.0;
+        *self.1.get_or_insert_with(|| nanos(epoch.elapsed()).min(NEVER - 1))
     }
 }
 
 /// A duration in nanoseconds, saturating.
 pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn add(state: &mut State<&'static str, ()>, key: &'static str, priority: Priority) -> u32 {
-        let (id, _) = state.entry_for(key);
-        state.enqueue(id, priority, &mut Clock::at(0));
-        id
-    }
-
-    #[test]
-    fn an_idle_entry_is_removed_and_its_number_reused_without_its_stale_low_place() {
-        let mut state = State::new(false, u64::MAX, None);
-        let a = add(&mut state, "a", Priority::Low);
-        let z = add(&mut state, "z", Priority::Low);
-        add(&mut state, "a", Priority::Normal); // promoted: its low place, before z's, goes stale
-        assert_eq!(state.pop_ready(&mut Clock::at(0)), Some(a));
-        assert_eq!(state.finish(a, &mut Clock::at(0)), 0);
-        assert_eq!((state.find(&"a"), state.entries().count()), (None, 1), "nothing left of a");
-        let b = add(&mut state, "b", Priority::Low);
-        assert_eq!(b, a, "the number is reused");
-        // a's stale place comes first in the low line, but it does not hand b out before z.
-        let mut next = || state.pop_ready(&mut Clock::at(0));
-        assert_eq!([next(), next(), next()], [Some(z), Some(b), None]);
-    }
-
-    #[test]
-    fn a_clock_reads_once_and_a_fixed_clock_never() {
-        let epoch = Epoch::now();
-        let mut clock = Clock::new(&epoch);
-        let first = clock.get();
-        std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(clock.get(), first);
-        assert_eq!(Clock::at(42).get(), 42);
-    }
 }
