@@ -238,12 +238,13 @@ async fn watch_running(client: kube::Client, running: Arc<Mutex<HashMap<String, 
     }
 }
 
-async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
+/// A simulator with the CRD and the bench's namespaces, and a kubeconfig for it in `dir`.
+async fn prepare_simulator(dir: &Path) -> (SimServer, PathBuf) {
     let sim = SimServer::start_with(SimConfig::default()).await.expect("the simulator starts");
     let client = sim.client();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &types::crd()).await.expect("the CRD is accepted");
-    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client);
     for i in 0..NAMESPACES {
         let ns = Namespace {
             metadata: ObjectMeta { name: Some(format!("bench-{i}")), ..ObjectMeta::default() },
@@ -251,17 +252,14 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
         };
         namespaces.create(&PostParams::default(), &ns).await.expect("namespace");
     }
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let kubeconfig = dir.path().join("kubeconfig");
+    let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig_yaml()).expect("write the kubeconfig");
+    (sim, kubeconfig)
+}
 
-    let running = Arc::new(Mutex::new(HashMap::new()));
-    let watcher = tokio::spawn(watch_running(client.clone(), running.clone()));
-    let self_pid = std::process::id().to_string();
-    let sim_cpu_before = cpu_seconds(&self_pid);
-    let operator = OperatorProcess::start(binary, &kubeconfig);
-    let start = Instant::now();
-    let created: HashMap<String, Instant> = futures::stream::iter(0..n)
+/// Creates `n` clusters over the namespaces, 16 at a time; when each was created, by key.
+async fn create_clusters(client: &kube::Client, n: usize) -> HashMap<String, Instant> {
+    futures::stream::iter(0..n)
         .map(|i| {
             let client = client.clone();
             async move {
@@ -277,7 +275,48 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
         })
         .buffer_unordered(16)
         .collect()
-        .await;
+        .await
+}
+
+/// The operator restarted over `n` Running clusters: how long until it passed every cluster,
+/// its passes, its peak RSS, and the writes it made (beyond the `before` in the log).
+async fn measure_restart(
+    binary: &Path,
+    kubeconfig: &Path,
+    sim: &SimServer,
+    (label, n): (&str, usize),
+    before: usize,
+) -> (Duration, u64, u64, usize) {
+    let restarted = OperatorProcess::start(binary, kubeconfig);
+    let restart_at = Instant::now();
+    while restarted.passes().await < n as u64 {
+        assert!(
+            restart_at.elapsed() < ALL_RUNNING_LIMIT,
+            "{label}: no pass of every cluster after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resync = restart_at.elapsed();
+    // Let the passes that were queued finish before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restart_passes = restarted.passes().await;
+    let restart_peak_rss_kib = status_kib(&restarted.pid(), "VmHWM");
+    let restart_writes = sim.request_log().iter().filter(|r| operator_write(r)).count() - before;
+    restarted.stop();
+    (resync, restart_passes, restart_peak_rss_kib, restart_writes)
+}
+
+async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (sim, kubeconfig) = prepare_simulator(dir.path()).await;
+    let client = sim.client();
+    let running = Arc::new(Mutex::new(HashMap::new()));
+    let watcher = tokio::spawn(watch_running(client.clone(), running.clone()));
+    let self_pid = std::process::id().to_string();
+    let sim_cpu_before = cpu_seconds(&self_pid);
+    let operator = OperatorProcess::start(binary, &kubeconfig);
+    let start = Instant::now();
+    let created = create_clusters(&client, n).await;
     while running.lock().len() < n {
         assert!(
             start.elapsed() < ALL_RUNNING_LIMIT,
@@ -316,22 +355,8 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
     let rss_at_rest_kib = status_kib(&operator.pid(), "VmRSS");
     operator.stop();
 
-    let restarted = OperatorProcess::start(binary, &kubeconfig);
-    let restart_at = Instant::now();
-    while restarted.passes().await < n as u64 {
-        assert!(
-            restart_at.elapsed() < ALL_RUNNING_LIMIT,
-            "{label}: no pass of every cluster after the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let resync = restart_at.elapsed();
-    // Let the passes that were queued finish before counting.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let restart_passes = restarted.passes().await;
-    let restart_peak_rss_kib = status_kib(&restarted.pid(), "VmHWM");
-    let restart_writes = sim.request_log().iter().filter(|r| operator_write(r)).count() - after_rest;
-    restarted.stop();
+    let (resync, restart_passes, restart_peak_rss_kib, restart_writes) =
+        measure_restart(binary, &kubeconfig, &sim, (label, n), after_rest).await;
     watcher.abort();
     sim.shutdown().await;
     Row {

@@ -3,6 +3,9 @@
 //! print the CustomResourceDefinition, `install-plugin` to make it `kubectl dbc`; called as
 //! `kubectl-dbc`, it is that kubectl plugin.
 
+// No function over 100 lines (clippy.toml sets the threshold).
+#![deny(clippy::too_many_lines)]
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -31,7 +31,7 @@ use crate::cli::StatusArgs;
 use crate::cli::cluster::{self, ClusterError};
 use crate::cli::status::{Child, RuntimeView, Snapshot, key_view, pod_child, render, statefulset_child};
 use crate::databasecluster::api::types::DatabaseCluster;
-use crate::databasecluster::specs::resources::label;
+use crate::databasecluster::specs::names::label;
 use crate::runtime::observe::tls;
 
 /// How long the operator's `/debug/queue` may take to answer before it counts as unreachable.

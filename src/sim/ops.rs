@@ -138,59 +138,8 @@ pub fn create(
     mut obj: Value,
     cx: &WriteContext,
 ) -> Result<Value, ApiError> {
-    if !obj.is_object() {
-        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
-    }
-    if let Some(k) = obj["kind"].as_str().filter(|k| *k != kind.kind) {
-        return Err(ApiError::bad_request(format!(
-            "the kind {k:?} does not match the resource {}",
-            kind.plural
-        )));
-    }
-    obj["apiVersion"] = json!(kind.api_version());
-    obj["kind"] = json!(kind.kind);
-    if !obj["metadata"].is_object() {
-        obj["metadata"] = json!({});
-    }
-    let ns = store_namespace(kind, namespace);
-    if kind.namespaced {
-        match obj["metadata"]["namespace"].as_str() {
-            Some(given) if !given.is_empty() && given != ns => {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
-            _ => obj["metadata"]["namespace"] = json!(ns),
-        }
-        match state.store.get("namespaces", "", ns) {
-            None => return Err(ApiError::namespace_not_found(ns)),
-            Some(n) if n["metadata"]["deletionTimestamp"].is_string() => {
-                return Err(ApiError::namespace_terminating(kind, &obj, ns));
-            }
-            Some(_) => {}
-        }
-    } else if let Some(m) = obj["metadata"].as_object_mut() {
-        m.remove("namespace");
-    }
-    let mut generated_from = None;
-    let name = match (obj["metadata"]["name"].as_str(), obj["metadata"]["generateName"].as_str()) {
-        (Some(n), _) if !n.is_empty() => n.to_string(),
-        (_, Some(prefix)) if !prefix.is_empty() => {
-            generated_from = Some(prefix.to_string());
-            meta::generated_name(prefix)
-        }
-        _ => {
-            return Err(ApiError::invalid(
-                kind,
-                "",
-                vec![Cause {
-                    reason: "FieldValueRequired".into(),
-                    message: "Required value: name or generateName is required".into(),
-                    field: "metadata.name".into(),
-                }],
-            ));
-        }
-    };
+    let ns = prepare_new_object(state, kind, namespace, &mut obj)?;
+    let (name, generated_from) = new_object_name(kind, &obj)?;
     // Refused with the kind's own field errors after admission, in one 422, as the apiserver
     // aggregates them; an invalid object is refused before its name is found taken.
     let mut metadata_causes =
@@ -200,26 +149,7 @@ pub fn create(
         return Err(ApiError::already_exists(kind, &name));
     }
     let now = meta::now();
-    {
-        let m = obj["metadata"].as_object_mut().expect("metadata was made an object above");
-        m.insert("name".into(), json!(name));
-        m.insert("uid".into(), json!(meta::new_uid()));
-        m.insert("creationTimestamp".into(), json!(now));
-        if kind.generation {
-            m.insert("generation".into(), json!(1));
-        } else {
-            m.remove("generation");
-        }
-        for f in [
-            "resourceVersion",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "managedFields",
-            "selfLink",
-        ] {
-            m.remove(f);
-        }
-    }
+    stamp_new_metadata(kind, &mut obj, &name, &now);
     if kind.status_subresource {
         obj.as_object_mut().expect("checked above").remove("status");
     }
@@ -248,6 +178,89 @@ pub fn create(
         state.registry.serve_crd(kinds);
     }
     Ok(stored)
+}
+
+/// A new object's body made the kind's (apiVersion, kind, metadata an object) and placed in
+/// its namespace, which must exist and not be terminating; returns the namespace it is stored in.
+fn prepare_new_object<'a>(
+    state: &State,
+    kind: &Kind,
+    namespace: Option<&'a str>,
+    obj: &mut Value,
+) -> Result<&'a str, ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+    }
+    if let Some(k) = obj["kind"].as_str().filter(|k| *k != kind.kind) {
+        return Err(ApiError::bad_request(format!(
+            "the kind {k:?} does not match the resource {}",
+            kind.plural
+        )));
+    }
+    obj["apiVersion"] = json!(kind.api_version());
+    obj["kind"] = json!(kind.kind);
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    let ns = store_namespace(kind, namespace);
+    if kind.namespaced {
+        match obj["metadata"]["namespace"].as_str() {
+            Some(given) if !given.is_empty() && given != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => obj["metadata"]["namespace"] = json!(ns),
+        }
+        match state.store.get("namespaces", "", ns) {
+            None => return Err(ApiError::namespace_not_found(ns)),
+            Some(n) if n["metadata"]["deletionTimestamp"].is_string() => {
+                return Err(ApiError::namespace_terminating(kind, obj, ns));
+            }
+            Some(_) => {}
+        }
+    } else if let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("namespace");
+    }
+    Ok(ns)
+}
+
+/// A new object's name: `metadata.name`, or one generated from `generateName` (returned too).
+fn new_object_name(kind: &Kind, obj: &Value) -> Result<(String, Option<String>), ApiError> {
+    match (obj["metadata"]["name"].as_str(), obj["metadata"]["generateName"].as_str()) {
+        (Some(n), _) if !n.is_empty() => Ok((n.to_string(), None)),
+        (_, Some(prefix)) if !prefix.is_empty() => {
+            Ok((meta::generated_name(prefix), Some(prefix.to_string())))
+        }
+        _ => Err(ApiError::invalid(
+            kind,
+            "",
+            vec![Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value: name or generateName is required".into(),
+                field: "metadata.name".into(),
+            }],
+        )),
+    }
+}
+
+/// The metadata the server sets on a new object (name, uid, creation time, generation) and
+/// the fields a client cannot set on it.
+fn stamp_new_metadata(kind: &Kind, obj: &mut Value, name: &str, now: &str) {
+    let m = obj["metadata"].as_object_mut().expect("metadata was made an object above");
+    m.insert("name".into(), json!(name));
+    m.insert("uid".into(), json!(meta::new_uid()));
+    m.insert("creationTimestamp".into(), json!(now));
+    if kind.generation {
+        m.insert("generation".into(), json!(1));
+    } else {
+        m.remove("generation");
+    }
+    for f in
+        ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"]
+    {
+        m.remove(f);
+    }
 }
 
 /// Queues collection for each owner uid of a new object that names an object already removed,
@@ -337,13 +350,51 @@ pub fn update(
     kind: &Kind,
     namespace: Option<&str>,
     name: &str,
-    mut obj: Value,
+    obj: Value,
     subresource: Option<&str>,
     cx: &WriteContext,
 ) -> Result<Value, ApiError> {
     let ns = store_namespace(kind, namespace);
     let key = kind.storage_key();
     let old = state.store.get(&key, ns, name).cloned().ok_or_else(|| ApiError::not_found(kind, name))?;
+    check_update_body(kind, ns, name, &obj, &old)?;
+    let mut new = updated_object(kind, &old, obj, subresource);
+    admit_update(state, kind, name, &old, &mut new, subresource, cx)?;
+    let served = if is_crd(kind) {
+        Some(admission::crd_serving(kind, &new, Some(&old), state.version)?)
+    } else {
+        None
+    };
+    owner_references::admit(state, kind, cx.user.as_ref(), &new, Some(&old))?;
+    if kind.generation {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        let bumped =
+            if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
+        new["metadata"]["generation"] = json!(bumped);
+    }
+    if meta::same_content(&old, &new) {
+        return Ok(old);
+    }
+    let written = meta::changed_part(&old, &new);
+    meta::release_fields(&mut new, &cx.manager, &cx.taken);
+    record_write(kind, cx, subresource, &mut new, &written);
+    if cx.dry_run {
+        return Ok(new);
+    }
+    if new["metadata"]["deletionTimestamp"].is_string() && finalizers(&new).is_empty() {
+        return Ok(remove(state, kind, ns, name).unwrap_or(new));
+    }
+    let stored = state.store.put(&key, new);
+    if let Some(kinds) = served {
+        state.registry.serve_crd(kinds);
+    }
+    Ok(stored)
+}
+
+/// An update's body against the URL and the stored object: an object, of the same name and
+/// namespace, and for a custom resource with the resourceVersion it updates (which must be
+/// current when given).
+fn check_update_body(kind: &Kind, ns: &str, name: &str, obj: &Value, old: &Value) -> Result<(), ApiError> {
     if !obj.is_object() {
         return Err(ApiError::bad_request("the body of the request must be a JSON object"));
     }
@@ -375,7 +426,14 @@ pub fn update(
             "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
         )));
     }
-    let mut new = if subresource == Some("status") {
+    Ok(())
+}
+
+/// The object an update asks for: on `status`, the stored object with the body's status; on
+/// the main resource, the body with the stored status (when the kind has the subresource) and
+/// the metadata only the server sets.
+fn updated_object(kind: &Kind, old: &Value, mut obj: Value, subresource: Option<&str>) -> Value {
+    if subresource == Some("status") {
         let mut new = old.clone();
         match obj.get("status") {
             Some(s) => new["status"] = s.clone(),
@@ -383,22 +441,35 @@ pub fn update(
                 new.as_object_mut().expect("stored objects are objects").remove("status");
             }
         }
-        new
-    } else {
-        if kind.status_subresource {
-            match old.get("status") {
-                Some(s) => obj["status"] = s.clone(),
-                None => {
-                    obj.as_object_mut().expect("checked above").remove("status");
-                }
+        return new;
+    }
+    if kind.status_subresource {
+        match old.get("status") {
+            Some(s) => obj["status"] = s.clone(),
+            None => {
+                obj.as_object_mut().expect("checked above").remove("status");
             }
         }
-        obj["apiVersion"] = json!(kind.api_version());
-        obj["kind"] = json!(kind.kind);
-        keep_server_metadata(&old, &mut obj);
-        obj
-    };
-    if new["metadata"]["deletionTimestamp"].is_string() && adds_finalizer(&old, &new) {
+    }
+    obj["apiVersion"] = json!(kind.api_version());
+    obj["kind"] = json!(kind.kind);
+    keep_server_metadata(old, &mut obj);
+    obj
+}
+
+/// Admission of an update: no finalizer added to an object being deleted, then the kind's
+/// checks (a custom resource's schema and rules, or a built-in kind's fields, defaults,
+/// validation, immutable fields, a Job's and a claim's rules).
+fn admit_update(
+    state: &State,
+    kind: &Kind,
+    name: &str,
+    old: &Value,
+    new: &mut Value,
+    subresource: Option<&str>,
+    cx: &WriteContext,
+) -> Result<(), ApiError> {
+    if new["metadata"]["deletionTimestamp"].is_string() && adds_finalizer(old, new) {
         return Err(ApiError::invalid(
             kind,
             name,
@@ -411,46 +482,17 @@ pub fn update(
     }
     let metadata_causes = names::label_and_annotation_causes(&new["metadata"]);
     if kind.custom {
-        admission::admit_custom(kind, &mut new, Some(&old), cx.strict, metadata_causes)?;
-    } else {
-        check_known_fields(kind, &mut new, cx)?;
-        defaults::apply(&kind.group, &kind.plural, &mut new);
-        validate_built_in(kind, &mut new, name, metadata_causes, subresource != Some("status"))?;
-        immutable::check_update(kind, &old, &new, state.version)?;
-        batch::check_job_update(kind, &old, &new)?;
-        if kind.group.is_empty() && kind.plural == "persistentvolumeclaims" {
-            crate::sim::controllers::volumes::admit_resize(state, kind, &old, &new)?;
-        }
+        return admission::admit_custom(kind, new, Some(old), cx.strict, metadata_causes);
     }
-    let served = if is_crd(kind) {
-        Some(admission::crd_serving(kind, &new, Some(&old), state.version)?)
-    } else {
-        None
-    };
-    owner_references::admit(state, kind, cx.user.as_ref(), &new, Some(&old))?;
-    if kind.generation {
-        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-        let bumped =
-            if meta::spec_changed(&old, &new, kind.status_subresource) { generation + 1 } else { generation };
-        new["metadata"]["generation"] = json!(bumped);
+    check_known_fields(kind, new, cx)?;
+    defaults::apply(&kind.group, &kind.plural, new);
+    validate_built_in(kind, new, name, metadata_causes, subresource != Some("status"))?;
+    immutable::check_update(kind, old, new, state.version)?;
+    batch::check_job_update(kind, old, new)?;
+    if kind.group.is_empty() && kind.plural == "persistentvolumeclaims" {
+        crate::sim::controllers::volumes::admit_resize(state, kind, old, new)?;
     }
-    if meta::same_content(&old, &new) {
-        return Ok(old);
-    }
-    let written = meta::changed_part(&old, &new);
-    meta::release_fields(&mut new, &cx.manager, &cx.taken);
-    record_write(kind, cx, subresource, &mut new, &written);
-    if cx.dry_run {
-        return Ok(new);
-    }
-    if new["metadata"]["deletionTimestamp"].is_string() && finalizers(&new).is_empty() {
-        return Ok(remove(state, kind, ns, name).unwrap_or(new));
-    }
-    let stored = state.store.put(&key, new);
-    if let Some(kinds) = served {
-        state.registry.serve_crd(kinds);
-    }
-    Ok(stored)
+    Ok(())
 }
 
 /// Metadata the client cannot change on update: identity, creation and deletion marks.

@@ -124,66 +124,14 @@ fn computed(name: &str, obj: &Value) -> Value {
             None | Some(0) => json!("<none>"),
             Some(n) => json!(format!("0/{n}")),
         },
-        "containers" | "images" => {
-            let field = if name == "containers" { "name" } else { "image" };
-            let containers = obj["spec"]["template"]["spec"]["containers"]
-                .as_array()
-                .or_else(|| obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"].as_array());
-            let values: Vec<&str> =
-                containers.into_iter().flatten().filter_map(|c| c[field].as_str()).collect();
-            json!(values.join(","))
-        }
-        "service-external-ip" => {
-            let ips = obj["spec"]["externalIPs"].as_array().map(Vec::as_slice).unwrap_or_default();
-            let ips: Vec<&str> = ips.iter().filter_map(Value::as_str).collect();
-            match (obj["spec"]["type"].as_str(), ips.is_empty()) {
-                (_, false) => json!(ips.join(",")),
-                (Some("LoadBalancer"), true) => json!("<pending>"),
-                (Some("ExternalName"), true) => obj["spec"]["externalName"].clone(),
-                _ => json!("<none>"),
-            }
-        }
-        "service-ports" => {
-            let ports = obj["spec"]["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
-            let shown: Vec<String> = ports
-                .iter()
-                .map(|p| {
-                    let protocol = p["protocol"].as_str().unwrap_or("TCP");
-                    match p["nodePort"].as_i64() {
-                        Some(node) => format!("{}:{node}/{protocol}", count(&p["port"])),
-                        None => format!("{}/{protocol}", count(&p["port"])),
-                    }
-                })
-                .collect();
-            json!(if shown.is_empty() { "<none>".to_owned() } else { shown.join(",") })
-        }
+        "containers" => template_containers(obj, "name"),
+        "images" => template_containers(obj, "image"),
+        "service-external-ip" => service_external_ip(obj),
+        "service-ports" => service_ports(obj),
         "service-selector" => selector_text(&obj["spec"]["selector"]),
         "job-selector" => selector_text(&obj["spec"]["selector"]["matchLabels"]),
-        "access-modes" => {
-            let modes = obj["spec"]["accessModes"].as_array().map(Vec::as_slice).unwrap_or_default();
-            let short: Vec<&str> = modes
-                .iter()
-                .filter_map(|m| match m.as_str()? {
-                    "ReadWriteOnce" => Some("RWO"),
-                    "ReadOnlyMany" => Some("ROX"),
-                    "ReadWriteMany" => Some("RWX"),
-                    "ReadWriteOncePod" => Some("RWOP"),
-                    _ => None,
-                })
-                .collect();
-            json!(short.join(","))
-        }
-        "job-duration" => {
-            let at =
-                |field: &str| obj["status"][field].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
-            match at("startTime") {
-                None => json!(""),
-                Some(start) => {
-                    let end = at("completionTime").unwrap_or_else(jiff::Timestamp::now);
-                    json!(age(Some(&start.to_string()), end))
-                }
-            }
-        }
+        "access-modes" => access_modes(obj),
+        "job-duration" => job_duration(obj),
         "cronjob-active" => json!(obj["status"]["active"].as_array().map_or(0, Vec::len)),
         "statefulset-ready" => {
             json!(format!(
@@ -192,20 +140,7 @@ fn computed(name: &str, obj: &Value) -> Value {
                 obj["spec"]["replicas"].as_i64().unwrap_or(1)
             ))
         }
-        "job-status" => {
-            let has = |t: &str| {
-                obj["status"]["conditions"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
-            };
-            json!(if has("Complete") {
-                "Complete"
-            } else if has("Failed") {
-                "Failed"
-            } else {
-                "Running"
-            })
-        }
+        "job-status" => job_status(obj),
         "pv-claim" => {
             match (obj["spec"]["claimRef"]["namespace"].as_str(), obj["spec"]["claimRef"]["name"].as_str()) {
                 (Some(ns), Some(name)) => json!(format!("{ns}/{name}")),
@@ -221,6 +156,88 @@ fn computed(name: &str, obj: &Value) -> Value {
         }
         _ => Value::Null,
     }
+}
+
+/// The containers' `field` (name or image) of a workload's pod template, comma-separated.
+fn template_containers(obj: &Value, field: &str) -> Value {
+    let containers = obj["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .or_else(|| obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"].as_array());
+    let values: Vec<&str> = containers.into_iter().flatten().filter_map(|c| c[field].as_str()).collect();
+    json!(values.join(","))
+}
+
+/// A Service's external IPs, `<pending>` for a load balancer without one.
+fn service_external_ip(obj: &Value) -> Value {
+    let ips = obj["spec"]["externalIPs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let ips: Vec<&str> = ips.iter().filter_map(Value::as_str).collect();
+    match (obj["spec"]["type"].as_str(), ips.is_empty()) {
+        (_, false) => json!(ips.join(",")),
+        (Some("LoadBalancer"), true) => json!("<pending>"),
+        (Some("ExternalName"), true) => obj["spec"]["externalName"].clone(),
+        _ => json!("<none>"),
+    }
+}
+
+/// A Service's ports as `port[:nodePort]/protocol`.
+fn service_ports(obj: &Value) -> Value {
+    let count = |v: &Value| v.as_i64().unwrap_or(0);
+    let ports = obj["spec"]["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let shown: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let protocol = p["protocol"].as_str().unwrap_or("TCP");
+            match p["nodePort"].as_i64() {
+                Some(node) => format!("{}:{node}/{protocol}", count(&p["port"])),
+                None => format!("{}/{protocol}", count(&p["port"])),
+            }
+        })
+        .collect();
+    json!(if shown.is_empty() { "<none>".to_owned() } else { shown.join(",") })
+}
+
+/// A volume's or claim's access modes, abbreviated (`RWO`, `ROX`, `RWX`, `RWOP`).
+fn access_modes(obj: &Value) -> Value {
+    let modes = obj["spec"]["accessModes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let short: Vec<&str> = modes
+        .iter()
+        .filter_map(|m| match m.as_str()? {
+            "ReadWriteOnce" => Some("RWO"),
+            "ReadOnlyMany" => Some("ROX"),
+            "ReadWriteMany" => Some("RWX"),
+            "ReadWriteOncePod" => Some("RWOP"),
+            _ => None,
+        })
+        .collect();
+    json!(short.join(","))
+}
+
+/// How long a Job ran (or has run so far); empty before it started.
+fn job_duration(obj: &Value) -> Value {
+    let at = |field: &str| obj["status"][field].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    match at("startTime") {
+        None => json!(""),
+        Some(start) => {
+            let end = at("completionTime").unwrap_or_else(jiff::Timestamp::now);
+            json!(age(Some(&start.to_string()), end))
+        }
+    }
+}
+
+/// A Job's state: Complete, Failed or Running.
+fn job_status(obj: &Value) -> Value {
+    let has = |t: &str| {
+        obj["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
+    };
+    json!(if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else {
+        "Running"
+    })
 }
 
 /// A value, or `<none>` as 1.28's printers show an empty one.

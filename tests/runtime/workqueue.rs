@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use dbcluster_operator::runtime::ObjectKey;
 use dbcluster_operator::runtime::workqueue::{
-    BackoffConfig, DEFAULT_LOW_PRIORITY_MAX_WAIT, InMemoryMetrics, KeyPhase, Priority, QueueConfig,
-    QueueMetrics, WorkQueue,
+    BackoffConfig, DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, Priority, QueueConfig, QueueMetrics, WorkQueue,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -57,4 +56,14 @@ async fn drain(q: &WorkQueue<ObjectKey>, n: usize) -> Vec<ObjectKey> {
         keys.push(next(q).await.0);
     }
     keys
+}
+
+/// Keys the queue holds any state for (queued, processing, waiting or with failures).
+fn tracked(q: &WorkQueue<ObjectKey>) -> usize {
+    q.snapshot().len()
+}
+
+/// Keys with a failure count (the state `forget` drops).
+fn with_failures(q: &WorkQueue<ObjectKey>) -> usize {
+    q.snapshot().iter().filter(|key| key.requeues > 0).count()
 }

@@ -11,7 +11,7 @@ use crate::cli::cluster;
 use crate::databasecluster::api::types::DatabaseCluster;
 use crate::databasecluster::backup::jobs::BACKUP_NOW_ANNOTATION;
 
-pub use crate::databasecluster::specs::resources::RESTARTED_AT_ANNOTATION;
+pub use crate::databasecluster::specs::names::RESTARTED_AT_ANNOTATION;
 
 /// The annotation `hibernate on` keeps the replica count in, for `hibernate off`.
 pub const HIBERNATED_REPLICAS_ANNOTATION: &str = "databases.madmmas.dev/hibernatedReplicas";

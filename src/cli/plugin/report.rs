@@ -17,7 +17,7 @@ use super::actions::{PluginError, get};
 use crate::cli::cluster;
 use crate::cli::snapshot::{Operator, operator_view};
 use crate::cli::status::RuntimeView;
-use crate::databasecluster::specs::resources::label;
+use crate::databasecluster::specs::names::label;
 
 /// How many of each container's last log lines the bundle keeps.
 pub const LOG_LINES: i64 = 1000;

@@ -26,7 +26,7 @@ pub const RESTORE_SCRIPT: &str = include_str!("../scripts/restore.sh");
 #[cfg(test)]
 pub(crate) mod fixtures {
     use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
-    use crate::databasecluster::specs::resources::Owner;
+    use crate::databasecluster::specs::names::Owner;
 
     /// A stored cluster named `name` in `default` with `spec`.
     pub fn cluster(name: &str, spec: DatabaseClusterSpec) -> DatabaseCluster {

@@ -53,7 +53,7 @@ use crate::databasecluster::cache::drift::needs_update;
 use crate::databasecluster::cache::identity::{Identity, object_by_identity};
 use crate::databasecluster::cache::packed::Packed;
 use crate::databasecluster::instances::topology::REVISION_LABEL;
-use crate::databasecluster::specs::resources::label;
+use crate::databasecluster::specs::names::label;
 use crate::databasecluster::specs::services::ROLE_LABEL;
 use crate::runtime::cache::strip_managed_fields;
 use crate::runtime::object::{Object, shown_metadata};

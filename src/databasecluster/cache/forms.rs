@@ -11,6 +11,13 @@
 //! - Whatever the form, a pass sees the same values: [`Decoded::expand`] gives the whole
 //!   object, [`Decoded::decode_as`] a view of a few of its fields, and [`PodForm`] what a pass
 //!   reads of a pod. The tests below check that both forms of one object read alike.
+//!
+//! The price, said here once: every function of a pass that reads the caches takes an
+//! `F: Forms` parameter (through `Context<F>`, whose default is [`CompactForms`]), only so that
+//! the e2e benchmark can run this very `reconcile` over kube-runtime's stores and compare like
+//! with like. It stays in the operator, not in the bench: the anchor must run the operator's code,
+//! not a copy, and the parameter is monomorphised away (the operator builds only `CompactForms`).
+//! docs/ARCHITECTURE.md ("What the caches keep") gives the reasons in full.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -176,7 +183,7 @@ mod tests {
     use super::*;
     use crate::databasecluster::fixtures::{seed, statefulset};
     use crate::databasecluster::specs::config::Records;
-    use crate::databasecluster::specs::resources::label::INSTANCE;
+    use crate::databasecluster::specs::names::label::INSTANCE;
 
     fn served<K: Serialize + DeserializeOwned>(object: &K) -> K {
         serde_json::from_value(serde_json::to_value(object).expect("serialises")).expect("decodes")

@@ -15,7 +15,7 @@ use crate::databasecluster::api::validation::SpecError;
 use crate::databasecluster::cache::forms::{CompactForms, Forms, Listing, Lookup};
 use crate::databasecluster::controller::events::EventPublisher;
 use crate::databasecluster::controller::failures::FailureCounts;
-use crate::databasecluster::specs::resources::OwnerError;
+use crate::databasecluster::specs::names::OwnerError;
 use crate::runtime::client;
 use crate::runtime::controller::ReconcileError;
 /// How long to wait before looking again while replicas are not ready, even without an event.

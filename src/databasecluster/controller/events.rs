@@ -41,7 +41,7 @@ use tokio::task::JoinSet;
 
 use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus};
 use crate::databasecluster::controller::status::{condition, find_condition, reason};
-use crate::databasecluster::specs::resources::FIELD_MANAGER;
+use crate::databasecluster::specs::names::FIELD_MANAGER;
 use crate::runtime::ObjectKey;
 
 /// The type of an Event: routine, or worth someone's attention.

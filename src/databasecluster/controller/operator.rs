@@ -38,7 +38,7 @@ use crate::databasecluster::controller::events::{EventFlusher, EventPublisher};
 use crate::databasecluster::controller::failures::FailureCounts;
 use crate::databasecluster::controller::reconcile::reconcile;
 use crate::databasecluster::specs::app_secret::APP_SECRET_OF;
-use crate::databasecluster::specs::resources::{FIELD_MANAGER, label};
+use crate::databasecluster::specs::names::{FIELD_MANAGER, label};
 use crate::databasecluster::view::ClusterView;
 use crate::runtime::cache::CacheWriter;
 use crate::runtime::controller::causes::ControllerQueue;
@@ -438,7 +438,7 @@ mod tests {
     use super::*;
     use crate::databasecluster::backup::jobs::backup_labels;
     use crate::databasecluster::fixtures::owner;
-    use crate::databasecluster::specs::resources::standard_labels;
+    use crate::databasecluster::specs::names::standard_labels;
     use crate::runtime::selector::LabelSelector;
 
     #[test]

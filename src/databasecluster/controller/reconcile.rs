@@ -51,8 +51,7 @@
 //! ([`crate::databasecluster::controller::failures`]), until a pass succeeds.
 //!
 //! A pass reads the caches through [`Context`], whose type parameter says in which form each
-//! kind is cached ([`crate::databasecluster::cache::forms`]): the operator's own forms by default, the objects as
-//! decoded for the kube-runtime anchor of the e2e benchmark, which runs this same function.
+//! kind is cached: why it is there is said in [`crate::databasecluster::cache::forms`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,9 +70,11 @@ use crate::databasecluster::controller::steps::pdb::*;
 use crate::databasecluster::controller::steps::secrets::*;
 use crate::databasecluster::controller::steps::services::*;
 
-use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus};
-use crate::databasecluster::api::validation::{ValidSpec, validate};
-use crate::databasecluster::backup::reconcile::{RestoreGate, ensure_backups, ensure_restore};
+use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus, RestoredFrom};
+use crate::databasecluster::api::validation::{SpecError, ValidSpec, validate};
+use crate::databasecluster::backup::reconcile::{
+    BackupsObserved, RestoreGate, ensure_backups, ensure_restore,
+};
 use crate::databasecluster::cache::drift::keep_immutable_fields;
 use crate::databasecluster::cache::forms::Forms;
 use crate::databasecluster::controller::events::{EventNote, scaling_event, status_events};
@@ -145,21 +146,9 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
         // status just written (the echo of the pass's own write queues nothing).
         return Ok(Action::RequeueAfter(Duration::ZERO));
     }
-
     let spec = match validate(cluster) {
         Ok(spec) => spec,
-        Err(error) => {
-            let cached = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
-            let observed = cached
-                .as_deref()
-                .map(|sts| decode_cached::<StatefulSet, _>(sts, "StatefulSet"))
-                .transpose()?;
-            let now = Timestamp::now();
-            let pods = Owner::of(cluster).map(|owner| pod_views(ctx, &owner, now)).unwrap_or_default();
-            let status = compute_status(cluster, Err(&error), observed.as_ref(), &pods, now);
-            write_status(ctx, cluster, status).await?;
-            return Err(Error::InvalidSpec(error));
-        }
+        Err(error) => return refuse_invalid_spec(ctx, cluster, error).await,
     };
     let owner = Owner::of(cluster)?;
 
@@ -167,21 +156,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
     crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
         .await?;
-
-    let config_key = child_key(cluster, config_map_name);
-    let cached = ctx.configmaps.get(&config_key);
-    let records: Records = match cached.as_deref() {
-        Some(live) => view_cached(live, "ConfigMap")?,
-        None => Records::default(),
-    };
-    let primary_record = records.primary().unwrap_or_else(|| initial_primary(owner.name()));
-    let demoting = records.demoting();
-    let (_, outcome) = ensure_child(ctx, &owner, "ConfigMap", cached, |_| {
-        Ok(build_config_map(&owner, &spec, &primary_record, demoting.as_deref()))
-    })
-    .await?;
-    report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
-
+    let (primary_record, demoting) = ensure_config_map(ctx, cluster, &owner, &spec).await?;
     let restored = match ensure_restore(ctx, cluster, &owner, &spec).await? {
         RestoreGate::Open(restored) => restored,
         gate => {
@@ -192,15 +167,89 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
             return Ok(Action::Done);
         }
     };
+    let record = Record { primary: &primary_record, demoting: demoting.as_deref() };
+    let sts = ensure_statefulset(ctx, cluster, &owner, &spec, &record).await?;
+    ensure_pdb(ctx, cluster, &owner, spec.replicas).await?;
+    let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
+
+    let pods = pod_views(ctx, &owner, Timestamp::now());
+    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &record).await;
+    let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
+
+    let now = Timestamp::now();
+    let observed = compute_status(cluster, Ok(&spec), Some(&sts), &pods, now);
+    let (busy, retry_after) = (topology.busy, topology.retry_after);
+    let outcome = PassOutcome { topology, growth: growth.as_ref(), restored, primary: &primary_record };
+    let (status, backup_events) = pass_status(cluster, &spec, observed, outcome, backups, now);
+    let resizing = matches!(growth, Some(Growth::InProgress { .. }));
+    let converging = needs_requeue(&status) || busy || resizing;
+    let status = with_observation(cluster.status.as_ref(), status, converging, now);
+    let summary = (status.phase.map(|p| p.as_str()), status.ready_replicas, status.current_primary.clone());
+    write_status_with_events(ctx, cluster, status, backup_events).await?;
+    let next = next_look(retry_after, converging);
+    log_pass(cluster, &next, summary);
+    Ok(next)
+}
+
+/// An invalid spec: the status says so (with the StatefulSet and pods as they are), and the pass
+/// ends with a terminal error.
+async fn refuse_invalid_spec<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    error: SpecError,
+) -> Result<Action, Error> {
+    let cached = ctx.statefulsets.get(&child_key(cluster, statefulset_name));
+    let observed =
+        cached.as_deref().map(|sts| decode_cached::<StatefulSet, _>(sts, "StatefulSet")).transpose()?;
+    let now = Timestamp::now();
+    let pods = Owner::of(cluster).map(|owner| pod_views(ctx, &owner, now)).unwrap_or_default();
+    let status = compute_status(cluster, Err(&error), observed.as_ref(), &pods, now);
+    write_status(ctx, cluster, status).await?;
+    Err(Error::InvalidSpec(error))
+}
+
+/// Keeps the ConfigMap, and returns what it records: the primary, and the old primary of a
+/// switchover under way.
+async fn ensure_config_map<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+) -> Result<(String, Option<String>), Error> {
+    let config_key = child_key(cluster, config_map_name);
+    let cached = ctx.configmaps.get(&config_key);
+    let records: Records = match cached.as_deref() {
+        Some(live) => view_cached(live, "ConfigMap")?,
+        None => Records::default(),
+    };
+    let primary_record = records.primary().unwrap_or_else(|| initial_primary(owner.name()));
+    let demoting = records.demoting();
+    let (_, outcome) = ensure_child(ctx, owner, "ConfigMap", cached, |_| {
+        Ok(build_config_map(owner, spec, &primary_record, demoting.as_deref()))
+    })
+    .await?;
+    report(ctx, cluster, "ConfigMap", &config_key, &outcome, None).await;
+    Ok((primary_record, demoting))
+}
+
+/// Keeps the StatefulSet (its replicas held while a promotion or switchover needs them), and
+/// returns it as written or, unchanged, as it is.
+async fn ensure_statefulset<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    record: &Record<'_>,
+) -> Result<StatefulSet, Error> {
     let sts_key = child_key(cluster, statefulset_name);
     let cached = ctx.statefulsets.get(&sts_key);
-    let primaries: Vec<&str> = std::iter::once(primary_record.as_str()).chain(demoting.as_deref()).collect();
+    let primaries: Vec<&str> = std::iter::once(record.primary).chain(record.demoting).collect();
     let held = ValidSpec { replicas: held_replicas(spec.replicas, &primaries), ..spec.clone() };
     // The live StatefulSet the last `build` decoded: unchanged, it is the StatefulSet; updated,
     // the one before. So a pass decodes the text once, and a written one not at all.
     let mut read = None;
-    let (written, outcome) = ensure_child(ctx, &owner, "StatefulSet", cached, |live| {
-        let mut desired = build_statefulset(&owner, &held);
+    let (written, outcome) = ensure_child(ctx, owner, "StatefulSet", cached, |live| {
+        let mut desired = build_statefulset(owner, &held);
         if let Some(live) = live {
             let live: StatefulSet = decode_cached(live, "StatefulSet")?;
             keep_immutable_fields(&mut desired, &live);
@@ -217,44 +266,53 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     // into `read` (a decode that failed ended the pass above).
     let sts = written.or(read).expect("an unwritten StatefulSet was read by `build`");
     report(ctx, cluster, "StatefulSet", &sts_key, &outcome, scaling).await;
+    Ok(sts)
+}
 
-    ensure_pdb(ctx, cluster, &owner, spec.replicas).await?;
-    let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
+/// What the pass found beyond the StatefulSet and pods: the instances' topology, the volumes'
+/// growth, a restore this pass saw complete, and the recorded primary.
+struct PassOutcome<'a> {
+    topology: Topology,
+    growth: Option<&'a Growth>,
+    restored: Option<RestoredFrom>,
+    primary: &'a str,
+}
 
-    let pods = pod_views(ctx, &owner, Timestamp::now());
-    let record = Record { primary: &primary_record, demoting: demoting.as_deref() };
-    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &record).await;
-
-    let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
-
-    let now = Timestamp::now();
-    let status = with_reconcile_success(
-        compute_status(cluster, Ok(&spec), Some(&sts), &pods, now),
-        cluster.metadata.generation,
-        now,
-    );
+/// The status the pass writes: the observed one (`compute_status`) with what the pass found
+/// ([`PassOutcome`]) and the backups; with the Events the backups' changes make.
+fn pass_status(
+    cluster: &DatabaseCluster,
+    spec: &ValidSpec,
+    observed: DatabaseClusterStatus,
+    outcome: PassOutcome<'_>,
+    backups: BackupsObserved,
+    now: Timestamp,
+) -> (DatabaseClusterStatus, Vec<EventNote>) {
+    let PassOutcome { topology, growth, restored, primary } = outcome;
+    let status = with_reconcile_success(observed, cluster.metadata.generation, now);
     let status = with_instances(status, topology.statuses, topology.current_primary);
     let status = with_refused_configuration(status, &topology.refused, now);
     let status = if spec.replicas > 0 {
-        with_failover(status, &primary_record, &topology.decision, topology.promoted.as_ref(), now)
+        with_failover(status, primary, &topology.decision, topology.promoted.as_ref(), now)
     } else {
         status
     };
     let status = with_switchover(status, topology.switchover, cluster.spec.primary.as_deref(), now);
-    let mut status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
-    let backup_events = apply_backups(&mut status, cluster, backups, &spec, now);
+    let mut status = with_resizing(status, growth, spec.storage.as_str(), now);
+    let backup_events = apply_backups(&mut status, cluster, backups, spec, now);
     if restored.is_some() {
         status.restored_from = restored;
     }
-    let ready = status.ready_replicas;
-    let (phase, primary) = (status.phase.map(|p| p.as_str()), status.current_primary.clone());
-    let resizing = matches!(growth, Some(Growth::InProgress { .. }));
-    let converging = needs_requeue(&status) || topology.busy || resizing;
-    let status = with_observation(cluster.status.as_ref(), status, converging, now);
-    write_status_with_events(ctx, cluster, status, backup_events).await?;
-    let next = next_look(topology.retry_after, converging);
-    // The pass's one line at INFO (the changes it made have a line each): what it found and
-    // what comes next; the span around it says why it ran.
+    (status, backup_events)
+}
+
+/// The pass's one line at INFO (the changes it made have a line each): what it found (`phase`,
+/// ready instances, primary) and what comes next; the span around it says why it ran.
+fn log_pass(
+    cluster: &DatabaseCluster,
+    next: &Action,
+    (phase, ready, primary): (Option<&str>, i32, Option<String>),
+) {
     let desired = cluster.spec.replicas;
     match next {
         Action::RequeueAfter(after) => {
@@ -271,7 +329,6 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
             tracing::info!(phase, ready, desired, primary, "reconciled DatabaseCluster: in its desired state")
         }
     }
-    Ok(next)
 }
 
 /// What a pass that got to the status asks for next: a look when the instances' operation
@@ -339,7 +396,7 @@ async fn write_status_with_events<F: Forms>(
 mod tests {
     use super::*;
     use crate::databasecluster::api::validation::SpecError;
-    use crate::databasecluster::specs::resources::OwnerError;
+    use crate::databasecluster::specs::names::OwnerError;
 
     #[test]
     fn only_spec_and_ownership_errors_are_terminal() {

@@ -119,7 +119,9 @@ pub fn compute_status(
 ) -> DatabaseClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
     let desired = cluster.spec.replicas;
-    let ready = observed.and_then(|sts| sts.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0);
+    let sts_status = observed.and_then(|sts| sts.status.as_ref());
+    let ready = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let existing = sts_status.map(|s| s.replicas).unwrap_or(0);
     let rollout = observed.map(|sts| observe_rollout(sts, pods));
     let current_version = match &rollout {
         Some(Rollout { version: Some(version), complete: true }) => Some(version.clone()),
@@ -127,15 +129,7 @@ pub fn compute_status(
     };
     let spec_version = valid.ok().map(|spec| spec.version.as_str().to_owned());
     let template_version = rollout.and_then(|rollout| rollout.version);
-    let upgrade_target = current_version.as_ref().and_then(|running| {
-        [spec_version.as_ref(), template_version.as_ref()]
-            .into_iter()
-            .flatten()
-            .find(|v| *v != running)
-            .cloned()
-    });
-
-    let existing = observed.and_then(|sts| sts.status.as_ref()).map(|s| s.replicas).unwrap_or(0);
+    let upgrade_target = upgrade_target(current_version.as_ref(), [spec_version, template_version]);
     let phase = if valid.is_err() {
         Phase::Failed
     } else if desired == 0 && existing == 0 {
@@ -149,21 +143,65 @@ pub fn compute_status(
     };
 
     let mut conditions = ConditionSetter::new(previous.conditions, cluster.metadata.generation, now);
-    match valid {
-        Err(error) => conditions.set(condition::READY, "False", reason::INVALID_SPEC, error.to_string()),
-        Ok(_) if ready >= desired => conditions.set(
+    set_ready(&mut conditions, valid.err(), ready, desired);
+    set_degraded(&mut conditions, phase, ready, desired);
+    set_upgrading(
+        &mut conditions,
+        current_version.as_deref(),
+        upgrade_target.as_deref(),
+        &cluster.spec.version,
+    );
+    DatabaseClusterStatus {
+        phase: Some(phase),
+        ready_replicas: ready,
+        replicas: existing,
+        // Never more ready than desired: the instances a scale-down removes do not count.
+        ready_instances: Some(format!("{}/{desired}", ready.min(desired))),
+        current_version,
+        observed_generation: cluster.metadata.generation,
+        conditions: conditions.into_inner(),
+        last_backup_time: previous.last_backup_time,
+        backups: previous.backups,
+        restored_from: previous.restored_from,
+        current_primary: previous.current_primary,
+        target_primary: previous.target_primary,
+        current_primary_timestamp: previous.current_primary_timestamp,
+        last_failover: previous.last_failover,
+        switchover: previous.switchover,
+        instances: previous.instances,
+        instances_observed_at: previous.instances_observed_at,
+    }
+}
+
+/// The version an upgrade goes to: the first of the spec's and the pod template's versions that
+/// differs from the one every instance runs (`None` while no version is known to run).
+fn upgrade_target(running: Option<&String>, wanted: [Option<String>; 2]) -> Option<String> {
+    let running = running?;
+    wanted.into_iter().flatten().find(|version| version != running)
+}
+
+/// `Ready`: the spec is valid and every desired replica is ready.
+fn set_ready(conditions: &mut ConditionSetter, invalid: Option<&SpecError>, ready: i32, desired: i32) {
+    match invalid {
+        Some(error) => conditions.set(condition::READY, "False", reason::INVALID_SPEC, error.to_string()),
+        None if ready >= desired => conditions.set(
             condition::READY,
             "True",
             reason::ALL_REPLICAS_READY,
             format!("All {desired} replicas are ready"),
         ),
-        Ok(_) => conditions.set(
+        None => conditions.set(
             condition::READY,
             "False",
             reason::REPLICAS_NOT_READY,
             format!("{ready}/{desired} replicas ready"),
         ),
     }
+}
+
+/// `Degraded`: True exactly in phase Degraded (fewer ready than desired, and neither a creation
+/// nor a scale-up converging).
+fn set_degraded(conditions: &mut ConditionSetter, phase: Phase, ready: i32, desired: i32) {
     match phase {
         _ if ready >= desired => conditions.set(
             condition::DEGRADED,
@@ -190,7 +228,16 @@ pub fn compute_status(
             format!("Only {ready} of {desired} replicas are ready"),
         ),
     }
-    match (&current_version, &upgrade_target) {
+}
+
+/// `Upgrading`: True while the instances run `running` and an upgrade goes to `target`.
+fn set_upgrading(
+    conditions: &mut ConditionSetter,
+    running: Option<&str>,
+    target: Option<&str>,
+    spec_version: &impl std::fmt::Display,
+) {
+    match (running, target) {
         (Some(running), Some(target)) => conditions.set(
             condition::UPGRADING,
             "True",
@@ -207,29 +254,8 @@ pub fn compute_status(
             condition::UPGRADING,
             "False",
             reason::INITIAL_ROLLOUT,
-            format!("Rolling out version {} for the first time", cluster.spec.version),
+            format!("Rolling out version {spec_version} for the first time"),
         ),
-    }
-
-    DatabaseClusterStatus {
-        phase: Some(phase),
-        ready_replicas: ready,
-        replicas: existing,
-        // Never more ready than desired: the instances a scale-down removes do not count.
-        ready_instances: Some(format!("{}/{desired}", ready.min(desired))),
-        current_version,
-        observed_generation: cluster.metadata.generation,
-        conditions: conditions.into_inner(),
-        last_backup_time: previous.last_backup_time,
-        backups: previous.backups,
-        restored_from: previous.restored_from,
-        current_primary: previous.current_primary,
-        target_primary: previous.target_primary,
-        current_primary_timestamp: previous.current_primary_timestamp,
-        last_failover: previous.last_failover,
-        switchover: previous.switchover,
-        instances: previous.instances,
-        instances_observed_at: previous.instances_observed_at,
     }
 }
 

@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 
 use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::instances::InstanceFacts;
-use crate::databasecluster::specs::resources::{Owner, child_metadata, statefulset_name};
+use crate::databasecluster::specs::names::{Owner, child_metadata, statefulset_name};
 
 /// Where the ConfigMap is mounted in the pods.
 pub const CONFIG_MOUNT_PATH: &str = "/etc/dbcluster";

@@ -26,7 +26,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use rand::distr::{Alphanumeric, SampleString};
 
-use crate::databasecluster::specs::resources::{Owner, POSTGRES_PORT, child_metadata};
+use crate::databasecluster::specs::names::{Owner, POSTGRES_PORT, child_metadata};
 use crate::databasecluster::specs::services::rw_service_name;
 
 /// Length of a generated password (alphanumeric: about 190 bits).

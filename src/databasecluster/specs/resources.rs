@@ -52,7 +52,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
-use thiserror::Error;
 
 use crate::databasecluster::api::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
@@ -64,10 +63,11 @@ use crate::databasecluster::specs::instance_pod::{
 };
 use crate::runtime::object::{Object, OwnerRef};
 
-/// The field manager of every write the operator makes (server-side apply and status).
-pub const FIELD_MANAGER: &str = "dbcluster-operator";
-/// The port PostgreSQL listens on, in the pods and on the Service.
-pub const POSTGRES_PORT: i32 = 5432;
+pub use crate::databasecluster::specs::names::{
+    FIELD_MANAGER, Owner, OwnerError, POSTGRES_PORT, RESTARTED_AT_ANNOTATION, child_metadata,
+    headless_service_name, label, selector_labels, standard_labels, statefulset_name,
+};
+
 /// The name of the PostgreSQL port on the container and the Service.
 pub const POSTGRES_PORT_NAME: &str = "postgres";
 /// The name of the PostgreSQL container in the StatefulSet's pods.
@@ -82,38 +82,7 @@ pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
 /// The uid and gid of `postgres` in the official image; the pods run as them, never as root.
 const POSTGRES_UID: i64 = 999;
 
-/// Label keys of the Kubernetes recommended labels.
-pub mod label {
-    /// The application: always `postgresql`.
-    pub const NAME: &str = "app.kubernetes.io/name";
-    /// The DatabaseCluster's name.
-    pub const INSTANCE: &str = "app.kubernetes.io/instance";
-    /// The part of the application: `database`.
-    pub const COMPONENT: &str = "app.kubernetes.io/component";
-    /// The operator managing the object.
-    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-    /// The PostgreSQL version, on pod templates only (never in a selector).
-    pub const VERSION: &str = "app.kubernetes.io/version";
-}
-
-/// The cluster a child belongs to: its name, namespace and the controller ownerReference to it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Owner {
-    name: String,
-    namespace: String,
-    reference: OwnerReference,
-    /// The cluster's [`RESTARTED_AT_ANNOTATION`], copied into the pod template.
-    restarted_at: Option<String>,
-}
-
-/// Why children cannot be built for a DatabaseCluster (it was never stored by an API server).
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum OwnerError {
-    /// The object lacks a metadata field an owner needs.
-    #[error("the DatabaseCluster has no metadata.{0}, so it cannot own children")]
-    MissingMetadata(&'static str),
-}
-
+/// [`Owner`] is in `names.rs`, a leaf; making one reads a `DatabaseCluster`, so it is here.
 impl Owner {
     /// The owner of `cluster`'s children; needs the name, namespace and uid the server assigned.
     pub fn of(cluster: &DatabaseCluster) -> Result<Owner, OwnerError> {
@@ -132,66 +101,12 @@ impl Owner {
         let restarted_at = meta.annotations.as_ref().and_then(|a| a.get(RESTARTED_AT_ANNOTATION)).cloned();
         Ok(Owner { name, namespace, reference, restarted_at })
     }
-
-    /// The cluster's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The cluster's namespace, which is also every child's.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// The controller ownerReference every child carries.
-    pub fn reference(&self) -> &OwnerReference {
-        &self.reference
-    }
 }
 
 /// The controller ownerReference on `meta` that is not `owner`'s, if any: such an object belongs
 /// to someone else and must not be taken over.
 pub fn foreign_controller<'a, O: Object + ?Sized>(object: &'a O, owner: &Owner) -> Option<OwnerRef<'a>> {
     object.controller_owner().filter(|reference| reference.uid != owner.reference.uid)
-}
-
-/// The labels that select the cluster's pods: stable for the cluster's life (a StatefulSet's
-/// selector is immutable), so they hold no version and no role.
-pub fn selector_labels(owner: &Owner) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (label::NAME.to_owned(), "postgresql".to_owned()),
-        (label::INSTANCE.to_owned(), owner.name.clone()),
-    ])
-}
-
-/// The recommended labels every child carries.
-pub fn standard_labels(owner: &Owner) -> BTreeMap<String, String> {
-    let mut labels = selector_labels(owner);
-    labels.insert(label::COMPONENT.to_owned(), "database".to_owned());
-    labels.insert(label::MANAGED_BY.to_owned(), FIELD_MANAGER.to_owned());
-    labels
-}
-
-/// The metadata every child carries: its name, the cluster's namespace, the recommended labels and
-/// the controller ownerReference.
-pub fn child_metadata(owner: &Owner, name: String) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: Some(owner.namespace.clone()),
-        labels: Some(standard_labels(owner)),
-        owner_references: Some(vec![owner.reference.clone()]),
-        ..ObjectMeta::default()
-    }
-}
-
-/// The name of the headless Service, which is also the StatefulSet's `serviceName`.
-pub fn headless_service_name(cluster_name: &str) -> String {
-    cluster_name.to_owned()
-}
-
-/// The name of the StatefulSet.
-pub fn statefulset_name(cluster_name: &str) -> String {
-    cluster_name.to_owned()
 }
 
 /// Port 5432 of every Service of the cluster, to the pods' `postgres` port.
@@ -230,11 +145,6 @@ pub const BOOTSTRAP_CONTAINER: &str = "bootstrap";
 /// Pod template annotation: the hash of the parameters that need a restart, so that changing one
 /// rolls the instances.
 pub const RESTART_CONFIG_ANNOTATION: &str = "databases.madmmas.dev/restart-config";
-/// Set on the cluster to ask for a rolling restart (`kubectl dbc restart` writes the time): the
-/// operator copies it into the pod template, so each new value makes a new revision, which rolls
-/// like any other (standbys first, the primary by switchover), as `kubectl rollout restart` does
-/// for a Deployment.
-pub const RESTARTED_AT_ANNOTATION: &str = "databases.madmmas.dev/restartedAt";
 /// Long enough for a fast shutdown's checkpoint.
 const TERMINATION_GRACE_SECONDS: i64 = 60;
 

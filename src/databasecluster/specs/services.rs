@@ -127,7 +127,7 @@ mod tests {
     use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
     use crate::databasecluster::specs::config::config_map_name;
     use crate::databasecluster::specs::credentials::Login;
-    use crate::databasecluster::specs::resources::{headless_service_name, statefulset_name};
+    use crate::databasecluster::specs::names::{headless_service_name, statefulset_name};
 
     fn owner(name: &str) -> Owner {
         let mut cluster = DatabaseCluster::new(name, DatabaseClusterSpec::default());

@@ -10,7 +10,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use rand::distr::{Alphanumeric, SampleString};
 
-use crate::databasecluster::specs::resources::{Owner, child_metadata};
+use crate::databasecluster::specs::names::{Owner, child_metadata};
 
 /// The key holding the token.
 pub const TOKEN_KEY: &str = "token";

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use crate::runtime::ObjectKey;
 use crate::runtime::controller::writes::KindName;
-use crate::runtime::workqueue::{KeyNotes, NoteKey, Priority, WorkQueue};
+use crate::runtime::workqueue::{KeyNotes, NoteKey, Priority, When, WorkQueue};
 use serde::Serialize;
 use serde::ser::SerializeStruct;
 use smallvec::SmallVec;
@@ -447,7 +447,7 @@ impl Enqueuer {
         if !self.record {
             return self.queue.add_with_priority(key, priority);
         }
-        self.queue.add_with_note(key, priority, |key, notes| notes.record(key, cause, Due::Now));
+        self.queue.add_with_note(key, When::Now(priority), |key, notes| notes.record(key, cause, Due::Now));
     }
 
     /// Queues `key` at once, for `reason`: an explicit call (rule 1).
@@ -461,7 +461,7 @@ impl Enqueuer {
             return self.queue.add_after(key, delay);
         }
         let due = if delay.is_zero() { Due::Now } else { Due::OnTimer };
-        self.queue.add_after_with_note(key, delay, |key, notes| {
+        self.queue.add_with_note(key, When::After(delay), |key, notes| {
             notes.record(key, |_| Cause::RequeueAfter(delay), due)
         });
     }
@@ -469,7 +469,7 @@ impl Enqueuer {
     /// Puts a claimed key back for `delay` without running it, its causes still pending (they
     /// are due with the timer).
     pub fn hold_back(&self, key: ObjectKey, delay: Duration, causes: CauseLog) {
-        self.queue.add_after_with_note(key, delay, |_, notes| notes.restore(causes));
+        self.queue.add_with_note(key, When::After(delay), |_, notes| notes.restore(causes));
     }
 
     /// Retries `key` with its backoff, no earlier than `at_least`, after `error`: the cause is
@@ -479,9 +479,8 @@ impl Enqueuer {
             return self.queue.add_rate_limited_after(key, at_least);
         }
         let cause = |_: NoteKey<'_, ObjectKey>| Cause::Retry(error.into());
-        self.queue.add_rate_limited_after_with_note(key, at_least, |key, notes| {
-            notes.record(key, cause, Due::OnTimer)
-        });
+        self.queue
+            .add_with_note(key, When::Retry(at_least), |key, notes| notes.record(key, cause, Due::OnTimer));
     }
 }
 

@@ -62,53 +62,10 @@ struct ControllerFamilies {
     max_concurrent: Family<Labels, Gauge>,
 }
 
-/// The process's metrics registry: every queue's and controller's figures, encoded on demand.
-pub struct Metrics {
-    registry: Mutex<Registry>,
-    workqueue: WorkqueueFamilies,
-    controller: ControllerFamilies,
-}
-
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Metrics")
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    /// A registry holding the workqueue and reconcile metric families.
-    pub fn new() -> Self {
-        let workqueue = WorkqueueFamilies {
-            depth: Family::default(),
-            adds: Family::default(),
-            retries: Family::default(),
-            queue_duration: Family::new_with_constructor(queue_histogram),
-            work_duration: Family::new_with_constructor(queue_histogram),
-            unfinished_work: Family::default(),
-            longest_running: Family::default(),
-        };
-        let controller = ControllerFamilies {
-            total: Family::default(),
-            errors: Family::default(),
-            terminal_errors: Family::default(),
-            panics: Family::default(),
-            timeouts: Family::default(),
-            stale_waits: Family::default(),
-            stale_wait_timeouts: Family::default(),
-            stale_wait_time: Family::new_with_constructor(reconcile_histogram),
-            hot_loop_keys: Family::default(),
-            time: Family::new_with_constructor(reconcile_histogram),
-            active_workers: Family::default(),
-            max_concurrent: Family::default(),
-        };
-        let mut r = Registry::default();
-        let w = &workqueue;
+impl WorkqueueFamilies {
+    /// Registers the families under client-go's names and help texts.
+    fn register(&self, r: &mut Registry) {
+        let w = self;
         r.register("workqueue_depth", "Current depth of workqueue", w.depth.clone());
         r.register("workqueue_adds", "Total number of adds handled by workqueue", w.adds.clone());
         r.register("workqueue_retries", "Total number of retries handled by workqueue", w.retries.clone());
@@ -132,7 +89,13 @@ impl Metrics {
             "How many seconds has the longest running processor for workqueue been running",
             w.longest_running.clone(),
         );
-        let c = &controller;
+    }
+}
+
+impl ControllerFamilies {
+    /// Registers the families under controller-runtime's names and help texts.
+    fn register(&self, r: &mut Registry) {
+        let c = self;
         r.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
@@ -193,7 +156,58 @@ impl Metrics {
             "Maximum number of concurrent reconciles per controller",
             c.max_concurrent.clone(),
         );
-        Self { registry: Mutex::new(r), workqueue, controller }
+    }
+}
+
+/// The process's metrics registry: every queue's and controller's figures, encoded on demand.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    workqueue: WorkqueueFamilies,
+    controller: ControllerFamilies,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry holding the workqueue and reconcile metric families.
+    pub fn new() -> Self {
+        let workqueue = WorkqueueFamilies {
+            depth: Family::default(),
+            adds: Family::default(),
+            retries: Family::default(),
+            queue_duration: Family::new_with_constructor(queue_histogram),
+            work_duration: Family::new_with_constructor(queue_histogram),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
+        };
+        let controller = ControllerFamilies {
+            total: Family::default(),
+            errors: Family::default(),
+            terminal_errors: Family::default(),
+            panics: Family::default(),
+            timeouts: Family::default(),
+            stale_waits: Family::default(),
+            stale_wait_timeouts: Family::default(),
+            stale_wait_time: Family::new_with_constructor(reconcile_histogram),
+            hot_loop_keys: Family::default(),
+            time: Family::new_with_constructor(reconcile_histogram),
+            active_workers: Family::default(),
+            max_concurrent: Family::default(),
+        };
+        let mut registry = Registry::default();
+        workqueue.register(&mut registry);
+        controller.register(&mut registry);
+        Self { registry: Mutex::new(registry), workqueue, controller }
     }
 
     /// Lets other parts of the process (the informers, the process collector) add their metrics.

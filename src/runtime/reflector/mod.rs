@@ -381,12 +381,6 @@ where
             Some(rv) => State::Watch { resource_version: rv.to_string(), lists },
             None => State::List { lists },
         };
-        // Notes that the sink is now current up to `rv` (if given and not empty).
-        let advance = |resume: &mut State, rv: Option<&str>| {
-            if let Some(rv) = rv.filter(|rv| !rv.is_empty()) {
-                *resume = State::Watch { resource_version: rv.to_string(), lists };
-            }
-        };
         let streaming_list = from.is_none();
         let timeout =
             self.config.watch_timeout.mul_f64(1.0 + self.config.watch_timeout_jitter * rand::random::<f64>());
@@ -426,46 +420,11 @@ where
             while let Some(line) = lines.next_line() {
                 events += 1;
                 let elided = self.config.elide_managed_fields.then(|| elide_managed_fields(&line)).flatten();
-                match decode_watch_line::<K>(elided.as_deref().unwrap_or(&line)) {
-                    Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) if listing => {
-                        sink(ReflectorEvent::Listed(obj));
-                    }
-                    Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) => {
-                        advance(&mut resume, obj.resource_version());
-                        sink(ReflectorEvent::Applied(obj));
-                    }
-                    Ok(WatchLine::Deleted(obj)) => {
-                        if !listing {
-                            advance(&mut resume, obj.resource_version());
-                        }
-                        sink(ReflectorEvent::Deleted(obj));
-                    }
-                    Ok(WatchLine::Bookmark { resource_version: rv, initial_events_end }) => {
-                        if listing && !initial_events_end {
-                            return Err(Failure {
-                                error: ReflectorError::StreamingListIgnored { url },
-                                resume,
-                            });
-                        }
-                        if listing {
-                            listing = false;
-                            self.note_mode(InitialList::StreamingWithFallback);
-                            sink(ReflectorEvent::RelistDone { resource_version: rv.clone() });
-                        } else {
-                            sink(ReflectorEvent::Bookmark { resource_version: rv.clone() });
-                        }
-                        advance(&mut resume, Some(&rv));
-                    }
-                    Ok(WatchLine::Error { code, reason, message }) => {
-                        // A 410 here sends the loop to relist; anything else is retried after a backoff.
-                        let error = ReflectorError::Api { url, code, reason, message, retry_after: None };
-                        return Err(Failure { error, resume });
-                    }
-                    Err(malformed) => {
-                        self.stats.bump(&self.stats.malformed_skipped);
-                        tracing::warn!(url = %url, event_type = %malformed.event_type, object = %malformed.object,
-                            error = %malformed.error, "skipping a watch event that does not decode");
-                    }
+                let decoded = decode_watch_line::<K>(elided.as_deref().unwrap_or(&line));
+                if let Err(error) =
+                    self.on_watch_line(decoded, &mut listing, (&mut resume, lists), &url, sink)
+                {
+                    return Err(Failure { error, resume });
                 }
             }
             lines.searched_all();
@@ -481,6 +440,62 @@ where
             return Err(Failure { error: ReflectorError::EmptyWatch { url }, resume });
         }
         Ok(resume)
+    }
+
+    /// Hands one line of a watch (or of a streaming list, while `listing`) to `sink`, and moves
+    /// `resume` to the resourceVersion the sink is now current up to. An error ends the stream.
+    fn on_watch_line(
+        &mut self,
+        decoded: Result<WatchLine<K>, MalformedLine>,
+        listing: &mut bool,
+        (resume, lists): (&mut State, InitialList),
+        url: &str,
+        sink: &mut impl FnMut(ReflectorEvent<K>),
+    ) -> Result<(), ReflectorError> {
+        match decoded {
+            Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) if *listing => {
+                sink(ReflectorEvent::Listed(obj));
+            }
+            Ok(WatchLine::Added(obj) | WatchLine::Modified(obj)) => {
+                advance(resume, lists, obj.resource_version());
+                sink(ReflectorEvent::Applied(obj));
+            }
+            Ok(WatchLine::Deleted(obj)) => {
+                if !*listing {
+                    advance(resume, lists, obj.resource_version());
+                }
+                sink(ReflectorEvent::Deleted(obj));
+            }
+            Ok(WatchLine::Bookmark { resource_version: rv, initial_events_end }) => {
+                if *listing && !initial_events_end {
+                    return Err(ReflectorError::StreamingListIgnored { url: url.to_owned() });
+                }
+                if *listing {
+                    *listing = false;
+                    self.note_mode(InitialList::StreamingWithFallback);
+                    sink(ReflectorEvent::RelistDone { resource_version: rv.clone() });
+                } else {
+                    sink(ReflectorEvent::Bookmark { resource_version: rv.clone() });
+                }
+                advance(resume, lists, Some(&rv));
+            }
+            Ok(WatchLine::Error { code, reason, message }) => {
+                // A 410 here sends the loop to relist; anything else is retried after a backoff.
+                return Err(ReflectorError::Api {
+                    url: url.to_owned(),
+                    code,
+                    reason,
+                    message,
+                    retry_after: None,
+                });
+            }
+            Err(malformed) => {
+                self.stats.bump(&self.stats.malformed_skipped);
+                tracing::warn!(url = %url, event_type = %malformed.event_type, object = %malformed.object,
+                    error = %malformed.error, "skipping a watch event that does not decode");
+            }
+        }
+        Ok(())
     }
 
     /// The path and query of one LIST page.
@@ -552,5 +567,12 @@ where
             message: status.message.unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned()),
             retry_after,
         })
+    }
+}
+
+/// Notes that the sink is now current up to `rv` (if given and not empty): a watch resumes there.
+fn advance(resume: &mut State, lists: InitialList, rv: Option<&str>) {
+    if let Some(rv) = rv.filter(|rv| !rv.is_empty()) {
+        *resume = State::Watch { resource_version: rv.to_string(), lists };
     }
 }

@@ -1,21 +1,11 @@
-//! What a [`WorkQueue`](super::WorkQueue) is made with ([`QueueConfig`]) and what its
-//! `snapshot` reports per key ([`KeyState`]).
+//! What a [`WorkQueue`](super::WorkQueue) is made with: its backoff (rule 4), its retry budget
+//! (rule 6) and the hooks its metrics go to.
 
-use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
+use std::{fmt, num::NonZeroU32, sync::Arc, time::Duration};
 
-use tokio::time::Instant;
-
-use super::backoff::BackoffConfig;
-use super::bucket::BucketConfig;
-use super::metrics::QueueMetrics;
-#[cfg(doc)]
-use super::{Priority, WorkQueue};
-
-/// How a [`WorkQueue`] behaves: its name (for metrics), the per-key backoff, the overall retry
-/// budget, how long a low-priority key may wait, and where metrics go.
-#[derive(Clone)]
+/// How a queue behaves: its name, the per-key backoff, the overall retry budget, how long a
+/// low-priority key may wait, and where metrics go.
+#[derive(Clone, Debug)]
 pub struct QueueConfig {
     /// The queue's name, the `name` label of its metrics.
     pub name: String,
@@ -25,13 +15,12 @@ pub struct QueueConfig {
     pub retry_bucket: Option<BucketConfig>,
     /// Where the workqueue metrics go; `None` also skips the clock reads they need.
     pub metrics: Option<Arc<dyn QueueMetrics>>,
-    /// How long a [`Priority::Low`] key waits at most before it joins the normal line (ageing, so
-    /// the initial backlog is never starved by a steady stream of live events).
+    /// How long a low-priority key waits at most before it joins the normal line (rule 11).
     pub low_priority_max_wait: Duration,
 }
 
-/// The default [`QueueConfig::low_priority_max_wait`]: a minute, far longer than a restart's
-/// backlog usually takes to drain, short enough that no key is put off for long.
+/// The default `low_priority_max_wait`: far longer than a restart's backlog usually takes to
+/// drain, short enough that no key is put off for long.
 pub const DEFAULT_LOW_PRIORITY_MAX_WAIT: Duration = Duration::from_secs(60);
 
 impl Default for QueueConfig {
@@ -58,55 +47,104 @@ impl QueueConfig {
     }
 }
 
-impl fmt::Debug for QueueConfig {
+/// Receives one queue's metrics, controller-runtime's seven `workqueue_*` figures. Called outside
+/// the queue's lock, from several threads at once: each method must be cheap.
+pub trait QueueMetrics: Send + Sync + 'static {
+    /// `workqueue_depth`: the number of ready keys changed by `delta`.
+    fn depth(&self, delta: i64);
+    /// `workqueue_adds_total`: a key was queued, or marked to run again after its claim.
+    fn added(&self);
+    /// `workqueue_queue_duration_seconds`: a key waited this long from its add to `get`.
+    fn queue_duration(&self, waited: Duration);
+    /// `workqueue_work_duration_seconds`: a key was held this long by its claim.
+    fn work_duration(&self, worked: Duration);
+    /// Every 500 ms: the summed and the longest age of the outstanding claims
+    /// (`workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds`).
+    fn unfinished_work(&self, total: Duration, longest: Duration);
+    /// `workqueue_retries_total`: a failure was reported with `add_rate_limited`.
+    fn retried(&self);
+}
+
+impl fmt::Debug for dyn QueueMetrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QueueConfig")
-            .field("name", &self.name)
-            .field("backoff", &self.backoff)
-            .field("retry_bucket", &self.retry_bucket)
-            .field("metrics", &self.metrics.is_some())
-            .field("low_priority_max_wait", &self.low_priority_max_wait)
-            .finish()
+        f.write_str("QueueMetrics")
     }
 }
 
-/// Where a key stands, as `snapshot` reports it (for `/debug/queue`).
+/// Per-key backoff, `base · factor^(failures − 1)` capped; client-go's defaults (5 ms, ×2,
+/// 1000 s). Jitter spreads keys that failed together (an outage), never below half the delay.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KeyPhase {
-    /// Ready, waiting for a worker.
-    Queued {
-        /// When it was added (known when the queue reports metrics).
-        since: Option<Instant>,
-    },
-    /// Handed out to a worker.
-    Processing {
-        /// When it was handed out (known when the queue reports metrics).
-        since: Option<Instant>,
-        /// Added meanwhile: it runs once more after the claim is dropped.
-        again: bool,
-    },
-    /// Waiting for its timer.
-    Waiting {
-        /// When the timer fires.
-        until: Instant,
-    },
-    /// Its retry is due and waits for a token of the overall retry budget.
-    WaitingForRetryBudget,
-    /// Nothing pending; only its failure count is kept (until `forget`).
-    Idle,
+pub struct BackoffConfig {
+    /// Delay before the first retry.
+    pub base: Duration,
+    /// Longest delay, however many failures.
+    pub cap: Duration,
+    /// Growth per consecutive failure.
+    pub factor: u32,
+    /// Draw each delay uniformly from `[delay / 2, delay]`.
+    pub jitter: bool,
 }
 
-/// One tracked key in a `snapshot`.
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self { base: Duration::from_millis(5), cap: Duration::from_secs(1000), factor: 2, jitter: false }
+    }
+}
+
+impl BackoffConfig {
+    /// The jitter-free delay before retry number `failures` (from 1); past the cap, the cap.
+    pub fn nominal_delay(&self, failures: u32) -> Duration {
+        let multiplier = self.factor.checked_pow(failures.saturating_sub(1));
+        let delay = multiplier.and_then(|multiplier| self.base.checked_mul(multiplier));
+        delay.map_or(self.cap, |delay| delay.min(self.cap))
+    }
+
+    /// The delay before retry number `failures`, jittered if configured.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let nominal = self.nominal_delay(failures);
+        if self.jitter && !nominal.is_zero() { rand::random_range(nominal / 2..=nominal) } else { nominal }
+    }
+}
+
+/// The retry budget shared by all keys of one queue: a sustained rate and a burst.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeyState<K> {
-    /// The key.
-    pub key: K,
-    /// Where it stands.
-    pub phase: KeyPhase,
-    /// A pending timer, also when the key is queued or processing meanwhile.
-    pub timer: Option<Instant>,
-    /// Failures since the last `forget` (`num_requeues`).
-    pub requeues: u32,
-    /// Queued (or due back after its claim) at [`Priority::Low`].
-    pub low_priority: bool,
+pub struct BucketConfig {
+    /// Retries released per second once the burst is spent.
+    pub per_second: NonZeroU32,
+    /// Retries that may be released at once.
+    pub burst: NonZeroU32,
+}
+
+impl Default for BucketConfig {
+    /// client-go's default: 10 retries per second, burst 100.
+    fn default() -> Self {
+        let (per_second, burst) = (NonZeroU32::new(10), NonZeroU32::new(100));
+        Self { per_second: per_second.unwrap_or(NonZeroU32::MIN), burst: burst.unwrap_or(NonZeroU32::MIN) }
+    }
+}
+
+/// The bucket as a GCRA (the generic cell rate algorithm) on the queue's nanosecond clock: `tat`
+/// is when the bucket is full again; a token may be taken while that is at most a burst ahead.
+pub(crate) struct RetryBucket {
+    interval: u64,
+    tolerance: u64,
+    tat: u64,
+}
+
+impl RetryBucket {
+    pub(crate) fn new(config: &BucketConfig) -> Self {
+        let interval = (1_000_000_000 / u64::from(config.per_second.get())).max(1);
+        Self { interval, tolerance: interval * u64::from(config.burst.get()), tat: 0 }
+    }
+
+    /// Takes one token at `now`, or says when the next one can be taken.
+    pub(crate) fn try_take(&mut self, now: u64) -> Result<(), u64> {
+        let tat = self.tat.max(now).saturating_add(self.interval);
+        let earliest = tat.saturating_sub(self.tolerance);
+        if earliest > now {
+            return Err(earliest);
+        }
+        self.tat = tat;
+        Ok(())
+    }
 }

@@ -1,7 +1,8 @@
 //! A deduplicating, delaying, rate-limited work queue of keys with priorities (client-go's
-//! guarantees, and controller-runtime's priority queue without its starvation).
+//! guarantees, and controller-runtime's priority queue without its starvation). Its design, one
+//! lock around a plain state, is in docs/ARCHITECTURE.md ("Work queue").
 //!
-//! Semantics (each has a test in `tests/workqueue.rs`):
+//! Semantics (each has a test in `tests/runtime/workqueue/`):
 //! 1. A key is queued at most once; ready keys of one priority leave first in, first out.
 //! 2. A key handed out by `get` is never handed out again until its [`Claim`] is dropped; if it
 //!    was added meanwhile it runs exactly once more afterwards.
@@ -27,39 +28,16 @@
 //!     and retries add at normal priority (they are explicit requeues).
 //! 13. `add_rate_limited_after(key, d)` is `add_rate_limited` that retries no earlier than `d`
 //!     from now: a server's `Retry-After` is a floor under the backoff.
-//!
-//! The design is client-go's (`util/workqueue/queue.go`): one lock around a plain state, and
-//! getters that wait to be woken. The state: the key index (key to entry, where the entry holds
-//! the key's phase, pending timer, failure count and notes), the normal and low ready lines, the
-//! processing set, the timer heap and the retry line. Metrics and wake-ups happen after the lock.
-//!
-//! - `queue.rs`: the [`WorkQueue`] handle, the [`Claim`] guard and the timer task;
-//!   `config.rs`: [`QueueConfig`] and what `snapshot` reports.
-//! - `state.rs`: the state behind the lock and every rule's bookkeeping.
-//! - `notes.rs`: [`KeyNotes`], what a caller keeps per key in the key's entry (the controller's
-//!   causes), written by the add under the lock it takes anyway.
-//! - `clock.rs`: the queue's timestamps and its once-per-operation clock.
-//! - `backoff.rs`: per-key exponential backoff; `bucket.rs`: the overall retry budget (governor,
-//!   on tokio's clock).
-//! - `metrics.rs`: the [`QueueMetrics`] hooks and an in-memory implementation.
-//!
-//! Waking: a key that becomes ready wakes one parked getter (a `tokio::sync::Notify` permit) if
-//! one is parked; shutdown wakes them all. A getter that is cancelled after being woken passes
-//! the wake-up on to another.
 
-mod backoff;
-mod bucket;
-mod clock;
 mod config;
-mod metrics;
 mod notes;
 mod queue;
 mod state;
+#[cfg(test)]
+mod tests;
 
-pub use backoff::BackoffConfig;
-pub use bucket::{BucketConfig, TokioClock, TokioInstant};
-pub use config::{DEFAULT_LOW_PRIORITY_MAX_WAIT, KeyPhase, KeyState, QueueConfig};
-pub use metrics::{InMemoryMetrics, QueueMetrics};
+pub use crate::runtime::observe::introspection::{KeyPhase, KeyState};
+pub use config::{BackoffConfig, BucketConfig, DEFAULT_LOW_PRIORITY_MAX_WAIT, QueueConfig, QueueMetrics};
 pub use notes::{KeyNotes, NoteKey};
-pub use queue::{Claim, WorkQueue};
+pub use queue::{Claim, When, WorkQueue};
 pub use state::Priority;

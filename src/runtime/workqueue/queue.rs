@@ -1,54 +1,36 @@
-//! The work queue handle, its configuration, the claim guard and the timer task. Every
-//! operation takes the one lock around the queue's state (`state.rs`), changes it, releases the
-//! lock, then wakes getters and reports metrics as the state said.
+//! The [`WorkQueue`] handle, the [`Claim`] guard and the timer task. Each operation takes the
+//! lock, changes the state (`state.rs`), lets go, then wakes and reports as the state says.
 
-use std::fmt;
-use std::hash::Hash;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::{cmp::Reverse, fmt, hash::Hash, ops::Deref, time::Duration};
 
-use parking_lot::Mutex;
-use tokio::sync::Notify;
-use tokio::time::Instant;
+use parking_lot::{Mutex, MutexGuard};
+use tokio::{sync::Notify, time::Instant};
 
-use super::backoff::BackoffConfig;
-use super::bucket::RetryBucket;
-use super::clock::{Clock, Epoch};
-use super::config::{KeyPhase, KeyState, QueueConfig};
-use super::metrics::QueueMetrics;
+use super::config::{BackoffConfig, QueueConfig, QueueMetrics, RetryBucket};
 use super::notes::{KeyNotes, NoteKey};
-use super::state::{Added, NEVER, Phase, Priority, Retry, State};
+use super::state::{Clock, Entry, NEVER, Phase, Priority, Retry, State, nanos};
+use super::{KeyPhase, KeyState};
 
-/// How often outstanding claims are sampled for the unfinished-work metrics (client-go's period).
-const UNFINISHED_WORK_PERIOD: Duration = Duration::from_millis(500);
+/// How often the claims are sampled for metrics (client-go's 500 ms), in nanoseconds.
+const SAMPLE_EVERY: u64 = 500_000_000;
 
-/// A deduplicating, delaying, rate-limited queue of keys with client-go's guarantees: a key is
-/// queued at most once, never handed to two workers at once, and re-run after its claim is
-/// dropped if it was added meanwhile. Cloning gives another handle to the same queue.
-///
-/// Delayed keys need a tokio runtime: the queue spawns one timer task (on creation when inside a
-/// runtime, otherwise on the first delayed add or wait) and lives within that runtime.
-///
-/// # Examples
-///
-/// ```
-/// use dbcluster_operator::runtime::workqueue::{QueueConfig, WorkQueue};
-///
-/// #[tokio::main(flavor = "current_thread")]
-/// async fn main() {
-///     let queue = WorkQueue::new(QueueConfig::named("example"));
-///     queue.add("a");
-///     queue.add("a"); // already queued: still one entry
-///     assert_eq!(queue.len(), 1);
-///     let claim = queue.get().await.expect("the queue is running");
-///     assert_eq!(*claim.key(), "a");
-///     drop(claim); // the key is done; had it been added meanwhile, it would be queued again
-///     queue.shutdown();
-///     assert!(queue.get().await.is_none());
-/// }
-/// ```
+/// When an add takes effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// Now, at this priority (rules 1, 2 and 10).
+    Now(Priority),
+    /// After this delay (rule 3); zero is `Now(Priority::Normal)`.
+    After(Duration),
+    /// As a retry: after the key's backoff and a token of the retry budget, and no earlier than
+    /// this (rules 4 to 6 and 13).
+    Retry(Duration),
+}
+
+/// A deduplicating, delaying, rate-limited queue of keys (the rules are in the module docs);
+/// clones are handles to the same queue. Timers need a tokio runtime: the queue spawns its timer
+/// task on creation inside one, else on the first delayed add or wait.
 pub struct WorkQueue<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
     shared: Arc<Shared<K, N>>,
 }
@@ -67,16 +49,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> fmt::Debug for W
 
 struct Shared<K, N: KeyNotes> {
     state: Mutex<State<K, N>>,
-    /// Parked getters: one woken per key that becomes ready, all at shutdown.
-    getters: Notify,
-    /// `shutdown_with_drain` callers, woken when the last claim is dropped after shutdown.
-    drained: Notify,
-    /// Pokes the timer task: an earlier timer, shutdown, or the queue dropped.
-    timer_wake: Arc<Notify>,
+    getters: Notify, // parked getters: one woken per key that becomes ready, all at shutdown
+    drained: Notify, // `shutdown_with_drain` callers, woken when the last claim is dropped
+    timer_wake: Arc<Notify>, // an earlier timer, shutdown, or the queue dropped
     timer_started: AtomicBool,
-    epoch: Epoch,
+    epoch: Instant, // the queue's times are nanoseconds since
     backoff: BackoffConfig,
-    bucket: Option<RetryBucket>,
     metrics: Option<Arc<dyn QueueMetrics>>,
     name: String,
 }
@@ -91,15 +69,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> {
     /// An empty queue that keeps notes of type `N` per key (see [`KeyNotes`]).
     pub fn with_notes(config: QueueConfig) -> Self {
+        let bucket = config.retry_bucket.as_ref().map(RetryBucket::new);
+        let state = State::new(config.metrics.is_some(), nanos(config.low_priority_max_wait), bucket);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(config.metrics.is_some(), nanos(config.low_priority_max_wait))),
+            state: Mutex::new(state),
             getters: Notify::new(),
             drained: Notify::new(),
             timer_wake: Arc::new(Notify::new()),
             timer_started: AtomicBool::new(false),
-            epoch: Epoch::now(),
+            epoch: Instant::now(),
             backoff: config.backoff,
-            bucket: config.retry_bucket.as_ref().map(RetryBucket::new),
             metrics: config.metrics,
             name: config.name,
         });
@@ -112,106 +91,54 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         &self.shared.name
     }
 
-    /// Queues `key` at normal priority unless it is already queued; if it is being processed,
-    /// it runs once more after its claim is dropped. Ignored after shutdown.
+    /// Queues `key` (rules 1 and 2); ignored after shutdown.
     pub fn add(&self, key: K) {
-        self.add_with_note(key, Priority::Normal, |_, _| {});
+        self.add_with_note(key, When::Now(Priority::Normal), |_, _| {});
     }
 
-    /// `add` at `priority`. A key queued at low priority that is added at normal priority moves
-    /// to the back of the normal line; a low add of a key already queued changes nothing.
+    /// `add` at `priority` (rule 10).
     pub fn add_with_priority(&self, key: K, priority: Priority) {
-        self.add_with_note(key, priority, |_, _| {});
+        self.add_with_note(key, When::Now(priority), |_, _| {});
     }
 
-    /// `add_with_priority` that also writes the key's notes with `note`, under the lock (not
-    /// called after shutdown). `note` gets the key ([`NoteKey`]); what it returns is dropped
-    /// after the lock.
-    pub fn add_with_note<L>(
-        &self,
-        key: K,
-        priority: Priority,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-    ) {
-        let mut now = Clock::new(&self.shared.epoch);
-        if let Some(added) = self.with_entry(key, note, |state, id| state.enqueue(id, priority, &mut now)) {
-            self.shared.report_added(added);
-        }
+    /// Adds `key` after `delay` (rule 3); a direct add meanwhile does not cancel the timer.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        self.add_with_note(key, When::After(delay), |_, _| {});
     }
 
-    /// Under the lock: finds or makes the entry of `key`, writes its notes, then runs `op` on
-    /// it. `None` after shutdown.
-    fn with_entry<T, L>(
-        &self,
-        key: K,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-        op: impl FnOnce(&mut State<K, N>, u32) -> T,
-    ) -> Option<T> {
-        let mut state = self.shared.state.lock();
+    /// Reports a failure of `key`: it is retried after its backoff and a token (rules 4 to 6).
+    pub fn add_rate_limited(&self, key: K) {
+        self.add_with_note(key, When::Retry(Duration::ZERO), |_, _| {});
+    }
+
+    /// `add_rate_limited`, retrying no earlier than `at_least` from now (rule 13).
+    pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
+        self.add_with_note(key, When::Retry(at_least), |_, _| {});
+    }
+
+    /// Adds `key` as `when` says, and writes its notes with `note` under the lock (see
+    /// [`KeyNotes`]; notes can wait for a timer). What `note` returns is dropped after the lock.
+    pub fn add_with_note<L>(&self, key: K, when: When, note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L) {
+        let shared = &*self.shared;
+        let mut now = Clock(shared.epoch, None);
+        let mut state = shared.state.lock();
         if state.shut_down {
-            return None;
+            return;
         }
         let (id, mut spare) = state.entry_for(key);
         let entry = state.entry_mut(id);
         let leftover = note(NoteKey::new(&entry.key, &mut spare), &mut entry.notes);
-        let outcome = op(&mut state, id);
-        drop(state);
+        match when {
+            When::Now(priority) => state.enqueue(id, priority, &mut now),
+            When::After(Duration::ZERO) => state.enqueue(id, Priority::Normal, &mut now),
+            When::After(delay) => state.schedule(id, now.get().saturating_add(nanos(delay)).min(NEVER - 1)),
+            When::Retry(at_least) => {
+                let (now, delay) = (now.get(), |failures| nanos(shared.backoff.delay(failures)));
+                state.fail(id, now, now.saturating_add(nanos(at_least)), delay);
+            }
+        }
+        Shared::unlock(&self.shared, state);
         drop((spare, leftover));
-        Some(outcome)
-    }
-
-    /// Adds `key` after `delay`; of two pending timers the earlier wins. The key may also be
-    /// added directly meanwhile; the timer then adds it once more.
-    pub fn add_after(&self, key: K, delay: Duration) {
-        self.add_after_with_note(key, delay, |_, _| {});
-    }
-
-    /// `add_after` that also writes the key's notes (see [`WorkQueue::add_with_note`]); unless
-    /// the delay is zero, notes can wait for the timer ([`KeyNotes::timer_fired`]).
-    pub fn add_after_with_note<L>(
-        &self,
-        key: K,
-        delay: Duration,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-    ) {
-        if delay.is_zero() {
-            return self.add_with_note(key, Priority::Normal, note);
-        }
-        let due = self.shared.epoch.nanos_now().saturating_add(nanos(delay)).min(NEVER - 1);
-        if let Some(poke) = self.with_entry(key, note, |state, id| state.schedule(id, due)) {
-            self.shared.after_scheduling(poke);
-        }
-    }
-
-    /// Reports a failure of `key`: it is retried after its exponential backoff, then as the
-    /// retry budget allows. A failure while the previous retry is pending counts for nothing.
-    pub fn add_rate_limited(&self, key: K) {
-        self.add_rate_limited_after_with_note(key, Duration::ZERO, |_, _| {});
-    }
-
-    /// `add_rate_limited`, retrying no earlier than `at_least` from now (a server's
-    /// `Retry-After`); the backoff still grows as usual.
-    pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
-        self.add_rate_limited_after_with_note(key, at_least, |_, _| {});
-    }
-
-    /// `add_rate_limited_after` that also writes the key's notes; they can wait for the retry.
-    pub fn add_rate_limited_after_with_note<L>(
-        &self,
-        key: K,
-        at_least: Duration,
-        note: impl FnOnce(NoteKey<'_, K>, &mut N) -> L,
-    ) {
-        let shared = &*self.shared;
-        let now = shared.epoch.nanos_now();
-        let delay = |failures| nanos(shared.backoff.delay(failures));
-        let fail =
-            |state: &mut State<K, N>, id| state.fail(id, now, now.saturating_add(nanos(at_least)), delay);
-        let Some(poke) = self.with_entry(key, note, fail) else { return };
-        if let Some(metrics) = &shared.metrics {
-            metrics.retried();
-        }
-        self.shared.after_scheduling(poke.unwrap_or(false));
     }
 
     /// Reads the notes of `key`, if the queue tracks it (for `/debug/queue`).
@@ -225,9 +152,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         Some(op(&mut state, id))
     }
 
-    /// Waits for a ready key and claims it; dropping the claim marks the key done. `None` once
-    /// the queue is shut down and no key is ready. Cancel-safe: a wake-up that a cancelled
-    /// getter received passes on to another (tokio's `Notify`).
+    /// Waits for a ready key and claims it; `None` once shut down and drained. Cancel-safe: a
+    /// cancelled getter's wake-up passes on to another (tokio's `Notify`).
     pub async fn get(&self) -> Option<Claim<K, N>> {
         loop {
             if let Some(outcome) = self.try_claim(false) {
@@ -244,16 +170,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         }
     }
 
-    /// `Some(claim)`, or `Some(None)` once shut down and drained; `None` if the caller must
-    /// wait (counted as parked when `park`: the next ready key wakes it).
+    /// `Some(claim)`, `Some(None)` once shut down and drained, `None`: wait (parked if `park`).
     fn try_claim(&self, park: bool) -> Option<Option<Claim<K, N>>> {
         let shared = &*self.shared;
-        let mut now = Clock::new(&shared.epoch);
+        let mut now = Clock(shared.epoch, None);
         let mut state = shared.state.lock();
         let Some(id) = state.pop_ready(&mut now) else {
-            if park && !state.shut_down {
-                state.park();
-            }
+            state.parked += usize::from(park && !state.shut_down);
             return state.shut_down.then_some(None);
         };
         let queued_at = state.queued_at(id);
@@ -267,15 +190,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         Some(Some(Claim { shared: Arc::clone(&self.shared), id, key, notes }))
     }
 
-    /// Drops the failure history of `key` (`num_requeues` becomes 0); an otherwise idle key
-    /// leaves nothing behind. Call it when a key succeeds or its object is deleted.
+    /// Drops the failure history of `key` (rule 7): when it succeeds or its object is deleted.
     pub fn forget(&self, key: &K) {
         self.on_tracked(key, State::forget);
     }
 
-    /// `forget`, and also cancels `key`'s pending timer (a delayed add, or a retry not yet in
-    /// the retry line) with the notes that waited for it: for a key whose last pass found
-    /// nothing left to do (client-go's `Forget` keeps the timer).
+    /// `forget`, and cancels the pending timer (not a retry due already) and the notes that
+    /// waited for it: for a key whose last pass found nothing to do.
     pub fn settle(&self, key: &K) {
         self.on_tracked(key, State::settle);
     }
@@ -287,7 +208,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
 
     /// Ready keys: neither being processed nor waiting for a timer.
     pub fn len(&self) -> usize {
-        self.shared.state.lock().ready_len()
+        self.shared.state.lock().queued
     }
 
     /// No key is ready.
@@ -295,23 +216,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.len() == 0
     }
 
-    /// Stops intake: later adds are ignored and timers no longer fire. Getters still receive
-    /// what is ready, then `None`.
+    /// Stops intake and timers (rule 8). Getters still receive what is ready, then `None`.
     pub fn shutdown(&self) {
         self.shared.state.lock().shut_down = true;
         self.shared.getters.notify_waiters();
         self.shared.timer_wake.notify_one();
     }
 
-    /// `shutdown`, then waits until every outstanding claim has been dropped (put a deadline
-    /// around it).
+    /// `shutdown`, then waits until every claim has been dropped (put a deadline around it).
     pub async fn shutdown_with_drain(&self) {
         self.shutdown();
         loop {
             let drained = self.shared.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if self.shared.state.lock().processing().is_empty() {
+            if self.shared.state.lock().processing.is_empty() {
                 return;
             }
             drained.await;
@@ -323,16 +242,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         self.shared.state.lock().shut_down
     }
 
-    /// Every tracked key with its phase, pending timer and failure count (for `/debug/queue`).
+    /// Every key the queue holds any state for (queued, processing, waiting or with failures),
+    /// with its phase, pending timer and failure count.
     pub fn snapshot(&self) -> Vec<KeyState<K>> {
-        let at = |nanos: u64| self.shared.epoch.instant(nanos);
+        let at = |nanos: u64| self.shared.epoch + Duration::from_nanos(nanos);
         let since = |nanos: u64| self.shared.metrics.is_some().then(|| at(nanos));
         let state = self.shared.state.lock();
-        let key_state = |(id, entry): (u32, &super::state::Entry<K, N>)| {
+        let key_state = |(id, entry): (u32, &Entry<K, N>)| {
             let timer = (entry.due != NEVER).then(|| at(entry.due));
             let (phase, low_priority) = match (entry.phase, entry.retry, timer) {
                 (Phase::Processing { again }, ..) => {
-                    let started_at = state.processing().get(&id).copied().unwrap_or(0);
+                    let started_at = state.processing.get(&id).copied().unwrap_or(0);
                     (KeyPhase::Processing { since: since(started_at), again: again.is_some() }, again)
                 }
                 (Phase::Queued(p), ..) => (KeyPhase::Queued { since: since(state.queued_at(id)) }, Some(p)),
@@ -347,42 +267,34 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> WorkQueue<K, N> 
         state.entries().map(key_state).collect()
     }
 
-    /// Keys the queue holds any state for (queued, processing, waiting or with failures).
-    pub fn tracked_keys(&self) -> usize {
-        self.shared.state.lock().entries().count()
-    }
-
-    /// Keys with a failure count (the state `forget` drops).
-    pub fn failure_entries(&self) -> usize {
-        self.shared.state.lock().entries().filter(|(_, entry)| entry.failures > 0).count()
-    }
-
     /// Entries in the timer heap, including superseded ones not yet expired.
     pub fn timer_entries(&self) -> usize {
-        self.shared.state.lock().timer_entries()
+        self.shared.state.lock().timers.len()
     }
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
-    fn report_added(&self, added: Added) {
-        match added {
-            Added::Duplicate => return,
-            Added::Queued { wake: true } => self.getters.notify_one(),
-            Added::Queued { wake: false } | Added::Dirty => {}
+    /// Releases the lock, then acts on what the state left to do (its [`Effects`](super::state::Effects)).
+    fn unlock(self: &Arc<Self>, mut state: MutexGuard<'_, State<K, N>>) {
+        let effects = std::mem::take(&mut state.effects);
+        drop(state);
+        for _ in 0..effects.wakes {
+            self.getters.notify_one();
         }
-        if let Some(metrics) = &self.metrics {
-            metrics.added();
-            if added != Added::Dirty {
-                metrics.depth(1);
-            }
-        }
-    }
-
-    fn after_scheduling(self: &Arc<Self>, poke: bool) {
-        if poke {
+        if effects.poke {
             self.timer_wake.notify_one();
         }
-        self.ensure_timer_task();
+        if effects.timed || effects.retried {
+            self.ensure_timer_task();
+        }
+        let Some(metrics) = &self.metrics else { return };
+        (0..effects.added).for_each(|_| metrics.added());
+        if effects.depth != 0 {
+            metrics.depth(effects.depth);
+        }
+        if effects.retried {
+            metrics.retried();
+        }
     }
 
     /// Starts the timer task once, if a runtime is at hand.
@@ -397,70 +309,57 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Shared<K, N> {
     }
 
     /// The claim on entry `id` was dropped.
-    fn finish(&self, id: u32) {
-        let mut now = Clock::new(&self.epoch);
+    fn finish(self: &Arc<Self>, id: u32) {
+        let mut now = Clock(self.epoch, None);
         let mut state = self.state.lock();
-        let (started_at, requeued, wake) = state.finish(id, &mut now);
-        let drained = state.shut_down && state.processing().is_empty();
-        drop(state);
-        if wake {
-            self.getters.notify_one();
-        }
+        let started_at = state.finish(id, &mut now);
+        let drained = state.shut_down && state.processing.is_empty();
+        self.unlock(state);
         if drained {
             self.drained.notify_waiters();
         }
         if let Some(metrics) = &self.metrics {
             metrics.work_duration(Duration::from_nanos(now.get().saturating_sub(started_at)));
-            if requeued {
-                metrics.depth(1);
-            }
         }
     }
 
-    /// Fires due timers and, every 500 ms with metrics, samples the outstanding claims. Returns
-    /// when to look again (`None` when stopped, `Some(None)` when nothing is scheduled).
-    fn release_due(&self) -> Option<Option<Instant>> {
-        let now = self.epoch.nanos_now();
+    /// Fires due timers and samples the claims when due; when to look again (`None`: stop).
+    fn release_due(self: &Arc<Self>, next_sample: &mut u64) -> Option<Option<Instant>> {
+        let mut clock = Clock(self.epoch, None);
+        let now = clock.get();
         let mut state = self.state.lock();
         if state.shut_down {
             return None;
         }
-        let (released, next_token) = state.release_due(now, self.bucket.as_ref());
-        let next_timer = state.next_due().map(|due| self.epoch.instant(due));
-        let mut unfinished = None;
-        if self.metrics.is_some() && now >= state.next_sample {
-            let next = state.next_sample.saturating_add(nanos(UNFINISHED_WORK_PERIOD));
-            state.next_sample = if next > now { next } else { now + nanos(UNFINISHED_WORK_PERIOD) };
-            let ages = state.processing().values().map(|started_at| now.saturating_sub(*started_at));
-            unfinished = Some(ages.fold((0, 0), |(sum, max), age| (sum + age, max.max(age))));
+        let next_token = state.release_due(&mut clock);
+        let next_timer = state.timers.peek().map(|Reverse((due, _))| *due);
+        let sample = self.metrics.is_some() && now >= *next_sample;
+        let unfinished = sample.then(|| {
+            *next_sample = (now / SAMPLE_EVERY + 1) * SAMPLE_EVERY;
+            let ages = state.processing.values().map(|started_at| now.saturating_sub(*started_at));
+            ages.fold((0, 0), |(sum, max), age| (sum + age, max.max(age)))
+        });
+        self.unlock(state);
+        if let (Some(metrics), Some((total, longest))) = (&self.metrics, unfinished) {
+            metrics.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
         }
-        let next_sample = self.metrics.is_some().then(|| self.epoch.instant(state.next_sample));
-        drop(state);
-        for _ in 0..released.wakes {
-            self.getters.notify_one();
-        }
-        if let Some(metrics) = &self.metrics {
-            (0..released.added).for_each(|_| metrics.added());
-            metrics.depth(released.queued as i64);
-            if let Some((total, longest)) = unfinished {
-                metrics.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
-            }
-        }
-        Some([next_timer, next_token, next_sample].into_iter().flatten().min())
+        let next_sample = self.metrics.is_some().then_some(*next_sample);
+        let next = [next_timer, next_token, next_sample].into_iter().flatten().min();
+        Some(next.map(|at| self.epoch + Duration::from_nanos(at)))
     }
 }
 
-/// The one background task that turns due timers into ready keys. It holds the queue weakly,
-/// so dropping the last handle ends it (the queue pokes `wake` when dropped).
+/// The one task that fires timers; it holds the queue weakly, so dropping the queue ends it.
 async fn run_timers<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes>(
     queue: Weak<Shared<K, N>>,
     wake: Arc<Notify>,
 ) {
+    let mut next_sample = 0;
     loop {
         let poked = wake.notified();
         tokio::pin!(poked);
         poked.as_mut().enable();
-        match queue.upgrade().and_then(|queue| queue.release_due()) {
+        match queue.upgrade().and_then(|queue| queue.release_due(&mut next_sample)) {
             None => return,
             Some(None) => poked.await,
             Some(Some(at)) => {
@@ -479,12 +378,10 @@ impl<K, N: KeyNotes> Drop for Shared<K, N> {
     }
 }
 
-/// A key handed out by [`WorkQueue::get`]. While it lives, no other worker gets the key;
-/// dropping it (or calling [`Claim::done`]) marks the key done, so `done` cannot be forgotten.
+/// A key handed out by [`WorkQueue::get`], held by no other worker until this is dropped.
 pub struct Claim<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes = ()> {
     shared: Arc<Shared<K, N>>,
-    /// The key's entry, kept while the claim lives.
-    id: u32,
+    id: u32, // the key's entry, kept while the claim lives
     key: K,
     notes: N::Taken,
 }
@@ -495,12 +392,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Claim<K, N> {
         &self.key
     }
 
-    /// The notes that were due when the key was handed out (see [`KeyNotes::take`]).
-    pub fn notes(&self) -> &N::Taken {
-        &self.notes
-    }
-
-    /// Takes the claim's notes, leaving the empty value.
+    /// Takes the notes that were due when the key was handed out, leaving the empty value.
     pub fn take_notes(&mut self) -> N::Taken {
         std::mem::take(&mut self.notes)
     }
@@ -527,9 +419,4 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, N: KeyNotes> Drop for Claim<K
     fn drop(&mut self) {
         self.shared.finish(self.id);
     }
-}
-
-/// A duration in nanoseconds, saturating.
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }

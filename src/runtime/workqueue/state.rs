@@ -1,22 +1,15 @@
-//! The queue's plain state, all behind its one lock: the key index, one entry per key (with the
-//! key's notes), the ready lines, the processing set, the timer heap and the retry line. Nothing
-//! here wakes or reports; each operation says what changed, and `queue.rs` acts on it after
-//! the lock.
-//!
-//! The key index maps a key to its entry through entry numbers (a hashbrown `HashTable<u32>`
-//! into a `Vec` of entries), so a key is stored once and the lines hold 4-byte numbers: a queued
-//! key costs its 40-byte entry, about 10 bytes of index and 4 of line. An entry that tracks
-//! nothing any more is removed, and its number reused.
+//! The queue's plain state behind its one lock, every rule's bookkeeping, and its clock. Nothing
+//! here wakes or reports: operations leave [`Effects`] for `queue.rs` to act on after the lock.
+//! A key is stored once, in its entry, found through a hash table of 4-byte entry numbers; the
+//! lines, processing set and timers hold numbers. An idle entry is removed, its number reused.
 
-use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hash};
+use std::{cmp::Reverse, hash::BuildHasher, hash::Hash, time::Duration};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 use tokio::time::Instant;
 
-use super::bucket::RetryBucket;
-use super::clock::Clock;
+use super::config::RetryBucket;
 use super::notes::KeyNotes;
 
 /// A due time meaning "no timer".
@@ -33,86 +26,66 @@ pub enum Priority {
     Normal,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `Idle`: neither ready nor handed out (it may have a timer or failures). `again`: added while
+/// processing, back to that line when the claim is dropped.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// Neither ready nor handed out (it may still have a timer or failures).
     Idle,
-    /// In the ready line of this priority.
     Queued(Priority),
-    /// Handed out; `again`: added meanwhile, back to that line when the claim is dropped.
     Processing { again: Option<Priority> },
 }
 
-/// Whether the key's pending timer is a retry (rules 4 to 6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Whether the pending timer is a retry (`Timer`), or the retry is due and waits for a token.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Retry {
     None,
-    /// The pending timer is a retry: once it fires, the key waits for a token.
     Timer,
-    /// Due, waiting in the retry line for a token.
     Line,
 }
 
 pub(crate) struct Entry<K, N> {
     pub(crate) key: K,
     pub(crate) notes: N,
-    /// When the pending timer fires (queue nanoseconds), or [`NEVER`].
-    pub(crate) due: u64,
-    /// Names the key's current place in the low line; older places are stale. It wraps: a stale
-    /// place that matches by chance only moves the key ahead in that line.
-    ticket: u16,
+    pub(crate) due: u64, // when the pending timer fires, or `NEVER`
+    ticket: u16,         // its current low place (wrapping: a stale match only moves a key up)
     pub(crate) failures: u16,
     pub(crate) phase: Phase,
     pub(crate) retry: Retry,
 }
 
-/// What an add changed.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Added {
-    /// Nothing new (perhaps moved up to the normal line).
-    Duplicate,
-    /// Now ready; `wake`: a parked getter is to be woken.
-    Queued { wake: bool },
-    /// Being processed: it runs again after its claim.
-    Dirty,
-}
-
-/// What a timer round released: adds, of which newly ready keys, and getters to wake.
+/// What one hold of the lock leaves to do: getters to wake, the timer task to poke, and metrics.
 #[derive(Default)]
-pub(crate) struct Released {
-    pub(crate) added: usize,
-    pub(crate) queued: usize,
+pub(crate) struct Effects {
     pub(crate) wakes: usize,
+    pub(crate) added: usize,
+    pub(crate) depth: i64,
+    pub(crate) retried: bool,
+    pub(crate) timed: bool, // a timer was asked for: the timer task must run
+    pub(crate) poke: bool,  // the earliest timer: the task must look again
 }
 
 pub(crate) struct State<K, N> {
     hasher: DefaultHashBuilder,
-    /// Key → entry number.
-    index: HashTable<u32>,
+    index: HashTable<u32>, // key → entry number
     entries: Vec<Option<Entry<K, N>>>,
     free: Vec<u32>,
     ready: VecDeque<u32>,
-    /// The low line: (entry, ticket, when it joined); stale places are skipped.
-    low: VecDeque<(u32, u16, u64)>,
-    low_len: usize,
+    low: VecDeque<(u32, u16, u64)>, // (entry, ticket, when it joined); older tickets are stale
+    pub(crate) queued: usize,       // ready keys, both lines
     next_ticket: u16,
     low_max_wait: u64,
-    /// The processing set: entry → when its claim was made (0 without metrics).
-    processing: HashMap<u32, u64, DefaultHashBuilder>,
-    /// When each entry was last queued; kept only by queues with metrics.
-    queued_at: Option<Vec<u64>>,
-    /// Pending timers, earliest first; one whose due time its entry no longer has is stale.
-    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    pub(crate) processing: HashMap<u32, u64, DefaultHashBuilder>, // claims: entry → since (metrics)
+    queued_at: Option<Vec<u64>>, // when each entry was last queued (metrics only)
+    pub(crate) timers: BinaryHeap<Reverse<(u64, u32)>>, // stale when its entry's `due` differs
     retry_line: VecDeque<u32>,
-    /// Getters waiting for a key that no wake-up is on its way to yet.
-    parked: usize,
-    /// When the timer task next samples the outstanding claims (queues with metrics).
-    pub(crate) next_sample: u64,
+    bucket: Option<RetryBucket>,
+    pub(crate) parked: usize, // getters waiting with no wake-up on its way to them yet
+    pub(crate) effects: Effects,
     pub(crate) shut_down: bool,
 }
 
 impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
-    pub(crate) fn new(timed: bool, low_max_wait: u64) -> Self {
+    pub(crate) fn new(timed: bool, low_max_wait: u64, bucket: Option<RetryBucket>) -> Self {
         Self {
             hasher: DefaultHashBuilder::default(),
             index: HashTable::new(),
@@ -120,27 +93,27 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
             free: Vec::new(),
             ready: VecDeque::new(),
             low: VecDeque::new(),
-            low_len: 0,
+            queued: 0,
             next_ticket: 0,
             low_max_wait,
             processing: HashMap::default(),
             queued_at: timed.then(Vec::new),
             timers: BinaryHeap::new(),
             retry_line: VecDeque::new(),
+            bucket,
             parked: 0,
-            next_sample: 0,
+            effects: Effects::default(),
             shut_down: false,
         }
     }
 
+    // Invariant (the `expect`s below): the index, lines, processing set and claims name live
+    // entries only, and fewer than 2^32 keys are tracked at once (hundreds of gigabytes).
     pub(crate) fn entry(&self, id: u32) -> &Entry<K, N> {
-        // Invariant: the index, lines, processing set and claims name live entries only (an
-        // entry is removed once idle, when no line names it as current).
         self.entries[id as usize].as_ref().expect("a named entry is live")
     }
 
     pub(crate) fn entry_mut(&mut self, id: u32) -> &mut Entry<K, N> {
-        // Invariant: as in `entry`.
         self.entries[id as usize].as_mut().expect("a named entry is live")
     }
 
@@ -160,14 +133,12 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
             if let Some(times) = &mut self.queued_at {
                 times.push(0);
             }
-            // Invariant: fewer than 2^32 keys at once (that would take hundreds of gigabytes).
             u32::try_from(self.entries.len() - 1).expect("fewer than 2^32 keys")
         });
         let (notes, phase) = (N::default(), Phase::Idle);
         let entry = Entry { key, notes, due: NEVER, ticket: 0, failures: 0, phase, retry: Retry::None };
         self.entries[id as usize] = Some(entry);
         let (entries, hasher) = (&self.entries, &self.hasher);
-        // Invariant: the index names live entries only.
         let key_of = |id: &u32| &entries[*id as usize].as_ref().expect("indexed entries are live").key;
         self.index.insert_unique(hash, id, |id| hasher.hash_one(key_of(id)));
         (id, None)
@@ -186,39 +157,38 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
     }
 
     /// Rules 1, 2, 10 and 12: queues the key of `id` at `priority` unless that changes nothing.
-    pub(crate) fn enqueue(&mut self, id: u32, priority: Priority, now: &mut Clock) -> Added {
+    pub(crate) fn enqueue(&mut self, id: u32, priority: Priority, now: &mut Clock) {
         let entry = self.entry_mut(id);
-        match entry.phase {
-            Phase::Queued(Priority::Low) if priority == Priority::Normal => {
-                self.low_len -= 1; // rule 10: its low place goes stale
-                self.push_ready(id, priority, now);
-                Added::Duplicate
+        let dirty = match entry.phase {
+            Phase::Queued(was) => {
+                if was < priority {
+                    self.queued -= 1; // its low place goes stale; `push_ready` counts it again
+                    self.effects.depth -= 1;
+                    self.push_ready(id, priority, now);
+                }
+                return;
             }
-            Phase::Queued(_) => Added::Duplicate,
             Phase::Processing { again: Some(was) } => {
                 entry.phase = Phase::Processing { again: Some(was.max(priority)) };
-                Added::Duplicate
+                return;
             }
             Phase::Processing { again: None } => {
                 entry.phase = Phase::Processing { again: Some(priority) };
-                self.mark_queued(id, now);
-                Added::Dirty
+                true
             }
-            Phase::Idle => {
-                self.mark_queued(id, now);
-                Added::Queued { wake: self.push_ready(id, priority, now) }
-            }
-        }
-    }
-
-    fn mark_queued(&mut self, id: u32, now: &mut Clock) {
+            Phase::Idle => false,
+        };
+        self.effects.added += 1;
         if let Some(times) = &mut self.queued_at {
             times[id as usize] = now.get();
         }
+        if !dirty {
+            self.push_ready(id, priority, now);
+        }
     }
 
-    /// Puts the key of `id` in the line for `priority`; true if a parked getter is to be woken.
-    fn push_ready(&mut self, id: u32, priority: Priority, now: &mut Clock) -> bool {
+    /// Puts the key of `id` at the back of the line for `priority`; wakes a parked getter.
+    fn push_ready(&mut self, id: u32, priority: Priority, now: &mut Clock) {
         // Phase and ticket first: the key's older low places are stale before aged keys move.
         self.next_ticket = self.next_ticket.wrapping_add(1);
         let ticket = self.next_ticket;
@@ -227,36 +197,27 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         self.promote_aged(now);
         match priority {
             Priority::Normal => self.ready.push_back(id),
-            Priority::Low => {
-                self.low_len += 1;
-                self.low.push_back((id, ticket, now.get()));
-            }
+            Priority::Low => self.low.push_back((id, ticket, now.get())),
         }
-        let wake = self.parked > 0;
-        self.parked -= usize::from(wake);
-        wake
+        self.queued += 1;
+        self.effects.depth += 1;
+        if self.parked > 0 {
+            self.parked -= 1;
+            self.effects.wakes += 1;
+        }
     }
 
-    /// A getter found nothing and waits to be woken.
-    pub(crate) fn park(&mut self) {
-        self.parked += 1;
-    }
-
-    fn is_current(&self, (id, ticket, _): (u32, u16, u64)) -> bool {
-        let entry = self.entries[id as usize].as_ref();
-        entry.is_some_and(|e| e.phase == Phase::Queued(Priority::Low) && e.ticket == ticket)
-    }
-
-    /// Rule 11: low keys that waited `low_max_wait` join the back of the normal line.
+    /// Rule 11: low keys that waited `low_max_wait` join the normal line; leaves the first low
+    /// place current.
     fn promote_aged(&mut self, now: &mut Clock) {
-        while let Some(&place) = self.low.front() {
-            if self.is_current(place) {
-                if now.get().saturating_sub(place.2) < self.low_max_wait {
+        while let Some(&(id, ticket, joined)) = self.low.front() {
+            let entry = self.entries[id as usize].as_mut();
+            if let Some(e) = entry.filter(|e| e.phase == Phase::Queued(Priority::Low) && e.ticket == ticket) {
+                if now.get().saturating_sub(joined) < self.low_max_wait {
                     return;
                 }
-                self.low_len -= 1;
-                self.entry_mut(place.0).phase = Phase::Queued(Priority::Normal);
-                self.ready.push_back(place.0);
+                e.phase = Phase::Queued(Priority::Normal);
+                self.ready.push_back(id);
             }
             self.low.pop_front();
         }
@@ -265,16 +226,8 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
     /// Hands out the next ready key, normal line first (rule 10): it becomes processing.
     pub(crate) fn pop_ready(&mut self, now: &mut Clock) -> Option<u32> {
         self.promote_aged(now);
-        let id = match self.ready.pop_front() {
-            Some(id) => id,
-            None => loop {
-                let place = self.low.pop_front()?;
-                if self.is_current(place) {
-                    self.low_len -= 1;
-                    break place.0;
-                }
-            },
-        };
+        let id = self.ready.pop_front().or_else(|| Some(self.low.pop_front()?.0))?;
+        self.queued -= 1;
         self.entry_mut(id).phase = Phase::Processing { again: None };
         let started_at = if self.queued_at.is_some() { now.get() } else { 0 };
         self.processing.insert(id, started_at);
@@ -286,53 +239,38 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         self.queued_at.as_ref().map_or(0, |times| times[id as usize])
     }
 
-    /// Rule 2: the claim on `id` was dropped; the key is queued again if it was added meanwhile.
-    /// Returns when the claim was made, whether it was requeued, and whether to wake a getter.
-    pub(crate) fn finish(&mut self, id: u32, now: &mut Clock) -> (u64, bool, bool) {
+    /// Rule 2: the claim on `id` was dropped; requeues the key if it was added meanwhile.
+    pub(crate) fn finish(&mut self, id: u32, now: &mut Clock) -> u64 {
         let started_at = self.processing.remove(&id).unwrap_or(0);
-        let entry = self.entry_mut(id);
-        let again = match entry.phase {
-            Phase::Processing { again } => again,
-            Phase::Idle | Phase::Queued(_) => None,
-        };
-        entry.phase = Phase::Idle;
-        let Some(priority) = again else {
-            self.release_if_idle(id);
-            return (started_at, false, false);
-        };
-        (started_at, true, self.push_ready(id, priority, now))
+        match std::mem::replace(&mut self.entry_mut(id).phase, Phase::Idle) {
+            Phase::Processing { again: Some(priority) } => self.push_ready(id, priority, now),
+            _ => self.release_if_idle(id),
+        }
+        started_at
     }
 
-    /// Rule 3: a timer for `id` at `due` unless an earlier one is pending (or its retry is due
-    /// already). True when it is now the earliest timer: the timer task must look again.
-    pub(crate) fn schedule(&mut self, id: u32, due: u64) -> bool {
+    /// Rule 3: a timer for `id` at `due` unless an earlier one (or a due retry) is pending.
+    pub(crate) fn schedule(&mut self, id: u32, due: u64) {
+        self.effects.timed = true;
         let entry = self.entry_mut(id);
-        if entry.retry == Retry::Line || due >= entry.due {
-            return false;
+        if entry.retry != Retry::Line && due < entry.due {
+            entry.due = due;
+            self.effects.poke |= self.timers.peek().is_none_or(|Reverse((next, _))| due < *next);
+            self.timers.push(Reverse((due, id)));
         }
-        entry.due = due;
-        let earliest = self.next_due().is_none_or(|next| due < next);
-        self.timers.push(Reverse((due, id)));
-        earliest
     }
 
-    /// Rules 4, 5 and 13: counts a failure and schedules the retry after `delay(failures)`, no
-    /// earlier than `floor`; `None` (nothing counted) while a retry is pending.
-    pub(crate) fn fail(
-        &mut self,
-        id: u32,
-        now: u64,
-        floor: u64,
-        delay: impl FnOnce(u32) -> u64,
-    ) -> Option<bool> {
+    /// Rules 4, 5 and 13: counts a failure and schedules its retry after `delay(failures)`, no
+    /// earlier than `floor`, unless a retry is pending.
+    pub(crate) fn fail(&mut self, id: u32, now: u64, floor: u64, delay: impl FnOnce(u32) -> u64) {
+        (self.effects.retried, self.effects.timed) = (true, true);
         let entry = self.entry_mut(id);
-        if entry.retry != Retry::None {
-            return None;
+        if entry.retry == Retry::None {
+            entry.failures = entry.failures.saturating_add(1);
+            entry.retry = Retry::Timer;
+            let due = now.saturating_add(delay(u32::from(entry.failures))).max(floor).min(NEVER - 1);
+            self.schedule(id, due);
         }
-        entry.failures = entry.failures.saturating_add(1);
-        entry.retry = Retry::Timer;
-        let due = now.saturating_add(delay(u32::from(entry.failures))).max(floor).min(NEVER - 1);
-        Some(self.schedule(id, due))
     }
 
     /// Rule 7: drops the failure count (a pending timer still fires once, as a plain one).
@@ -355,101 +293,59 @@ impl<K: Eq + Hash, N: KeyNotes> State<K, N> {
         self.forget(id);
     }
 
-    /// Fires the timers due at `now` (rule 3); due retries join the retry line, served while
-    /// the bucket grants tokens (rule 6). Also returns when the bucket has the next token.
-    pub(crate) fn release_due(
-        &mut self,
-        now: u64,
-        bucket: Option<&RetryBucket>,
-    ) -> (Released, Option<Instant>) {
-        let mut released = Released::default();
+    /// Fires the timers due at `now`; due retries wait in line for tokens (rule 6). Returns when
+    /// the next token comes, if one is awaited.
+    pub(crate) fn release_due(&mut self, clock: &mut Clock) -> Option<u64> {
+        let now = clock.get();
         while let Some(&Reverse((due, id))) = self.timers.peek().filter(|Reverse((due, _))| *due <= now) {
             self.timers.pop();
             let Some(entry) = self.entries[id as usize].as_mut().filter(|e| e.due == due) else {
                 continue; // stale: superseded, cancelled, or the number is another key's now
             };
             entry.due = NEVER;
-            if entry.retry == Retry::Timer && bucket.is_some() {
+            if entry.retry == Retry::Timer && self.bucket.is_some() {
                 entry.retry = Retry::Line;
                 self.retry_line.push_back(id);
             } else {
                 entry.retry = Retry::None;
-                self.release(id, now, &mut released);
+                self.release(id, clock);
             }
         }
-        while let (Some(&id), Some(bucket)) = (self.retry_line.front(), bucket) {
-            if let Err(next_token) = bucket.try_take() {
-                return (released, Some(next_token));
+        while let (Some(&id), Some(bucket)) = (self.retry_line.front(), &mut self.bucket) {
+            if let Err(next_token) = bucket.try_take(now) {
+                return Some(next_token);
             }
             self.retry_line.pop_front();
             self.entry_mut(id).retry = Retry::None;
-            self.release(id, now, &mut released);
+            self.release(id, clock);
         }
-        (released, None)
+        None
     }
 
     /// Rule 12: a timer adds at normal priority; the notes that waited for it are due now.
-    fn release(&mut self, id: u32, now: u64, released: &mut Released) {
+    fn release(&mut self, id: u32, clock: &mut Clock) {
         self.entry_mut(id).notes.timer_fired();
-        match self.enqueue(id, Priority::Normal, &mut Clock::at(now)) {
-            Added::Duplicate => {}
-            Added::Dirty => released.added += 1,
-            Added::Queued { wake } => {
-                released.added += 1;
-                released.queued += 1;
-                released.wakes += usize::from(wake);
-            }
-        }
-    }
-
-    /// The earliest pending timer (perhaps stale, which only costs an early look).
-    pub(crate) fn next_due(&self) -> Option<u64> {
-        self.timers.peek().map(|Reverse((due, _))| *due)
-    }
-
-    /// Ready keys, both lines.
-    pub(crate) fn ready_len(&self) -> usize {
-        self.ready.len() + self.low_len
-    }
-
-    /// Outstanding claims: entry → when it was made.
-    pub(crate) fn processing(&self) -> &HashMap<u32, u64, DefaultHashBuilder> {
-        &self.processing
+        self.enqueue(id, Priority::Normal, clock);
     }
 
     /// Every tracked key's entry, with its number.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (u32, &Entry<K, N>)> {
         (0u32..).zip(&self.entries).filter_map(|(id, entry)| Some((id, entry.as_ref()?)))
     }
+}
 
-    pub(crate) fn timer_entries(&self) -> usize {
-        self.timers.len()
+/// The time of one operation, in nanoseconds since the queue's epoch on tokio's clock (which
+/// paused-clock tests drive): read on first use, and only if needed.
+pub(crate) struct Clock(pub(crate) Instant, pub(crate) Option<u64>);
+
+impl Clock {
+    pub(crate) fn get(&mut self) -> u64 {
+        let epoch = self.0;
+        *self.1.get_or_insert_with(|| nanos(epoch.elapsed()).min(NEVER - 1))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn add(state: &mut State<&'static str, ()>, key: &'static str, priority: Priority) -> u32 {
-        let (id, _) = state.entry_for(key);
-        state.enqueue(id, priority, &mut Clock::at(0));
-        id
-    }
-
-    #[test]
-    fn an_idle_entry_is_removed_and_its_number_reused_without_its_stale_low_place() {
-        let mut state = State::new(false, u64::MAX);
-        let a = add(&mut state, "a", Priority::Low);
-        let z = add(&mut state, "z", Priority::Low);
-        add(&mut state, "a", Priority::Normal); // promoted: its low place, before z's, goes stale
-        assert_eq!(state.pop_ready(&mut Clock::at(0)), Some(a));
-        assert_eq!(state.finish(a, &mut Clock::at(0)), (0, false, false));
-        assert_eq!((state.find(&"a"), state.entries().count()), (None, 1), "nothing left of a");
-        let b = add(&mut state, "b", Priority::Low);
-        assert_eq!(b, a, "the number is reused");
-        // a's stale place comes first in the low line, but it does not hand b out before z.
-        let mut next = || state.pop_ready(&mut Clock::at(0));
-        assert_eq!([next(), next(), next()], [Some(z), Some(b), None]);
-    }
+/// A duration in nanoseconds, saturating.
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -101,6 +101,113 @@ pub(super) struct SchemaNode {
 fn invalid(path: &str, message: impl Into<String>) -> SchemaError {
     SchemaError::Invalid { path: path.to_owned(), message: message.into() }
 }
+/// `type`, if given.
+fn json_type(schema: &Map<String, Value>, path: &str) -> Result<Option<JsonType>, SchemaError> {
+    match schema.get("type") {
+        None => Ok(None),
+        Some(Value::String(name)) => {
+            Ok(Some(JsonType::parse(name).ok_or_else(|| invalid(path, format!("unknown type {name:?}")))?))
+        }
+        Some(_) => Err(invalid(path, "type must be a string")),
+    }
+}
+
+/// `properties`, each compiled.
+fn properties(
+    schema: &Map<String, Value>,
+    path: &str,
+    correlatable: bool,
+) -> Result<BTreeMap<String, SchemaNode>, SchemaError> {
+    match schema.get("properties") {
+        None => Ok(BTreeMap::new()),
+        Some(Value::Object(props)) => props
+            .iter()
+            .map(|(name, prop)| {
+                Ok((
+                    name.clone(),
+                    SchemaNode::compile(prop, &format!("{path}.properties.{name}"), correlatable)?,
+                ))
+            })
+            .collect(),
+        Some(_) => Err(invalid(path, "properties must be an object")),
+    }
+}
+
+/// `additionalProperties`: `true` is a node that keeps anything, `false` none.
+fn additional_properties(
+    schema: &Map<String, Value>,
+    path: &str,
+    correlatable: bool,
+) -> Result<Option<Box<SchemaNode>>, SchemaError> {
+    let additional_path = format!("{path}.additionalProperties");
+    Ok(match schema.get("additionalProperties") {
+        None | Some(Value::Bool(false)) => None,
+        Some(Value::Bool(true)) => Some(Box::new(SchemaNode::compile(
+            &serde_json::json!({"x-kubernetes-preserve-unknown-fields": true}),
+            &additional_path,
+            correlatable,
+        )?)),
+        Some(sub) => Some(Box::new(SchemaNode::compile(sub, &additional_path, correlatable)?)),
+    })
+}
+
+/// `x-kubernetes-list-type` (atomic when absent), with a map's keys.
+fn list_type(schema: &Map<String, Value>, path: &str) -> Result<ListType, SchemaError> {
+    match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        None | Some("atomic") => Ok(ListType::Atomic),
+        Some("set") => Ok(ListType::Set),
+        Some("map") => {
+            let keys = string_list(schema, "x-kubernetes-list-map-keys", path)?;
+            if keys.is_empty() {
+                return Err(invalid(path, "x-kubernetes-list-type map needs x-kubernetes-list-map-keys"));
+            }
+            Ok(ListType::Map(keys))
+        }
+        Some(other) => Err(invalid(path, format!("unknown x-kubernetes-list-type {other:?}"))),
+    }
+}
+
+/// `pattern`, compiled as Go's RE2 reads it.
+fn pattern(schema: &Map<String, Value>, path: &str) -> Result<Option<(String, Regex)>, SchemaError> {
+    match schema.get("pattern") {
+        None => Ok(None),
+        Some(Value::String(p)) => {
+            let regex = super::go_regex::compile(p)
+                .map_err(|e| invalid(path, format!("pattern {p:?} does not compile: {e}")))?;
+            Ok(Some((p.clone(), regex)))
+        }
+        Some(_) => Err(invalid(path, "pattern must be a string")),
+    }
+}
+
+/// `enum`, if given.
+fn enumeration(schema: &Map<String, Value>, path: &str) -> Result<Option<Vec<Value>>, SchemaError> {
+    match schema.get("enum") {
+        None => Ok(None),
+        Some(Value::Array(values)) => Ok(Some(values.clone())),
+        Some(_) => Err(invalid(path, "enum must be a list")),
+    }
+}
+
+/// `x-kubernetes-validations`, each compiled against `node`.
+fn rules(
+    schema: &Map<String, Value>,
+    node: &SchemaNode,
+    correlatable: bool,
+    path: &str,
+) -> Result<Vec<CelRule>, SchemaError> {
+    match schema.get("x-kubernetes-validations") {
+        None => Ok(Vec::new()),
+        Some(Value::Array(rules)) => rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                CelRule::compile(rule, node, correlatable, &format!("{path}.x-kubernetes-validations[{i}]"))
+            })
+            .collect(),
+        Some(_) => Err(invalid(path, "x-kubernetes-validations must be a list")),
+    }
+}
 
 fn bool_field(schema: &Map<String, Value>, key: &str, path: &str) -> Result<bool, SchemaError> {
     match schema.get(key) {
@@ -166,48 +273,11 @@ impl SchemaNode {
     /// `listType=map`), which transition rules need.
     pub(super) fn compile(schema: &Value, path: &str, correlatable: bool) -> Result<SchemaNode, SchemaError> {
         let schema = schema.as_object().ok_or_else(|| invalid(path, "a schema must be an object"))?;
-        let json_type = match schema.get("type") {
-            None => None,
-            Some(Value::String(name)) => {
-                Some(JsonType::parse(name).ok_or_else(|| invalid(path, format!("unknown type {name:?}")))?)
-            }
-            Some(_) => return Err(invalid(path, "type must be a string")),
-        };
-        let properties = match schema.get("properties") {
-            None => BTreeMap::new(),
-            Some(Value::Object(props)) => props
-                .iter()
-                .map(|(name, prop)| {
-                    Ok((
-                        name.clone(),
-                        SchemaNode::compile(prop, &format!("{path}.properties.{name}"), correlatable)?,
-                    ))
-                })
-                .collect::<Result<_, SchemaError>>()?,
-            Some(_) => return Err(invalid(path, "properties must be an object")),
-        };
-        let additional_path = format!("{path}.additionalProperties");
-        let additional_properties = match schema.get("additionalProperties") {
-            None | Some(Value::Bool(false)) => None,
-            Some(Value::Bool(true)) => Some(Box::new(SchemaNode::compile(
-                &serde_json::json!({"x-kubernetes-preserve-unknown-fields": true}),
-                &additional_path,
-                correlatable,
-            )?)),
-            Some(sub) => Some(Box::new(SchemaNode::compile(sub, &additional_path, correlatable)?)),
-        };
-        let list_type = match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
-            None | Some("atomic") => ListType::Atomic,
-            Some("set") => ListType::Set,
-            Some("map") => {
-                let keys = string_list(schema, "x-kubernetes-list-map-keys", path)?;
-                if keys.is_empty() {
-                    return Err(invalid(path, "x-kubernetes-list-type map needs x-kubernetes-list-map-keys"));
-                }
-                ListType::Map(keys)
-            }
-            Some(other) => return Err(invalid(path, format!("unknown x-kubernetes-list-type {other:?}"))),
-        };
+        // In a fixed order, which decides the error reported first.
+        let json_type = json_type(schema, path)?;
+        let properties = properties(schema, path, correlatable)?;
+        let additional_properties = additional_properties(schema, path, correlatable)?;
+        let list_type = list_type(schema, path)?;
         let items = match schema.get("items") {
             None => None,
             Some(sub) => {
@@ -215,20 +285,8 @@ impl SchemaNode {
                 Some(Box::new(SchemaNode::compile(sub, &format!("{path}.items"), items_correlatable)?))
             }
         };
-        let pattern = match schema.get("pattern") {
-            None => None,
-            Some(Value::String(p)) => {
-                let regex = super::go_regex::compile(p)
-                    .map_err(|e| invalid(path, format!("pattern {p:?} does not compile: {e}")))?;
-                Some((p.clone(), regex))
-            }
-            Some(_) => return Err(invalid(path, "pattern must be a string")),
-        };
-        let enumeration = match schema.get("enum") {
-            None => None,
-            Some(Value::Array(values)) => Some(values.clone()),
-            Some(_) => return Err(invalid(path, "enum must be a list")),
-        };
+        let pattern = pattern(schema, path)?;
+        let enumeration = enumeration(schema, path)?;
         let not = match schema.get("not") {
             None => None,
             Some(sub) => Some(Box::new(SchemaNode::compile(sub, &format!("{path}.not"), false)?)),
@@ -262,22 +320,8 @@ impl SchemaNode {
             list_type,
             rules: Vec::new(),
         };
-        let rules = match schema.get("x-kubernetes-validations") {
-            None => Vec::new(),
-            Some(Value::Array(rules)) => rules
-                .iter()
-                .enumerate()
-                .map(|(i, rule)| {
-                    CelRule::compile(
-                        rule,
-                        &node,
-                        correlatable,
-                        &format!("{path}.x-kubernetes-validations[{i}]"),
-                    )
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(invalid(path, "x-kubernetes-validations must be a list")),
-        };
+        // The rules compile against the node they check (its fields' types).
+        let rules = rules(schema, &node, correlatable, path)?;
         let node = SchemaNode { rules, ..node };
         node.check_default(path)?;
         Ok(node)

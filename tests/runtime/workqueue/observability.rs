@@ -1,6 +1,72 @@
 //! The queue's metrics and its snapshot.
 
+use std::sync::Mutex;
+use std::sync::atomic::AtomicI64;
+
 use super::*;
+
+/// A [`QueueMetrics`] that keeps the figures in memory.
+#[derive(Debug, Default)]
+struct InMemoryMetrics {
+    depth: AtomicI64,
+    adds: AtomicU64,
+    retries: AtomicU64,
+    queue_durations: Mutex<Vec<Duration>>,
+    work_durations: Mutex<Vec<Duration>>,
+    unfinished: Mutex<(Duration, Duration)>,
+}
+
+impl InMemoryMetrics {
+    fn depth(&self) -> i64 {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    fn adds(&self) -> u64 {
+        self.adds.load(Ordering::Relaxed)
+    }
+
+    fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    fn queue_durations(&self) -> Vec<Duration> {
+        self.queue_durations.lock().unwrap().clone()
+    }
+
+    fn work_durations(&self) -> Vec<Duration> {
+        self.work_durations.lock().unwrap().clone()
+    }
+
+    fn unfinished_work(&self) -> (Duration, Duration) {
+        *self.unfinished.lock().unwrap()
+    }
+}
+
+impl QueueMetrics for InMemoryMetrics {
+    fn depth(&self, delta: i64) {
+        self.depth.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    fn added(&self) {
+        self.adds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn queue_duration(&self, waited: Duration) {
+        self.queue_durations.lock().unwrap().push(waited);
+    }
+
+    fn work_duration(&self, worked: Duration) {
+        self.work_durations.lock().unwrap().push(worked);
+    }
+
+    fn unfinished_work(&self, total: Duration, longest: Duration) {
+        *self.unfinished.lock().unwrap() = (total, longest);
+    }
+
+    fn retried(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 #[tokio::test(start_paused = true)]
 async fn metrics_report_the_seven_workqueue_figures() {

@@ -56,7 +56,7 @@ async fn rule3_a_key_delayed_twice_keeps_the_earlier_due_time() {
     assert_eq!(next(&q).await, (key(1), ms(10)));
     assert!(stays_pending(q.get()).await, "a superseded timer fired again");
     assert_eq!(q.timer_entries(), 0, "superseded timers are dropped once expired");
-    assert_eq!(q.tracked_keys(), 0);
+    assert_eq!(tracked(&q), 0);
 }
 
 #[tokio::test(start_paused = true)]

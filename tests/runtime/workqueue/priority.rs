@@ -15,7 +15,7 @@ async fn rule10_low_keys_wait_while_normal_keys_are_ready_and_leave_first_in_fir
     assert_eq!(q.len(), 6);
     assert_eq!(drain(&q, 6).await, [key(10), key(11), key(1), key(2), key(3), key(4)]);
     assert!(stays_pending(q.get()).await, "a low duplicate was handed out");
-    assert_eq!(q.tracked_keys(), 0);
+    assert_eq!(tracked(&q), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -36,7 +36,7 @@ async fn rule10_a_normal_add_moves_a_low_key_to_the_back_of_the_normal_line_once
     q.add_with_priority(key(5), Priority::Low);
     assert_eq!(drain(&q, 1).await, [key(5)]);
     assert!(stays_pending(q.get()).await);
-    assert_eq!(q.tracked_keys(), 0);
+    assert_eq!(tracked(&q), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -118,7 +118,7 @@ async fn rule10_a_promoted_key_added_again_after_its_run_is_handed_out_with_its_
         let again = timeout(Duration::from_secs(1), q.get()).await.expect("key 2 is ready").unwrap();
         assert_eq!(*again.key(), key(2), "re-added at {rerun:?}");
         drop((again, running));
-        assert_eq!(q.tracked_keys(), 0, "nothing is left behind");
+        assert_eq!(tracked(&q), 0, "nothing is left behind");
     }
 }
 

@@ -35,7 +35,7 @@ async fn settle_cancels_the_pending_timer_that_forget_leaves() {
     q.settle(&key(3));
     assert_eq!(q.num_requeues(&key(3)), 0);
     assert!(stays_pending(q.get()).await);
-    assert_eq!((q.tracked_keys(), q.timer_entries()), (0, 0));
+    assert_eq!((tracked(&q), q.timer_entries()), (0, 0));
     // A settled key is added again as any other.
     q.add_after(key(2), ms(5));
     assert_eq!(next(&q).await, (key(2), ms(5)));
@@ -106,25 +106,25 @@ async fn rule7_forgotten_keys_leave_nothing_behind() {
     for n in 0..1000 {
         q.add_rate_limited(key(n));
     }
-    assert_eq!(q.failure_entries(), 1000);
+    assert_eq!(with_failures(&q), 1000);
     for _ in 0..1000 {
         let claim = q.get().await.unwrap();
         q.forget(&claim);
     }
-    assert_eq!((q.failure_entries(), q.tracked_keys(), q.timer_entries()), (0, 0, 0));
+    assert_eq!((with_failures(&q), tracked(&q), q.timer_entries()), (0, 0, 0));
     assert!(q.snapshot().is_empty());
 
     // Without forget the failure is remembered: the count above is not trivially zero.
     q.add_rate_limited(key(1));
     drop(q.get().await.unwrap());
-    assert_eq!((q.failure_entries(), q.tracked_keys()), (1, 1));
+    assert_eq!((with_failures(&q), tracked(&q)), (1, 1));
     // Forgotten while its retry is pending: kept until the timer has fired and the key is done.
     q.add(key(1));
     drop(q.get().await.unwrap());
     q.add_rate_limited(key(2));
     q.forget(&key(2));
     q.forget(&key(1));
-    assert_eq!((q.failure_entries(), q.tracked_keys()), (0, 1));
+    assert_eq!((with_failures(&q), tracked(&q)), (0, 1));
     assert_eq!(next(&q).await, (key(2), ms(5)));
-    assert_eq!((q.failure_entries(), q.tracked_keys(), q.timer_entries()), (0, 0, 0));
+    assert_eq!((with_failures(&q), tracked(&q), q.timer_entries()), (0, 0, 0));
 }

@@ -13,7 +13,7 @@ async fn rule8_after_shutdown_adds_are_ignored_and_queued_keys_are_still_handed_
     q.add_after(key(5), ms(1));
     q.add_rate_limited(key(6));
     assert_eq!(q.len(), 2);
-    assert_eq!(q.tracked_keys(), 3, "only the keys added before shutdown");
+    assert_eq!(tracked(&q), 3, "only the keys added before shutdown");
     let first = q.get().await.unwrap();
     let second = q.get().await.unwrap();
     assert_eq!((first.key(), second.key()), (&key(1), &key(2)));
@@ -144,5 +144,5 @@ async fn rule9_many_workers_never_share_a_key_and_every_key_runs_after_its_last_
     let total: u64 = ledger.version.iter().map(|v| v.load(Ordering::SeqCst)).sum();
     assert_eq!(total, (PRODUCERS * ADDS_PER_PRODUCER) as u64);
     assert!(ledger.runs.load(Ordering::SeqCst) >= KEYS);
-    assert_eq!(q.tracked_keys(), 0);
+    assert_eq!(tracked(&q), 0);
 }

@@ -104,6 +104,7 @@ pub(crate) struct Record<'a> {
 /// and the next step of a roll. Failures are logged and retried on the next pass; they never fail
 /// the pass, since the status must still be written.
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_lines, reason = "being split into named steps")]
 pub(crate) async fn operate_instances<F: Forms>(
     ctx: &Context<F>,
     cluster: &DatabaseCluster,

@@ -8,7 +8,7 @@ use crate::databasecluster::api::types::DatabaseCluster;
 use crate::databasecluster::cache::forms::Forms;
 use crate::databasecluster::controller::context::*;
 use crate::databasecluster::controller::steps::child::*;
-use crate::databasecluster::specs::resources::Owner;
+use crate::databasecluster::specs::names::Owner;
 use crate::databasecluster::specs::services::{build_pdb, pdb_name};
 use crate::runtime::ObjectKey;
 /// The PodDisruptionBudget with 2+ instances; none (deleted if there) below.

@@ -14,7 +14,7 @@ use crate::databasecluster::specs::app_secret;
 use crate::databasecluster::specs::credentials::{
     Login, build_login_secret, generate_password, secret_password, secret_value,
 };
-use crate::databasecluster::specs::resources::Owner;
+use crate::databasecluster::specs::names::Owner;
 use crate::runtime::ObjectKey;
 /// Each login's user and password, as its Secret holds them.
 #[derive(Clone, Default)]

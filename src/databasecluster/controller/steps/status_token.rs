@@ -8,7 +8,7 @@ use crate::databasecluster::cache::forms::Forms;
 use crate::databasecluster::controller::context::*;
 use crate::databasecluster::controller::steps::child::*;
 use crate::databasecluster::specs::credentials::secret_value;
-use crate::databasecluster::specs::resources::Owner;
+use crate::databasecluster::specs::names::Owner;
 use crate::databasecluster::specs::status_token::{
     TOKEN_KEY, build_status_token_secret, generate_token, status_token_secret_name,
 };

@@ -65,7 +65,7 @@ async fn rule2_an_already_queued_key_keeps_its_first_causes_and_counts_the_rest(
     let last = log.kept[KEPT_CAUSES - 1].event().and_then(|e| e.resource_version.clone());
     assert_eq!(last, Some(ResourceVersion::Number(KEPT_CAUSES as u64 - 1)));
     assert_eq!(pending(&queue, &key()).total(), 0, "the claim took them all");
-    assert_eq!(queue.tracked_keys(), 0, "a finished key leaves nothing behind, causes included");
+    assert_eq!(queue.snapshot().len(), 0, "a finished key leaves nothing behind, causes included");
 }
 
 #[tokio::test(start_paused = true)]
@@ -101,7 +101,7 @@ async fn rule3_a_timer_cause_waits_for_its_timer() {
     let later = next_causes(&queue).await;
     assert_eq!(started.elapsed(), Duration::from_secs(30), "handed out when the timer fired");
     assert_eq!(later.kept[..], [Cause::RequeueAfter(Duration::from_secs(30))]);
-    assert_eq!(queue.tracked_keys(), 0);
+    assert_eq!(queue.snapshot().len(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -138,7 +138,7 @@ async fn rule3_timer_causes_are_due_with_the_earliest_pending_timer() {
     assert_eq!(timer.kept[..], vec![requeue(); KEPT_CAUSES]);
     assert_eq!(timer.more, (rounds - KEPT_CAUSES) as u64);
     assert_eq!(timer.trigger().to_string(), format!("\"requeue after 10s\" (+{})", rounds - 1));
-    assert_eq!(queue.tracked_keys(), 0);
+    assert_eq!(queue.snapshot().len(), 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -26,7 +26,9 @@ mod reports;
 
 pub use collector::InformerCollector;
 pub use objects::{Cell, ObjectRow, ObjectTable, ObjectView, Tone, page_of_keys};
-pub use probe::{ControllerProbe, KeyReport, PassCounts, PassHistories, PassLog, PassRecord, PassTotals};
+pub use probe::{
+    ControllerProbe, KeyPhase, KeyReport, KeyState, PassCounts, PassHistories, PassLog, PassRecord, PassTotals,
+};
 use reports::Clock;
 pub use reports::{
     CacheReport, ControllerReport, EventCounts, InformerReport, KeyHistoryReport, KeyHistoryView, KeyView,

@@ -1,6 +1,7 @@
 //! A controller's debug-only view: its queue, each key's last passes ([`ControllerProbe`],
-//! [`KeyReport`], [`PassRecord`]) and the running totals of every pass ([`PassTotals`]: how
-//! many, how long in all, how many writes; a reader turns two readings into rates).
+//! [`KeyReport`], [`PassRecord`]), where each key stands in the queue ([`KeyState`]) and the
+//! running totals of every pass ([`PassTotals`]: how many, how long in all, how many writes; a
+//! reader turns two readings into rates).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -17,7 +18,7 @@ use crate::runtime::controller::PassResult;
 use crate::runtime::controller::causes::{self, CauseLog, ControllerQueue};
 use crate::runtime::controller::freshness::Waited;
 use crate::runtime::controller::writes::PassWrite;
-use crate::runtime::workqueue::KeyState;
+
 /// One pass of a key, for `/debug/queue`: why it ran, how it ended, what it wrote. The history
 /// keeps the last few of each key as they are.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +47,47 @@ impl PassRecord {
     pub fn finished(&self) -> Instant {
         self.started + self.took
     }
+}
+
+/// Where a key stands in its work queue, as `WorkQueue::snapshot` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyPhase {
+    /// Ready, waiting for a worker; `since` it was added (known when the queue has metrics).
+    Queued {
+        /// When it was added.
+        since: Option<Instant>,
+    },
+    /// Handed out to a worker `since` then (known when the queue has metrics).
+    Processing {
+        /// When it was handed out.
+        since: Option<Instant>,
+        /// Added meanwhile: it runs once more after the claim is dropped.
+        again: bool,
+    },
+    /// Waiting for its timer.
+    Waiting {
+        /// When the timer fires.
+        until: Instant,
+    },
+    /// Its retry is due and waits for a token of the overall retry budget.
+    WaitingForRetryBudget,
+    /// Nothing pending; only its failure count is kept (until `forget`).
+    Idle,
+}
+
+/// One tracked key in a work queue's `snapshot`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyState<K> {
+    /// The key.
+    pub key: K,
+    /// Where it stands.
+    pub phase: KeyPhase,
+    /// A pending timer, also when the key is queued or processing meanwhile.
+    pub timer: Option<Instant>,
+    /// Failures since the last `forget` (`num_requeues`).
+    pub requeues: u32,
+    /// Queued (or due back after its claim) at low priority.
+    pub low_priority: bool,
 }
 
 /// One key as the debug endpoint shows it: the queue's view and the last pass.
