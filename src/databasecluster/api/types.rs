@@ -375,6 +375,12 @@ pub struct DatabaseClusterStatus {
     /// The backup this cluster was restored from (`spec.bootstrap.fromBackup`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
+
+    /// Per login (`superuser`, `replication`, `app`): the version of its Secret's password the
+    /// primary last reported applying, a keyed hash (never the password). A change brings the
+    /// `PasswordApplied` Event.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub applied_secret_versions: BTreeMap<String, String>,
 }
 
 /// One instance (pod) of the cluster as the operator last observed it.
@@ -404,7 +410,9 @@ pub struct InstanceStatus {
     pub sync_state: Option<String>,
     /// Why the instance is not running: no node can take its pod (`not scheduled: <the
     /// scheduler's message>`), or its containers' state (e.g. `container postgres:
-    /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); absent while it runs or starts.
+    /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); otherwise, when the last pass could
+    /// not read its instance manager's status (role `unknown`), why (`the operator could not read
+    /// the instance's status: …`). Absent while it runs and answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

@@ -164,8 +164,9 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
     ensure_services(ctx, cluster, &owner).await?;
     let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
-    crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
-        .await?;
+    let token =
+        crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
+            .await?;
 
     let config_key = child_key(cluster, config_map_name);
     let cached = ctx.configmaps.get(&config_key);
@@ -222,7 +223,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
     let pods = pod_views(ctx, &owner, Timestamp::now());
     let record = Record { primary: &primary_record, demoting: demoting.as_deref() };
-    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &record).await;
+    let topology =
+        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &token, &record).await;
 
     let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
 
@@ -232,7 +234,10 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
         cluster.metadata.generation,
         now,
     );
-    let status = with_instances(status, topology.statuses, topology.current_primary);
+    let mut status = with_instances(status, topology.statuses, topology.current_primary);
+    if let Some(versions) = topology.secret_versions {
+        status.applied_secret_versions = versions;
+    }
     let status = with_refused_configuration(status, &topology.refused, now);
     let status = if spec.replicas > 0 {
         with_failover(status, &primary_record, &topology.decision, topology.promoted.as_ref(), now)
@@ -241,7 +246,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     };
     let status = with_switchover(status, topology.switchover, cluster.spec.primary.as_deref(), now);
     let mut status = with_resizing(status, growth.as_ref(), spec.storage.as_str(), now);
-    let backup_events = apply_backups(&mut status, cluster, backups, &spec, now);
+    let mut events = apply_backups(&mut status, cluster, backups, &spec, now);
+    events.extend(topology.notes);
     if restored.is_some() {
         status.restored_from = restored;
     }
@@ -249,13 +255,13 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let (phase, primary) = (status.phase.map(|p| p.as_str()), status.current_primary.clone());
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || topology.busy || resizing;
-    write_status_with_events(ctx, cluster, status, backup_events).await?;
-    let next = next_look(topology.retry_after, converging);
+    write_status_with_events(ctx, cluster, status, events).await?;
+    let next = next_look(topology.retry_after, converging, spec.replicas > 0);
     // The pass's one line at INFO (the changes it made have a line each): what it found and
     // what comes next; the span around it says why it ran.
     let desired = cluster.spec.replicas;
     match next {
-        Action::RequeueAfter(after) => {
+        Action::RequeueAfter(after) if converging || topology.retry_after.is_some() => {
             tracing::info!(
                 phase,
                 ready,
@@ -265,7 +271,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
                 "reconciled DatabaseCluster: converging, looking again"
             )
         }
-        Action::Done => {
+        _ => {
             tracing::info!(phase, ready, desired, primary, "reconciled DatabaseCluster: in its desired state")
         }
     }
@@ -274,13 +280,16 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
 /// What a pass that got to the status asks for next: a look when the instances' operation
 /// (`retry_after`: a failover or switchover step, or the end of the failover delay) or a
-/// converging cluster (every [`CONVERGING_REQUEUE`]) needs one, whichever is sooner; `Done`
-/// only when neither does. Nothing else brings that look: neither an instance's state nor the
-/// passing of time makes a watch event, and the echo of the pass's own status write queues no
-/// pass (see `runtime::controller::echoes`).
-fn next_look(retry_after: Option<Duration>, converging: bool) -> Action {
+/// converging cluster (every [`CONVERGING_REQUEUE`]) needs one, whichever is sooner; a cluster
+/// with instances (`observing`) otherwise every [`SETTLED_REQUEUE`], so that its instances' facts
+/// in the status (roles, replication, lag, refused settings) are never older than that; `Done`
+/// only for a cluster without instances (hibernated). Nothing else brings that look: neither an
+/// instance's state nor the passing of time makes a watch event, and the echo of the pass's own
+/// status write queues no pass (see `runtime::controller::echoes`).
+fn next_look(retry_after: Option<Duration>, converging: bool, observing: bool) -> Action {
     let converging = converging.then_some(CONVERGING_REQUEUE);
-    match retry_after.into_iter().chain(converging).min() {
+    let settled = observing.then_some(SETTLED_REQUEUE);
+    match retry_after.into_iter().chain(converging).chain(settled).min() {
         Some(after) => Action::RequeueAfter(after),
         None => Action::Done,
     }
@@ -355,12 +364,25 @@ mod tests {
     #[test]
     fn a_pass_asks_for_the_sooner_of_the_instances_retry_and_the_converging_check() {
         let secs = Duration::from_secs;
-        assert_eq!(next_look(None, false), Action::Done);
-        assert_eq!(next_look(None, true), Action::RequeueAfter(CONVERGING_REQUEUE));
-        assert_eq!(next_look(Some(secs(1)), true), Action::RequeueAfter(secs(1)));
-        assert_eq!(next_look(Some(secs(25)), true), Action::RequeueAfter(CONVERGING_REQUEUE));
-        // A failover delay that ends after the converging check, in a cluster not converging:
-        // nothing else would look again when it ends.
-        assert_eq!(next_look(Some(secs(25)), false), Action::RequeueAfter(secs(25)));
+        let after = Action::RequeueAfter;
+        // (retry after, converging, with instances) → next
+        let cases = [
+            (None, false, false, Action::Done),
+            (None, true, false, after(CONVERGING_REQUEUE)),
+            (Some(secs(1)), true, true, after(secs(1))),
+            (Some(secs(25)), true, true, after(CONVERGING_REQUEUE)),
+            // A failover delay that ends after the converging check, in a cluster not converging:
+            // nothing else would look again when it ends.
+            (Some(secs(25)), false, true, after(secs(25))),
+            (Some(secs(45)), false, false, after(secs(45))),
+            // Settled: the instances are looked at again, never less often than every 30 s.
+            (None, false, true, after(SETTLED_REQUEUE)),
+            (Some(secs(45)), false, true, after(SETTLED_REQUEUE)),
+            (None, true, true, after(CONVERGING_REQUEUE)),
+        ];
+        for (retry, converging, observing, want) in cases {
+            assert_eq!(next_look(retry, converging, observing), want, "{retry:?} {converging} {observing}");
+        }
+        assert!(SETTLED_REQUEUE <= secs(30));
     }
 }

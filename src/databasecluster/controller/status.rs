@@ -229,6 +229,7 @@ pub fn compute_status(
         last_failover: previous.last_failover,
         switchover: previous.switchover,
         instances: previous.instances,
+        applied_secret_versions: previous.applied_secret_versions,
     }
 }
 
