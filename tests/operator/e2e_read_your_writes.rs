@@ -182,9 +182,9 @@ async fn with_a_lagging_watch_each_scale_is_one_event_no_conflict_and_no_second_
         "one ScalingUp per scale up"
     );
     assert_eq!(notes(&cluster, "ScalingDown").await, ["Scaling from 5 to 2 replicas"]);
-    // Each child once: the StatefulSet, four Services (headless, -rw, -ro, -r), three Secrets
-    // (superuser, app, replication).
-    for (resource, children) in [("statefulsets", 1), ("services", 4), ("secrets", 3)] {
+    // Each child once: the StatefulSet, four Services (headless, -rw, -ro, -r), four Secrets
+    // (superuser, app, replication, status-token).
+    for (resource, children) in [("statefulsets", 1), ("services", 4), ("secrets", 4)] {
         assert_eq!(creates(&cluster, resource), children, "each of the {resource} created once");
     }
     // A spec write of the test may land while a pass runs (the instances' 10 s observation

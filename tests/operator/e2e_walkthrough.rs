@@ -129,10 +129,11 @@ async fn the_seeds_walkthrough_step_by_step() {
         "UpgradeCompleted",
     ];
     let reasons = await_event_reasons(&cluster, NAME, &expected).await;
-    // Four Services (headless, -rw, -ro, -r) and three Secrets (superuser, app, replication).
+    // Four Services (headless, -rw, -ro, -r) and four Secrets (superuser, app, replication,
+    // status-token).
     let times = |reason: &str| match reason {
         "CreatedService" => 4,
-        "CreatedSecret" => 3,
+        "CreatedSecret" => 4,
         _ => 1,
     };
     for expected in expected {

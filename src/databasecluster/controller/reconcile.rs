@@ -86,6 +86,7 @@ use crate::databasecluster::controller::status::{
 };
 use crate::databasecluster::failover::with_failover;
 use crate::databasecluster::instances::storage::{Growth, grow_claims};
+use crate::databasecluster::instances::topology::with_unreached;
 use crate::databasecluster::specs::config::{Records, build_config_map, config_map_name, initial_primary};
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::databasecluster::switchover::{held_replicas, with_switchover};
@@ -235,6 +236,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
         now,
     );
     let mut status = with_instances(status, topology.statuses, topology.current_primary);
+    status.instances = with_unreached(std::mem::take(&mut status.instances), &topology.unreached);
     if let Some(versions) = topology.secret_versions {
         status.applied_secret_versions = versions;
     }

@@ -34,7 +34,7 @@ use crate::databasecluster::instances::client::{self, unreached_message};
 use crate::databasecluster::instances::passwords::Versions;
 use crate::databasecluster::instances::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, not_ready_since,
-    start_failure, with_recorded_sync_states, with_unreached,
+    start_failure, with_recorded_sync_states,
 };
 use crate::databasecluster::instances::{InstanceFacts, StatusToken, Target};
 use crate::databasecluster::specs::config::refused_configuration;
@@ -75,7 +75,10 @@ pub(crate) fn pod_views<F: Forms>(ctx: &Context<F>, owner: &Owner, now: Timestam
         .collect()
 }
 
-/// What [`operate_instances`] found.
+/// What [`operate_instances`] found. `statuses` say nothing of the instances not reached: that
+/// goes into the status after the failures of `Ready` are named
+/// ([`crate::databasecluster::instances::topology::with_unreached`]), since an instance that does
+/// not answer is not known to fail.
 pub(crate) struct Topology {
     pub(crate) statuses: Vec<InstanceStatus>,
     pub(crate) current_primary: Option<String>,
@@ -95,6 +98,8 @@ pub(crate) struct Topology {
     pub(crate) secret_versions: Option<Versions>,
     /// Events to publish once the status that records them is written (`PasswordApplied`).
     pub(crate) notes: Vec<EventNote>,
+    /// The instances whose `/status` could not be read, with why.
+    pub(crate) unreached: BTreeMap<String, String>,
 }
 
 /// What the `<name>-scripts` ConfigMap records ([`crate::databasecluster::specs::config`]).
@@ -145,6 +150,7 @@ impl<F: Forms> Pass<'_, F> {
 /// What the instances said, and what follows from it alone.
 pub(crate) struct Observed {
     pub(crate) facts: BTreeMap<String, InstanceFacts>,
+    pub(crate) unreached: BTreeMap<String, String>,
     pub(crate) statuses: Vec<InstanceStatus>,
     pub(crate) current_primary: Option<String>,
     pub(crate) refused: Vec<String>,
@@ -172,6 +178,7 @@ impl Observed {
             refused: self.refused,
             secret_versions: None,
             notes: Vec::new(),
+            unreached: self.unreached,
         };
         (self.facts, topology)
     }
@@ -197,11 +204,10 @@ pub(crate) async fn observe<F: Forms>(pass: &Pass<'_, F>) -> Observed {
     let refused = refused_configuration(facts.values(), pass.cluster.spec.postgres_config.as_ref());
     let recorded = pass.previous().map(|s| s.instances.as_slice()).unwrap_or_default();
     let statuses = with_recorded_sync_states(instance_statuses(pass.pods, &facts), recorded);
-    let statuses = with_unreached(statuses, &unreached);
     let current_primary = current_primary(pass.pods, &facts, pass.record.primary);
     let busy = !facts.is_empty()
         && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
-    Observed { facts, statuses, current_primary, refused, busy }
+    Observed { facts, unreached, statuses, current_primary, refused, busy }
 }
 
 /// Observes every instance, then keeps the topology true (see the module docs).

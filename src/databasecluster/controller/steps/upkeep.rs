@@ -101,6 +101,7 @@ fn take(topology: &mut Topology) -> Topology {
             refused: Vec::new(),
             secret_versions: None,
             notes: Vec::new(),
+            unreached: BTreeMap::new(),
         },
     )
 }
