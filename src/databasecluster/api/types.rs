@@ -376,9 +376,7 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
 
-    /// Per login (`superuser`, `replication`, `app`): the version of its Secret's password the
-    /// primary last reported applying, a keyed hash (never the password). A change brings the
-    /// `PasswordApplied` Event.
+    /// Per login: the version (a keyed hash, never the password) of its Secret the primary applied.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub applied_secret_versions: BTreeMap<String, String>,
 }
@@ -408,11 +406,9 @@ pub struct InstanceStatus {
     /// `synchronousReplicas` only a `sync` or `quorum` standby may be promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_state: Option<String>,
-    /// Why the instance is not running: no node can take its pod (`not scheduled: <the
-    /// scheduler's message>`), or its containers' state (e.g. `container postgres:
-    /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); otherwise, when the last pass could
-    /// not read its instance manager's status (role `unknown`), why (`the operator could not read
-    /// the instance's status: …`). Absent while it runs and answers.
+    /// Why the instance is not running: no node takes its pod (`not scheduled: …`), its containers'
+    /// state (`container postgres: CrashLoopBackOff (…); exit code 1: <the log's tail>`), or why the
+    /// last pass could not read its `/status` (role `unknown`); absent while it runs and answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

@@ -20,16 +20,19 @@
 //!    ends with one INFO line, `reconciled DatabaseCluster`, with its phase, readiness, primary
 //!    and what comes next (its span says why it ran), so a pass that changes nothing logs one line.
 //! 4. **Instances** (the I/O in [`crate::databasecluster::instances`], the decisions in [`crate::databasecluster::instances::topology`],
-//!    [`crate::databasecluster::failover`] and [`crate::databasecluster::instances::roll`]): each pod's instance is asked what it is; a primary
+//!    [`crate::databasecluster::failover`] and [`crate::databasecluster::instances::roll`]): each pod's instance manager is asked
+//!    for its `/status` (HTTP, with the `<name>-status-token`; the operator opens no database
+//!    session, and an instance that does not answer is `unknown`, its status saying why); a primary
 //!    down for `failoverDelay` is replaced by a standby ([`crate::databasecluster::failover::promotion`]), and that pass ends
 //!    there; role labels follow the answers;
-//!    the primary's slots are created and dropped; a configuration that has reached an instance
-//!    is reloaded, unless PostgreSQL refuses a line of it (then nothing of it is applied and
-//!    `Ready=False`, `InvalidConfiguration`, names the lines); a password the primary refuses is
-//!    set from its Secret (a refused superuser password restarts the primary); and the next
-//!    outdated pod of a roll is deleted, once every instance has the current configuration file
-//!    and PostgreSQL accepts it (a pod restarted with a refused file would not start). Failures
-//!    here are logged and retried on a later pass.
+//!    the primary's slots are created and dropped (`POST /slots`); a configuration that has reached
+//!    an instance is reloaded (`POST /reload`), unless PostgreSQL refuses a line of it (then nothing
+//!    of it is applied and `Ready=False`, `InvalidConfiguration`, names the lines); the versions of
+//!    the login Secrets the primary reports applying are compared with the Secrets
+//!    ([`crate::databasecluster::instances::passwords`]: the managers apply changed Secrets
+//!    themselves); and the next outdated pod of a roll is deleted, once every instance has the
+//!    current configuration file and PostgreSQL accepts it (a pod restarted with a refused file
+//!    would not start). Failures here are logged and retried on a later pass.
 //! 5. **Backups** ([`crate::databasecluster::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
 //!    Jobs' outcomes go into the status with their Events. With `spec.bootstrap.fromBackup` the
 //!    restore Job runs before the StatefulSet is created ([`crate::databasecluster::backup::reconcile::ensure_restore`]).
@@ -40,8 +43,9 @@
 //!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
 //!    the cached status. Then `RequeueAfter` while the cluster converges, a volume grows, or an
 //!    instance operation is under way (every 10 s, or sooner when a failover or switchover step
-//!    or the end of the failover delay is due: none of these brings a watch event), else `Done`
-//!    (`next_look`).
+//!    or the end of the failover delay is due: none of these brings a watch event); a settled
+//!    cluster with instances every [`SETTLED_REQUEUE`] (30 s), so that its instances' facts in the
+//!    status are never older; `Done` only without instances (`next_look`).
 //!
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
