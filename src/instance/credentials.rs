@@ -1,15 +1,65 @@
-//! Makes the primary accept exactly the passwords of the mounted Secrets, at every start: creates
-//! the replication and application roles and the application database when missing, and sets the
-//! three passwords. The server only sees SCRAM-SHA-256 verifiers computed here (never a plaintext,
-//! so nothing secret can reach its log), and the session turns statement logging off besides.
-//! Commits are local: with synchronous replication no standby can stream before the replication
-//! role exists.
+//! Makes the primary accept exactly the passwords of the mounted Secrets, at every start and
+//! whenever the mounted files change (the record watcher compares their versions every tick):
+//! creates the replication and application roles and the application database when missing, and
+//! sets the three passwords. The server only sees SCRAM-SHA-256 verifiers computed here (never a
+//! plaintext, so nothing secret can reach its log), and the session turns statement logging off
+//! besides. Commits are local: with synchronous replication no standby can stream before the
+//! replication role exists.
+//!
+//! What was applied is named by [`Versions`] (`super::status::credential_version` of each login,
+//! keyed with the status token), which `/status` reports: the operator compares them with its
+//! Secrets instead of logging in to check.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::local::{ClientError, Local};
 use super::secrets::{Credential, Login, SecretError};
 use super::settings::Settings;
+use super::status::credential_version;
+
+/// Per login directory (`superuser`, `replication`, `app`): the version of its Secret.
+pub type Versions = BTreeMap<String, String>;
+
+/// The three mounted logins, read together.
+#[derive(Clone, Debug)]
+pub struct Mounted {
+    /// `superuser/`.
+    pub superuser: Credential,
+    /// `replication/`.
+    pub replication: Credential,
+    /// `app/`.
+    pub app: Credential,
+    /// The status token (the versions' key), empty when none is mounted.
+    token: String,
+}
+
+impl Mounted {
+    /// Reads the mounted Secrets and the status token.
+    pub fn read(settings: &Settings) -> Result<Mounted, SecretError> {
+        Ok(Mounted {
+            superuser: super::secrets::read(settings, Login::Superuser)?,
+            replication: super::secrets::read(settings, Login::Replication)?,
+            app: super::secrets::read(settings, Login::App)?,
+            token: super::secrets::status_token(settings).unwrap_or_default(),
+        })
+    }
+
+    /// Each login's version.
+    pub fn versions(&self) -> Versions {
+        [
+            (Login::Superuser, &self.superuser),
+            (Login::Replication, &self.replication),
+            (Login::App, &self.app),
+        ]
+        .into_iter()
+        .map(|(login, c)| {
+            let version = credential_version(&self.token, &c.username, c.password.expose());
+            (login.dir().to_owned(), version)
+        })
+        .collect()
+    }
+}
 
 /// How long applying the credentials may take (creating the database included).
 const APPLY_LIMIT: Duration = Duration::from_secs(60);
@@ -49,11 +99,11 @@ fn alter_role(credential: &Credential, attributes: &str) -> String {
 const QUIET_SESSION: &str = "SET synchronous_commit = 'local'; SET log_statement = 'none'; \
     SET log_min_error_statement = 'panic'; SET log_min_duration_statement = -1";
 
-/// Applies the mounted Secrets' credentials on the local primary.
-pub async fn apply(settings: &Settings, local: &Local) -> Result<(), ApplyError> {
-    let superuser = super::secrets::read(settings, Login::Superuser)?;
-    let replication = super::secrets::read(settings, Login::Replication)?;
-    let app = super::secrets::read(settings, Login::App)?;
+/// Applies the mounted Secrets' credentials on the local primary; the versions applied.
+pub async fn apply(settings: &Settings, local: &Local) -> Result<Versions, ApplyError> {
+    let mounted = Mounted::read(settings)?;
+    let versions = mounted.versions();
+    let Mounted { superuser, replication, app, .. } = mounted;
     let database = settings.app_database.clone();
     let work = |client: tokio_postgres::Client| async move {
         client.batch_execute(QUIET_SESSION).await?;
@@ -75,7 +125,14 @@ pub async fn apply(settings: &Settings, local: &Local) -> Result<(), ApplyError>
         Ok(())
     };
     local.with(APPLY_LIMIT, work).await?;
-    Ok(())
+    Ok(versions)
+}
+
+/// Rewrites a standby's password file from the mounted Secrets; the versions written.
+pub fn write_password_file(settings: &Settings) -> Result<Versions, SecretError> {
+    let mounted = Mounted::read(settings)?;
+    super::secrets::write_pgpass_from(settings, &mounted.replication, &mounted.superuser)?;
+    Ok(mounted.versions())
 }
 
 #[cfg(test)]

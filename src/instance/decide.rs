@@ -14,6 +14,11 @@
 //! - [`watch`]: while the server runs: fence (fast shutdown) a server out of recovery that the
 //!   record no longer names; re-point a standby at a newly recorded primary.
 //! - [`readiness`]: ready when the server answers in its role with the credentials applied.
+//! - [`credentials_action`]: while the server runs, re-apply the mounted Secrets on a primary
+//!   (or rewrite a standby's password file) when they are not the ones last applied in this role.
+//! - [`slot_name_allowed`]: the only slots the operator may have the manager create or drop.
+
+use std::collections::BTreeMap;
 
 /// What this instance must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,9 +196,106 @@ pub fn readiness(role: Role, started: bool, in_recovery: Option<bool>) -> Result
     }
 }
 
+/// What the manager last applied of the mounted Secrets: in which role, and their versions
+/// (`super::credentials::Versions`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The role it applied them in: a primary sets the roles' passwords, a standby writes its
+    /// password file.
+    pub role: Role,
+    /// Per login directory, the version applied.
+    pub versions: BTreeMap<String, String>,
+}
+
+/// What the watcher does about the credentials on one tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialsAction {
+    /// They are applied.
+    Nothing,
+    /// A primary: set the passwords from the mounted Secrets.
+    Apply,
+    /// A standby: rewrite the password file it replicates (and rewinds) with.
+    WritePasswordFile,
+}
+
+/// The credentials step of a tick: `mounted` are the versions of the files now, `applied` what
+/// was last applied, `in_recovery` what the server answered. A primary applies once it answers
+/// out of recovery (a promoted standby applies too: it never set the passwords); a standby
+/// rewrites its password file; nothing while the server has not started (its start applies them).
+pub fn credentials_action(
+    role: Role,
+    started: bool,
+    in_recovery: Option<bool>,
+    mounted: &BTreeMap<String, String>,
+    applied: Option<&Applied>,
+) -> CredentialsAction {
+    let current = applied.is_some_and(|a| a.role == role && &a.versions == mounted);
+    if !started || current {
+        return CredentialsAction::Nothing;
+    }
+    match (role, in_recovery) {
+        (Role::Primary, Some(false)) => CredentialsAction::Apply,
+        (Role::Primary, _) => CredentialsAction::Nothing,
+        (Role::Standby, _) => CredentialsAction::WritePasswordFile,
+    }
+}
+
+/// Whether the operator may have the manager create or drop slot `name`: only the instances'
+/// own slots (`instance_<ordinal>`), never another tool's.
+pub fn slot_name_allowed(name: &str) -> bool {
+    name.strip_prefix("instance_")
+        .is_some_and(|n| !n.is_empty() && n.len() <= 9 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_applied_again_when_the_mounted_files_change() {
+        use CredentialsAction::*;
+        let v = |app: &str| BTreeMap::from([("app".to_owned(), app.to_owned())]);
+        let applied = |role, app: &str| Some(Applied { role, versions: v(app) });
+        let (p, s) = (Role::Primary, Role::Standby);
+        // (role, started, in recovery, mounted, applied) → action
+        let cases = [
+            (p, true, Some(false), v("a"), applied(p, "a"), Nothing),
+            (p, true, Some(false), v("b"), applied(p, "a"), Apply),
+            (p, true, None, v("b"), applied(p, "a"), Nothing),
+            (p, true, Some(true), v("b"), applied(p, "a"), Nothing),
+            (p, false, Some(false), v("b"), None, Nothing),
+            // Promoted: it wrote a password file as a standby, it never set the passwords.
+            (p, true, Some(false), v("a"), applied(s, "a"), Apply),
+            (p, true, Some(false), v("a"), None, Apply),
+            (s, true, Some(true), v("a"), applied(s, "a"), Nothing),
+            (s, true, Some(true), v("b"), applied(s, "a"), WritePasswordFile),
+            (s, true, None, v("b"), None, WritePasswordFile),
+            (s, false, Some(true), v("b"), None, Nothing),
+        ];
+        for (role, started, recovery, mounted, applied, want) in cases {
+            assert_eq!(
+                credentials_action(role, started, recovery, &mounted, applied.as_ref()),
+                want,
+                "{role:?} started {started} {recovery:?} {mounted:?} {applied:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_instances_slots_may_be_managed() {
+        for (name, want) in [
+            ("instance_0", true),
+            ("instance_12", true),
+            ("instance_", false),
+            ("instance_x", false),
+            ("instance_1; DROP", false),
+            ("backup_slot", false),
+            ("instance_1234567890", false),
+            ("", false),
+        ] {
+            assert_eq!(slot_name_allowed(name), want, "{name}");
+        }
+    }
 
     #[test]
     fn the_record_names_the_primary_and_defaults_to_instance_zero() {

@@ -7,6 +7,11 @@
 //! - `GET /status`: [`super::status::Report`] as JSON, only with `Authorization: Bearer <token>`
 //!   where the token is the mounted `$DBC_SECRETS/status/token` (read at each request, compared in
 //!   constant time); 401 otherwise, and when no token is mounted.
+//! - `POST /promote`, `/checkpoint`, `/reload`, `/slots`: the operator's commands
+//!   ([`super::commands`]), with the same token.
+//!
+//! Plain HTTP: the token and the report cross the pod network in the clear until the listener
+//! serves TLS (a later change).
 //!
 //! The metrics listener on `POD_IP:$DBC_METRICS_PORT` serves `GET /metrics` alone
 //! ([`super::metrics`]).
@@ -20,15 +25,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::decide::{readiness, role};
+use super::commands::{self, Command, MAX_BODY_BYTES};
+use super::decide::{Applied, readiness, role};
 use super::local::{Local, PROBE_LIMIT};
 use super::settings::Settings;
 
@@ -42,6 +49,16 @@ pub struct Shared {
     /// Set once the server runs with its credentials applied (cleared never: a server that stops
     /// ends the manager).
     pub started: AtomicBool,
+    /// The mounted Secrets' versions last applied (`/status` reports them), set by the start and
+    /// the record watcher.
+    pub applied: Mutex<Option<Applied>>,
+}
+
+impl Shared {
+    /// The handlers' state for `settings`, with nothing started or applied yet.
+    pub fn new(settings: Settings, local: Local) -> Shared {
+        Shared { settings, local, started: AtomicBool::new(false), applied: Mutex::new(None) }
+    }
 }
 
 /// Which of the manager's listeners.
@@ -76,7 +93,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(route(&request, &shared, endpoints).await) }
+                async move { Ok::<_, Infallible>(route(request, &shared, endpoints).await) }
             });
             let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -96,12 +113,41 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     response
 }
 
+/// What the status port serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `GET /healthz`.
+    Healthz,
+    /// `GET /readyz`.
+    Readyz,
+    /// `GET /status` (token).
+    Status,
+    /// `POST` of a command (token).
+    Command(Command),
+}
+
+/// The status port's endpoint for `method` and `path`: 404 for an unknown path, 405 for a
+/// method the path does not take.
+pub fn endpoint(method: &Method, path: &str) -> Result<Endpoint, StatusCode> {
+    let (wanted, endpoint) = match path {
+        "/healthz" => (Method::GET, Endpoint::Healthz),
+        "/readyz" => (Method::GET, Endpoint::Readyz),
+        "/status" => (Method::GET, Endpoint::Status),
+        _ => (Method::POST, Endpoint::Command(Command::at(path).ok_or(StatusCode::NOT_FOUND)?)),
+    };
+    if *method == wanted { Ok(endpoint) } else { Err(StatusCode::METHOD_NOT_ALLOWED) }
+}
+
 /// The answer to `request`.
-pub async fn route<B>(request: &Request<B>, shared: &Shared, endpoints: Endpoints) -> Response<Full<Bytes>> {
-    if request.method() != Method::GET {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET");
-    }
+pub async fn route<B>(request: Request<B>, shared: &Shared, endpoints: Endpoints) -> Response<Full<Bytes>>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     if endpoints == Endpoints::Metrics {
+        if request.method() != Method::GET {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET");
+        }
         if request.uri().path() != "/metrics" {
             return text(StatusCode::NOT_FOUND, "not found");
         }
@@ -111,14 +157,35 @@ pub async fn route<B>(request: &Request<B>, shared: &Shared, endpoints: Endpoint
             .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; version=0.0.4"));
         return response;
     }
-    match request.uri().path() {
-        "/healthz" => match shared.local.ping(PROBE_LIMIT).await {
+    let endpoint = match endpoint(request.method(), request.uri().path()) {
+        Ok(endpoint) => endpoint,
+        Err(code) if code == StatusCode::NOT_FOUND => return text(code, "not found"),
+        Err(code) => return text(code, "method not allowed"),
+    };
+    match endpoint {
+        Endpoint::Healthz => match shared.local.ping(PROBE_LIMIT).await {
             Ok(()) => text(StatusCode::OK, "ok"),
             Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
         },
-        "/readyz" => ready(shared).await,
-        "/status" => status(request, shared).await,
-        _ => text(StatusCode::NOT_FOUND, "not found"),
+        Endpoint::Readyz => ready(shared).await,
+        Endpoint::Status => match token_refused(&request, shared) {
+            Some(refused) => refused,
+            None => status(shared).await,
+        },
+        Endpoint::Command(command) => {
+            if let Some(refused) = token_refused(&request, shared) {
+                return refused;
+            }
+            let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
+                Ok(body) => body.to_bytes(),
+                Err(error) => return text(StatusCode::BAD_REQUEST, &format!("reading the body: {error}")),
+            };
+            let (code, answer) = commands::run(command, &body, &shared.local).await;
+            if !code.is_success() {
+                tracing::warn!(command = command.path(), %code, %answer, "a command of the operator failed");
+            }
+            text(code, &answer)
+        }
     }
 }
 
@@ -142,26 +209,35 @@ pub fn authorized(header: Option<&str>, expected: Option<&str>) -> bool {
     a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn status<B>(request: &Request<B>, shared: &Shared) -> Response<Full<Bytes>> {
+/// The 401 answer when `request` lacks the mounted token; `None` when it carries it.
+fn token_refused<B>(request: &Request<B>, shared: &Shared) -> Option<Response<Full<Bytes>>> {
     let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let token = super::secrets::status_token(&shared.settings);
-    if !authorized(header, token.as_deref()) {
-        let mut refused = text(StatusCode::UNAUTHORIZED, "a bearer token is required");
-        refused.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-        return refused;
+    if authorized(header, token.as_deref()) {
+        return None;
     }
+    let mut refused = text(StatusCode::UNAUTHORIZED, "a bearer token is required");
+    refused.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    Some(refused)
+}
+
+async fn status(shared: &Shared) -> Response<Full<Bytes>> {
     let role = role(&shared.settings.recorded_primary(), &shared.settings.pod_name);
     match super::status::report(&shared.local, role, &shared.settings.pgdata).await {
-        Ok(report) => match serde_json::to_vec(&report) {
-            Ok(body) => {
-                let mut response = Response::new(Full::new(Bytes::from(body)));
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-                response
+        Ok(mut report) => {
+            report.credentials =
+                shared.applied.lock().as_ref().map(|a| a.versions.clone()).unwrap_or_default();
+            match serde_json::to_vec(&report) {
+                Ok(body) => {
+                    let mut response = Response::new(Full::new(Bytes::from(body)));
+                    response
+                        .headers_mut()
+                        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+                    response
+                }
+                Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
             }
-            Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
-        },
+        }
         Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
     }
 }
@@ -194,7 +270,32 @@ mod tests {
         settings.run_dir = run.to_owned();
         settings.config_dir = run.to_owned();
         let local = Local::new(&settings, "postgres");
-        Shared { settings, local, started: AtomicBool::new(true) }
+        let shared = Shared::new(settings, local);
+        shared.started.store(true, Ordering::Release);
+        shared
+    }
+
+    #[test]
+    fn each_path_takes_one_method() {
+        use Endpoint::*;
+        let (get, post, put) = (Method::GET, Method::POST, Method::PUT);
+        let cases = [
+            (&get, "/healthz", Ok(Healthz)),
+            (&get, "/readyz", Ok(Readyz)),
+            (&get, "/status", Ok(Status)),
+            (&post, "/status", Err(StatusCode::METHOD_NOT_ALLOWED)),
+            (&post, "/promote", Ok(Command(commands::Command::Promote))),
+            (&post, "/checkpoint", Ok(Command(commands::Command::Checkpoint))),
+            (&post, "/reload", Ok(Command(commands::Command::Reload))),
+            (&post, "/slots", Ok(Command(commands::Command::Slots))),
+            (&get, "/promote", Err(StatusCode::METHOD_NOT_ALLOWED)),
+            (&put, "/reload", Err(StatusCode::METHOD_NOT_ALLOWED)),
+            (&get, "/nothing", Err(StatusCode::NOT_FOUND)),
+            (&post, "/nothing", Err(StatusCode::NOT_FOUND)),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(endpoint(method, path), want, "{method} {path}");
+        }
     }
 
     #[tokio::test]
@@ -203,13 +304,14 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("status")).unwrap();
         std::fs::write(dir.path().join("status/token"), "abc\n").unwrap();
         let shared = shared(dir.path(), dir.path());
-        let get = |path: &str, auth: Option<&str>| {
-            let mut builder = Request::get(path);
+        let request = |method: Method, path: &str, auth: Option<&str>| {
+            let mut builder = Request::builder().method(method).uri(path);
             if let Some(auth) = auth {
                 builder = builder.header(header::AUTHORIZATION, auth);
             }
-            builder.body(()).unwrap()
+            builder.body(Full::new(Bytes::new())).unwrap()
         };
+        let get = |path: &str, auth: Option<&str>| request(Method::GET, path, auth);
         for (path, auth, want) in [
             ("/healthz", None, StatusCode::SERVICE_UNAVAILABLE),
             ("/readyz", None, StatusCode::SERVICE_UNAVAILABLE),
@@ -220,14 +322,26 @@ mod tests {
             ("/metrics", None, StatusCode::NOT_FOUND),
         ] {
             assert_eq!(
-                route(&get(path, auth), &shared, Endpoints::Status).await.status(),
+                route(get(path, auth), &shared, Endpoints::Status).await.status(),
                 want,
                 "{path} {auth:?}"
             );
         }
-        let metrics = route(&get("/metrics", None), &shared, Endpoints::Metrics).await;
+        for command in commands::Command::ALL {
+            for auth in [None, Some("Bearer wrong")] {
+                let answer =
+                    route(request(Method::POST, command.path(), auth), &shared, Endpoints::Status).await;
+                assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "{} {auth:?}", command.path());
+            }
+            let answer =
+                route(request(Method::POST, command.path(), Some("Bearer abc")), &shared, Endpoints::Status)
+                    .await;
+            let refused = [StatusCode::UNAUTHORIZED, StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED];
+            assert!(!refused.contains(&answer.status()), "{}: {}", command.path(), answer.status());
+        }
+        let metrics = route(get("/metrics", None), &shared, Endpoints::Metrics).await;
         assert_eq!(metrics.status(), StatusCode::OK);
-        let status = route(&get("/status", Some("Bearer abc")), &shared, Endpoints::Metrics).await;
+        let status = route(get("/status", Some("Bearer abc")), &shared, Endpoints::Metrics).await;
         assert_eq!(status.status(), StatusCode::NOT_FOUND, "the metrics port serves /metrics alone");
     }
 }

@@ -6,8 +6,10 @@
 //! - `instance init` (an init container of the `postgres` image): prepares the data directory for
 //!   this pod's role ([`prepare`]).
 //! - `instance run [-- postgres options]` (the `postgres` container): the same preparation, then
-//!   the server as its child, the probes and `/status` ([`http`]), `/metrics` ([`metrics`]), the record watcher
-//!   ([`watcher`]), SIGTERM → fast shutdown, and the server's exit status as its own ([`run`]).
+//!   the server as its child, the probes, `/status` and the operator's commands ([`http`],
+//!   [`commands`]), `/metrics` ([`metrics`]), the record watcher ([`watcher`]: fencing, following,
+//!   credentials re-applied when the mounted Secrets change), SIGTERM → fast shutdown, and the
+//!   server's exit status as its own ([`run`]).
 //!
 //! The environment is [`settings`]'s; the role always comes from the record file
 //! `$DBC_CONFIG/primary`. Decisions are pure functions in [`decide`]; the rest are the I/O edges:
@@ -16,6 +18,7 @@
 //! per event on stderr (`RUST_LOG` filters), nothing on a healthy restart.
 
 pub mod auto_conf;
+pub mod commands;
 pub mod credentials;
 pub mod decide;
 pub mod http;

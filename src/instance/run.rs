@@ -8,7 +8,7 @@
 //! killed) with status 143.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -16,7 +16,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::credentials::{self, ApplyError};
-use super::decide::Role;
+use super::decide::{Applied, Role};
 use super::http::{self, Endpoints, Shared};
 use super::local::{Local, PROBE_LIMIT};
 use super::postmaster;
@@ -61,7 +61,7 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
         http::bind(&settings, settings.metrics_port).await.map_err(io("binding the metrics listener"))?;
     let superuser = secrets::read(&settings, Login::Superuser)?.username;
     let local = Local::new(&settings, &superuser);
-    let shared = Arc::new(Shared { settings, local, started: AtomicBool::new(false) });
+    let shared = Arc::new(Shared::new(settings, local));
     let stop = CancellationToken::new();
     tokio::spawn(http::serve(listener, shared.clone(), Endpoints::Status, stop.clone()));
     tokio::spawn(http::serve(metrics, shared.clone(), Endpoints::Metrics, stop.clone()));
@@ -105,18 +105,26 @@ fn fast_shutdown(pid: u32, why: &str) {
 }
 
 /// Waits for the server to answer, applies the credentials on a primary (a failure shuts the
-/// server down: the container restarts and tries again), then marks the instance started.
+/// server down: the container restarts and tries again) or writes a standby's password file
+/// again (a failure leaves it to the watcher), then marks the instance started.
 async fn start(shared: &Shared, role: Role, pid: u32) {
     while shared.local.ping(PROBE_LIMIT).await.is_err() {
         tokio::time::sleep(STARTUP_POLL).await;
     }
-    if role == Role::Primary
-        && let Err(error) = credentials::apply(&shared.settings, &shared.local).await
-    {
-        report_apply_failure(&error);
-        fast_shutdown(pid, "applying the credentials failed");
-        return;
-    }
+    let applied = match role {
+        Role::Primary => match credentials::apply(&shared.settings, &shared.local).await {
+            Ok(versions) => Some(versions),
+            Err(error) => {
+                report_apply_failure(&error);
+                fast_shutdown(pid, "applying the credentials failed");
+                return;
+            }
+        },
+        Role::Standby => credentials::write_password_file(&shared.settings)
+            .inspect_err(|error| tracing::warn!(%error, "writing the password file failed; retrying"))
+            .ok(),
+    };
+    *shared.applied.lock() = applied.map(|versions| Applied { role, versions });
     shared.started.store(true, Ordering::Release);
 }
 

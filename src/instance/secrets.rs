@@ -124,13 +124,22 @@ pub fn pgpass_text(credentials: &[&Credential]) -> String {
 pub fn write_pgpass(settings: &Settings) -> Result<(), SecretError> {
     let replication = read(settings, Login::Replication)?;
     let superuser = read(settings, Login::Superuser)?;
+    write_pgpass_from(settings, &replication, &superuser)
+}
+
+/// Writes `replication`'s and `superuser`'s passwords to `$DBC_RUN/pgpass` (0600, replaced whole).
+pub fn write_pgpass_from(
+    settings: &Settings,
+    replication: &Credential,
+    superuser: &Credential,
+) -> Result<(), SecretError> {
     let path = settings.pgpass_path();
     let tmp = path.with_extension("tmp");
     let write = |source| SecretError::Write { path: path.clone(), source };
     let _ = std::fs::remove_file(&tmp);
     let mut file =
         std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(write)?;
-    file.write_all(pgpass_text(&[&replication, &superuser]).as_bytes()).map_err(write)?;
+    file.write_all(pgpass_text(&[replication, superuser]).as_bytes()).map_err(write)?;
     file.sync_all().map_err(write)?;
     std::fs::rename(&tmp, &path).map_err(write)
 }

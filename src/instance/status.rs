@@ -3,13 +3,22 @@
 //! identifier, LSNs (current on a primary; received and replayed on a standby; the last
 //! checkpoint's), each standby's replication state, sync state and lag as the primary sees it,
 //! its physical slots, whether a changed parameter waits for a restart, the `pg_file_settings`
-//! verdict (the configuration hash on disk and in force, the lines PostgreSQL refuses) and the
-//! data directory's size.
+//! verdict (the configuration hash on disk and in force, the lines PostgreSQL refuses), the
+//! versions of the mounted Secrets it applied ([`credential_version`]) and the data directory's
+//! size.
+//!
+//! [`Report`] is the wire type of both sides: the manager serialises it, the operator
+//! (`databasecluster::instances`) deserialises it. Fields the operator does not know yet are
+//! ignored, and a field a newer manager leaves out takes its default, so the two may be upgraded
+//! one after the other.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
 
 use super::decide::Role;
 use super::local::{ADMIN_LIMIT, ClientError, Local};
@@ -18,10 +27,11 @@ use super::local::{ADMIN_LIMIT, ClientError, Local};
 pub const CONFIG_HASH_PARAMETER: &str = "dbcluster.config_hash";
 
 /// The whole report.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Report {
     /// `primary` or `standby`, as the record says.
-    pub role: &'static str,
+    pub role: String,
     /// `pg_is_in_recovery()`.
     pub in_recovery: bool,
     /// `server_version`.
@@ -48,10 +58,15 @@ pub struct Report {
     pub slots: Vec<Slot>,
     /// Bytes under `PGDATA` (`None` when the walk did not finish in time).
     pub data_directory_bytes: Option<u64>,
+    /// Per login (`superuser`, `replication`, `app`): the [`credential_version`] of the mounted
+    /// Secret this instance applied (on a primary: the role's password; on a standby: its
+    /// password file). Never a password.
+    pub credentials: BTreeMap<String, String>,
 }
 
 /// The configuration files as PostgreSQL reads them now.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FileSettings {
     /// The hash in the file on disk (what a reload applies).
     pub hash_on_disk: Option<String>,
@@ -62,7 +77,7 @@ pub struct FileSettings {
 }
 
 /// One refused line.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refused {
     /// The parameter as written.
     pub name: String,
@@ -73,7 +88,7 @@ pub struct Refused {
 }
 
 /// One standby as the primary sees it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Standby {
     /// `application_name`: the standby's pod.
     pub name: String,
@@ -88,7 +103,7 @@ pub struct Standby {
 }
 
 /// One physical slot.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slot {
     /// Its name.
     pub name: String,
@@ -117,6 +132,30 @@ const STANDBYS: &str = "SELECT application_name, coalesce(state, ''), coalesce(s
 const SLOTS: &str =
     "SELECT slot_name::text, active FROM pg_replication_slots WHERE slot_type = 'physical' ORDER BY 1";
 
+/// How many hex digits of the keyed hash a [`credential_version`] keeps (64 bits).
+const VERSION_DIGITS: usize = 16;
+
+/// The version of a login's Secret as both sides name it: HMAC-SHA-256 of the user name and the
+/// password, keyed with the status token, cut to [`VERSION_DIGITS`] hex digits. It says whether
+/// two sides hold the same password without revealing it; the key keeps a weak password chosen
+/// by a user (`spec.appSecretName`) from being guessed offline by whoever reads the cluster's
+/// status without the token.
+pub fn credential_version(token: &str, username: &str, password: &str) -> String {
+    // An HMAC takes a key of any length: `new_from_slice` cannot fail for it.
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(token.as_bytes()) else {
+        return String::new();
+    };
+    mac.update(username.as_bytes());
+    mac.update(&[0]);
+    mac.update(password.as_bytes());
+    let digest = mac.finalize().into_bytes();
+    let mut hex = String::with_capacity(VERSION_DIGITS);
+    for byte in digest.iter().take(VERSION_DIGITS / 2) {
+        hex.push_str(&format!("{byte:02x}"));
+    }
+    hex
+}
+
 /// Reads the report from the local server (the data directory's size walked beside it).
 pub async fn report(local: &Local, role: Role, pgdata: &Path) -> Result<Report, ClientError> {
     let size = tokio::task::spawn_blocking({
@@ -124,7 +163,7 @@ pub async fn report(local: &Local, role: Role, pgdata: &Path) -> Result<Report, 
         move || directory_bytes(&pgdata)
     });
     let mut report = local.with(ADMIN_LIMIT, |c| async move { read(&c).await }).await?;
-    report.role = role.as_str();
+    report.role = role.as_str().to_owned();
     report.data_directory_bytes =
         tokio::time::timeout(Duration::from_secs(2), size).await.ok().and_then(Result::ok);
     Ok(report)
@@ -213,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_report_serialises_with_its_field_names() {
-        let report = Report { role: "primary", timeline: 2, ..Report::default() };
+        let report = Report { role: "primary".into(), timeline: 2, ..Report::default() };
         let json = serde_json::to_value(&report).unwrap();
         for field in [
             "role",
@@ -227,5 +266,30 @@ mod tests {
             assert!(json.get(field).is_some(), "{field} in {json}");
         }
         assert_eq!(json["role"], "primary");
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back, report, "the operator reads what the manager writes");
+        let sparse: Report = serde_json::from_str(r#"{"in_recovery": true, "newer_field": 1}"#).unwrap();
+        assert!(
+            sparse.in_recovery && sparse.standbys.is_empty(),
+            "missing fields default, unknown ones are ignored"
+        );
+    }
+
+    #[test]
+    fn a_credential_version_names_the_password_without_showing_it() {
+        let version = credential_version("token", "app", "s3cret");
+        assert_eq!(version.len(), VERSION_DIGITS);
+        assert!(version.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(version, credential_version("token", "app", "s3cret"), "the same on both sides");
+        for other in [
+            credential_version("token", "app", "s3cret2"),
+            credential_version("token", "app2", "s3cret"),
+            credential_version("other-token", "app", "s3cret"),
+            // The separator keeps user and password apart.
+            credential_version("token", "apps", "3cret"),
+        ] {
+            assert_ne!(version, other);
+        }
+        assert!(!version.contains("s3cret"));
     }
 }

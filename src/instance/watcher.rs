@@ -8,16 +8,23 @@
 //!   / `primary_slot_name`, and reloads (SIGHUP: works even while the server does not accept
 //!   connections yet); `recovery_target_timeline = latest` makes it follow the promotion.
 //!
+//! - the mounted Secrets are compared with what was last applied ([`super::decide::credentials_action`],
+//!   by their versions): a primary sets the passwords again, a standby rewrites its password file.
+//!   So a Secret the operator regenerates, or a user rotates, reaches the database without the
+//!   operator logging in; `/status` reports the versions applied.
+//!
 //! A server that does not answer in time is left alone for this tick; one that answers "starting
 //! up" (SQLSTATE 57P03) is in recovery.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use super::auto_conf;
-use super::decide::{WatchAction, watch};
+use super::credentials::{self, Mounted};
+use super::decide::{Applied, CredentialsAction, Role, WatchAction, credentials_action, role, watch};
 use super::http::Shared;
 use super::local::{ADMIN_LIMIT, ClientError};
 use super::secrets::{self, Login};
@@ -51,10 +58,13 @@ pub async fn run(shared: Arc<Shared>, postmaster: u32, stop: CancellationToken) 
             _ = ticks.tick() => {}
         }
         let recorded = settings.recorded_primary();
-        if recorded == settings.pod_name {
+        let role = role(&recorded, &settings.pod_name);
+        if role == Role::Primary {
+            refresh_credentials(&shared, role, None).await;
             continue;
         }
         let in_recovery = recovery(shared.local.in_recovery(ADMIN_LIMIT).await);
+        refresh_credentials(&shared, role, in_recovery).await;
         match watch(&settings.pod_name, &recorded, &followed, in_recovery) {
             WatchAction::Nothing => {}
             WatchAction::Fence { recorded } => {
@@ -72,6 +82,49 @@ pub async fn run(shared: Arc<Shared>, postmaster: u32, stop: CancellationToken) 
                 Err(error) => tracing::warn!(%recorded, %error, "following the new primary failed; retrying"),
             },
         }
+    }
+}
+
+/// Applies the mounted Secrets again when they are not the ones applied in `role`
+/// ([`credentials_action`]); `in_recovery` is what the server said this tick, if it was asked
+/// (a primary is asked only when something is to apply).
+async fn refresh_credentials(shared: &Shared, role: Role, in_recovery: Option<bool>) {
+    let settings = &shared.settings;
+    let mounted = match Mounted::read(settings) {
+        Ok(mounted) => mounted.versions(),
+        Err(error) => {
+            tracing::debug!(%error, "the mounted Secrets are unreadable this tick");
+            return;
+        }
+    };
+    let applied = shared.applied.lock().clone();
+    let started = shared.started.load(Ordering::Acquire);
+    // What the decision would say without asking the server: spare the primary a session.
+    if !started || applied.as_ref().is_some_and(|a| a.role == role && a.versions == mounted) {
+        return;
+    }
+    let in_recovery = match in_recovery {
+        Some(known) => Some(known),
+        None => recovery(shared.local.in_recovery(ADMIN_LIMIT).await),
+    };
+    let versions = match credentials_action(role, started, in_recovery, &mounted, applied.as_ref()) {
+        CredentialsAction::Nothing => return,
+        CredentialsAction::Apply => {
+            credentials::apply(settings, &shared.local).await.map_err(|e| e.to_string())
+        }
+        CredentialsAction::WritePasswordFile => {
+            credentials::write_password_file(settings).map_err(|e| e.to_string())
+        }
+    };
+    match versions {
+        Ok(versions) => {
+            tracing::info!(
+                role = role.as_str(),
+                "credentials applied from the mounted Secrets (changed, or a new role)"
+            );
+            *shared.applied.lock() = Some(Applied { role, versions });
+        }
+        Err(error) => tracing::warn!(%error, "applying the changed Secrets failed; retrying"),
     }
 }
 

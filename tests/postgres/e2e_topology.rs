@@ -1,7 +1,8 @@
 //! One cluster, one database, with real PostgreSQL 15 through the process kubelet: a
 //! primary with streaming standbys, the `-rw`/`-ro`/`-r` Services, role labels and
-//! `status.instances` from observed facts, Secrets whose passwords the database accepts, scaling
-//! and hibernation, storage growth, rolling updates and reloads.
+//! `status.instances` from observed facts (the instance managers' `/status`: the operator opens no
+//! database session), Secrets whose passwords the database accepts, scaling and hibernation,
+//! storage growth, rolling updates and reloads.
 #![cfg(feature = "sim")]
 
 use crate::common;
@@ -17,6 +18,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
+mod observation;
 mod recovery;
 mod replication;
 mod updates;

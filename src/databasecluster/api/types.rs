@@ -382,6 +382,10 @@ pub struct DatabaseClusterStatus {
     /// The backup this cluster was restored from (`spec.bootstrap.fromBackup`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
+
+    /// Per login: the version (a keyed hash, never the password) of its Secret the primary applied.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub applied_secret_versions: BTreeMap<String, String>,
 }
 
 /// One instance (pod) of the cluster as the operator last observed it.
@@ -409,9 +413,9 @@ pub struct InstanceStatus {
     /// `synchronousReplicas` only a `sync` or `quorum` standby may be promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_state: Option<String>,
-    /// Why the instance is not running: no node can take its pod (`not scheduled: <the
-    /// scheduler's message>`), or its containers' state (e.g. `container postgres:
-    /// CrashLoopBackOff (…); exit code 1: <the log's tail>`); absent while it runs or starts.
+    /// Why the instance is not running: no node takes its pod (`not scheduled: …`), its containers'
+    /// state (`container postgres: CrashLoopBackOff (…); exit code 1: <the log's tail>`), or why the
+    /// last pass could not read its `/status` (role `unknown`); absent while it runs and answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

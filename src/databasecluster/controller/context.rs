@@ -20,6 +20,9 @@ use crate::runtime::client;
 use crate::runtime::controller::ReconcileError;
 /// How long to wait before looking again while replicas are not ready, even without an event.
 pub const CONVERGING_REQUEUE: Duration = Duration::from_secs(10);
+/// How long a settled cluster with instances waits before its next pass: how old its instances'
+/// facts in the status may grow. One `GET /status` per instance per period.
+pub const SETTLED_REQUEUE: Duration = Duration::from_secs(30);
 /// How soon to look again while a failover is due or under way.
 pub(crate) const FAILOVER_REQUEUE: Duration = Duration::from_secs(1);
 

@@ -27,25 +27,13 @@ impl EventNote {
         )
     }
 
-    /// A login's password was set in the database from its Secret (never the password itself).
+    /// The primary reports applying a login's changed Secret (never the password itself).
     pub fn password_applied(user: &str) -> Self {
         EventNote::new(
             EventType::Normal,
             "PasswordApplied",
             "UpdateCredentials",
             format!("The database now accepts the password of the Secret for user {user}"),
-        )
-    }
-
-    /// The primary refuses the superuser Secret's password and is restarted to apply it.
-    pub fn credentials_restart(pod: &str) -> Self {
-        EventNote::new(
-            EventType::Warning,
-            "CredentialsRestart",
-            "UpdateCredentials",
-            format!(
-                "The primary {pod} refuses the superuser Secret's password; restarting it to apply the Secret"
-            ),
         )
     }
 }

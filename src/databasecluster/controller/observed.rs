@@ -2,11 +2,12 @@
 //! observation of the instances (roles, readiness, lag, the primary) the status holds.
 //!
 //! Stamping every pass would cost a status write per pass, and a cluster whose status did not
-//! change costs none today. So the stamp is a pure decision ([`with_observation`]): it moves
-//! whenever the status is written anyway (the figures, or anything else, changed), when none was
-//! recorded yet, and when it is older than [`OBSERVATION_REFRESH`] on a pass of a converging
-//! cluster (which the operator looks at every 10 s). A cluster at rest is not looked at until
-//! something changes, and its stamp says so by growing old.
+//! change costs none. So the stamp is a pure decision ([`with_observation`]): it moves whenever
+//! the status is written anyway (the figures, or anything else, changed), when none was recorded
+//! yet, when it is older than [`OBSERVATION_REFRESH`] on a pass of a converging cluster (looked at
+//! every 10 s), and when it is older than [`OBSERVATION_REFRESH_AT_REST`] on a settled cluster's
+//! pass (looked at every 30 s: a status write every 30 s for each of thousands of clusters at rest
+//! would cost more than a fresher stamp is worth, and the figures it stamps did not change).
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -16,6 +17,10 @@ use crate::databasecluster::api::types::DatabaseClusterStatus;
 /// How stale the stamp may grow on a converging cluster before a pass that changed nothing
 /// writes it anew, in seconds.
 pub const OBSERVATION_REFRESH: i64 = 30;
+
+/// How stale the stamp may grow on a settled cluster before a pass that changed nothing writes it
+/// anew, in seconds.
+pub const OBSERVATION_REFRESH_AT_REST: i64 = 300;
 
 /// `status`, computed by a pass that observed the instances at `now`, with
 /// `instancesObservedAt` as [the module](self) decides from the `previous` status and whether
@@ -31,10 +36,11 @@ pub fn with_observation(
         return status;
     }
     let kept = previous.and_then(|p| p.instances_observed_at.clone());
-    let fresh = kept.as_ref().is_some_and(|at| now.as_second() - at.0.as_second() < OBSERVATION_REFRESH);
+    let refresh = if converging { OBSERVATION_REFRESH } else { OBSERVATION_REFRESH_AT_REST };
+    let fresh = kept.as_ref().is_some_and(|at| now.as_second() - at.0.as_second() < refresh);
     status.instances_observed_at = kept;
     let unchanged = previous == Some(&status);
-    if unchanged && status.instances_observed_at.is_some() && (fresh || !converging) {
+    if unchanged && status.instances_observed_at.is_some() && fresh {
         return status;
     }
     // The API keeps whole seconds: stamping whole seconds keeps the status read back equal.
@@ -71,8 +77,11 @@ mod tests {
         let previous = observed(0, Some(0));
         let same = with_observation(Some(&previous), observed(0, None), true, at(12));
         assert_eq!(same, previous, "nothing changed, stamp 12 s old: no write");
-        let at_rest = with_observation(Some(&previous), observed(0, None), false, at(3_600));
-        assert_eq!(at_rest, previous, "at rest the stamp ages rather than costing a write");
+        let at_rest = with_observation(Some(&previous), observed(0, None), false, at(OBSERVATION_REFRESH));
+        assert_eq!(at_rest, previous, "at rest the stamp ages rather than costing a write every 30 s");
+        let rest_stale =
+            with_observation(Some(&previous), observed(0, None), false, at(OBSERVATION_REFRESH_AT_REST));
+        assert_eq!(rest_stale.instances_observed_at, Some(Time(at(OBSERVATION_REFRESH_AT_REST))));
         let changed = with_observation(Some(&previous), observed(4096, None), false, at(12));
         assert_eq!(changed.instances_observed_at, Some(Time(at(12))), "written anyway: stamped now");
     }

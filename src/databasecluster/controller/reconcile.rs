@@ -20,16 +20,19 @@
 //!    ends with one INFO line, `reconciled DatabaseCluster`, with its phase, readiness, primary
 //!    and what comes next (its span says why it ran), so a pass that changes nothing logs one line.
 //! 4. **Instances** (the I/O in [`crate::databasecluster::instances`], the decisions in [`crate::databasecluster::instances::topology`],
-//!    [`crate::databasecluster::failover`] and [`crate::databasecluster::instances::roll`]): each pod's instance is asked what it is; a primary
+//!    [`crate::databasecluster::failover`] and [`crate::databasecluster::instances::roll`]): each pod's instance manager is asked
+//!    for its `/status` (HTTP, with the `<name>-status-token`; the operator opens no database
+//!    session, and an instance that does not answer is `unknown`, its status saying why); a primary
 //!    down for `failoverDelay` is replaced by a standby ([`crate::databasecluster::failover::promotion`]), and that pass ends
 //!    there; role labels follow the answers;
-//!    the primary's slots are created and dropped; a configuration that has reached an instance
-//!    is reloaded, unless PostgreSQL refuses a line of it (then nothing of it is applied and
-//!    `Ready=False`, `InvalidConfiguration`, names the lines); a password the primary refuses is
-//!    set from its Secret (a refused superuser password restarts the primary); and the next
-//!    outdated pod of a roll is deleted, once every instance has the current configuration file
-//!    and PostgreSQL accepts it (a pod restarted with a refused file would not start). Failures
-//!    here are logged and retried on a later pass.
+//!    the primary's slots are created and dropped (`POST /slots`); a configuration that has reached
+//!    an instance is reloaded (`POST /reload`), unless PostgreSQL refuses a line of it (then nothing
+//!    of it is applied and `Ready=False`, `InvalidConfiguration`, names the lines); the versions of
+//!    the login Secrets the primary reports applying are compared with the Secrets
+//!    ([`crate::databasecluster::instances::passwords`]: the managers apply changed Secrets
+//!    themselves); and the next outdated pod of a roll is deleted, once every instance has the
+//!    current configuration file and PostgreSQL accepts it (a pod restarted with a refused file
+//!    would not start). Failures here are logged and retried on a later pass.
 //! 5. **Backups** ([`crate::databasecluster::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
 //!    Jobs' outcomes go into the status with their Events. With `spec.bootstrap.fromBackup` the
 //!    restore Job runs before the StatefulSet is created ([`crate::databasecluster::backup::reconcile::ensure_restore`]).
@@ -40,8 +43,9 @@
 //!    on `/status` with the cached resourceVersion as a precondition, only when it differs from
 //!    the cached status. Then `RequeueAfter` while the cluster converges, a volume grows, or an
 //!    instance operation is under way (every 10 s, or sooner when a failover or switchover step
-//!    or the end of the failover delay is due: none of these brings a watch event), else `Done`
-//!    (`next_look`).
+//!    or the end of the failover delay is due: none of these brings a watch event); a settled
+//!    cluster with instances every [`SETTLED_REQUEUE`] (30 s), so that its instances' facts in the
+//!    status are never older; `Done` only without instances (`next_look`).
 //!
 //! An invalid spec (one that slipped past the CRD) writes phase Failed with `Ready=False,
 //! InvalidSpec`, publishes a Warning Event once per generation, and ends the pass with a terminal
@@ -51,7 +55,8 @@
 //! ([`crate::databasecluster::controller::failures`]), until a pass succeeds.
 //!
 //! A pass reads the caches through [`Context`], whose type parameter says in which form each
-//! kind is cached: why it is there is said in [`crate::databasecluster::cache::forms`].
+//! kind is cached ([`crate::databasecluster::cache::forms`]): the operator's own forms by default, the objects as
+//! decoded for the kube-runtime anchor of the e2e benchmark, which runs this same function.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +93,7 @@ use crate::databasecluster::controller::status::{
 };
 use crate::databasecluster::failover::with_failover;
 use crate::databasecluster::instances::storage::{Growth, grow_claims};
+use crate::databasecluster::instances::topology::with_unreached;
 use crate::databasecluster::specs::config::{Records, build_config_map, config_map_name, initial_primary};
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::databasecluster::switchover::{held_replicas, with_switchover};
@@ -154,8 +160,9 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
     ensure_services(ctx, cluster, &owner).await?;
     let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
-    crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
-        .await?;
+    let token =
+        crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
+            .await?;
     let (primary_record, demoting) = ensure_config_map(ctx, cluster, &owner, &spec).await?;
     let restored = match ensure_restore(ctx, cluster, &owner, &spec).await? {
         RestoreGate::Open(restored) => restored,
@@ -173,7 +180,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
 
     let pods = pod_views(ctx, &owner, Timestamp::now());
-    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &record).await;
+    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &token, &record).await;
     let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
 
     let now = Timestamp::now();
@@ -186,8 +193,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let status = with_observation(cluster.status.as_ref(), status, converging, now);
     let summary = (status.phase.map(|p| p.as_str()), status.ready_replicas, status.current_primary.clone());
     write_status_with_events(ctx, cluster, status, backup_events).await?;
-    let next = next_look(retry_after, converging);
-    log_pass(cluster, &next, summary);
+    let next = next_look(retry_after, converging, spec.replicas > 0);
+    log_pass(cluster, converging || retry_after.is_some(), &next, summary);
     Ok(next)
 }
 
@@ -290,7 +297,11 @@ fn pass_status(
 ) -> (DatabaseClusterStatus, Vec<EventNote>) {
     let PassOutcome { topology, growth, restored, primary } = outcome;
     let status = with_reconcile_success(observed, cluster.metadata.generation, now);
-    let status = with_instances(status, topology.statuses, topology.current_primary);
+    let mut status = with_instances(status, topology.statuses, topology.current_primary);
+    status.instances = with_unreached(std::mem::take(&mut status.instances), &topology.unreached);
+    if let Some(versions) = topology.secret_versions {
+        status.applied_secret_versions = versions;
+    }
     let status = with_refused_configuration(status, &topology.refused, now);
     let status = if spec.replicas > 0 {
         with_failover(status, primary, &topology.decision, topology.promoted.as_ref(), now)
@@ -299,23 +310,26 @@ fn pass_status(
     };
     let status = with_switchover(status, topology.switchover, cluster.spec.primary.as_deref(), now);
     let mut status = with_resizing(status, growth, spec.storage.as_str(), now);
-    let backup_events = apply_backups(&mut status, cluster, backups, spec, now);
+    let mut events = apply_backups(&mut status, cluster, backups, spec, now);
+    events.extend(topology.notes);
     if restored.is_some() {
         status.restored_from = restored;
     }
-    (status, backup_events)
+    (status, events)
 }
 
 /// The pass's one line at INFO (the changes it made have a line each): what it found (`phase`,
-/// ready instances, primary) and what comes next; the span around it says why it ran.
+/// ready instances, primary) and what comes next (`converging`: a look soon because something is
+/// under way, rather than the settled cluster's periodic one); the span around it says why it ran.
 fn log_pass(
     cluster: &DatabaseCluster,
+    converging: bool,
     next: &Action,
     (phase, ready, primary): (Option<&str>, i32, Option<String>),
 ) {
     let desired = cluster.spec.replicas;
     match next {
-        Action::RequeueAfter(after) => {
+        Action::RequeueAfter(after) if converging => {
             tracing::info!(
                 phase,
                 ready,
@@ -325,7 +339,7 @@ fn log_pass(
                 "reconciled DatabaseCluster: converging, looking again"
             )
         }
-        Action::Done => {
+        _ => {
             tracing::info!(phase, ready, desired, primary, "reconciled DatabaseCluster: in its desired state")
         }
     }
@@ -333,13 +347,16 @@ fn log_pass(
 
 /// What a pass that got to the status asks for next: a look when the instances' operation
 /// (`retry_after`: a failover or switchover step, or the end of the failover delay) or a
-/// converging cluster (every [`CONVERGING_REQUEUE`]) needs one, whichever is sooner; `Done`
-/// only when neither does. Nothing else brings that look: neither an instance's state nor the
-/// passing of time makes a watch event, and the echo of the pass's own status write queues no
-/// pass (see `runtime::controller::echoes`).
-fn next_look(retry_after: Option<Duration>, converging: bool) -> Action {
+/// converging cluster (every [`CONVERGING_REQUEUE`]) needs one, whichever is sooner; a cluster
+/// with instances (`observing`) otherwise every [`SETTLED_REQUEUE`], so that its instances' facts
+/// in the status (roles, replication, lag, refused settings) are never older than that; `Done`
+/// only for a cluster without instances (hibernated). Nothing else brings that look: neither an
+/// instance's state nor the passing of time makes a watch event, and the echo of the pass's own
+/// status write queues no pass (see `runtime::controller::echoes`).
+fn next_look(retry_after: Option<Duration>, converging: bool, observing: bool) -> Action {
     let converging = converging.then_some(CONVERGING_REQUEUE);
-    match retry_after.into_iter().chain(converging).min() {
+    let settled = observing.then_some(SETTLED_REQUEUE);
+    match retry_after.into_iter().chain(converging).chain(settled).min() {
         Some(after) => Action::RequeueAfter(after),
         None => Action::Done,
     }
@@ -414,12 +431,25 @@ mod tests {
     #[test]
     fn a_pass_asks_for_the_sooner_of_the_instances_retry_and_the_converging_check() {
         let secs = Duration::from_secs;
-        assert_eq!(next_look(None, false), Action::Done);
-        assert_eq!(next_look(None, true), Action::RequeueAfter(CONVERGING_REQUEUE));
-        assert_eq!(next_look(Some(secs(1)), true), Action::RequeueAfter(secs(1)));
-        assert_eq!(next_look(Some(secs(25)), true), Action::RequeueAfter(CONVERGING_REQUEUE));
-        // A failover delay that ends after the converging check, in a cluster not converging:
-        // nothing else would look again when it ends.
-        assert_eq!(next_look(Some(secs(25)), false), Action::RequeueAfter(secs(25)));
+        let after = Action::RequeueAfter;
+        // (retry after, converging, with instances) → next
+        let cases = [
+            (None, false, false, Action::Done),
+            (None, true, false, after(CONVERGING_REQUEUE)),
+            (Some(secs(1)), true, true, after(secs(1))),
+            (Some(secs(25)), true, true, after(CONVERGING_REQUEUE)),
+            // A failover delay that ends after the converging check, in a cluster not converging:
+            // nothing else would look again when it ends.
+            (Some(secs(25)), false, true, after(secs(25))),
+            (Some(secs(45)), false, false, after(secs(45))),
+            // Settled: the instances are looked at again, never less often than every 30 s.
+            (None, false, true, after(SETTLED_REQUEUE)),
+            (Some(secs(45)), false, true, after(SETTLED_REQUEUE)),
+            (None, true, true, after(CONVERGING_REQUEUE)),
+        ];
+        for (retry, converging, observing, want) in cases {
+            assert_eq!(next_look(retry, converging, observing), want, "{retry:?} {converging} {observing}");
+        }
+        assert!(SETTLED_REQUEUE <= secs(30));
     }
 }

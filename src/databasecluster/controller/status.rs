@@ -170,6 +170,7 @@ pub fn compute_status(
         switchover: previous.switchover,
         instances: previous.instances,
         instances_observed_at: previous.instances_observed_at,
+        applied_secret_versions: previous.applied_secret_versions,
     }
 }
 

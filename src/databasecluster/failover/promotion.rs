@@ -7,7 +7,8 @@
 //!    on the old primary, when it starts or while it runs, fences itself and rejoins as a standby
 //!    (the instance program); a restarted operator sees the recorded instance in recovery with no
 //!    primary and resumes at step 3 ([`crate::databasecluster::failover`] rule 2).
-//! 3. `pg_promote()` on the new primary, waiting until it accepts writes.
+//! 3. `POST /promote` to the new primary's instance manager (`pg_promote()`), waiting until it
+//!    accepts writes.
 //! 4. Its role label becomes `primary` (`<name>-rw` follows); Event `FailedOver`, saying what was
 //!    guaranteed ([`crate::databasecluster::failover::outcome`]).
 //!
@@ -28,7 +29,8 @@ use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::cache::forms::Forms;
 use crate::databasecluster::controller::context::Context;
 use crate::databasecluster::failover::{failed_over, failing_over, outcome};
-use crate::databasecluster::instances::{Target, connect, promote};
+use crate::databasecluster::instances::Target;
+use crate::databasecluster::instances::client::promote;
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner};
 use crate::databasecluster::specs::services::{ROLE_PRIMARY, ROLE_REPLICA, role_labels};
 use crate::runtime::controller::writes::{Verb, recorded_as};
@@ -48,8 +50,8 @@ pub struct Promotion<'a> {
     pub lag_bytes: Option<i64>,
     /// How far `new` had received WAL when observed this pass.
     pub received_lsn: Option<i64>,
-    /// The superuser's login to `new`.
-    pub login: Target,
+    /// `new`'s instance manager.
+    pub target: Target,
 }
 
 /// Carries out `promotion` (see the module docs); once `new` accepts writes, the failover's record.
@@ -72,8 +74,7 @@ pub async fn fail_over<F: Forms>(
         }
         tracing::info!(%new, "failover: the record names the new primary");
     }
-    let result = async { promote(&connect(&promotion.login).await?, &promotion.login).await }.await;
-    match result {
+    match promote(&promotion.target).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!(%new, "failover: the promotion did not finish in time; retrying on the next pass");

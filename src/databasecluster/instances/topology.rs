@@ -5,7 +5,8 @@
 //! Rules:
 //! - A pod's role is what its instance says (`pg_is_in_recovery()`): `primary` or `replica`;
 //!   `unknown` when it could not be asked, and then its label is left as it is (Endpoints hold only
-//!   ready pods, so a stale label on a pod that is down reaches nothing).
+//!   ready pods, so a stale label on a pod that is down reaches nothing), and its `message` says
+//!   why, unless its pod's failure says more ([`with_unreached`]).
 //! - `currentPrimary` is the instance observed out of recovery; if several are (which the operator
 //!   never causes), the recorded primary among them, else none.
 //! - A standby's `syncState` is its primary's `pg_stat_replication.sync_state`; in a pass that
@@ -20,7 +21,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 
 use crate::databasecluster::api::types::InstanceStatus;
-use crate::databasecluster::instances::{InstanceFacts, StandbyFact};
+use crate::databasecluster::instances::{InstanceFacts, SlotChanges, Standby};
 use crate::databasecluster::specs::services::{ROLE_PRIMARY, ROLE_REPLICA};
 
 /// The label the StatefulSet controller puts on each pod: the revision of its template.
@@ -167,7 +168,7 @@ pub fn current_primary(
 
 /// `status.instances[]`, by ordinal.
 pub fn instance_statuses(pods: &[PodView], facts: &BTreeMap<String, InstanceFacts>) -> Vec<InstanceStatus> {
-    let standbys: BTreeMap<&str, &StandbyFact> = facts
+    let standbys: BTreeMap<&str, &Standby> = facts
         .values()
         .filter(|f| !f.in_recovery)
         .flat_map(|f| f.standbys.iter())
@@ -210,6 +211,20 @@ pub fn with_recorded_sync_states(
     statuses
 }
 
+/// `statuses` with the reason each instance in `unreached` (pod name → why its status could not
+/// be read) was not observed, as its `message`, where its pod's own failure says nothing.
+pub fn with_unreached(
+    mut statuses: Vec<InstanceStatus>,
+    unreached: &BTreeMap<String, String>,
+) -> Vec<InstanceStatus> {
+    for status in &mut statuses {
+        if status.message.is_none() && status.role == ROLE_UNKNOWN {
+            status.message = unreached.get(&status.name).cloned();
+        }
+    }
+    statuses
+}
+
 /// The pods whose role label differs from their observed role, with the label they should carry.
 pub fn label_changes(
     pods: &[PodView],
@@ -223,15 +238,6 @@ pub fn label_changes(
                 .then(|| (pod.name.clone(), role))
         })
         .collect()
-}
-
-/// What to change in the primary's slots.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SlotChanges {
-    /// Slots to create.
-    pub create: Vec<String>,
-    /// Slots to drop.
-    pub drop: Vec<String>,
 }
 
 /// The slot changes on the primary (instance `primary_ordinal`) for `replicas` instances.
@@ -262,7 +268,7 @@ pub fn all_standbys_streaming(statuses: &[InstanceStatus], primary: Option<&str>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::databasecluster::instances::SlotFact;
+    use crate::databasecluster::instances::Slot;
 
     /// A pod's status in each state Kubernetes 1.28 leaves a pod in, as the scheduler
     /// (`PodScheduled=False` alone for a pod no node takes) and the kubelet
@@ -315,14 +321,15 @@ mod tests {
             version: "15.4".into(),
             standbys: standbys
                 .iter()
-                .map(|(n, s, l)| StandbyFact {
+                .map(|(n, s, l)| Standby {
                     name: (*n).into(),
                     state: (*s).into(),
                     lag_bytes: *l,
                     sync_state: if *s == "streaming" { "quorum".into() } else { "potential".into() },
+                    lag_seconds: None,
                 })
                 .collect(),
-            slots: slots.iter().map(|(n, a)| SlotFact { name: (*n).into(), active: *a }).collect(),
+            slots: slots.iter().map(|(n, a)| Slot { name: (*n).into(), active: *a }).collect(),
             ..InstanceFacts::default()
         }
     }
@@ -434,6 +441,22 @@ mod tests {
         assert_eq!(states, [None, Some("quorum"), Some("potential")]);
         let fresh = with_recorded_sync_states(instance_statuses(&pods, &up), &[]);
         assert_eq!(fresh, before, "a pass that observes the primary records what it says");
+    }
+
+    #[test]
+    fn an_instance_not_observed_says_why_unless_its_pod_says_more() {
+        let pods = [pod(0, None), pod(1, None), pod(2, None)];
+        let mut failing = pods[2].clone();
+        failing.failure = Some("container postgres: CrashLoopBackOff".into());
+        let pods = [pods[0].clone(), pods[1].clone(), failing];
+        let facts = BTreeMap::from([("db-0".to_owned(), primary_facts(&[], &[]))]);
+        let unreached = BTreeMap::from([
+            ("db-1".to_owned(), "no answer".to_owned()),
+            ("db-2".to_owned(), "no answer".to_owned()),
+        ]);
+        let statuses = with_unreached(instance_statuses(&pods, &facts), &unreached);
+        let messages: Vec<_> = statuses.iter().map(|s| s.message.as_deref()).collect();
+        assert_eq!(messages, [None, Some("no answer"), Some("container postgres: CrashLoopBackOff")]);
     }
 
     #[test]

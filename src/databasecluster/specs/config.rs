@@ -323,7 +323,7 @@ mod tests {
     use super::*;
     use crate::databasecluster::api::validation::validate_spec;
     use crate::databasecluster::fixtures::{owner, seed};
-    use crate::databasecluster::instances::RefusedSetting;
+    use crate::databasecluster::instances::Refused as RefusedSetting;
 
     /// The records as a pass reads them from the ConfigMap `build_config_map` writes.
     fn records_of(primary: &str, demoting: Option<&str>) -> Records {

@@ -2,7 +2,7 @@
 //!
 //! | Secret | user | database | used by |
 //! |---|---|---|---|
-//! | `<name>-superuser` | `postgres` (superuser) | `postgres` | the operator (observation, slots, reload, passwords) |
+//! | `<name>-superuser` | `postgres` (superuser) | `postgres` | the instance manager, over the pod's own socket; `pg_rewind` |
 //! | `<name>-app` (or `spec.appSecretName`) | `app` (owns database `app`, not a superuser) | `app` | applications |
 //! | `<name>-replication` | `replicator` (REPLICATION, the only user `pg_hba` lets replicate) | — | standbys |
 //!
@@ -11,14 +11,15 @@
 //! created, and read back from the live Secret ever after.
 //!
 //! # The Secret and the database never disagree
-//! - At every start of the primary, the instance manager sets every login's password from the
-//!   mounted Secrets (so a cluster re-created over kept volumes takes the new Secrets' passwords).
-//! - While the cluster runs, each pass logs in to the primary as the app and replication users with
-//!   their Secrets' passwords; a refused password (SQLSTATE 28P01) is set with `ALTER ROLE … PASSWORD`
-//!   as a SCRAM verifier computed by the operator, so no plaintext reaches the server or its log.
-//! - A superuser password the primary refuses (its Secret was deleted and regenerated) can only be
-//!   applied by a restart of the primary, which the operator then performs (Event
-//!   `CredentialsRestart`).
+//! - At every start of the primary, and whenever the mounted Secret files change while it runs,
+//!   the instance manager sets every login's password from them (so a cluster re-created over
+//!   kept volumes takes the new Secrets' passwords, and a Secret deleted and regenerated, or
+//!   rotated by its user, reaches the database). It sends SCRAM-SHA-256 verifiers over its local
+//!   socket, trusted as the superuser whatever the password: a regenerated superuser Secret needs
+//!   no restart.
+//! - The operator never logs in: the primary's `/status` reports which version of each Secret it
+//!   applied (`crate::instance::status::credential_version`), and the operator compares them with
+//!   its Secrets ([`crate::databasecluster::instances::passwords`]): Event `PasswordApplied`.
 
 use std::collections::BTreeMap;
 

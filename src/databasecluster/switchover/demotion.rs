@@ -13,7 +13,8 @@ use crate::databasecluster::cache::forms::{CompactForms, Forms};
 use crate::databasecluster::controller::context::Context;
 use crate::databasecluster::controller::events::{EventNote, EventType};
 use crate::databasecluster::failover::promotion::{set_role_label, write_record};
-use crate::databasecluster::instances::{Target, checkpoint, connect, promote};
+use crate::databasecluster::instances::Target;
+use crate::databasecluster::instances::client::{checkpoint, promote};
 use crate::databasecluster::specs::resources::Owner;
 use crate::databasecluster::specs::services::{ROLE_PRIMARY, ROLE_REPLICA};
 use crate::databasecluster::switchover::{Step, phase, record};
@@ -37,17 +38,17 @@ pub struct Switch<'a, F: Forms = CompactForms> {
     pub new: &'a str,
 }
 
-/// Starts a switchover: step 2 of [`crate::databasecluster::switchover`], when the old primary can be reached at
-/// `login` (its superuser): Event `SwitchingOver`, `CHECKPOINT`, its label, and the record naming
-/// `new` with `old` demoting. Once the record is written, the `status.switchover` record, about the
+/// Starts a switchover: step 2 of [`crate::databasecluster::switchover`], when the old primary's
+/// instance manager is known (`target`): Event `SwitchingOver`, a checkpoint (`POST /checkpoint`),
+/// its label, and the record naming `new` with `old` demoting. Once the record is written, the `status.switchover` record, about the
 /// spec value `requested`, its message starting with `why`.
 pub async fn begin<F: Forms>(
     switch: &Switch<'_, F>,
-    login: Option<&Target>,
+    target: Option<&Target>,
     requested: &str,
     why: &str,
 ) -> Option<SwitchoverStatus> {
-    let login = login?;
+    let target = target?;
     let Switch { ctx, cluster, owner, spec, pods, old, new } = *switch;
     tracing::info!(%old, %new, "switchover: fencing the primary");
     let note = format!(
@@ -56,8 +57,7 @@ pub async fn begin<F: Forms>(
     ctx.events
         .publish(cluster, &EventNote::new(EventType::Normal, phase::SWITCHING_OVER, "Switchover", note))
         .await;
-    let result = async { checkpoint(&connect(login).await?, login).await }.await;
-    if let Err(error) = result {
+    if let Err(error) = checkpoint(target).await {
         tracing::warn!(%old, %error, "switchover: CHECKPOINT failed; the shutdown checkpoint will take longer");
     }
     set_role_label(pods, old, ROLE_REPLICA).await;
@@ -71,20 +71,20 @@ pub async fn begin<F: Forms>(
     Some(record(requested, phase::SWITCHING_OVER, Some((old, new)), Some(started), message))
 }
 
-/// Steps 3 and 4, or the abort, as [`crate::databasecluster::switchover::next_step`] said (`step`); `login` is
-/// the superuser's login to `new`. Whether the switchover is over (completed or aborted).
+/// Steps 3 and 4, or the abort, as [`crate::databasecluster::switchover::next_step`] said (`step`);
+/// `target` is `new`'s instance manager. Whether the switchover is over (completed or aborted).
 pub async fn advance<F: Forms>(
     switch: &Switch<'_, F>,
     step: Step,
-    login: Option<&Target>,
+    target: Option<&Target>,
 ) -> Option<&'static str> {
     let Switch { ctx, cluster, owner, spec, old, new, .. } = *switch;
     match step {
         Step::Wait => None,
         Step::Promote => {
-            let login = login?;
+            let target = target?;
             tracing::info!(%old, %new, "switchover: the target has replayed the old primary's WAL; promoting it");
-            match async { promote(&connect(login).await?, login).await }.await {
+            match promote(target).await {
                 Ok(true) => complete(switch).await,
                 Ok(false) => None,
                 Err(error) => {

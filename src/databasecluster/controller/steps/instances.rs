@@ -1,5 +1,11 @@
-//! Step: the instances: what each pod's instance says, failover, role labels, slots, reloads,
-//! passwords and the roll (`operate_instances`).
+//! Step: the instances (`operate_instances`). Each pod's instance manager is asked for its
+//! `/status` ([`observe`]); then, in this order, the first that applies ends the step: a
+//! switchover under way advances ([`continue_switchover`]), a primary down for its delay is
+//! replaced ([`fail_over_now`]), a requested switchover begins
+//! ([`super::upkeep::switchover_requests`]). Otherwise the upkeep of a healthy cluster follows
+//! ([`super::upkeep`]): role labels, reloads, slots, passwords and the roll. Failures are logged and
+//! retried on the next pass; they never fail the pass, since the status must still be written.
+//! The operator opens no database session: commands go through the instance managers.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -7,43 +13,38 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::DeleteParams;
 
 use crate::databasecluster::api::types::{
-    DatabaseCluster, FailoverRecord, InstanceStatus, PrimaryUpdateMethod, SwitchoverStatus,
+    DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus, SwitchoverStatus,
 };
 use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::cache::forms::{Forms, PodForm};
 use crate::databasecluster::controller::context::*;
 use crate::databasecluster::controller::events::EventNote;
-use crate::databasecluster::controller::events::EventType;
 use crate::databasecluster::controller::steps::secrets::Credentials;
-use crate::databasecluster::failover::promotion::{Promotion, fail_over, finish, set_role_label};
+use crate::databasecluster::controller::steps::upkeep;
+use crate::databasecluster::failover::promotion::{Promotion, fail_over, finish};
 use crate::databasecluster::failover::{
     Decision, decide, failover_delay, outcome, seen_down_since, synchronous, unreported_promotion,
 };
-use crate::databasecluster::instances::roll::{RollStep, next_step};
+use crate::databasecluster::instances::client::{self, unreached_message};
+use crate::databasecluster::instances::passwords::Versions;
 use crate::databasecluster::instances::topology::{
-    PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, label_changes,
-    not_ready_since, slot_changes, start_failure, with_recorded_sync_states,
+    PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, not_ready_since,
+    start_failure, with_recorded_sync_states,
 };
-use crate::databasecluster::instances::{
-    InstanceFacts, Target, check_login, connect, create_slot, drop_slot, observe, reload, set_password,
-};
-use crate::databasecluster::specs::config::{
-    ConfigurationState, configuration_state, desired_config_hash, refused_configuration,
-};
-use crate::databasecluster::specs::credentials::Login;
-use crate::databasecluster::specs::resources::{Owner, POSTGRES_PORT, label, statefulset_name};
+use crate::databasecluster::instances::{InstanceFacts, StatusToken, Target};
+use crate::databasecluster::specs::config::refused_configuration;
+use crate::databasecluster::specs::instance_pod::STATUS_PORT;
+use crate::databasecluster::specs::resources::{Owner, label, statefulset_name};
 use crate::databasecluster::specs::services::ROLE_LABEL;
-use crate::databasecluster::switchover::demotion::{Switch, advance, begin};
-use crate::databasecluster::switchover::{
-    INVALID_PRIMARY, check_target, handled_request, next_step as switchover_step, ordinal_of, phase,
-    record as switchover_record, requested,
-};
+use crate::databasecluster::switchover::demotion::{Switch, advance};
+use crate::databasecluster::switchover::{next_step as switchover_step, phase, record as switchover_record};
 use crate::runtime::Object;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 /// The cluster's pods as the cache holds them.
 pub(crate) fn pod_views<F: Forms>(ctx: &Context<F>, owner: &Owner, now: Timestamp) -> Vec<PodView> {
     let prefix = format!("{}-", statefulset_name(owner.name()));
@@ -74,7 +75,10 @@ pub(crate) fn pod_views<F: Forms>(ctx: &Context<F>, owner: &Owner, now: Timestam
         .collect()
 }
 
-/// What [`operate_instances`] found.
+/// What [`operate_instances`] found. `statuses` say nothing of the instances not reached: that
+/// goes into the status after the failures of `Ready` are named
+/// ([`crate::databasecluster::instances::topology::with_unreached`]), since an instance that does
+/// not answer is not known to fail.
 pub(crate) struct Topology {
     pub(crate) statuses: Vec<InstanceStatus>,
     pub(crate) current_primary: Option<String>,
@@ -90,6 +94,12 @@ pub(crate) struct Topology {
     pub(crate) switchover: Option<SwitchoverStatus>,
     /// What PostgreSQL refuses of the configuration ([`refused_configuration`]).
     pub(crate) refused: Vec<String>,
+    /// `status.appliedSecretVersions` as the primary reported them (`None`: keep the recorded).
+    pub(crate) secret_versions: Option<Versions>,
+    /// Events to publish once the status that records them is written (`PasswordApplied`).
+    pub(crate) notes: Vec<EventNote>,
+    /// The instances whose `/status` could not be read, with why.
+    pub(crate) unreached: BTreeMap<String, String>,
 }
 
 /// What the `<name>-scripts` ConfigMap records ([`crate::databasecluster::specs::config`]).
@@ -100,9 +110,107 @@ pub(crate) struct Record<'a> {
     pub(crate) demoting: Option<&'a str>,
 }
 
-/// Observes every instance, then keeps the topology true: role labels, slots, reloads, passwords,
-/// and the next step of a roll. Failures are logged and retried on the next pass; they never fail
-/// the pass, since the status must still be written.
+/// One pass over the instances: what every step reads.
+pub(crate) struct Pass<'a, F: Forms> {
+    pub(crate) ctx: &'a Context<F>,
+    pub(crate) cluster: &'a DatabaseCluster,
+    pub(crate) owner: &'a Owner,
+    pub(crate) spec: &'a ValidSpec,
+    pub(crate) pods: &'a [PodView],
+    pub(crate) record: &'a Record<'a>,
+    pub(crate) token: &'a StatusToken,
+    /// The namespace's pods, for role labels and deletions.
+    pub(crate) pods_api: Api<Pod>,
+}
+
+impl<F: Forms> Pass<'_, F> {
+    /// The status the last pass wrote.
+    pub(crate) fn previous(&self) -> Option<&DatabaseClusterStatus> {
+        self.cluster.status.as_ref()
+    }
+
+    /// The instance manager of a pod with an address.
+    pub(crate) fn target_of(&self, pod: &PodView) -> Option<Target> {
+        let port = u16::try_from(STATUS_PORT).unwrap_or(8000);
+        Some(Target { host: pod.ip.clone()?, port, token: self.token.clone() })
+    }
+
+    /// The instance manager of pod `name`, when it is not being deleted and has an address.
+    pub(crate) fn target(&self, name: &str) -> Option<Target> {
+        self.target_of(self.pods.iter().find(|p| p.name == name && !p.deleting)?)
+    }
+
+    /// A switchover from `old` to `new`.
+    pub(crate) fn switch<'s>(&'s self, old: &'s str, new: &'s str) -> Switch<'s, F> {
+        let (ctx, cluster, owner, spec) = (self.ctx, self.cluster, self.owner, self.spec);
+        Switch { ctx, cluster, owner, spec, pods: &self.pods_api, old, new }
+    }
+}
+
+/// What the instances said, and what follows from it alone.
+pub(crate) struct Observed {
+    pub(crate) facts: BTreeMap<String, InstanceFacts>,
+    pub(crate) unreached: BTreeMap<String, String>,
+    pub(crate) statuses: Vec<InstanceStatus>,
+    pub(crate) current_primary: Option<String>,
+    pub(crate) refused: Vec<String>,
+    /// Some instance answers, and the primary is missing or a standby does not stream: look again
+    /// soon (replication changes bring no watch event).
+    pub(crate) busy: bool,
+}
+
+impl Observed {
+    /// The [`Topology`] of a pass that ends with `decision`.
+    fn topology(self, decision: Decision) -> Topology {
+        self.into_parts(decision).1
+    }
+
+    /// The facts, and the [`Topology`] of a pass that goes on with `decision`.
+    fn into_parts(self, decision: Decision) -> (BTreeMap<String, InstanceFacts>, Topology) {
+        let topology = Topology {
+            statuses: self.statuses,
+            current_primary: self.current_primary,
+            busy: self.busy,
+            retry_after: None,
+            decision,
+            promoted: None,
+            switchover: None,
+            refused: self.refused,
+            secret_versions: None,
+            notes: Vec::new(),
+            unreached: self.unreached,
+        };
+        (self.facts, topology)
+    }
+}
+
+/// Asks every instance with an address for its `/status`, all at once.
+pub(crate) async fn observe<F: Forms>(pass: &Pass<'_, F>) -> Observed {
+    let asked = pass.pods.iter().filter(|p| !p.deleting).filter_map(|pod| {
+        let target = pass.target_of(pod)?;
+        Some(async move { (pod.name.clone(), client::observe(&target).await) })
+    });
+    let mut facts = BTreeMap::new();
+    let mut unreached = BTreeMap::new();
+    for (name, result) in futures::future::join_all(asked).await {
+        match result {
+            Ok(found) => drop(facts.insert(name, found)),
+            Err(error) => {
+                tracing::debug!(pod = %name, %error, "instance not observed");
+                unreached.insert(name, unreached_message(&error));
+            }
+        }
+    }
+    let refused = refused_configuration(facts.values(), pass.cluster.spec.postgres_config.as_ref());
+    let recorded = pass.previous().map(|s| s.instances.as_slice()).unwrap_or_default();
+    let statuses = with_recorded_sync_states(instance_statuses(pass.pods, &facts), recorded);
+    let current_primary = current_primary(pass.pods, &facts, pass.record.primary);
+    let busy = !facts.is_empty()
+        && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
+    Observed { facts, unreached, statuses, current_primary, refused, busy }
+}
+
+/// Observes every instance, then keeps the topology true (see the module docs).
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::too_many_lines, reason = "being split into named steps")]
 pub(crate) async fn operate_instances<F: Forms>(
@@ -113,118 +221,24 @@ pub(crate) async fn operate_instances<F: Forms>(
     sts: &StatefulSet,
     pods: &[PodView],
     credentials: &Credentials,
+    token: &StatusToken,
     record: &Record<'_>,
 ) -> Topology {
-    let primary_record = record.primary;
-    let Some((su_user, su_password)) = credentials.get(Login::Superuser) else {
-        return Topology {
-            statuses: instance_statuses(pods, &BTreeMap::new()),
-            current_primary: None,
-            busy: true,
-            retry_after: None,
-            decision: Decision::Healthy,
-            promoted: None,
-            switchover: None,
-            refused: Vec::new(),
-        };
-    };
-    let target = |ip: &str, user: &str, password: &str, database: &str| Target {
-        host: ip.to_owned(),
-        port: u16::try_from(POSTGRES_PORT).unwrap_or(5432),
-        user: user.to_owned(),
-        password: password.to_owned(),
-        database: database.to_owned(),
-    };
-    let observed = futures::future::join_all(pods.iter().filter(|p| !p.deleting).filter_map(|pod| {
-        let ip = pod.ip.clone()?;
-        let target = target(&ip, su_user, su_password, "postgres");
-        Some(async move { (pod.name.clone(), observe(&target).await) })
-    }))
-    .await;
-    let mut facts = BTreeMap::new();
-    let mut refused_primary = false;
-    for (name, result) in observed {
-        match result {
-            Ok(found) => {
-                facts.insert(name, found);
-            }
-            Err(error) => {
-                tracing::debug!(pod = %name, %error, "instance not observed");
-                refused_primary |= error.is_password_refused() && name == primary_record;
-            }
-        }
-    }
-    let refused = refused_configuration(facts.values(), cluster.spec.postgres_config.as_ref());
-    let previous = cluster.status.as_ref();
-    let statuses = with_recorded_sync_states(
-        instance_statuses(pods, &facts),
-        previous.map(|s| s.instances.as_slice()).unwrap_or_default(),
-    );
-    let current_primary = current_primary(pods, &facts, primary_record);
-    // While some instance can be observed, look again until every standby streams (replication
-    // changes bring no watch event); with none observable there is nothing to wait for.
-    let mut busy = !facts.is_empty()
-        && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
-
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
-    let login_to = |name: &str| {
-        let ip = pods.iter().find(|p| p.name == name && !p.deleting)?.ip.as_deref()?;
-        Some(target(ip, su_user, su_password, "postgres"))
-    };
-    let previous_switchover = previous.and_then(|s| s.switchover.as_ref());
+    let pass = Pass { ctx, cluster, owner, spec, pods, record, token, pods_api };
+    let observed = observe(&pass).await;
     if let Some(old) = record.demoting {
-        let now = Timestamp::now();
-        let started = previous_switchover
-            .filter(|s| s.phase == phase::SWITCHING_OVER)
-            .and_then(|s| s.started.clone())
-            .unwrap_or_else(|| Time(Timestamp::from_second(now.as_second()).unwrap_or(now)));
-        let elapsed = Duration::try_from(now.duration_since(started.0)).unwrap_or_default();
-        let step = switchover_step(old, primary_record, &facts, elapsed);
-        let switch = Switch { ctx, cluster, owner, spec, pods: &pods_api, old, new: primary_record };
-        let login = login_to(primary_record);
-        let over = advance(&switch, step, login.as_ref()).await;
-        let requested = previous_switchover.map_or(primary_record, |s| s.requested.as_str());
-        let (now_phase, message) = match over {
-            Some(done) if done == phase::COMPLETED => {
-                (done, format!("{primary_record} is the primary in place of {old}; no transaction was lost"))
-            }
-            Some(aborted) => (
-                aborted,
-                format!("{primary_record} did not catch up with {old} in time: {old} is the primary again"),
-            ),
-            None => (phase::SWITCHING_OVER, format!("switching over from {old} to {primary_record}")),
-        };
-        let finished = over == Some(phase::COMPLETED);
-        return Topology {
-            statuses,
-            current_primary: if finished { Some(primary_record.to_owned()) } else { current_primary },
-            busy: true,
-            retry_after: Some(FAILOVER_REQUEUE),
-            decision: if finished {
-                Decision::Healthy
-            } else {
-                Decision::SwitchingOver { from: old.to_owned() }
-            },
-            promoted: None,
-            refused,
-            switchover: Some(switchover_record(
-                requested,
-                now_phase,
-                Some((old, primary_record)),
-                Some(started),
-                message,
-            )),
-        };
+        return continue_switchover(&pass, observed, old).await;
     }
-
     let decision = if spec.replicas > 0 {
-        let synchronous = synchronous(spec.synchronous_replicas, &statuses);
-        let seen_down = seen_down_since(previous, primary_record);
+        let synchronous = synchronous(spec.synchronous_replicas, &observed.statuses);
+        let seen_down = seen_down_since(pass.previous(), record.primary);
+        let delay = failover_delay(cluster);
         decide(
-            primary_record,
+            record.primary,
             pods,
-            &facts,
-            failover_delay(cluster),
+            &observed.facts,
+            delay,
             synchronous.as_ref(),
             seen_down,
             Timestamp::now(),
@@ -232,283 +246,115 @@ pub(crate) async fn operate_instances<F: Forms>(
     } else {
         Decision::Healthy
     };
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
-    if let Decision::Promote { pod: new, resume, down_for, received_lsn } = &decision {
-        let old = match (resume, previous.and_then(|s| s.current_primary.as_deref())) {
-            (true, Some(last)) => last,
-            _ => primary_record,
-        };
-        let lag_bytes =
-            previous.and_then(|s| s.instances.iter().find(|i| &i.name == new)).and_then(|i| i.lag_bytes);
-        let mut promoted = None;
-        if let Some(ip) = pods.iter().find(|p| &p.name == new).and_then(|p| p.ip.as_deref()) {
-            let login = target(ip, su_user, su_password, "postgres");
-            let promotion = Promotion {
-                old,
-                new,
-                resume: *resume,
-                down_for: *down_for,
-                lag_bytes,
-                received_lsn: *received_lsn,
-                login,
-            };
-            promoted = fail_over(ctx, cluster, owner, spec, &promotion).await;
-        }
-        // The rest waits for the next pass, which observes the new topology.
-        return Topology {
-            statuses,
-            current_primary: promoted.as_ref().map(|r| r.to.clone()).or(current_primary),
-            busy: true,
-            retry_after: Some(FAILOVER_REQUEUE),
-            decision,
-            promoted,
-            switchover: None,
-            refused,
-        };
+    if let Decision::Promote { .. } = &decision {
+        return fail_over_now(&pass, observed, decision).await;
     }
     let mut promoted = None;
-    if let Some(old) = unreported_promotion(primary_record, current_primary.as_deref(), previous) {
-        tracing::info!(%old, new = %primary_record, "failover: finishing one a stopped operator carried out");
+    let unreported =
+        unreported_promotion(record.primary, observed.current_primary.as_deref(), pass.previous());
+    if let Some(old) = unreported {
+        tracing::info!(%old, new = %record.primary, "failover: finishing one a stopped operator carried out");
         // Promoted already, it no longer says how much WAL it had received.
-        let record = outcome(&old, primary_record, None, spec.synchronous_replicas, Timestamp::now());
-        promoted = Some(finish(ctx, cluster, &pods_api, &record).await);
+        let record = outcome(&old, record.primary, None, spec.synchronous_replicas, Timestamp::now());
+        promoted = Some(finish(ctx, cluster, &pass.pods_api, &record).await);
     }
+    let (facts, mut topology) = observed.into_parts(decision);
+    topology.promoted = promoted;
+    if let Some(switching) = upkeep::switchover_requests(&pass, &mut topology).await {
+        return switching;
+    }
+    if let Decision::Waiting { remaining, .. } = &topology.decision {
+        topology.retry_after = Some(*remaining + FAILOVER_REQUEUE);
+    }
+    upkeep::keep_up(&pass, &facts, sts, credentials, &mut topology).await;
+    topology
+}
 
-    // A scale down that would remove the primary switches over to a standby that stays first.
-    let removed = spec.replicas > 0 && ordinal_of(primary_record).is_some_and(|o| o >= spec.replicas);
-    if let (true, Decision::Healthy, None) = (removed, &decision, &promoted) {
-        let healthy_primary = current_primary.as_deref().filter(|p| *p == primary_record);
-        let mut staying: Vec<&PodView> = pods.iter().filter(|p| p.ordinal < spec.replicas).collect();
-        staying.sort_by_key(|p| p.ordinal);
-        let target = staying
-            .into_iter()
-            .find(|p| check_target(&p.name, pods, &statuses, spec.replicas, healthy_primary).is_ok());
-        if let Some(new) = target {
-            let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &new.name);
-            let switch =
-                Switch { ctx, cluster, owner, spec, pods: &pods_api, old: primary_record, new: &new.name };
-            let login = login_to(primary_record);
-            let why = format!("scale down to {} instances: ", spec.replicas);
-            let begun = begin(&switch, login.as_ref(), &requested, &why).await;
-            return switching(statuses, current_primary, decision, primary_record, begun, refused);
+/// A switchover under way from `old` (the record's `demoting`): its next step
+/// ([`crate::databasecluster::switchover::next_step`]); the pass ends here.
+async fn continue_switchover<F: Forms>(pass: &Pass<'_, F>, observed: Observed, old: &str) -> Topology {
+    let primary = pass.record.primary;
+    let now = Timestamp::now();
+    let previous = pass.previous().and_then(|s| s.switchover.as_ref());
+    let started = previous
+        .filter(|s| s.phase == phase::SWITCHING_OVER)
+        .and_then(|s| s.started.clone())
+        .unwrap_or_else(|| Time(Timestamp::from_second(now.as_second()).unwrap_or(now)));
+    let elapsed = Duration::try_from(now.duration_since(started.0)).unwrap_or_default();
+    let step = switchover_step(old, primary, &observed.facts, elapsed);
+    let over = advance(&pass.switch(old, primary), step, pass.target(primary).as_ref()).await;
+    let requested = previous.map_or(primary, |s| s.requested.as_str());
+    let (now_phase, message) = match over {
+        Some(done) if done == phase::COMPLETED => {
+            (done, format!("{primary} is the primary in place of {old}; no transaction was lost"))
         }
-        tracing::info!(primary = %primary_record, "scale down waits for a standby that stays to stream");
-        busy = true;
-    }
-
-    // A switchover asked for by `spec.primary` ([`crate::databasecluster::switchover`]), while the primary is healthy.
-    let mut switchover = None;
-    let wanted = requested(cluster.spec.primary.as_deref(), previous_switchover);
-    if let (Some(new), Decision::Healthy, None) = (wanted, &decision, &promoted) {
-        let healthy_primary = current_primary
-            .as_deref()
-            .filter(|p| *p == primary_record && pods.iter().any(|pod| pod.name == *p && pod.ready));
-        if new == primary_record {
-            let message = format!("{new} is the primary already");
-            switchover = Some(switchover_record(new, phase::COMPLETED, None, None, message));
-        } else {
-            match check_target(new, pods, &statuses, spec.replicas, healthy_primary) {
-                Err(message) => {
-                    let repeated = previous_switchover.is_some_and(|s| {
-                        s.phase == phase::REFUSED && s.requested == new && s.message == message
-                    });
-                    if !repeated {
-                        tracing::warn!(%new, %message, "switchover refused");
-                        let note = EventNote::new(
-                            EventType::Warning,
-                            INVALID_PRIMARY,
-                            "Switchover",
-                            message.clone(),
-                        );
-                        ctx.events.publish(cluster, &note).await;
-                    }
-                    switchover = Some(switchover_record(new, phase::REFUSED, None, None, message));
-                }
-                Ok(()) => {
-                    let switch =
-                        Switch { ctx, cluster, owner, spec, pods: &pods_api, old: primary_record, new };
-                    let login = login_to(primary_record);
-                    let begun = begin(&switch, login.as_ref(), new, "").await;
-                    return switching(statuses, current_primary, decision, primary_record, begun, refused);
-                }
-            }
+        Some(aborted) => {
+            (aborted, format!("{primary} did not catch up with {old} in time: {old} is the primary again"))
         }
-    }
-    let retry_after = match &decision {
-        Decision::Waiting { remaining, .. } => Some(*remaining + FAILOVER_REQUEUE),
-        _ => None,
+        None => (phase::SWITCHING_OVER, format!("switching over from {old} to {primary}")),
     };
+    let finished = over == Some(phase::COMPLETED);
+    let decision =
+        if finished { Decision::Healthy } else { Decision::SwitchingOver { from: old.to_owned() } };
+    let current_primary = observed.current_primary.clone();
+    let mut topology = observed.topology(decision);
+    topology.current_primary = if finished { Some(primary.to_owned()) } else { current_primary };
+    topology.busy = true;
+    topology.retry_after = Some(FAILOVER_REQUEUE);
+    let switched = Some((old, primary));
+    topology.switchover = Some(switchover_record(requested, now_phase, switched, Some(started), message));
+    topology
+}
 
-    for (pod, role) in label_changes(pods, &facts) {
-        set_role_label(&pods_api, &pod, role).await;
-    }
-
-    let desired_hash = desired_config_hash(owner.name(), spec);
-    let primary_pod = current_primary.as_ref().and_then(|name| pods.iter().find(|p| &p.name == name));
-    for pod in pods.iter().filter(|p| !p.deleting) {
-        let (Some(found), Some(ip)) = (facts.get(&pod.name), pod.ip.as_deref()) else { continue };
-        let on_disk = found.config_hash_on_disk.as_deref() == Some(desired_hash.as_str());
-        let applied = found.config_hash_applied.as_deref() == Some(desired_hash.as_str());
-        if applied {
-            continue;
-        }
-        if !found.refused_settings.is_empty() {
-            // Not reloaded: PostgreSQL would apply all but the refused lines, or nothing (an
-            // unknown name). The status says what to fix; the next spec brings a new file.
-            continue;
-        }
-        busy = true;
-        if !on_disk {
-            tracing::debug!(pod = %pod.name, "the changed configuration has not reached the instance yet");
-            continue;
-        }
-        let target = target(ip, su_user, su_password, "postgres");
-        let result = async { reload(&connect(&target).await?, &target).await }.await;
-        match result {
-            Ok(()) => {
-                tracing::info!(pod = %pod.name, "configuration reloaded");
-                ctx.events.publish(cluster, &EventNote::configuration_reloaded(&pod.name)).await;
-            }
-            Err(error) => tracing::warn!(pod = %pod.name, %error, "reload failed"),
-        }
-    }
-
-    if let (Some(primary), Some(ip)) = (primary_pod, primary_pod.and_then(|p| p.ip.as_deref())) {
-        let su = target(ip, su_user, su_password, "postgres");
-        if let Some(found) = facts.get(&primary.name) {
-            busy |= apply_slots(&su, found, primary.ordinal, spec.replicas).await;
-        }
-        for login in [Login::Replication, Login::App] {
-            let Some((user, password)) = credentials.get(login) else { continue };
-            let as_user = target(ip, user, password, login.database());
-            match check_login(&as_user).await {
-                Err(error) if error.is_password_refused() => {
-                    busy = true;
-                    let result =
-                        async { set_password(&connect(&su).await?, &su, user, password).await }.await;
-                    match result {
-                        Ok(()) => {
-                            tracing::info!(user, "password set from its Secret");
-                            ctx.events.publish(cluster, &EventNote::password_applied(user)).await;
-                        }
-                        Err(error) => tracing::warn!(user, %error, "could not set the password"),
-                    }
-                }
-                Err(error) => tracing::debug!(user, %error, "login check inconclusive"),
-                Ok(()) => {}
-            }
-        }
-    }
-
-    let primary_down_for_credentials =
-        refused_primary && pods.iter().any(|p| p.name == primary_record && p.ready && !p.deleting);
-    if primary_down_for_credentials {
-        tracing::warn!(pod = %primary_record, "the primary refuses the superuser Secret's password: restarting it so it applies the Secret");
-        ctx.events.publish(cluster, &EventNote::credentials_restart(primary_record)).await;
-        delete_pod(&pods_api, primary_record).await;
-        busy = true;
-    }
-
-    let generation_observed =
-        match (sts.metadata.generation, sts.status.as_ref().and_then(|s| s.observed_generation)) {
-            (Some(generation), Some(observed)) => observed >= generation,
-            _ => false,
+/// A failover [`decide`] asked for (`decision` is `Promote`): the promotion; the rest waits for
+/// the next pass, which observes the new topology.
+async fn fail_over_now<F: Forms>(pass: &Pass<'_, F>, observed: Observed, decision: Decision) -> Topology {
+    let Decision::Promote { pod: new, resume, down_for, received_lsn } = &decision else {
+        return observed.topology(decision);
+    };
+    let previous = pass.previous();
+    let old = match (resume, previous.and_then(|s| s.current_primary.as_deref())) {
+        (true, Some(last)) => last,
+        _ => pass.record.primary,
+    };
+    let lag_bytes =
+        previous.and_then(|s| s.instances.iter().find(|i| &i.name == new)).and_then(|i| i.lag_bytes);
+    let mut promoted = None;
+    if let Some(target) = pass.pods.iter().find(|p| &p.name == new).and_then(|p| pass.target_of(p)) {
+        let promotion = Promotion {
+            old,
+            new,
+            resume: *resume,
+            down_for: *down_for,
+            lag_bytes,
+            received_lsn: *received_lsn,
+            target,
         };
-    let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
-    // A roll waits until the instances have the current configuration file (look again soon), and
-    // holds while PostgreSQL refuses it (until the spec changes).
-    let configuration = configuration_state(facts.values(), &desired_hash);
-    let roll_held = update_revision.is_some() && configuration != ConfigurationState::InPlace;
-    if roll_held {
-        tracing::debug!(?configuration, "no roll step: the configuration is not in place");
-        busy |= configuration == ConfigurationState::Arriving;
+        promoted = fail_over(pass.ctx, pass.cluster, pass.owner, pass.spec, &promotion).await;
     }
-    if let (true, Some(revision), false, false) =
-        (generation_observed, update_revision, primary_down_for_credentials, roll_held)
-    {
-        let switch_over = spec.replicas >= 2
-            && cluster.spec.primary_update_method.unwrap_or_default() == PrimaryUpdateMethod::Switchover;
-        let primary = current_primary.as_deref();
-        match next_step(pods, &revision, spec.replicas, primary, primary_record, &statuses, switch_over) {
-            RollStep::Done => {}
-            RollStep::Wait => busy = true,
-            RollStep::SwitchOver { to } => {
-                busy = true;
-                let old = primary_record;
-                tracing::info!(%old, %to, "rolling update: switching over to an updated standby");
-                let switch = Switch { ctx, cluster, owner, spec, pods: &pods_api, old, new: &to };
-                let requested = handled_request(previous_switchover, cluster.spec.primary.as_deref(), &to);
-                let login = login_to(old);
-                let why = "rolling update: ";
-                switchover = begin(&switch, login.as_ref(), &requested, why).await;
-            }
-            RollStep::Delete { pod, primary, outdated } => {
-                busy = true;
-                let note = EventNote::rolling_instance(&pod, primary, outdated, pods.len());
-                tracing::info!(%pod, primary, outdated, "rolling update: deleting the instance's pod");
-                ctx.events.publish(cluster, &note).await;
-                delete_pod(&pods_api, &pod).await;
-            }
-        }
-    }
-    Topology { statuses, current_primary, busy, retry_after, decision, promoted, switchover, refused }
+    let current_primary = promoted.as_ref().map(|r| r.to.clone()).or(observed.current_primary.clone());
+    let mut topology = observed.topology(decision.clone());
+    topology.current_primary = current_primary;
+    topology.busy = true;
+    topology.retry_after = Some(FAILOVER_REQUEUE);
+    topology.promoted = promoted;
+    topology
 }
 
-/// The [`Topology`] of a pass that started a switchover from `old` (`begun`, when the fence
-/// worked): the rest waits for the next pass.
-pub(crate) fn switching(
-    statuses: Vec<InstanceStatus>,
-    current_primary: Option<String>,
-    decision: Decision,
-    old: &str,
-    begun: Option<SwitchoverStatus>,
-    refused: Vec<String>,
-) -> Topology {
-    Topology {
-        statuses,
-        current_primary,
-        busy: true,
-        retry_after: Some(FAILOVER_REQUEUE),
-        decision: if begun.is_some() { Decision::SwitchingOver { from: old.to_owned() } } else { decision },
-        promoted: None,
-        switchover: begun,
-        refused,
+/// `topology` for a pass that started a switchover from `old` (`begun`, when the fence worked):
+/// the rest waits for the next pass.
+pub(crate) fn switching(mut topology: Topology, old: &str, begun: Option<SwitchoverStatus>) -> Topology {
+    topology.busy = true;
+    topology.retry_after = Some(FAILOVER_REQUEUE);
+    topology.promoted = None;
+    if begun.is_some() {
+        topology.decision = Decision::SwitchingOver { from: old.to_owned() };
     }
+    topology.switchover = begun;
+    topology
 }
 
-/// Creates the missing slots and drops the unused ones on the primary; whether anything changed.
-pub(crate) async fn apply_slots(
-    su: &Target,
-    primary: &InstanceFacts,
-    primary_ordinal: i32,
-    replicas: i32,
-) -> bool {
-    let changes = slot_changes(primary, primary_ordinal, replicas);
-    if changes.create.is_empty() && changes.drop.is_empty() {
-        return false;
-    }
-    let client = match connect(su).await {
-        Ok(client) => client,
-        Err(error) => {
-            tracing::warn!(%error, "cannot reach the primary to manage slots");
-            return true;
-        }
-    };
-    for slot in &changes.create {
-        match create_slot(&client, su, slot).await {
-            Ok(()) => tracing::info!(%slot, "replication slot created"),
-            Err(error) => tracing::warn!(%slot, %error, "could not create the replication slot"),
-        }
-    }
-    for slot in &changes.drop {
-        match drop_slot(&client, su, slot).await {
-            Ok(()) => tracing::info!(%slot, "replication slot dropped"),
-            Err(error) => tracing::warn!(%slot, %error, "could not drop the replication slot"),
-        }
-    }
-    true
-}
-
+/// Deletes pod `name` (gone already is fine); failures are logged.
 pub(crate) async fn delete_pod(api: &Api<Pod>, name: &str) {
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => {}

@@ -1,6 +1,6 @@
 //! The reconcile pass's steps, one file each, in the order [`super::reconcile`] runs them:
-//! [`secrets`] and [`status_token`], [`services`], the StatefulSet and [`pdb`], [`instances`], [`backups`]; [`child`]
-//! is how every step writes one child.
+//! [`secrets`] and [`status_token`], [`services`], the StatefulSet and [`pdb`], [`instances`] (and
+//! its [`upkeep`]), [`backups`]; [`child`] is how every step writes one child.
 
 pub mod backups;
 pub mod child;
@@ -9,3 +9,4 @@ pub mod pdb;
 pub mod secrets;
 pub mod services;
 pub mod status_token;
+pub mod upkeep;
