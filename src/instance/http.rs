@@ -42,6 +42,8 @@ pub struct Shared {
     /// Set once the server runs with its credentials applied (cleared never: a server that stops
     /// ends the manager).
     pub started: AtomicBool,
+    /// `/metrics`.
+    pub metrics: super::metrics::Exporter,
 }
 
 /// Which of the manager's listeners.
@@ -105,7 +107,7 @@ pub async fn route<B>(request: &Request<B>, shared: &Shared, endpoints: Endpoint
         if request.uri().path() != "/metrics" {
             return text(StatusCode::NOT_FOUND, "not found");
         }
-        let mut response = text(StatusCode::OK, super::metrics::scrape(&shared.local).await.trim_end());
+        let mut response = text(StatusCode::OK, shared.metrics.scrape().await.trim_end());
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; version=0.0.4"));
@@ -194,7 +196,8 @@ mod tests {
         settings.run_dir = run.to_owned();
         settings.config_dir = run.to_owned();
         let local = Local::new(&settings, "postgres");
-        Shared { settings, local, started: AtomicBool::new(true) }
+        let metrics = super::super::metrics::Exporter::new(&settings, &local);
+        Shared { settings, local, started: AtomicBool::new(true), metrics }
     }
 
     #[tokio::test]

@@ -89,6 +89,13 @@ impl Local {
         Local { config }
     }
 
+    /// The same server, database `database`, sessions named `application_name`.
+    pub fn for_database(&self, database: &str, application_name: &str) -> Local {
+        let mut config = self.config.clone();
+        config.dbname(database).application_name(application_name);
+        Local { config }
+    }
+
     /// Runs `work` on a fresh local session within `limit`.
     pub async fn with<T, F, Fut>(&self, limit: Duration, work: F) -> Result<T, ClientError>
     where

@@ -57,14 +57,15 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
     let mut int = signal(SignalKind::interrupt()).map_err(io("installing the SIGINT handler"))?;
     let listener =
         http::bind(&settings, settings.status_port).await.map_err(io("binding the status listener"))?;
-    let metrics =
+    let metrics_listener =
         http::bind(&settings, settings.metrics_port).await.map_err(io("binding the metrics listener"))?;
     let superuser = secrets::read(&settings, Login::Superuser)?.username;
     let local = Local::new(&settings, &superuser);
-    let shared = Arc::new(Shared { settings, local, started: AtomicBool::new(false) });
+    let metrics = super::metrics::Exporter::new(&settings, &local);
+    let shared = Arc::new(Shared { settings, local, started: AtomicBool::new(false), metrics });
     let stop = CancellationToken::new();
     tokio::spawn(http::serve(listener, shared.clone(), Endpoints::Status, stop.clone()));
-    tokio::spawn(http::serve(metrics, shared.clone(), Endpoints::Metrics, stop.clone()));
+    tokio::spawn(http::serve(metrics_listener, shared.clone(), Endpoints::Metrics, stop.clone()));
     let _stop_on_exit = stop.clone().drop_guard();
 
     let role = tokio::select! {

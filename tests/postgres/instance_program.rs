@@ -45,12 +45,15 @@ const TOKEN: &str = "test-status-token";
 /// This crate's binary: the instance manager.
 const MANAGER: &str = env!("CARGO_BIN_EXE_dbcluster-operator");
 
-/// One simulated cluster's files: the ConfigMap, the Secrets, the hosts file, and a directory per pod.
-struct Fixture {
+/// One simulated cluster's files: the ConfigMap, the Secrets, the hosts file, and a directory per pod
+/// (shared with the tests of `instance_metrics`).
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    root: PathBuf,
+    pub(crate) root: PathBuf,
     subnet: u8,
     pods: Vec<Instance>,
+    /// More environment for the manager, e.g. `DBC_CUSTOM_QUERIES`.
+    pub(crate) env: Vec<(String, String)>,
 }
 
 struct Instance {
@@ -61,7 +64,7 @@ struct Instance {
 
 impl Fixture {
     /// `subnet` keeps each test's addresses (127.213.<subnet>.<n>) apart from the others'.
-    async fn new(subnet: u8, config: &[(&str, &str)]) -> Fixture {
+    pub(crate) async fn new(subnet: u8, config: &[(&str, &str)]) -> Fixture {
         require_postgres();
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
@@ -102,7 +105,7 @@ impl Fixture {
             std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).status();
         assert!(status.unwrap().success());
         std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        Fixture { _dir: dir, root, subnet, pods: Vec::new() }
+        Fixture { _dir: dir, root, subnet, pods: Vec::new(), env: Vec::new() }
     }
 
     fn secret(&self, login: Login) -> String {
@@ -113,11 +116,11 @@ impl Fixture {
         std::fs::write(self.root.join("sec").join(login.mount_dir()).join("password"), password).unwrap();
     }
 
-    fn ip(&self, ordinal: usize) -> String {
+    pub(crate) fn ip(&self, ordinal: usize) -> String {
         format!("127.213.{}.{}", self.subnet, ordinal + 1)
     }
 
-    fn target(&self, ordinal: usize, login: Login, database: &str) -> Target {
+    pub(crate) fn target(&self, ordinal: usize, login: Login, database: &str) -> Target {
         Target {
             host: self.ip(ordinal),
             port: 5432,
@@ -127,11 +130,11 @@ impl Fixture {
         }
     }
 
-    fn superuser(&self, ordinal: usize) -> Target {
+    pub(crate) fn superuser(&self, ordinal: usize) -> Target {
         self.target(ordinal, Login::Superuser, "postgres")
     }
 
-    fn pgdata(&self, ordinal: usize) -> PathBuf {
+    pub(crate) fn pgdata(&self, ordinal: usize) -> PathBuf {
         self.root.join(format!("db-{ordinal}")).join("data").join("pgdata")
     }
 
@@ -143,7 +146,7 @@ impl Fixture {
         let inner = format!(
             "mount --bind {hosts} /etc/hosts && exec setpriv --reuid=postgres --regid=postgres --init-groups \
              env PATH={BIN}:/usr/bin:/bin PGDATA={pgdata} POD_NAME=db-{ordinal} POD_IP={ip} \
-             DBC_CONFIG={cfg} DBC_SECRETS={sec} DBC_RUN={run} DBC_PEER_DOMAIN=db.{NAMESPACE}.svc \
+             DBC_CONFIG={cfg} DBC_SECRETS={sec} DBC_RUN={run} DBC_PEER_DOMAIN=db.{NAMESPACE}.svc {env} \
              {MANAGER} instance {verb}",
             hosts = self.root.join("hosts").display(),
             pgdata = self.pgdata(ordinal).display(),
@@ -151,6 +154,7 @@ impl Fixture {
             cfg = self.root.join("cfg").display(),
             sec = self.root.join("sec").display(),
             run = pod.join("run").display(),
+            env = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
         );
         let mut command = Command::new("unshare");
         command.args(["-m", "bash", "-c", &inner]).stdin(Stdio::null()).process_group(0);
@@ -158,7 +162,7 @@ impl Fixture {
     }
 
     /// Runs `instance init` for pod `ordinal` to completion; returns its log.
-    async fn init(&self, ordinal: usize) -> String {
+    pub(crate) async fn init(&self, ordinal: usize) -> String {
         let output =
             within_limit("instance init", REAL_WAIT, self.command(ordinal, "init").output()).await.unwrap();
         let log = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -167,7 +171,7 @@ impl Fixture {
     }
 
     /// Starts `instance run` for pod `ordinal` and waits until its readiness probe passes.
-    async fn start(&mut self, ordinal: usize) {
+    pub(crate) async fn start(&mut self, ordinal: usize) {
         let log = self.root.join(format!("db-{ordinal}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let mut command = self.command(ordinal, "run");
@@ -187,12 +191,12 @@ impl Fixture {
 
     /// `GET path` on pod `ordinal`'s manager (with a bearer token when given): the status code
     /// and body, or `None` when nothing answers within two seconds.
-    async fn get(&self, ordinal: usize, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    pub(crate) async fn get(&self, ordinal: usize, path: &str, token: Option<&str>) -> Option<(u16, String)> {
         self.get_on(ordinal, STATUS_PORT, path, token).await
     }
 
     /// `GET path` on pod `ordinal`'s `port`.
-    async fn get_on(
+    pub(crate) async fn get_on(
         &self,
         ordinal: usize,
         port: u16,
@@ -220,7 +224,7 @@ impl Fixture {
         serde_json::from_str(&body).unwrap()
     }
 
-    fn log(&self, ordinal: usize) -> String {
+    pub(crate) fn log(&self, ordinal: usize) -> String {
         std::fs::read_to_string(self.root.join(format!("db-{ordinal}.log"))).unwrap_or_default()
     }
 
@@ -238,7 +242,7 @@ impl Fixture {
     }
 
     /// Sends SIGTERM (what a kubelet does) and waits for the instance to exit.
-    async fn stop(&mut self, ordinal: usize) {
+    pub(crate) async fn stop(&mut self, ordinal: usize) {
         let name = format!("db-{ordinal}");
         let pod = self.pods.iter_mut().find(|p| p.name == name).unwrap();
         let mut child = pod.child.take().unwrap();
@@ -293,7 +297,7 @@ fn write_files(dir: &Path, files: BTreeMap<String, String>) {
 }
 
 /// A primary and a standby cloned over its slot, streaming.
-async fn primary_and_standby(subnet: u8) -> Fixture {
+pub(crate) async fn primary_and_standby(subnet: u8) -> Fixture {
     let mut fixture = Fixture::new(subnet, &[("work_mem", "4MB")]).await;
     fixture.init(0).await;
     fixture.start(0).await;

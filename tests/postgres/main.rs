@@ -12,6 +12,7 @@ mod e2e_failover;
 mod e2e_postgres;
 mod e2e_restore;
 mod e2e_topology;
+mod instance_metrics;
 mod instance_program;
 mod sim_job_pods;
 mod sim_process_kubelet;
