@@ -89,10 +89,11 @@ impl Local {
         Local { config }
     }
 
-    /// The same server, database `database`, sessions named `application_name`.
-    pub fn for_database(&self, database: &str, application_name: &str) -> Local {
+    /// The same server, database `database`, sessions named `application_name` started with
+    /// the command-line `options` (`-c name=value …`, applied as the superuser).
+    pub fn for_sessions(&self, database: &str, application_name: &str, options: &str) -> Local {
         let mut config = self.config.clone();
-        config.dbname(database).application_name(application_name);
+        config.dbname(database).application_name(application_name).options(options);
         Local { config }
     }
 

@@ -6,8 +6,11 @@
 #![cfg(feature = "sim")]
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use dbcluster_operator::databasecluster::instances::connect;
+use dbcluster_operator::databasecluster::instances::{connect, create_slot};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::postgres::eventually_some;
 use crate::instance_program::{Fixture, primary_and_standby};
@@ -15,12 +18,26 @@ use crate::instance_program::{Fixture, primary_and_standby};
 /// The manager's metrics port.
 const METRICS_PORT: u16 = 9187;
 
+/// How long a scrape may take (Prometheus' default timeout): the custom queries may take 3 s.
+const SCRAPE_LIMIT: Duration = Duration::from_secs(10);
+
 /// Pod `ordinal`'s metrics: each sample line as `series → value`, the text checked on the way
-/// (every sample's family has `# HELP` and `# TYPE` lines before it, every value parses).
+/// (every sample's family has `# HELP` and `# TYPE` lines before it, every value parses); `None`
+/// when nothing answers within [`SCRAPE_LIMIT`].
 async fn scrape(fixture: &Fixture, ordinal: usize) -> Option<BTreeMap<String, f64>> {
-    let (code, body) = fixture.get_on(ordinal, METRICS_PORT, "/metrics", None).await?;
-    assert_eq!(code, 200, "{body}");
-    Some(parse(&body))
+    let exchange = async {
+        let mut stream =
+            tokio::net::TcpStream::connect((fixture.ip(ordinal).as_str(), METRICS_PORT)).await.ok()?;
+        let request = "GET /metrics HTTP/1.1\r\nHost: pod\r\nConnection: close\r\n\r\n";
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.ok()?;
+        Some(answer)
+    };
+    let answer = tokio::time::timeout(SCRAPE_LIMIT, exchange).await.ok().flatten()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
+    Some(parse(body))
 }
 
 /// The samples of a text exposition, its format checked.
@@ -119,4 +136,111 @@ async fn each_instance_serves_its_metrics_and_a_paused_standbys_lag_comes_and_go
             .then_some(())
     })
     .await;
+}
+
+/// Custom queries: two served, one primary-only, one showing the role they run as, and three that
+/// fail (a missing table, a write, one slower than the statement timeout).
+const QUERIES: &str = r#"
+pg_test_orders:
+  query: "SELECT 'eu' AS region, 3 AS waiting UNION ALL SELECT 'us', 5"
+  metrics:
+    - region: {usage: LABEL, description: "The region"}
+    - waiting: {usage: GAUGE, description: "Orders waiting"}
+pg_test_primary:
+  primary: true
+  query: SELECT 1 AS only
+  metrics:
+    - only: {usage: GAUGE}
+pg_test_role:
+  query: SELECT current_user AS who, count(*) AS backends FROM pg_stat_activity
+  metrics:
+    - who: {usage: LABEL}
+    - backends: {usage: GAUGE}
+broken:
+  query: SELECT n FROM no_such_table
+  metrics:
+    - n: {usage: COUNTER}
+writer:
+  query: CREATE TABLE written_by_a_metric (n int)
+  metrics:
+    - n: {usage: GAUGE}
+zz_slow:
+  query: SELECT 1 AS v FROM pg_sleep(5)
+  metrics:
+    - v: {usage: GAUGE}
+"#;
+
+/// How many lines of pod `ordinal`'s log hold every one of `needles`.
+fn log_lines(fixture: &Fixture, ordinal: usize, needles: &[&str]) -> usize {
+    fixture.log(ordinal).lines().filter(|l| needles.iter().all(|n| l.contains(n))).count()
+}
+
+#[tokio::test]
+async fn custom_queries_are_served_and_a_failing_one_is_counted_and_logged_once() {
+    let mut fixture = Fixture::new(42, &[]).await;
+    let dir = fixture.root.join("monitoring");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("queries.yaml");
+    fixture.env.push(("DBC_CUSTOM_QUERIES".into(), file.display().to_string()));
+    fixture.init(0).await;
+    fixture.start(0).await;
+    let su = fixture.superuser(0);
+    create_slot(&connect(&su).await.unwrap(), &su, "instance_1").await.unwrap();
+    fixture.init(1).await;
+    fixture.start(1).await;
+
+    // No file yet (a ConfigMap not created): the built-in metrics, the state, one log line.
+    for _ in 0..2 {
+        let samples = scrape(&fixture, 0).await.unwrap();
+        assert_eq!((value(&samples, "pg_up"), value(&samples, "pg_custom_queries_file_loaded")), (1.0, 0.0));
+    }
+    assert_eq!(log_lines(&fixture, 0, &["the custom queries file is missing"]), 1, "{}", fixture.log(0));
+
+    std::fs::write(&file, QUERIES).unwrap();
+    let primary = eventually_some("the custom queries are served", || async {
+        let samples = scrape(&fixture, 0).await?;
+        samples.contains_key("pg_test_orders_waiting{region=\"eu\"}").then_some(samples)
+    })
+    .await;
+    assert_eq!(value(&primary, "pg_test_orders_waiting{region=\"eu\"}"), 3.0);
+    assert_eq!(value(&primary, "pg_test_orders_waiting{region=\"us\"}"), 5.0);
+    assert_eq!(value(&primary, "pg_test_primary_only"), 1.0);
+    assert!(value(&primary, "pg_test_role_backends{who=\"pg_monitor\"}") >= 1.0, "run as pg_monitor");
+    assert_eq!(value(&primary, "pg_custom_queries_file_loaded"), 1.0);
+    for failing in ["broken", "writer", "zz_slow"] {
+        assert!(value(&primary, &format!("pg_custom_query_errors_total{{query=\"{failing}\"}}")) >= 1.0);
+    }
+    assert!(value(&primary, "pg_backends{state=\"active\"}") >= 1.0, "the built-in metrics are served");
+    let standby = scrape(&fixture, 1).await.unwrap();
+    assert_eq!(value(&standby, "pg_test_orders_waiting{region=\"eu\"}"), 3.0);
+    assert!(!standby.contains_key("pg_test_primary_only"), "primary: true runs on the primary only");
+
+    // Each scrape counts each failure again; each is logged once.
+    let broken = "pg_custom_query_errors_total{query=\"broken\"}";
+    let before = value(&primary, broken);
+    let again = scrape(&fixture, 0).await.unwrap();
+    assert!(value(&again, broken) > before);
+    assert_eq!(log_lines(&fixture, 0, &["\"query\":\"broken\"", "no_such_table"]), 1, "{}", fixture.log(0));
+    assert_eq!(log_lines(&fixture, 0, &["\"query\":\"writer\"", "read-only transaction"]), 1);
+    assert_eq!(log_lines(&fixture, 0, &["\"query\":\"zz_slow\"", "statement timeout"]), 1);
+    assert_eq!(log_lines(&fixture, 0, &["no_such_table"]), 1, "the server does not log it at each scrape");
+
+    // Invalid YAML: the built-in metrics stay, logged once; fixed, the queries are back.
+    std::fs::write(&file, "pg_test: [unclosed").unwrap();
+    for _ in 0..2 {
+        let samples = scrape(&fixture, 0).await.unwrap();
+        assert_eq!(value(&samples, "pg_custom_queries_file_loaded"), 0.0);
+        assert!(!samples.contains_key("pg_test_orders_waiting{region=\"eu\"}"));
+        assert_eq!(value(&samples, "pg_up"), 1.0);
+        value(&samples, "pg_xact_commit_total{datname=\"app\"}");
+    }
+    assert_eq!(log_lines(&fixture, 0, &["the custom queries file is invalid"]), 1);
+    std::fs::write(&file, QUERIES).unwrap();
+    let fixed = scrape(&fixture, 0).await.unwrap();
+    assert_eq!(value(&fixed, "pg_test_orders_waiting{region=\"eu\"}"), 3.0);
+    assert_eq!(
+        log_lines(&fixture, 0, &["\"query\":\"broken\""]),
+        1,
+        "an unchanged definition is not logged again"
+    );
 }

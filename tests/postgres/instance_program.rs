@@ -196,7 +196,7 @@ impl Fixture {
     }
 
     /// `GET path` on pod `ordinal`'s `port`.
-    pub(crate) async fn get_on(
+    async fn get_on(
         &self,
         ordinal: usize,
         port: u16,

@@ -1,6 +1,8 @@
 //! Running the metrics queries (I/O): each query's rows read with the simple query protocol
 //! (every value as PostgreSQL's text) into a [`Table`] and made families by
-//! [`super::query::families`].
+//! [`super::query::families`]. The sessions ([`QUIET`]) keep their errors out of the server's
+//! log: the exporter logs each failing query once itself, where the server would log it at every
+//! scrape.
 
 use std::time::Duration;
 
@@ -11,6 +13,9 @@ use super::query::{QuerySpec, Table, families};
 use super::text::Family;
 use super::{CUSTOM_BUDGET, QUERY_LIMIT};
 
+/// The metrics sessions' options: no server log line for their errors and statements.
+pub const QUIET: &str = "-c log_min_messages=fatal -c log_min_error_statement=panic";
+
 /// One query's outcome: its name, and its families or why none.
 pub type Outcome = (String, Result<Vec<Family>, String>);
 
@@ -19,10 +24,18 @@ const GRACE: Duration = Duration::from_secs(1);
 /// A custom query is not started with less time than this left.
 const LEAST: Duration = Duration::from_millis(100);
 
+/// The server's words for `error` (the driver's own say only `db error`).
+pub fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
+        None => error.to_string(),
+    }
+}
+
 /// The rows of `sql`; rows of several shapes (several statements) are refused.
 pub async fn table(client: &Client, sql: &str) -> Result<Table, String> {
     let mut table = Table::default();
-    for message in client.simple_query(sql).await.map_err(|e| e.to_string())? {
+    for message in client.simple_query(sql).await.map_err(|e| describe(&e))? {
         let SimpleQueryMessage::Row(row) = message else { continue };
         let columns: Vec<String> = row.columns().iter().map(|c| c.name().to_owned()).collect();
         if table.rows.is_empty() {
@@ -69,12 +82,12 @@ pub async fn custom(client: Client, specs: &[&QuerySpec]) -> Result<Vec<Outcome>
         let limit = left.min(QUERY_LIMIT);
         let attempt = async {
             let begin = format!(
-                "BEGIN READ ONLY; SET LOCAL ROLE pg_monitor; SET LOCAL statement_timeout = {}",
+                "BEGIN READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL ROLE pg_monitor",
                 limit.as_millis()
             );
-            client.batch_execute(&begin).await.map_err(|e| e.to_string())?;
+            client.batch_execute(&begin).await.map_err(|e| describe(&e))?;
             let made = run(&client, spec).await;
-            client.batch_execute("ROLLBACK").await.map_err(|e| e.to_string())?;
+            client.batch_execute("ROLLBACK").await.map_err(|e| describe(&e))?;
             made
         };
         let outcome = match tokio::time::timeout(limit + GRACE, attempt).await {

@@ -12,7 +12,8 @@
 //!   parsed again when it changed. Each query runs in the application database, in its own
 //!   read-only transaction under `SET LOCAL ROLE pg_monitor` (PostgreSQL's monitoring role: the
 //!   statistics, not the data, unless granted) with a statement timeout of [`QUERY_LIMIT`], all
-//!   of them within [`CUSTOM_BUDGET`]. A query that fails (or cannot run) adds one to
+//!   of them within [`CUSTOM_BUDGET`]. The metrics sessions keep their errors out of the server's
+//!   log ([`collect::QUIET`]). A query that fails (or cannot run) adds one to
 //!   `pg_custom_query_errors_total{query}` and is logged once until it succeeds again or its
 //!   definition changes; the others are served. `pg_custom_queries_file_loaded` says whether the
 //!   file was read and parsed (a missing ConfigMap or invalid YAML: 0, logged once, the built-in
@@ -46,6 +47,9 @@ pub const BUILTIN_LIMIT: Duration = ADMIN_LIMIT;
 pub const QUERY_LIMIT: Duration = Duration::from_secs(2);
 /// How long the custom queries may take together; those left when it is spent fail.
 pub const CUSTOM_BUDGET: Duration = Duration::from_secs(3);
+
+/// The metrics sessions' `application_name`.
+pub const APPLICATION_NAME: &str = "dbcluster-metrics";
 
 /// The parsed custom queries file, kept with the text it was parsed from.
 type Parsed = (String, Result<Arc<Vec<Definition>>, String>);
@@ -88,8 +92,8 @@ impl Exporter {
     /// The exporter of `settings`' instance, whose server `local` reaches as the superuser.
     pub fn new(settings: &Settings, local: &Local) -> Exporter {
         Exporter {
-            local: local.clone(),
-            app: local.for_database(&settings.app_database, "dbcluster-metrics"),
+            local: local.for_sessions("postgres", APPLICATION_NAME, collect::QUIET),
+            app: local.for_sessions(&settings.app_database, APPLICATION_NAME, collect::QUIET),
             queries_file: settings.custom_queries.clone(),
             builtin: builtin::queries(),
             reserved: builtin::names(),
