@@ -22,9 +22,12 @@ use crate::databasecluster::specs::config::{CONFIG_HASH_PARAMETER, MAX_SERVER_CO
 /// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
 pub const REPLICAS_RANGE: std::ops::RangeInclusive<i32> = 0..=10;
 
-/// Server parameters the operator sets itself; overriding them would break probes, the Service or
-/// the data volume.
+/// Server parameters the operator sets itself; overriding them would break probes, the Service,
+/// the data volume or the JSON log (`logging_collector`, `log_destination`: the server logs to its
+/// stderr, which the instance manager turns into JSON lines).
 const RESERVED_PARAMETERS: &[&str] = &[
+    "logging_collector",
+    "log_destination",
     "port",
     "listen_addresses",
     "data_directory",
