@@ -13,6 +13,7 @@ mod e2e_logs;
 mod e2e_postgres;
 mod e2e_restore;
 mod e2e_topology;
+mod instance_exec;
 mod instance_metrics;
 mod instance_program;
 mod sim_job_pods;

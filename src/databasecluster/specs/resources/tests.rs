@@ -420,3 +420,19 @@ fn custom_queries_are_mounted_for_the_manager_and_named_in_an_annotation() {
         Some("/etc/dbcluster-monitoring/queries.yaml")
     );
 }
+
+#[test]
+fn psql_in_the_pod_finds_the_socket_as_the_superuser_the_secret_names() {
+    let sts = statefulset();
+    let secret = build_login_secret(&owner(), Login::Superuser, PASSWORD);
+    let username = secret.data.unwrap()["username"].0.clone();
+    assert_eq!(env(container(&sts), "PGUSER").value.as_deref().map(str::as_bytes), Some(username.as_slice()));
+    assert_eq!(env(container(&sts), "PGHOST").value.as_deref(), Some(RUN_MOUNT_PATH));
+    for var in container(&sts).env.iter().flatten() {
+        assert!(
+            !var.name.contains("PASSWORD") && var.name != "PGPASSFILE",
+            "no password in the environment: {}",
+            var.name
+        );
+    }
+}
