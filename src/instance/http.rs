@@ -52,12 +52,14 @@ pub struct Shared {
     /// The mounted Secrets' versions last applied (`/status` reports them), set by the start and
     /// the record watcher.
     pub applied: Mutex<Option<Applied>>,
+    /// `/metrics`.
+    pub metrics: super::metrics::Exporter,
 }
 
 impl Shared {
     /// The handlers' state for `settings`, with nothing started or applied yet.
-    pub fn new(settings: Settings, local: Local) -> Shared {
-        Shared { settings, local, started: AtomicBool::new(false), applied: Mutex::new(None) }
+    pub fn new(settings: Settings, local: Local, metrics: super::metrics::Exporter) -> Shared {
+        Shared { settings, local, started: AtomicBool::new(false), applied: Mutex::new(None), metrics }
     }
 }
 
@@ -151,7 +153,7 @@ where
         if request.uri().path() != "/metrics" {
             return text(StatusCode::NOT_FOUND, "not found");
         }
-        let mut response = text(StatusCode::OK, super::metrics::scrape(&shared.local).await.trim_end());
+        let mut response = text(StatusCode::OK, shared.metrics.scrape().await.trim_end());
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; version=0.0.4"));
@@ -270,7 +272,8 @@ mod tests {
         settings.run_dir = run.to_owned();
         settings.config_dir = run.to_owned();
         let local = Local::new(&settings, "postgres");
-        let shared = Shared::new(settings, local);
+        let metrics = super::super::metrics::Exporter::new(&settings, &local);
+        let shared = Shared::new(settings, local, metrics);
         shared.started.store(true, Ordering::Release);
         shared
     }

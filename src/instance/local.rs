@@ -2,6 +2,10 @@
 //! as the superuser (trusted locally by `pg_hba.conf`), and to the recorded primary over TCP.
 //! Every call is bounded: connecting and the statements together within the caller's limit, so a
 //! hung server never hangs the manager or a probe.
+//!
+//! Quiet in the server's log: a session ends with libpq's goodbye (never a reset connection, which
+//! the server logs), and [`Local::ping`] does not knock while `postmaster.pid` says the server is
+//! starting or stopping (each refused connection is a `FATAL` line in its log; see [`accepting`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -19,6 +23,8 @@ pub const PROBE_LIMIT: Duration = Duration::from_secs(2);
 pub const ADMIN_LIMIT: Duration = Duration::from_secs(5);
 /// How long asking the recorded primary may take.
 const PRIMARY_LIMIT: Duration = Duration::from_secs(8);
+/// How long a finished session may take to say goodbye before its connection is dropped.
+const CLOSE_LIMIT: Duration = Duration::from_millis(500);
 
 /// A client call failed.
 #[derive(Debug, Error)]
@@ -30,6 +36,14 @@ pub enum ClientError {
         target: String,
         /// The limit.
         limit: Duration,
+    },
+    /// `postmaster.pid` says the server does not accept connections now.
+    #[error("{target}: not accepting connections ({state})")]
+    NotAccepting {
+        /// Which server.
+        target: String,
+        /// The state `postmaster.pid` gives (`starting`, `stopping`, `not running`).
+        state: String,
     },
     /// The driver's error.
     #[error("{target}: {source}")]
@@ -45,6 +59,19 @@ pub enum ClientError {
 #[derive(Clone, Debug)]
 pub struct Local {
     config: Config,
+    /// `$PGDATA/postmaster.pid`.
+    pid_file: std::path::PathBuf,
+}
+
+/// Whether the server accepts connections, from `postmaster.pid`'s text (`None`: no file, so no
+/// server): `Ok(())` when its status line says `ready` or `standby`, or when the file has no
+/// status line yet to go by; `Err(state)` otherwise.
+pub fn accepting(pid_file: Option<&str>) -> Result<(), String> {
+    let Some(text) = pid_file else { return Err("not running".to_owned()) };
+    match text.lines().nth(7).map(str::trim) {
+        None | Some("ready" | "standby") => Ok(()),
+        Some(state) => Err(state.to_owned()),
+    }
 }
 
 /// Connects with `config` and runs `work` on the session, all within `limit`.
@@ -66,7 +93,11 @@ where
             }
         });
         let result = work(client).await;
-        driver.abort();
+        // The client is gone: the driver says goodbye and ends; one that does not is dropped.
+        let mut driver = driver;
+        if tokio::time::timeout(CLOSE_LIMIT, &mut driver).await.is_err() {
+            driver.abort();
+        }
         result
     };
     tokio::time::timeout(limit, attempt)
@@ -86,7 +117,15 @@ impl Local {
             .dbname("postgres")
             .application_name("dbcluster-instance")
             .connect_timeout(PROBE_LIMIT);
-        Local { config }
+        Local { config, pid_file: settings.pgdata.join("postmaster.pid") }
+    }
+
+    /// The same server, database `database`, sessions named `application_name` started with
+    /// the command-line `options` (`-c name=value …`, applied as the superuser).
+    pub fn for_sessions(&self, database: &str, application_name: &str, options: &str) -> Local {
+        let mut config = self.config.clone();
+        config.dbname(database).application_name(application_name).options(options);
+        Local { config, pid_file: self.pid_file.clone() }
     }
 
     /// Runs `work` on a fresh local session within `limit`.
@@ -98,8 +137,12 @@ impl Local {
         session(&self.config, "the local server", limit, work).await
     }
 
-    /// The server answers a trivial query.
+    /// The server answers a trivial query; not asked while `postmaster.pid` says it does not
+    /// accept connections ([`accepting`]).
     pub async fn ping(&self, limit: Duration) -> Result<(), ClientError> {
+        let pid_file = tokio::fs::read_to_string(&self.pid_file).await.ok();
+        accepting(pid_file.as_deref())
+            .map_err(|state| ClientError::NotAccepting { target: "the local server".to_owned(), state })?;
         self.with(limit, |c| async move { c.simple_query("SELECT 1").await.map(drop) }).await
     }
 
@@ -154,6 +197,23 @@ pub async fn observe_primary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pid_files_status_line_says_whether_to_connect() {
+        let file =
+            |status: &str| format!("42\n/data\n1700000000\n5432\n/run\n10.0.0.3\n  1234  5678\n{status}\n");
+        let cases = [
+            (None, Err("not running")),
+            (Some(file("ready   ")), Ok(())),
+            (Some(file("standby ")), Ok(())),
+            (Some(file("starting")), Err("starting")),
+            (Some(file("stopping")), Err("stopping")),
+            (Some("42\n/data\n".to_owned()), Ok(())),
+        ];
+        for (text, want) in cases {
+            assert_eq!(accepting(text.as_deref()), want.map_err(str::to_owned), "{text:?}");
+        }
+    }
 
     #[tokio::test]
     async fn a_server_that_accepts_but_never_answers_fails_within_the_limit() {

@@ -15,7 +15,8 @@
 //! `$DBC_CONFIG/primary`. Decisions are pure functions in [`decide`]; the rest are the I/O edges:
 //! PostgreSQL's programs ([`tools`], [`postmaster`]), libpq sessions ([`local`]), the Secrets
 //! ([`secrets`], [`credentials`]) and `postgresql.auto.conf` ([`auto_conf`]). Logs: one JSON line
-//! per event on stderr (`RUST_LOG` filters), nothing on a healthy restart.
+//! per event on stderr (`RUST_LOG` filters), nothing on a healthy restart, and PostgreSQL's own
+//! messages as JSON lines there too ([`server_log`]): `kubectl logs` shows JSON only.
 
 pub mod auto_conf;
 pub mod commands;
@@ -28,6 +29,7 @@ pub mod postmaster;
 pub mod prepare;
 pub mod run;
 pub mod secrets;
+pub mod server_log;
 pub mod settings;
 pub mod signal;
 pub mod status;

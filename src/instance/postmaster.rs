@@ -1,7 +1,10 @@
 //! The postmaster as the manager's child: started with the ConfigMap's files and this pod's
-//! address, socket directory and port as `-c` options (its log goes to the container's output),
-//! and its exit status turned into the manager's own (`128 + signal` when a signal ended it, as a
-//! shell reports it), so the container exits as the server did.
+//! address, socket directory and port as `-c` options, its log on its stderr (no logging
+//! collector: the manager turns each message into a JSON line, [`super::server_log`]), in the data
+//! directory (a working directory its user can read: PostgreSQL's programs go back to theirs
+//! after finding their own executable, and complain when they cannot), and its exit status turned
+//! into the manager's own (`128 + signal` when a signal ended it, as a shell reports it), so the
+//! container exits as the server did.
 
 use std::ffi::OsString;
 use std::process::{ExitStatus, Stdio};
@@ -24,6 +27,8 @@ pub fn arguments(settings: &Settings, extra: &[String]) -> Vec<OsString> {
         option("port", settings.port.to_string()),
         option("unix_socket_directories", settings.run_dir.display().to_string()),
         option("unix_socket_permissions", "0700".to_owned()),
+        option("logging_collector", "off".to_owned()),
+        option("log_destination", "stderr".to_owned()),
     ] {
         args.push(c);
         args.push(value);
@@ -32,13 +37,14 @@ pub fn arguments(settings: &Settings, extra: &[String]) -> Vec<OsString> {
     args
 }
 
-/// Starts `postgres` (found on `PATH`).
+/// Starts `postgres` (found on `PATH`) with its stdout and stderr piped to the manager.
 pub fn spawn(settings: &Settings, extra: &[String]) -> std::io::Result<Child> {
     Command::new("postgres")
         .args(arguments(settings, extra))
+        .current_dir(&settings.pgdata)
         .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
 }
 
@@ -83,6 +89,8 @@ mod tests {
             "-c port=5432",
             "-c unix_socket_directories=/run/dbcluster",
             "-c unix_socket_permissions=0700",
+            "-c logging_collector=off",
+            "-c log_destination=stderr",
         ] {
             assert!(joined.contains(want), "{want} in {joined}");
         }

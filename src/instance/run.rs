@@ -22,11 +22,14 @@ use super::local::{Local, PROBE_LIMIT};
 use super::postmaster;
 use super::prepare::{PrepareError, prepare};
 use super::secrets::{self, Login, SecretError};
+use super::server_log;
 use super::settings::Settings;
 use super::signal::{self as sig, Signal};
 
 /// How often the start waits for the server to answer before applying the credentials.
 const STARTUP_POLL: Duration = Duration::from_millis(200);
+/// How long the server's last log lines may take to arrive once it exited.
+const LOG_DRAIN: Duration = Duration::from_secs(2);
 
 /// `instance run` could not run the server.
 #[derive(Debug, Error)]
@@ -57,14 +60,15 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
     let mut int = signal(SignalKind::interrupt()).map_err(io("installing the SIGINT handler"))?;
     let listener =
         http::bind(&settings, settings.status_port).await.map_err(io("binding the status listener"))?;
-    let metrics =
+    let metrics_listener =
         http::bind(&settings, settings.metrics_port).await.map_err(io("binding the metrics listener"))?;
     let superuser = secrets::read(&settings, Login::Superuser)?.username;
     let local = Local::new(&settings, &superuser);
-    let shared = Arc::new(Shared::new(settings, local));
+    let metrics = super::metrics::Exporter::new(&settings, &local);
+    let shared = Arc::new(Shared::new(settings, local, metrics));
     let stop = CancellationToken::new();
     tokio::spawn(http::serve(listener, shared.clone(), Endpoints::Status, stop.clone()));
-    tokio::spawn(http::serve(metrics, shared.clone(), Endpoints::Metrics, stop.clone()));
+    tokio::spawn(http::serve(metrics_listener, shared.clone(), Endpoints::Metrics, stop.clone()));
     let _stop_on_exit = stop.clone().drop_guard();
 
     let role = tokio::select! {
@@ -73,6 +77,7 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
         _ = int.recv() => return Ok(130),
     };
     let mut child = postmaster::spawn(&shared.settings, &extra).map_err(io("starting postgres"))?;
+    let logs = forward_logs(&mut child);
     let Some(pid) = child.id() else {
         // The child was already reaped: only possible once it exited.
         let status = child.wait().await.map_err(io("waiting for postgres"))?;
@@ -90,11 +95,25 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
             _ = int.recv() => fast_shutdown(pid, "SIGINT"),
         }
     };
+    // The server's last lines (its children may hold the pipes a moment longer).
+    let _ = tokio::time::timeout(LOG_DRAIN, futures::future::join_all(logs)).await;
     let code = postmaster::exit_code(status);
     if code != 0 {
         tracing::warn!(code, "postgres exited unsuccessfully");
     }
     Ok(code)
+}
+
+/// Forwards the server's stdout and stderr as JSON lines ([`server_log`]).
+fn forward_logs(child: &mut tokio::process::Child) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(stderr) = child.stderr.take() {
+        tasks.push(tokio::spawn(server_log::forward(stderr)));
+    }
+    if let Some(stdout) = child.stdout.take() {
+        tasks.push(tokio::spawn(server_log::forward(stdout)));
+    }
+    tasks
 }
 
 fn fast_shutdown(pid: u32, why: &str) {

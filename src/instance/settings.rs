@@ -14,6 +14,7 @@
 //! | `DBC_APP_DATABASE` | the application database | `app` |
 //! | `DBC_STATUS_PORT` | the manager's HTTP port (`/healthz`, `/readyz`, `/status`) | 8000 |
 //! | `DBC_METRICS_PORT` | the metrics port (`/metrics`) | 9187 |
+//! | `DBC_CUSTOM_QUERIES` | the custom metrics queries file (`spec.monitoring`) | none |
 //!
 //! Also the paths derived from them, and the record: the file `$DBC_CONFIG/primary` names the
 //! pod that must be primary (the operator's record, never the ordinal).
@@ -52,6 +53,8 @@ pub struct Settings {
     pub status_port: u16,
     /// `DBC_METRICS_PORT`.
     pub metrics_port: u16,
+    /// `DBC_CUSTOM_QUERIES`, when set and not empty.
+    pub custom_queries: Option<PathBuf>,
 }
 
 /// Why the environment is unusable.
@@ -96,6 +99,7 @@ impl Settings {
             app_database: get("DBC_APP_DATABASE").unwrap_or_else(|| "app".to_owned()),
             status_port: port("DBC_STATUS_PORT", DEFAULT_STATUS_PORT)?,
             metrics_port: port("DBC_METRICS_PORT", DEFAULT_METRICS_PORT)?,
+            custom_queries: get("DBC_CUSTOM_QUERIES").map(PathBuf::from),
         })
     }
 
@@ -181,6 +185,7 @@ mod tests {
         assert_eq!((settings.port, settings.status_port), (5432, DEFAULT_STATUS_PORT));
         assert_eq!(settings.app_database, "app");
         assert_eq!(settings.peer_domain, None);
+        assert_eq!(settings.custom_queries, None);
         assert_eq!(settings.host_of("db-postgres-0"), "db-postgres-0");
         assert_eq!(settings.slot_name(), "instance_2");
         assert_eq!(settings.status_token_path(), PathBuf::from("/etc/dbcluster-secrets/status/token"));
@@ -200,7 +205,9 @@ mod tests {
     fn ports_and_the_peer_domain_are_read() {
         let mut pairs = REQUIRED.to_vec();
         pairs.extend([("DBC_PORT", "6543"), ("DBC_PEER_DOMAIN", "db.ns.svc"), ("DBC_STATUS_PORT", "9000")]);
+        pairs.push(("DBC_CUSTOM_QUERIES", "/etc/dbcluster-monitoring/queries.yaml"));
         let settings = Settings::from_lookup(lookup(&pairs)).unwrap();
+        assert_eq!(settings.custom_queries, Some(PathBuf::from("/etc/dbcluster-monitoring/queries.yaml")));
         assert_eq!((settings.port, settings.status_port), (6543, 9000));
         assert_eq!(settings.host_of("db-postgres-0"), "db-postgres-0.db.ns.svc");
         let mut zero = REQUIRED.to_vec();

@@ -2,7 +2,9 @@
 //! image installs them): `initdb`, `pg_basebackup`, `pg_rewind`, `pg_controldata`. Each runs with
 //! its output captured (quiet logs: a failure's error reports the tail of its stderr), is killed
 //! when the manager drops it, and is bounded by a time limit. Passwords come from the password file
-//! named in the connection strings, never from arguments.
+//! named in the connection strings, never from arguments. Each runs in `/`, a working directory
+//! any user can enter (they go back to theirs after finding their own executable, and complain
+//! when they cannot).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -68,6 +70,7 @@ pub enum ToolError {
 async fn run(program: &'static str, args: Vec<OsString>, limit: Duration) -> Result<String, ToolError> {
     let child = Command::new(program)
         .args(args)
+        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

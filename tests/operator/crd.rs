@@ -283,3 +283,20 @@ fn the_storage_class_pattern_and_the_operators_check_agree() {
         assert_eq!(pattern.is_match(name), is_storage_class_name(name), "{name:?}");
     }
 }
+
+#[test]
+fn the_custom_queries_reference_needs_a_config_map_name_and_key() {
+    let reference = &spec_schema()["properties"]["monitoring"]["properties"]["customQueriesConfigMap"];
+    assert_eq!(reference["required"], json!(["key", "name"]));
+    let matches = |field: &str, text: &str| {
+        Regex::new(reference["properties"][field]["pattern"].as_str().unwrap()).unwrap().is_match(text)
+    };
+    for (name, valid) in [("queries", true), ("my.queries-1", true), ("Queries", false), ("-q", false)] {
+        assert_eq!(matches("name", name), valid, "name {name:?}");
+    }
+    for (key, valid) in
+        [("queries.yaml", true), (".hidden", true), ("..", false), ("..a", false), ("a/b", false)]
+    {
+        assert_eq!(matches("key", key), valid, "key {key:?}");
+    }
+}

@@ -22,6 +22,7 @@ mod e2e_storage;
 mod e2e_transient;
 mod e2e_walkthrough;
 mod manifests;
+mod monitoring;
 mod pass_log;
 mod plugin;
 mod rbac;

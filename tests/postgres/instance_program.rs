@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 
 use common::postgres::{POSTGRES_BIN as BIN, eventually_some};
 use fixture::*;
+pub(crate) use fixture::{Fixture, connect, primary_and_standby};
 
 use dbcluster_operator::databasecluster::instances::SlotChanges;
 use dbcluster_operator::databasecluster::instances::client::{change_slots, observe, promote, reload};

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::databasecluster::api::backup::{BOOTSTRAP_IMMUTABLE_MESSAGE, SCHEDULE_PATTERN};
 pub use crate::databasecluster::api::backup::{BackupSpec, BackupsStatus, BootstrapSpec, RestoredFrom};
+pub use crate::databasecluster::api::monitoring::{ConfigMapKeyRef, MonitoringSpec};
 
 /// The storage size used when the spec leaves `storageSize` out.
 pub const DEFAULT_STORAGE_SIZE: &str = "10Gi";
@@ -241,6 +242,11 @@ pub struct DatabaseClusterSpec {
     /// primary is updated as a standby; `Restart` restarts the primary in place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_update_method: Option<PrimaryUpdateMethod>,
+
+    /// Monitoring: custom metrics queries served beside the built-in ones on each instance's
+    /// `metrics` port (9187).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitoring: Option<MonitoringSpec>,
 }
 
 /// How a rolling update reaches the primary (`spec.primaryUpdateMethod`).

@@ -13,17 +13,21 @@ use thiserror::Error;
 use crate::databasecluster::api::backup::{
     BackupSpecError, ValidBackup, validate_backup, validate_bootstrap,
 };
+use crate::databasecluster::api::monitoring::custom_queries;
 use crate::databasecluster::api::types::{
-    DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements,
+    ConfigMapKeyRef, DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements,
 };
 use crate::databasecluster::specs::config::{CONFIG_HASH_PARAMETER, MAX_SERVER_CONF_BYTES, postgresql_conf};
 
 /// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
 pub const REPLICAS_RANGE: std::ops::RangeInclusive<i32> = 0..=10;
 
-/// Server parameters the operator sets itself; overriding them would break probes, the Service or
-/// the data volume.
+/// Server parameters the operator sets itself; overriding them would break probes, the Service,
+/// the data volume or the JSON log (`logging_collector`, `log_destination`: the server logs to its
+/// stderr, which the instance manager turns into JSON lines).
 const RESERVED_PARAMETERS: &[&str] = &[
+    "logging_collector",
+    "log_destination",
     "port",
     "listen_addresses",
     "data_directory",
@@ -62,6 +66,8 @@ pub struct ValidSpec {
     pub app_secret_name: Option<String>,
     /// The backup configuration, if backups are asked for.
     pub backup: Option<ValidBackup>,
+    /// The ConfigMap key of the custom metrics queries (`spec.monitoring`), if named.
+    pub custom_queries: Option<ConfigMapKeyRef>,
     /// How many standbys confirm each commit (`spec.synchronousReplicas`), below `replicas`
     /// (or anything while hibernated).
     pub synchronous_replicas: i32,
@@ -256,6 +262,9 @@ pub enum SpecError {
         /// `spec.replicas`.
         replicas: i32,
     },
+    /// `spec.monitoring.customQueriesConfigMap` names no ConfigMap key.
+    #[error("spec.monitoring.customQueriesConfigMap {0}")]
+    InvalidCustomQueries(String),
     /// `spec.backup`, `spec.backupSchedule` or `spec.bootstrap` cannot be acted on.
     #[error(transparent)]
     Backup(#[from] BackupSpecError),
@@ -295,6 +304,7 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
     }
     let resources = spec.resources.clone().unwrap_or_else(default_resources);
     check_resources(&resources)?;
+    let custom_queries = custom_queries(spec.monitoring.as_ref()).map_err(SpecError::InvalidCustomQueries)?;
     Ok(ValidSpec {
         replicas: spec.replicas,
         version,
@@ -306,6 +316,7 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
         app_secret_name: spec.app_secret_name.clone(),
         backup: validate_backup(spec)?,
         synchronous_replicas,
+        custom_queries,
     })
 }
 

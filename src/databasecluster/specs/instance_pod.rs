@@ -3,7 +3,10 @@
 //! ([`CONTROLLER_MOUNT_PATH`]) that the `postgres` image's containers run it from
 //! (`/controller/dbcluster-operator instance init|run`); its HTTP port ([`STATUS_PORT`], named
 //! `status`) for the probes and its metrics port ([`METRICS_PORT`], named `metrics`); and the `<name>-status-token` Secret mounted at
-//! `<secrets>/status/token` for `/status`.
+//! `<secrets>/status/token` for `/status`; and with `spec.monitoring.customQueriesConfigMap`, that
+//! ConfigMap's key as an optional volume ([`custom_queries_volume`]) whose file the manager reads
+//! at each scrape (`DBC_CUSTOM_QUERIES`), with the reference in a pod template annotation
+//! ([`CUSTOM_QUERIES_ANNOTATION`], empty without one) so that removing it rolls the pods too.
 //!
 //! The operator's image is process-wide configuration fixed at start (`run --instance-image`, env
 //! `OPERATOR_IMAGE`; the Deployment sets it to its own image): [`set_instance_image`] records it
@@ -13,12 +16,13 @@
 use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, Probe, ResourceRequirements,
-    SecretVolumeSource, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath,
+    Probe, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::databasecluster::api::types::ConfigMapKeyRef;
 use crate::databasecluster::specs::status_token::status_token_secret_name;
 
 /// The emptyDir holding the manager's binary.
@@ -39,6 +43,15 @@ pub const METRICS_PORT_NAME: &str = "metrics";
 pub const STATUS_TOKEN_VOLUME: &str = "secret-status";
 /// The image when none was configured.
 pub const DEFAULT_INSTANCE_IMAGE: &str = concat!("dbcluster-operator:", env!("CARGO_PKG_VERSION"));
+
+/// The volume of the custom metrics queries' ConfigMap.
+pub const CUSTOM_QUERIES_VOLUME: &str = "custom-queries";
+/// Where it is mounted.
+pub const CUSTOM_QUERIES_MOUNT_PATH: &str = "/etc/dbcluster-monitoring";
+/// The file the ConfigMap's key is projected to.
+pub const CUSTOM_QUERIES_FILE: &str = "queries.yaml";
+/// Pod template annotation: `<configmap>/<key>` of the custom queries, empty without any.
+pub const CUSTOM_QUERIES_ANNOTATION: &str = "databases.madmmas.dev/custom-queries";
 
 static INSTANCE_IMAGE: OnceLock<String> = OnceLock::new();
 
@@ -99,6 +112,49 @@ pub fn manager_mounts(secrets_mount_path: &str) -> [VolumeMount; 2] {
             ..VolumeMount::default()
         },
     ]
+}
+
+/// The custom queries' ConfigMap key as a volume holding [`CUSTOM_QUERIES_FILE`]: optional, so a
+/// missing ConfigMap or key never keeps the pod from starting (the file is then absent).
+pub fn custom_queries_volume(reference: &ConfigMapKeyRef) -> Volume {
+    Volume {
+        name: CUSTOM_QUERIES_VOLUME.to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: reference.name.clone(),
+            items: Some(vec![KeyToPath {
+                key: reference.key.clone(),
+                path: CUSTOM_QUERIES_FILE.to_owned(),
+                mode: None,
+            }]),
+            default_mode: Some(0o444),
+            optional: Some(true),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Its mount (read-only, a directory: a `subPath` mount would never see the ConfigMap change).
+pub fn custom_queries_mount() -> VolumeMount {
+    VolumeMount {
+        name: CUSTOM_QUERIES_VOLUME.to_owned(),
+        mount_path: CUSTOM_QUERIES_MOUNT_PATH.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// `DBC_CUSTOM_QUERIES`: the file the manager reads.
+pub fn custom_queries_env() -> EnvVar {
+    EnvVar {
+        name: "DBC_CUSTOM_QUERIES".to_owned(),
+        value: Some(format!("{CUSTOM_QUERIES_MOUNT_PATH}/{CUSTOM_QUERIES_FILE}")),
+        ..EnvVar::default()
+    }
+}
+
+/// The value of [`CUSTOM_QUERIES_ANNOTATION`].
+pub fn custom_queries_annotation(reference: Option<&ConfigMapKeyRef>) -> String {
+    reference.map(|r| format!("{}/{}", r.name, r.key)).unwrap_or_default()
 }
 
 /// The init container that copies the operator's binary into the emptyDir (first of all).
@@ -196,6 +252,19 @@ mod tests {
         for probe in [readiness, startup_probe(), liveness_probe()] {
             assert_eq!(probe.http_get.unwrap().port, IntOrString::String("status".into()));
         }
+    }
+
+    #[test]
+    fn custom_queries_are_an_optional_projection_of_one_key() {
+        let reference = ConfigMapKeyRef { name: "queries".into(), key: "custom.yaml".into() };
+        let source = custom_queries_volume(&reference).config_map.unwrap();
+        assert_eq!((source.name.as_str(), source.optional), ("queries", Some(true)));
+        let items = source.items.unwrap();
+        assert_eq!((items[0].key.as_str(), items[0].path.as_str()), ("custom.yaml", CUSTOM_QUERIES_FILE));
+        assert_eq!(custom_queries_mount().sub_path, None, "a subPath mount never sees updates");
+        assert_eq!(custom_queries_env().value.as_deref(), Some("/etc/dbcluster-monitoring/queries.yaml"));
+        assert_eq!(custom_queries_annotation(Some(&reference)), "queries/custom.yaml");
+        assert_eq!(custom_queries_annotation(None), "");
     }
 
     #[test]

@@ -58,8 +58,9 @@ use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
 use crate::databasecluster::specs::config::{CONFIG_MOUNT_PATH, config_map_name, restart_hash};
 use crate::databasecluster::specs::credentials::{APP_DATABASE, Login, mounted_secret_name};
 use crate::databasecluster::specs::instance_pod::{
-    METRICS_PORT, STATUS_PORT, controller_volume, install_container, liveness_probe, manager_command,
-    manager_mounts, manager_ports, readiness_probe, startup_probe, status_token_volume,
+    CUSTOM_QUERIES_ANNOTATION, METRICS_PORT, STATUS_PORT, controller_volume, custom_queries_annotation,
+    custom_queries_env, custom_queries_mount, custom_queries_volume, install_container, liveness_probe,
+    manager_command, manager_mounts, manager_ports, readiness_probe, startup_probe, status_token_volume,
 };
 use crate::runtime::object::{Object, OwnerRef};
 
@@ -162,8 +163,10 @@ const TERMINATION_GRACE_SECONDS: i64 = 60;
 pub fn build_statefulset(owner: &Owner, spec: &ValidSpec) -> StatefulSet {
     let mut pod_labels = standard_labels(owner);
     pod_labels.insert(label::VERSION.to_owned(), spec.version.as_str().to_owned());
-    let mut annotations =
-        BTreeMap::from([(RESTART_CONFIG_ANNOTATION.to_owned(), restart_hash(&spec.postgres_config))]);
+    let mut annotations = BTreeMap::from([
+        (RESTART_CONFIG_ANNOTATION.to_owned(), restart_hash(&spec.postgres_config)),
+        (CUSTOM_QUERIES_ANNOTATION.to_owned(), custom_queries_annotation(spec.custom_queries.as_ref())),
+    ]);
     if let Some(at) = &owner.restarted_at {
         annotations.insert(RESTARTED_AT_ANNOTATION.to_owned(), at.clone());
     }
@@ -267,6 +270,7 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
     }
     volumes.push(status_token_volume(&owner.name));
     volumes.push(controller_volume());
+    volumes.extend(spec.custom_queries.as_ref().map(custom_queries_volume));
     for name in [RUN_VOLUME, TMP_VOLUME] {
         volumes.push(Volume {
             name: name.to_owned(),
@@ -277,7 +281,7 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
     volumes
 }
 
-fn volume_mounts() -> Vec<VolumeMount> {
+fn volume_mounts(spec: &ValidSpec) -> Vec<VolumeMount> {
     let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
         name: name.to_owned(),
         mount_path: path.to_owned(),
@@ -295,11 +299,12 @@ fn volume_mounts() -> Vec<VolumeMount> {
         mounts.push(mount(&secret_volume_name(login), &path, true));
     }
     mounts.extend(manager_mounts(SECRETS_MOUNT_PATH));
+    mounts.extend(spec.custom_queries.as_ref().map(|_| custom_queries_mount()));
     mounts
 }
 
 /// The environment of the instance manager (see `crate::instance::settings`).
-fn instance_env(owner: &Owner) -> Vec<EnvVar> {
+fn instance_env(owner: &Owner, spec: &ValidSpec) -> Vec<EnvVar> {
     let value =
         |name: &str, value: String| EnvVar { name: name.to_owned(), value: Some(value), ..EnvVar::default() };
     let field = |name: &str, path: &str| EnvVar {
@@ -313,7 +318,7 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
         }),
         ..EnvVar::default()
     };
-    vec![
+    let mut env = vec![
         value("PGDATA", PGDATA.to_owned()),
         field("POD_NAME", "metadata.name"),
         field("POD_IP", "status.podIP"),
@@ -329,7 +334,9 @@ fn instance_env(owner: &Owner) -> Vec<EnvVar> {
         // socket (trusted in `pg_hba.conf`), which lives in the private run directory.
         value("PGHOST", RUN_MOUNT_PATH.to_owned()),
         value("PGUSER", crate::databasecluster::specs::credentials::SUPERUSER.to_owned()),
-    ]
+    ];
+    env.extend(spec.custom_queries.as_ref().map(|_| custom_queries_env()));
+    env
 }
 
 /// `/controller/dbcluster-operator instance <verb>`.
@@ -381,9 +388,9 @@ fn bootstrap_container(owner: &Owner, spec: &ValidSpec) -> Container {
         name: BOOTSTRAP_CONTAINER.to_owned(),
         image: Some(format!("postgres:{}", spec.version.as_str())),
         command: Some(instance_command("init")),
-        env: Some(instance_env(owner)),
+        env: Some(instance_env(owner, spec)),
         resources: Some(container_resources(spec)),
-        volume_mounts: Some(volume_mounts()),
+        volume_mounts: Some(volume_mounts(spec)),
         security_context: Some(restricted_security_context()),
         // A container that fails says why in its status: the log's tail when it wrote no
         // termination message (PostgreSQL's FATAL line, for a parameter it refuses).
@@ -410,7 +417,7 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
             .chain(manager_ports())
             .collect(),
         ),
-        env: Some(instance_env(owner)),
+        env: Some(instance_env(owner, spec)),
         resources: Some(container_resources(spec)),
         // Ready: accepting connections in its role (out of recovery on the primary, in recovery
         // on a standby), with the credentials applied; startup and liveness: the server answers.
@@ -419,7 +426,7 @@ fn postgres_container(owner: &Owner, spec: &ValidSpec) -> Container {
         readiness_probe: Some(readiness_probe()),
         startup_probe: Some(startup_probe()),
         liveness_probe: Some(liveness_probe()),
-        volume_mounts: Some(volume_mounts()),
+        volume_mounts: Some(volume_mounts(spec)),
         security_context: Some(restricted_security_context()),
         // A container that fails says why in its status: the log's tail when it wrote no
         // termination message (PostgreSQL's FATAL line, for a parameter it refuses).

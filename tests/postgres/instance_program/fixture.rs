@@ -33,12 +33,15 @@ pub const TOKEN: &str = "test-status-token";
 /// This crate's binary: the instance manager.
 const MANAGER: &str = env!("CARGO_BIN_EXE_dbcluster-operator");
 
-/// One simulated cluster's files: the ConfigMap, the Secrets, the hosts file, and a directory per pod.
+/// One simulated cluster's files: the ConfigMap, the Secrets, the hosts file, and a directory per pod
+/// (shared with the tests of `instance_metrics`).
 pub struct Fixture {
     _dir: tempfile::TempDir,
     pub root: PathBuf,
     subnet: u8,
     pods: Vec<Instance>,
+    /// More environment for the manager, e.g. `DBC_CUSTOM_QUERIES`.
+    pub env: Vec<(String, String)>,
 }
 
 pub struct Instance {
@@ -90,7 +93,7 @@ impl Fixture {
             std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).status();
         assert!(status.unwrap().success());
         std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        Fixture { _dir: dir, root, subnet, pods: Vec::new() }
+        Fixture { _dir: dir, root, subnet, pods: Vec::new(), env: Vec::new() }
     }
 
     pub fn secret(&self, login: Login) -> String {
@@ -137,7 +140,7 @@ impl Fixture {
         let inner = format!(
             "mount --bind {hosts} /etc/hosts && exec setpriv --reuid=postgres --regid=postgres --init-groups \
              env PATH={BIN}:/usr/bin:/bin PGDATA={pgdata} POD_NAME=db-{ordinal} POD_IP={ip} \
-             DBC_CONFIG={cfg} DBC_SECRETS={sec} DBC_RUN={run} DBC_PEER_DOMAIN=db.{NAMESPACE}.svc \
+             DBC_CONFIG={cfg} DBC_SECRETS={sec} DBC_RUN={run} DBC_PEER_DOMAIN=db.{NAMESPACE}.svc {env} \
              {MANAGER} instance {verb}",
             hosts = self.root.join("hosts").display(),
             pgdata = self.pgdata(ordinal).display(),
@@ -145,6 +148,7 @@ impl Fixture {
             cfg = self.root.join("cfg").display(),
             sec = self.root.join("sec").display(),
             run = pod.join("run").display(),
+            env = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
         );
         let mut command = Command::new("unshare");
         command.args(["-m", "bash", "-c", &inner]).stdin(Stdio::null()).process_group(0);

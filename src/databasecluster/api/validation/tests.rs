@@ -224,3 +224,22 @@ fn errors_say_which_field_is_wrong() {
     let message = SpecError::InvalidStorageSize("lots".into()).to_string();
     assert!(message.contains("spec.storageSize") && message.contains("\"lots\""), "{message}");
 }
+
+#[test]
+fn custom_queries_name_a_config_map_key() {
+    use crate::databasecluster::api::types::{ConfigMapKeyRef, MonitoringSpec};
+    let with = |name: &str, key: &str| {
+        let mut spec = spec(3, "15.4", "1Gi");
+        let reference = ConfigMapKeyRef { name: name.into(), key: key.into() };
+        spec.monitoring = Some(MonitoringSpec { custom_queries_config_map: Some(reference) });
+        validate_spec(&spec).map(|v| v.custom_queries.map(|r| (r.name, r.key)))
+    };
+    assert_eq!(with("queries", "queries.yaml"), Ok(Some(("queries".into(), "queries.yaml".into()))));
+    let refused = with("queries", "a/b").unwrap_err();
+    assert!(matches!(refused, SpecError::InvalidCustomQueries(_)), "{refused:?}");
+    assert!(
+        refused.to_string().starts_with("spec.monitoring.customQueriesConfigMap key \"a/b\""),
+        "{refused}"
+    );
+    assert_eq!(validate_spec(&spec(3, "15.4", "1Gi")).map(|v| v.custom_queries), Ok(None));
+}

@@ -212,7 +212,6 @@ pub(crate) async fn observe<F: Forms>(pass: &Pass<'_, F>) -> Observed {
 
 /// Observes every instance, then keeps the topology true (see the module docs).
 #[allow(clippy::too_many_arguments)]
-#[allow(clippy::too_many_lines, reason = "being split into named steps")]
 pub(crate) async fn operate_instances<F: Forms>(
     ctx: &Context<F>,
     cluster: &DatabaseCluster,

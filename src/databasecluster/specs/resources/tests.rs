@@ -386,3 +386,53 @@ fn another_controllers_object_is_recognised() {
     service.metadata.owner_references = Some(vec![OwnerReference { controller: None, ..other }]);
     assert_eq!(foreign_controller(&service, &owner), None, "a plain owner is not a controller");
 }
+
+#[test]
+fn custom_queries_are_mounted_for_the_manager_and_named_in_an_annotation() {
+    use crate::databasecluster::api::types::{ConfigMapKeyRef, MonitoringSpec};
+    use crate::databasecluster::specs::instance_pod::{CUSTOM_QUERIES_ANNOTATION, CUSTOM_QUERIES_VOLUME};
+    let annotation = |sts: &StatefulSet| {
+        let template = &sts.spec.as_ref().unwrap().template;
+        template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()[CUSTOM_QUERIES_ANNOTATION].clone()
+    };
+    let volume = |sts: &StatefulSet| {
+        let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        pod.volumes.iter().flatten().find(|v| v.name == CUSTOM_QUERIES_VOLUME).cloned()
+    };
+    let mounted = |sts: &StatefulSet| {
+        container(sts).volume_mounts.iter().flatten().any(|m| m.name == CUSTOM_QUERIES_VOLUME)
+    };
+    let plain = statefulset();
+    assert_eq!(annotation(&plain), "", "an empty value: removing the reference rolls the pods too");
+    assert!(volume(&plain).is_none() && !mounted(&plain));
+    assert!(container(&plain).env.iter().flatten().all(|e| e.name != "DBC_CUSTOM_QUERIES"));
+
+    let mut cluster = seed();
+    let reference = ConfigMapKeyRef { name: "queries".into(), key: "custom.yaml".into() };
+    cluster.spec.monitoring = Some(MonitoringSpec { custom_queries_config_map: Some(reference) });
+    let sts = statefulset_for(&cluster);
+    assert_eq!(annotation(&sts), "queries/custom.yaml");
+    let source = volume(&sts).unwrap().config_map.unwrap();
+    assert_eq!((source.name.as_str(), source.optional), ("queries", Some(true)));
+    assert!(mounted(&sts));
+    assert_eq!(
+        env(container(&sts), "DBC_CUSTOM_QUERIES").value.as_deref(),
+        Some("/etc/dbcluster-monitoring/queries.yaml")
+    );
+}
+
+#[test]
+fn psql_in_the_pod_finds_the_socket_as_the_superuser_the_secret_names() {
+    let sts = statefulset();
+    let secret = build_login_secret(&owner(), Login::Superuser, PASSWORD);
+    let username = secret.data.unwrap()["username"].0.clone();
+    assert_eq!(env(container(&sts), "PGUSER").value.as_deref().map(str::as_bytes), Some(username.as_slice()));
+    assert_eq!(env(container(&sts), "PGHOST").value.as_deref(), Some(RUN_MOUNT_PATH));
+    for var in container(&sts).env.iter().flatten() {
+        assert!(
+            !var.name.contains("PASSWORD") && var.name != "PGPASSFILE",
+            "no password in the environment: {}",
+            var.name
+        );
+    }
+}
