@@ -18,6 +18,7 @@ use common::postgres::*;
 use common::*;
 use dbcluster_operator::databasecluster::api::types::{DatabaseCluster, FailoverRecord};
 use dbcluster_operator::databasecluster::failover::PRIMARY_AVAILABLE;
+use dbcluster_operator::databasecluster::specs::instance_pod::LIVENESS_GRACE_SECONDS;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
@@ -489,10 +490,9 @@ async fn a_primary_whose_pod_cannot_be_scheduled_again_is_replaced() {
 }
 
 /// A primary whose processes hang (stopped, as a frozen process or a stuck disk leaves them) turns
-/// unready within the probe's documented bound, about 10 s (three attempts whose client call is
-/// killed after 3 s), although the runtime does not enforce an exec probe's `timeoutSeconds` while
-/// the probe's child blocks (containerd 1.6; the process kubelet runs probes the same way); then a
-/// standby takes over the writes.
+/// unready within the readiness probe's bound, about 10 s (`/readyz` every 2 s, 3 s to answer,
+/// three failures); a standby takes over the writes; the status says why the old primary is not
+/// observed; and the liveness probe restarts its container within its bound (about 80 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_primary_turns_unready_within_seconds_and_a_standby_takes_over() {
     let cluster = process_cluster().await;
@@ -524,10 +524,27 @@ async fn a_hung_primary_turns_unready_within_seconds_and_a_standby_takes_over() 
     })
     .await;
     eprintln!("hung primary: writes through -rw again after {:?} (failoverDelay {DELAY:?})", hung.elapsed());
-    assert_eq!(
-        cluster.clusters().get(NAME).await.unwrap().status.unwrap().current_primary.as_deref(),
-        Some(format!("{NAME}-1").as_str())
-    );
+    let status = cluster.clusters().get(NAME).await.unwrap().status.unwrap();
+    assert_eq!(status.current_primary.as_deref(), Some(format!("{NAME}-1").as_str()));
+    // The status says why the old primary is not observed: its manager does not answer.
+    let old = status.instances.iter().find(|i| i.name == POD_0).expect("the old primary is listed");
+    assert_eq!(old.role, "unknown", "{old:?}");
+    assert!(old.message.as_deref().is_some_and(|m| !m.is_empty()), "{old:?}");
+    // Liveness: `/healthz` every 10 s, 5 s to answer, 6 failures, then a stop with the probe's
+    // own grace (SIGTERM is not acted on by stopped processes; the SIGKILL after it ends them): the
+    // container restarts within about 80 s of the hang.
+    let grace = u64::try_from(LIVENESS_GRACE_SECONDS).unwrap();
+    let liveness = Duration::from_secs(10 * 6 + 5 + grace);
+    let limit = liveness + Duration::from_secs(30);
+    eventually_every("the hung container restarted", limit, REAL_POLL_INTERVAL, || async {
+        let status = pod(&cluster, POD_0).await.status.ok_or("no status")?;
+        let containers = status.container_statuses.unwrap_or_default();
+        if containers.iter().any(|c| c.restart_count > 0) { Ok(()) } else { Err("not restarted yet") }
+    })
+    .await;
+    let restarted = hung.elapsed();
+    eprintln!("hung primary: its container restarted {restarted:?} after the hang");
+    assert!(restarted <= liveness + Duration::from_secs(15), "{restarted:?}");
     let _ = stopper.kill();
     let _ = stopper.wait();
 }

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::postgres::eventually_some;

@@ -180,7 +180,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let backups = ensure_backups(ctx, cluster, &owner, &spec).await?;
 
     let pods = pod_views(ctx, &owner, Timestamp::now());
-    let topology = operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &token, &record).await;
+    let topology =
+        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &token, &record).await;
     let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
 
     let now = Timestamp::now();

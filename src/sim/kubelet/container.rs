@@ -215,8 +215,8 @@ pub async fn watch_run(
     let verdict = probe_until_unhealthy(launch, ctx, started_at, on_change);
     tokio::select! {
         code = run.wait() => Ending::Exited(code),
-        reason = verdict => {
-            let code = run.stop(grace(), launch.pre_stop.as_deref(), ctx).await;
+        (reason, probe_grace) = verdict => {
+            let code = run.stop(probe_grace.unwrap_or_else(&grace), launch.pre_stop.as_deref(), ctx).await;
             Ending::Unhealthy(code, reason)
         }
         _ = stop.cancelled() => {
@@ -226,13 +226,14 @@ pub async fn watch_run(
     }
 }
 
-/// Probe rules 1–3: returns why the container must be restarted (it never returns otherwise).
+/// Probe rules 1–3: returns why the container must be restarted, with the failing probe's own
+/// grace period if it has one (probe rule 7); it never returns otherwise.
 async fn probe_until_unhealthy(
     launch: &Launch,
     ctx: &ExecContext,
     started_at: Instant,
     on_change: &(dyn Fn(bool, bool) + Send + Sync),
-) -> String {
+) -> (String, Option<Duration>) {
     if let Some(probe) = &launch.startup {
         tokio::time::sleep_until(started_at + probe.initial_delay).await;
         let mut tally = Tally::default();
@@ -240,7 +241,10 @@ async fn probe_until_unhealthy(
             let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
             match tally.record(result.is_ok(), probe) {
                 Some(true) => break,
-                Some(false) => return format!("Startup probe failed: {}", result.err().unwrap_or_default()),
+                Some(false) => {
+                    let reason = format!("Startup probe failed: {}", result.err().unwrap_or_default());
+                    return (reason, probe.termination_grace);
+                }
                 None => tokio::time::sleep(probe.period).await,
             }
         }
@@ -261,7 +265,9 @@ async fn probe_until_unhealthy(
         }
     };
     let liveness = async {
-        let Some(probe) = &launch.liveness else { return std::future::pending::<String>().await };
+        let Some(probe) = &launch.liveness else {
+            return std::future::pending::<(String, Option<Duration>)>().await;
+        };
         tokio::time::sleep_until(started_at + probe.initial_delay).await;
         let mut tally = Tally::default();
         let mut ticker = probes::ticker(probe.period);
@@ -269,7 +275,8 @@ async fn probe_until_unhealthy(
             ticker.tick().await;
             let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
             if tally.record(result.is_ok(), probe) == Some(false) {
-                return format!("Liveness probe failed: {}", result.err().unwrap_or_default());
+                let reason = format!("Liveness probe failed: {}", result.err().unwrap_or_default());
+                return (reason, probe.termination_grace);
             }
         }
     };

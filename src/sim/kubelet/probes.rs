@@ -19,6 +19,9 @@
 //! 6. Attempts follow a ticker of `periodSeconds` (pkg/kubelet/prober/worker.go `run`): an
 //!    attempt that takes longer than the period is followed at once by the next, never by a
 //!    whole period more.
+//! 7. A liveness or startup probe's own `terminationGracePeriodSeconds`, when set, is the grace
+//!    period of the stop its failure causes, in place of the pod's (1.28's kubelet,
+//!    `killContainer` with the probe's grace; the `ProbeTerminationGracePeriod` feature is GA).
 //! 5. `exec` runs the command in the container's mount namespace, environment and user (so
 //!    `pg_isready` finds the container's `PATH`); exit 0 succeeds. `tcpSocket` succeeds when a TCP
 //!    connection opens; `httpGet` when the answer's status is 200–399 (plain HTTP only: `HTTPS`
@@ -69,6 +72,9 @@ pub struct Probe {
     pub success_threshold: u32,
     /// `failureThreshold`.
     pub failure_threshold: u32,
+    /// `terminationGracePeriodSeconds` (liveness and startup only): the grace of the stop a
+    /// failure causes, instead of the pod's.
+    pub termination_grace: Option<Duration>,
 }
 
 /// A port of the container by number or by name (`ports[].name`).
@@ -119,6 +125,7 @@ pub fn parse(probe: &Value, container: &Value, pod_ip: IpAddr) -> Option<Probe> 
         timeout: seconds("timeoutSeconds", 1).max(Duration::from_secs(1)),
         success_threshold: probe["successThreshold"].as_u64().unwrap_or(1).max(1) as u32,
         failure_threshold: probe["failureThreshold"].as_u64().unwrap_or(3).max(1) as u32,
+        termination_grace: probe["terminationGracePeriodSeconds"].as_u64().map(Duration::from_secs),
     })
 }
 
@@ -328,6 +335,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             success_threshold: 2,
             failure_threshold: 3,
+            termination_grace: None,
         };
         let mut tally = Tally::default();
         assert_eq!(tally.record(false, &probe), None);

@@ -27,7 +27,8 @@ mod reports;
 pub use collector::InformerCollector;
 pub use objects::{Cell, ObjectRow, ObjectTable, ObjectView, Tone, page_of_keys};
 pub use probe::{
-    ControllerProbe, KeyPhase, KeyReport, KeyState, PassCounts, PassHistories, PassLog, PassRecord, PassTotals,
+    ControllerProbe, KeyPhase, KeyReport, KeyState, PassCounts, PassHistories, PassLog, PassRecord,
+    PassTotals,
 };
 use reports::Clock;
 pub use reports::{
