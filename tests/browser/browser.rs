@@ -78,8 +78,20 @@ struct Driver {
 }
 
 impl Driver {
-    /// Starts `$CHROMEDRIVER` (default `chromedriver`) and waits for the port it announces.
+    /// Starts `$CHROMEDRIVER` (default `chromedriver`) and waits for the port it announces. A
+    /// chromedriver that exits before announcing one (seen once on a loaded machine) is started
+    /// again, up to three times.
     async fn start() -> Driver {
+        for _ in 0..3 {
+            if let Some(driver) = Self::try_start().await {
+                return driver;
+            }
+        }
+        panic!("chromedriver ended three times before announcing its port");
+    }
+
+    /// One start: `None` when chromedriver ends before announcing its port.
+    async fn try_start() -> Option<Driver> {
         let program = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
         let mut child = Command::new(&program)
             .arg("--port=0")
@@ -92,15 +104,15 @@ impl Driver {
         let port = within_limit("chromedriver's port", BROWSER_LIMIT, async {
             while let Some(line) = lines.next_line().await.unwrap() {
                 if let Some(rest) = line.split("started successfully on port ").nth(1) {
-                    return rest.trim_end_matches('.').parse::<u16>().unwrap();
+                    return Some(rest.trim_end_matches('.').parse::<u16>().unwrap());
                 }
             }
-            panic!("chromedriver ended before announcing its port");
+            None
         })
-        .await;
+        .await?;
         // Keep reading its output so that it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Driver { child, url: format!("http://127.0.0.1:{port}") }
+        Some(Driver { child, url: format!("http://127.0.0.1:{port}") })
     }
 
     /// A headless Chromium session (`$CHROMIUM`, default Debian's `/usr/bin/chromium`).
