@@ -1,6 +1,7 @@
 //! `cargo bench --bench e2e`: the whole operator, as its own process (the built binary's `run`
 //! against the simulator's kubeconfig, 4 workers), bringing N DatabaseClusters spread over 20
-//! namespaces to Running on the simulator (timer kubelet) in this process; then 60 s at rest;
+//! namespaces to Running on the simulator (timer kubelet) in this process; then 60 s at rest (the
+//! operator's CPU and passes at rest are printed: a settled cluster is looked at every 30 s);
 //! then the operator restarted once. One row per N and operator, printed as a Markdown table:
 //!
 //! - time to all Running, and p50/p99 of each cluster's create-to-Running time;
@@ -345,9 +346,16 @@ async fn measure(binary: &Path, label: &str, n: usize, rest: Duration) -> Row {
 
     let before_rest = log.iter().filter(|r| operator_write(r)).count();
     let sim_cpu_rest_start = cpu_seconds(&self_pid);
+    let (operator_cpu_rest_start, passes_rest_start) =
+        (cpu_seconds(&operator.pid()), operator.passes().await);
     tokio::time::sleep(rest).await;
+    // At rest the operator looks at each cluster with instances again every 30 s (its instances'
+    // `/status`; here nothing listens at the timer kubelet's pod addresses, so each is a refused
+    // connection).
+    let (operator_cpu_rest, passes_rest) =
+        (cpu_seconds(&operator.pid()) - operator_cpu_rest_start, operator.passes().await - passes_rest_start);
     eprintln!(
-        "{label} {n}: simulator CPU at rest {:.2} s in {rest:?}",
+        "{label} {n}: at rest for {rest:?}: simulator CPU {:.2} s; operator CPU {operator_cpu_rest:.2} s over {passes_rest} passes",
         cpu_seconds(&self_pid) - sim_cpu_rest_start
     );
     let after_rest = sim.request_log().iter().filter(|r| operator_write(r)).count();

@@ -21,8 +21,8 @@ use super::status::credential_version;
 /// Per login directory (`superuser`, `replication`, `app`): the version of its Secret.
 pub type Versions = BTreeMap<String, String>;
 
-/// The three mounted logins, read together.
-#[derive(Clone, Debug)]
+/// The three mounted logins, read together; its `Debug` shows neither passwords nor the token.
+#[derive(Clone)]
 pub struct Mounted {
     /// `superuser/`.
     pub superuser: Credential,
@@ -32,6 +32,16 @@ pub struct Mounted {
     pub app: Credential,
     /// The status token (the versions' key), empty when none is mounted.
     token: String,
+}
+
+impl std::fmt::Debug for Mounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mounted")
+            .field("superuser", &self.superuser)
+            .field("replication", &self.replication)
+            .field("app", &self.app)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Mounted {
@@ -146,6 +156,26 @@ mod tests {
         for (value, ident, literal) in cases {
             assert_eq!((quote_ident(value).as_str(), quote_literal(value).as_str()), (ident, literal));
         }
+    }
+
+    #[test]
+    fn the_mounted_logins_show_no_secret_and_each_has_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::sample();
+        settings.secrets_dir = dir.path().to_owned();
+        for (login, user) in [("superuser", "postgres"), ("replication", "replicator"), ("app", "app")] {
+            std::fs::create_dir_all(dir.path().join(login)).unwrap();
+            std::fs::write(dir.path().join(login).join("username"), user).unwrap();
+            std::fs::write(dir.path().join(login).join("password"), format!("{login}-s3cret")).unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("status")).unwrap();
+        std::fs::write(dir.path().join("status/token"), "t0ken-UNIQUE\n").unwrap();
+        let mounted = Mounted::read(&settings).unwrap();
+        let shown = format!("{mounted:?}");
+        assert!(!shown.contains("s3cret") && !shown.contains("t0ken-UNIQUE"), "{shown}");
+        let versions = mounted.versions();
+        assert_eq!(versions.keys().collect::<Vec<_>>(), ["app", "replication", "superuser"]);
+        assert_eq!(versions["app"], credential_version("t0ken-UNIQUE", "app", "app-s3cret"));
     }
 
     #[test]
