@@ -11,22 +11,26 @@ async fn server_log(cluster: &TestCluster, name: &str) -> String {
     cluster.api::<Pod>().logs(name, &params).await.unwrap_or_default()
 }
 
-/// The `connection authorized` lines (`log_connections = on`, the default `log_line_prefix`
-/// `%m [%p] `) of superuser sessions that came over the network, not over the server's own
-/// socket (the instance manager's sessions).
+/// The `connection authorized` messages (`log_connections = on`) of superuser sessions that came
+/// over the network, not over the server's own socket (the instance manager's sessions), from the
+/// container's log: one JSON object a line, PostgreSQL's messages with `"logger": "postgres"` and
+/// the backend's `pid`.
 fn superuser_network_sessions(log: &str) -> Vec<String> {
-    let pid = |line: &str| {
-        line.split_once(" [").and_then(|(_, rest)| rest.split_once(']')).map(|(p, _)| p.to_owned())
-    };
-    let networked: Vec<String> = log
+    let messages: Vec<(String, String)> = log
         .lines()
-        .filter(|l| l.contains("connection received: host=") && !l.contains("host=[local]"))
-        .filter_map(pid)
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| entry["logger"] == "postgres")
+        .filter_map(|entry| Some((entry["pid"].to_string(), entry["message"].as_str()?.to_owned())))
         .collect();
-    log.lines()
-        .filter(|l| l.contains("connection authorized: user=postgres "))
-        .filter(|l| pid(l).is_some_and(|p| networked.contains(&p)))
-        .map(str::to_owned)
+    let networked: Vec<&str> = messages
+        .iter()
+        .filter(|(_, m)| m.starts_with("connection received: host=") && !m.contains("host=[local]"))
+        .map(|(pid, _)| pid.as_str())
+        .collect();
+    messages
+        .iter()
+        .filter(|(pid, m)| m.starts_with("connection authorized: user=postgres ") && networked.contains(&pid.as_str()))
+        .map(|(_, m)| m.clone())
         .collect()
 }
 
