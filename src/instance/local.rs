@@ -4,8 +4,9 @@
 //! hung server never hangs the manager or a probe.
 //!
 //! Quiet in the server's log: a session ends with libpq's goodbye (never a reset connection, which
-//! the server logs), and [`Local::ping`] does not knock while `postmaster.pid` says the server is
-//! starting or stopping (each refused connection is a `FATAL` line in its log; see [`accepting`]).
+//! the server logs), and [`Local::ping`] and the metrics do not knock while `postmaster.pid` says
+//! the server is starting or stopping (each refused connection is a `FATAL` line in its log; see
+//! [`accepting`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -137,12 +138,17 @@ impl Local {
         session(&self.config, "the local server", limit, work).await
     }
 
-    /// The server answers a trivial query; not asked while `postmaster.pid` says it does not
-    /// accept connections ([`accepting`]).
-    pub async fn ping(&self, limit: Duration) -> Result<(), ClientError> {
+    /// Whether `postmaster.pid` lets a session be tried now ([`accepting`]): a refused
+    /// connection would be a `FATAL` line in the server's log.
+    pub async fn accepting(&self) -> Result<(), ClientError> {
         let pid_file = tokio::fs::read_to_string(&self.pid_file).await.ok();
         accepting(pid_file.as_deref())
-            .map_err(|state| ClientError::NotAccepting { target: "the local server".to_owned(), state })?;
+            .map_err(|state| ClientError::NotAccepting { target: "the local server".to_owned(), state })
+    }
+
+    /// The server answers a trivial query; not asked while it does not accept connections.
+    pub async fn ping(&self, limit: Duration) -> Result<(), ClientError> {
+        self.accepting().await?;
         self.with(limit, |c| async move { c.simple_query("SELECT 1").await.map(drop) }).await
     }
 

@@ -4,8 +4,8 @@
 //! - `pg_up` (1 when the server answered), `pg_in_recovery`, then the built-in queries
 //!   ([`builtin`]: replication and replay lag, the WAL receiver, backends, transactions,
 //!   conflicts, database sizes, the archiver, checkpoints and buffers), each as the superuser in
-//!   the `postgres` database within [`BUILTIN_LIMIT`] in all. A server that does not answer gives
-//!   `pg_up 0` and nothing else; a built-in query that fails (a view another major version
+//!   the `postgres` database within [`BUILTIN_LIMIT`] in all. A server that does not answer (or
+//!   that `postmaster.pid` says is starting or stopping: not asked) gives `pg_up 0` and nothing else; a built-in query that fails (a view another major version
 //!   lacks) leaves its families out and is logged once.
 //! - The user's queries ([`custom`]), when `$DBC_CUSTOM_QUERIES` names a file (the optional
 //!   volume of `spec.monitoring.customQueriesConfigMap`): the file is read at each scrape and
@@ -104,8 +104,12 @@ impl Exporter {
     /// The metrics text.
     pub async fn scrape(&self) -> String {
         let specs = &self.builtin;
-        let read =
-            self.local.with(BUILTIN_LIMIT, |client| async move { collect::builtin(client, specs).await });
+        let read = async {
+            self.local.accepting().await?;
+            self.local
+                .with(BUILTIN_LIMIT, |client| async move { collect::builtin(client, specs).await })
+                .await
+        };
         let (in_recovery, results) = match read.await {
             Ok(read) => read,
             Err(error) => {
