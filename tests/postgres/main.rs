@@ -10,6 +10,7 @@ mod backup_script;
 mod e2e_demo;
 mod e2e_failover;
 mod e2e_postgres;
+mod e2e_psql;
 mod e2e_restore;
 mod e2e_topology;
 mod instance_program;

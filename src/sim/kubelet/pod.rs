@@ -87,6 +87,8 @@ pub struct PodEntry {
     pub grace: AtomicU64,
     /// Cancelled when every container has stopped.
     pub done: CancellationToken,
+    /// How to run a command in each container that is running now, by name (`kubectl exec`).
+    pub running: Mutex<HashMap<String, ExecContext>>,
 }
 
 /// Why a pod's volumes are not there yet (rule 2).
@@ -322,10 +324,12 @@ impl PodWorker {
                     env: launch.env.clone(),
                     identity: launch.sandbox.identity.clone(),
                 };
+                self.entry.running.lock().insert(name.clone(), ctx.clone());
                 let code = tokio::select! {
                     code = run.wait() => code,
                     _ = self.entry.stop.cancelled() => run.stop(self.grace(), None, &ctx).await,
                 };
+                self.entry.running.lock().remove(&name);
                 let ended = run.terminated(&launch, code, &started_at);
                 if code == 0 {
                     self.update(|m| {
@@ -405,9 +409,11 @@ impl PodWorker {
                     m.containers[i].ready = ready;
                 });
             };
+            self.entry.running.lock().insert(name.clone(), ctx.clone());
             let ending =
                 container::watch_run(&mut run, &launch, &ctx, || self.grace(), &self.entry.stop, &on_change)
                     .await;
+            self.entry.running.lock().remove(&name);
             let (code, deleting) = match &ending {
                 Ending::Exited(code) => (*code, false),
                 Ending::Unhealthy(code, reason) => {
