@@ -18,7 +18,8 @@
 //!    being the pod IP (rule 6 of `pod`). It joins the container's mount namespace, not its PID
 //!    namespace: it is ended (its process group, SIGKILL) when the session ends before it does.
 //! 5. With `tty` its stdin, stdout and stderr are one pseudo-terminal (`pty`), of which it is
-//!    the session leader; otherwise pipes, one per stream asked for (`/dev/null` for the others).
+//!    the session leader, and `TERM=xterm` is set (containerd's CRI `execInternal` sets it);
+//!    otherwise pipes, one per stream asked for (`/dev/null` for the others).
 
 #![allow(unsafe_code, reason = "libc: the terminal's pre_exec hook, killpg of an exec's process group")]
 
@@ -234,6 +235,7 @@ pub fn start(target: &Target, options: &ExecOptions) -> Result<Process, StartErr
         cmd.stdin(slave(&pty).map_err(spawn_error)?)
             .stdout(slave(&pty).map_err(spawn_error)?)
             .stderr(slave(&pty).map_err(spawn_error)?);
+        cmd.env("TERM", "xterm");
         // SAFETY: setsid and ioctl are async-signal-safe; they run after the container's join.
         unsafe { cmd.pre_exec(|| pty::take_controlling_terminal()) };
         Some(pty.master)

@@ -180,7 +180,8 @@ async fn exec_on_a_terminal(cluster: &TestCluster) {
     // Writes the kubeconfig `script`'s kubectl reads.
     drop(kubectl_command(cluster, dir.path()));
     // The remote side waits for the size kubectl sends after connecting (a terminal starts 0x0).
-    let remote = "tty; while [ \"$(stty size)\" = \"0 0\" ]; do :; done; stty size; exit 4";
+    let remote =
+        "tty; echo \"TERM=$TERM\"; while [ \"$(stty size)\" = \"0 0\" ]; do :; done; stty size; exit 4";
     let command = format!("stty cols 100 rows 30; kubectl exec -it shell -- sh -c '{remote}'");
     let run = tokio::process::Command::new("script")
         .args(["-qec", &command, "/dev/null"])
@@ -193,6 +194,7 @@ async fn exec_on_a_terminal(cluster: &TestCluster) {
     let out = within_limit("kubectl exec -it to end", REAL_WAIT, run).await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
     assert!(text.contains("/dev/pts/"), "the command's stdin is a terminal: {text}");
+    assert!(text.contains("TERM=xterm"), "as containerd sets it: {text}");
     assert!(text.contains("30 100"), "the size kubectl sent: {text}");
     assert_eq!(out.status.code(), Some(4), "{text}");
 }
