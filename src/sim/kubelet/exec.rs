@@ -16,7 +16,8 @@
 //! 4. The command runs as the container's exec probes do (`probes::in_container`: its mount
 //!    namespace, environment, user, groups and working directory), `127.0.0.1` in its arguments
 //!    being the pod IP (rule 6 of `pod`). It joins the container's mount namespace, not its PID
-//!    namespace: it is ended (its process group, SIGKILL) when the session ends before it does.
+//!    namespace: it is ended (its process group, SIGKILL) when the session ends before it does, or
+//!    when that run of the container ends (a container's processes die with it).
 //! 5. With `tty` its stdin, stdout and stderr are one pseudo-terminal (`pty`), of which it is
 //!    the session leader, and `TERM=xterm` is set (containerd's CRI `execInternal` sets it);
 //!    otherwise pipes, one per stream asked for (`/dev/null` for the others).
@@ -130,16 +131,16 @@ pub fn container_not_found(container: &str) -> String {
 pub struct Target {
     ctx: ExecContext,
     pod_ip: String,
-    /// Cancelled once every container of the pod has stopped.
+    /// Cancelled when this run of the container ends.
     pub done: tokio_util::sync::CancellationToken,
 }
 
 /// Rule 3: `container` of the pod `uid` if this node runs it now.
 pub fn target(node: &Node, uid: &str, container: &str) -> Option<Target> {
     let entry = node.pod(uid)?;
-    let ctx = entry.running.lock().get(container).cloned()?;
+    let (ctx, done) = entry.running.lock().get(container).cloned()?;
     let pod_ip = entry.model.lock().pod_ip.clone();
-    Some(Target { ctx, pod_ip, done: entry.done.clone() })
+    Some(Target { ctx, pod_ip, done })
 }
 
 /// Why a command could not be started.

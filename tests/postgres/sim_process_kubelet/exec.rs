@@ -34,6 +34,8 @@ async fn running_shell(cluster: &TestCluster) {
         "shell",
         json!({
             "securityContext": {"runAsUser": 1234, "runAsGroup": 2345},
+            // `sleep` as PID 1 ignores SIGTERM: a deletion takes the whole grace period.
+            "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "main", "image": "postgres:15", "workingDir": "/scratch",
                 "command": ["sleep", "infinity"],
@@ -197,4 +199,29 @@ async fn exec_on_a_terminal(cluster: &TestCluster) {
     assert!(text.contains("TERM=xterm"), "as containerd sets it: {text}");
     assert!(text.contains("30 100"), "the size kubectl sent: {text}");
     assert_eq!(out.status.code(), Some(4), "{text}");
+}
+
+/// kubelet `exec` rule 4: a command exec'd in a container ends with it (SIGKILL: 137) when the
+/// container stops, here for the pod's deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_ends_with_its_container() {
+    use tokio::io::AsyncBufReadExt;
+    let cluster = cluster_of(28).await;
+    running_shell(&cluster).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = kubectl_command(&cluster, dir.path())
+        .args(["exec", "shell", "--", "sh", "-c", "echo started; exec sleep 600"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = within_limit("the exec to start", REAL_WAIT, lines.next_line()).await.unwrap();
+    assert_eq!(first.as_deref(), Some("started"));
+    let pods: Api<Pod> = cluster.api();
+    pods.delete("shell", &DeleteParams::default()).await.unwrap();
+    let out = within_limit("the exec to end with its container", REAL_WAIT, child.wait_with_output())
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(137), "{}", String::from_utf8_lossy(&out.stderr));
 }
