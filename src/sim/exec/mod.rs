@@ -103,12 +103,14 @@ fn upgrade_of(headers: &http::HeaderMap) -> Upgrade {
     };
     let connection_upgrades = value(header::CONNECTION).split(',').any(|t| t.trim() == "upgrade");
     let upgrade = value(header::UPGRADE);
-    match () {
-        () if connection_upgrades && upgrade.split(',').any(|t| t.trim() == "websocket") => {
-            Upgrade::WebSocket
-        }
-        () if connection_upgrades && upgrade.contains("spdy/") => Upgrade::Spdy,
-        () => Upgrade::None,
+    if !connection_upgrades {
+        Upgrade::None
+    } else if upgrade.split(',').any(|t| t.trim() == "websocket") {
+        Upgrade::WebSocket
+    } else if upgrade.contains("spdy/") {
+        Upgrade::Spdy
+    } else {
+        Upgrade::None
     }
 }
 
@@ -140,48 +142,61 @@ pub fn respond(
     let container = kubelet_exec::choose_container(&pod, options.container.as_deref())?;
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     let target = kubelet_exec::target(&cluster.node, uid, &container);
-    let shutdown = cluster.shutdown.clone();
+    let session = Session { options, target: target.ok_or(container), shutdown: cluster.shutdown.clone() };
     match upgrade_of(req.headers()) {
-        Upgrade::WebSocket => {
-            let offered =
-                req.headers().get_all(header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
-            let protocol = channels::negotiate(offered).ok_or_else(|| {
-                ApiError::bad_request(
-                    "requested protocol(s) are not supported; supports [v5.channel.k8s.io v4.channel.k8s.io]",
-                )
-            })?;
-            let key = req
-                .headers()
-                .get(header::SEC_WEBSOCKET_KEY)
-                .ok_or_else(|| ApiError::bad_request("a WebSocket upgrade needs Sec-WebSocket-Key"))?;
-            let accept = derive_accept_key(key.as_bytes());
-            let target = target.ok_or_else(|| {
-                format!("unable to upgrade connection: {}", kubelet_exec::container_not_found(&container))
-            });
-            let session = Session { options, target, shutdown };
-            let resp = switching(&[
-                (header::UPGRADE, "websocket"),
-                (header::SEC_WEBSOCKET_PROTOCOL, protocol.name()),
-                (header::SEC_WEBSOCKET_ACCEPT, &accept),
-            ]);
-            tokio::spawn(upgraded(req, move |io| websocket::serve(io, protocol, session)));
-            Ok(resp)
-        }
-        Upgrade::Spdy => {
-            let offered = req.headers().get_all(STREAM_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
-            let protocol = negotiate_spdy(offered).ok_or_else(|| {
-                ApiError::forbidden(kind, name, "unable to upgrade: unable to negotiate protocol: server accepts [v5.channel.k8s.io v4.channel.k8s.io]")
-            })?;
-            let Some(target) = target else {
-                return Ok(kubelet_refusal(&kubelet_exec::container_not_found(&container)));
-            };
-            let session = Session { options, target: Ok(target), shutdown };
-            let resp = switching(&[(header::UPGRADE, "SPDY/3.1"), (STREAM_PROTOCOL, protocol)]);
-            tokio::spawn(upgraded(req, move |io| spdy_conn::serve(io, session)));
-            Ok(resp)
-        }
+        Upgrade::WebSocket => upgrade_to_websocket(req, session),
+        Upgrade::Spdy => upgrade_to_spdy(req, session, kind, name),
         Upgrade::None => Err(ApiError::bad_request("Upgrade request required")),
     }
+}
+
+/// Rules 2 and 3 over WebSocket; `session.target` is the container's name when it does not run.
+fn upgrade_to_websocket(req: Request<Incoming>, mut session: Session) -> Result<Response<Body>, ApiError> {
+    let offered =
+        req.headers().get_all(header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
+    let protocol = channels::negotiate(offered).ok_or_else(|| {
+        ApiError::bad_request(
+            "requested protocol(s) are not supported; supports [v5.channel.k8s.io v4.channel.k8s.io]",
+        )
+    })?;
+    let key = req
+        .headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .ok_or_else(|| ApiError::bad_request("a WebSocket upgrade needs Sec-WebSocket-Key"))?;
+    let accept = derive_accept_key(key.as_bytes());
+    session.target = session.target.map_err(|container| {
+        format!("unable to upgrade connection: {}", kubelet_exec::container_not_found(&container))
+    });
+    let resp = switching(&[
+        (header::UPGRADE, "websocket"),
+        (header::SEC_WEBSOCKET_PROTOCOL, protocol.name()),
+        (header::SEC_WEBSOCKET_ACCEPT, &accept),
+    ]);
+    tokio::spawn(upgraded(req, move |io| websocket::serve(io, protocol, session)));
+    Ok(resp)
+}
+
+/// Rules 2 and 3 over SPDY; `session.target` is the container's name when it does not run.
+fn upgrade_to_spdy(
+    req: Request<Incoming>,
+    session: Session,
+    kind: &Kind,
+    name: &str,
+) -> Result<Response<Body>, ApiError> {
+    let offered = req.headers().get_all(STREAM_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
+    let protocol = negotiate_spdy(offered).ok_or_else(|| {
+        ApiError::forbidden(
+            kind,
+            name,
+            "unable to upgrade: unable to negotiate protocol: server accepts [v5.channel.k8s.io v4.channel.k8s.io]",
+        )
+    })?;
+    if let Err(container) = &session.target {
+        return Ok(kubelet_refusal(&kubelet_exec::container_not_found(container)));
+    }
+    let resp = switching(&[(header::UPGRADE, "SPDY/3.1"), (STREAM_PROTOCOL, protocol)]);
+    tokio::spawn(upgraded(req, move |io| spdy_conn::serve(io, session)));
+    Ok(resp)
 }
 
 /// The header naming the streams protocol over SPDY (`X-Stream-Protocol-Version`).
