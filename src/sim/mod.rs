@@ -11,7 +11,8 @@
 //! `apply`) on the way; TokenReviews and SubjectAccessReviews (`reviews`) over that authorizer and
 //! the tokens [`SimServer::issue_token`] issues. OpenAPI v3 (`openapi`) publishes the CRDs' schemas. Background tasks: garbage collection (`gc`) and
 //! the simulated kubelet, StatefulSet, Job and CronJob controllers (`controllers`). Tests steer
-//! faults through [`Faults`] and read the [`RequestRecord`] log. The `demo` command (`cli::demo`)
+//! faults through [`Faults`] and read the [`RequestRecord`] log. `kubectl exec` runs commands in the
+//! process kubelet's containers over WebSocket (`exec`). The `demo` command (`cli::demo`)
 //! prints its live table with kubectl's [`json_path`] and [`age`].
 
 mod admission;
@@ -27,6 +28,7 @@ mod controllers;
 mod defaults;
 mod discovery;
 mod events;
+mod exec;
 mod faults;
 mod gc;
 mod handlers;

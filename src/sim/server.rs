@@ -37,8 +37,9 @@ pub async fn serve(cluster: Arc<Cluster>, listener: TcpListener) {
                     async move { Ok::<_, std::convert::Infallible>(handlers::handle(cluster, req).await) }
                 })
             };
-            let conn =
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             tokio::select! {
                 result = conn => if let Err(e) = result {
                     tracing::debug!(error = %e, "connection ended with an error");

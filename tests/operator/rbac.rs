@@ -152,6 +152,21 @@ fn the_audit_finds_denied_requests_and_unused_grants() {
     assert_eq!(unused, expected.map(|(r, v)| (r.to_string(), v.to_string())));
 }
 
+/// The operator never runs commands in its pods (`kubectl dbc psql` execs with the user's own
+/// rights): no grant names `pods/exec`, nor its siblings `pods/attach` and `pods/portforward`.
+#[test]
+fn rbac_yaml_grants_no_exec_attach_or_port_forward() {
+    let grants = rbac_grants(RBAC_YAML);
+    let streaming: Vec<&Grant> = grants
+        .iter()
+        .filter(|g| {
+            g.group.is_empty()
+                && ["pods/exec", "pods/attach", "pods/portforward"].contains(&g.resource.as_str())
+        })
+        .collect();
+    assert!(streaming.is_empty(), "{streaming:?}");
+}
+
 /// The test's own requests, so they can be told apart from the operator's in the server's log.
 #[derive(Default)]
 struct OwnRequests(Vec<(String, String, String)>);

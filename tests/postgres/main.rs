@@ -12,6 +12,7 @@ mod e2e_failover;
 mod e2e_logs;
 mod e2e_monitoring;
 mod e2e_postgres;
+mod e2e_psql;
 mod e2e_restore;
 mod e2e_topology;
 mod instance_exec;

@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 mod containers;
+mod exec;
 mod lifecycle;
 mod workloads;
 

@@ -1,6 +1,6 @@
 //! The simulated API server's own tests (`src/sim`): its API machinery, schema and CEL validation,
 //! patches, watches, faults, the paused clock, garbage collection and the simulated controllers
-//! and timer kubelet, and `kubectl` against it.
+//! and timer kubelet, and `kubectl` against it (`exec` included).
 
 #[cfg(feature = "sim")]
 #[path = "../common/mod.rs"]
@@ -10,6 +10,7 @@ mod sim_apiserver;
 mod sim_core;
 mod sim_custom;
 mod sim_demo;
+mod sim_exec;
 mod sim_faults;
 mod sim_gc_dangling;
 mod sim_jobs;

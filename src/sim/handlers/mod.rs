@@ -1,5 +1,6 @@
 //! HTTP request handling: discovery paths, then resource requests routed by verb to the
-//! read, watch and write handlers, with faults and the request log applied on the way in.
+//! read, watch and write handlers (`pods/log` to the process kubelet's logs, `pods/exec` to
+//! `sim::exec`), with faults and the request log applied on the way in.
 
 mod read;
 mod scale;
@@ -162,27 +163,17 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
         .read(|s| route::resolve(&s.registry, &group, &version, &rest))
         .ok_or_else(|| ApiError::no_route(&path))?;
     let query = parse_query(req.uri().query());
+    if is_pod_subresource(&target, "exec") {
+        let verb = crate::sim::exec::verb(req.method())
+            .ok_or_else(|| ApiError::method_not_allowed("the exec subresource supports get and create"))?;
+        log_and_fault(&cluster, verb, &group, &version, &target).await?;
+        let (ns, name) =
+            (target.namespace.clone().unwrap_or_default(), target.name.clone().unwrap_or_default());
+        let user = impersonated(req.headers());
+        return crate::sim::exec::respond(&cluster, req, &target.kind, &ns, &name, user.as_ref());
+    }
     let verb = Verb::of(req.method(), &target, &query)?;
-    cluster.log.push(RequestRecord {
-        verb: verb.as_str().into(),
-        group: group.clone(),
-        version: version.clone(),
-        resource: target.kind.plural.clone(),
-        subresource: target.subresource.clone(),
-        namespace: target.namespace.clone(),
-        name: target.name.clone(),
-    });
-    let latency = cluster.faults.latency();
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
-    }
-    let subresource_failure = target
-        .subresource
-        .as_ref()
-        .and_then(|sub| cluster.faults.take_failure(&format!("{}/{sub}", target.kind.plural)));
-    if let Some(code) = subresource_failure.or_else(|| cluster.faults.take_failure(&target.kind.plural)) {
-        return Err(ApiError::injected(code));
-    }
+    log_and_fault(&cluster, verb.as_str(), &group, &version, &target).await?;
     if crate::sim::reviews::is_review(&target.kind) {
         let body = read_body(req).await?;
         let (code, review) = cluster.read(|s| {
@@ -190,10 +181,7 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
         })?;
         return Ok(json_response(code, &review));
     }
-    if target.kind.group.is_empty()
-        && target.kind.plural == "pods"
-        && target.subresource.as_deref() == Some("log")
-    {
+    if is_pod_subresource(&target, "log") {
         let (ns, name) =
             (target.namespace.clone().unwrap_or_default(), target.name.clone().unwrap_or_default());
         if verb != Verb::Get {
@@ -244,6 +232,42 @@ async fn handle_inner(cluster: Arc<Cluster>, req: Request<Incoming>) -> Result<R
         Verb::Delete => write::delete(&cluster, &call),
         Verb::DeleteCollection => write::delete_collection(&cluster, &call),
     }
+}
+
+/// Whether `target` is the core pods' subresource `sub` (`log`, `exec`).
+fn is_pod_subresource(target: &Target, sub: &str) -> bool {
+    target.kind.group.is_empty() && target.kind.plural == "pods" && target.subresource.as_deref() == Some(sub)
+}
+
+/// Records the request in the log, then applies the faults (latency, an injected failure).
+async fn log_and_fault(
+    cluster: &Cluster,
+    verb: &str,
+    group: &str,
+    version: &str,
+    target: &Target,
+) -> Result<(), ApiError> {
+    cluster.log.push(RequestRecord {
+        verb: verb.into(),
+        group: group.to_owned(),
+        version: version.to_owned(),
+        resource: target.kind.plural.clone(),
+        subresource: target.subresource.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    });
+    let latency = cluster.faults.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let subresource_failure = target
+        .subresource
+        .as_ref()
+        .and_then(|sub| cluster.faults.take_failure(&format!("{}/{sub}", target.kind.plural)));
+    if let Some(code) = subresource_failure.or_else(|| cluster.faults.take_failure(&target.kind.plural)) {
+        return Err(ApiError::injected(code));
+    }
+    Ok(())
 }
 
 /// The request's whole body.

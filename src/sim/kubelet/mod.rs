@@ -7,7 +7,7 @@
 //! expansion (`env`), volumes and the image's files (`volumes`), the namespaces and user of a
 //! container's processes (`sandbox`), the `postgres` image's entrypoint (`entrypoint`), probes
 //! (`probes`), one container's runs (`container`), one pod's life (`pod`), the reported status
-//! (`status`) and `kubectl logs` (`logs`).
+//! (`status`), `kubectl logs` (`logs`) and `kubectl exec` (`exec`, on a terminal from `pty`).
 //!
 //! How it fits the simulator: [`ProcessKubelet::pass`] runs with the controllers after every
 //! change. It starts a worker task for each new pod, tells a worker when its pod is being deleted
@@ -35,12 +35,14 @@ pub mod choice;
 mod container;
 mod entrypoint;
 mod env;
+pub mod exec;
 mod hosts;
 pub mod images;
 pub mod logs;
 mod pod;
 mod probes;
 mod proxy;
+mod pty;
 mod sandbox;
 pub mod status;
 mod volumes;
@@ -293,6 +295,7 @@ impl ProcessKubelet {
             stop: self.cluster.shutdown.child_token(),
             grace: AtomicU64::new(grace_of(pod)),
             done: CancellationToken::new(),
+            running: Mutex::new(HashMap::new()),
         });
         node.pods.lock().insert(uid.clone(), entry.clone());
         let worker = PodWorker {

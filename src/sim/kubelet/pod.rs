@@ -87,6 +87,23 @@ pub struct PodEntry {
     pub grace: AtomicU64,
     /// Cancelled when every container has stopped.
     pub done: CancellationToken,
+    /// How to run a command in each container that is running now, by name (`kubectl exec`),
+    /// with a token cancelled when that run ends.
+    pub running: Mutex<HashMap<String, (ExecContext, CancellationToken)>>,
+}
+
+impl PodEntry {
+    /// Records that container `name` runs as `ctx` (until [`PodEntry::run_ended`]).
+    fn run_started(&self, name: &str, ctx: &ExecContext) {
+        self.running.lock().insert(name.to_owned(), (ctx.clone(), CancellationToken::new()));
+    }
+
+    /// Container `name`'s run has ended: commands exec'd in it are ended too.
+    fn run_ended(&self, name: &str) {
+        if let Some((_, ended)) = self.running.lock().remove(name) {
+            ended.cancel();
+        }
+    }
 }
 
 /// Why a pod's volumes are not there yet (rule 2).
@@ -322,10 +339,12 @@ impl PodWorker {
                     env: launch.env.clone(),
                     identity: launch.sandbox.identity.clone(),
                 };
+                self.entry.run_started(&name, &ctx);
                 let code = tokio::select! {
                     code = run.wait() => code,
                     _ = self.entry.stop.cancelled() => run.stop(self.grace(), None, &ctx).await,
                 };
+                self.entry.run_ended(&name);
                 let ended = run.terminated(&launch, code, &started_at);
                 if code == 0 {
                     self.update(|m| {
@@ -405,9 +424,11 @@ impl PodWorker {
                     m.containers[i].ready = ready;
                 });
             };
+            self.entry.run_started(&name, &ctx);
             let ending =
                 container::watch_run(&mut run, &launch, &ctx, || self.grace(), &self.entry.stop, &on_change)
                     .await;
+            self.entry.run_ended(&name);
             let (code, deleting) = match &ending {
                 Ending::Exited(code) => (*code, false),
                 Ending::Unhealthy(code, reason) => {

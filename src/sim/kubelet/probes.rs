@@ -152,6 +152,38 @@ pub fn ticker(period: Duration) -> tokio::time::Interval {
     ticker
 }
 
+/// Why a command cannot be run in a container.
+#[derive(Debug, thiserror::Error)]
+pub enum InContainerError {
+    /// The command is empty.
+    #[error("an empty command")]
+    Empty,
+    /// The container's init is gone.
+    #[error("the container is not running: {0}")]
+    NotRunning(std::io::Error),
+}
+
+/// `command` as it runs in the container (exec probes, hooks and `kubectl exec` alike): in the
+/// container's mount namespace, with its environment, user, groups and working directory (see
+/// `sandbox`). The caller sets the standard streams and spawns it while the returned mount
+/// namespace file is open.
+pub fn in_container(
+    command: &[String],
+    ctx: &ExecContext,
+) -> Result<(tokio::process::Command, std::fs::File), InContainerError> {
+    let (program, args) = command.split_first().ok_or(InContainerError::Empty)?;
+    let mount_ns = std::fs::File::open(format!("/proc/{}/ns/mnt", ctx.init_pid))
+        .map_err(InContainerError::NotRunning)?;
+    let fd = mount_ns.as_raw_fd();
+    let identity = ctx.identity.clone();
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).env_clear().envs(ctx.env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: `join` only makes async-signal-safe calls; `fd` stays open while the caller holds
+    // the returned file, which it does until spawn returns.
+    unsafe { cmd.pre_exec(move || Sandbox::join(fd, &identity)) };
+    Ok((cmd, mount_ns))
+}
+
 /// Runs `command` in the container; `Ok(())` on exit 0. After `timeout` the command's process is
 /// killed and the attempt fails once its output is closed (rule 4).
 pub async fn exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> Result<(), String> {
@@ -165,22 +197,13 @@ async fn exec_bounded(
     timeout: Duration,
     runtime_timeout: Duration,
 ) -> Result<(), String> {
-    let Some((program, args)) = command.split_first() else { return Err("an empty command".into()) };
-    let mount_ns = std::fs::File::open(format!("/proc/{}/ns/mnt", ctx.init_pid))
-        .map_err(|e| format!("the container is not running: {e}"))?;
-    let fd = mount_ns.as_raw_fd();
-    let identity = ctx.identity.clone();
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(ctx.env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null())
+    let Some(program) = command.first() else { return Err("an empty command".into()) };
+    let (mut cmd, mount_ns) = in_container(command, ctx).map_err(|e| e.to_string())?;
+    cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: `join` only makes async-signal-safe calls; `fd` stays open until spawn returns.
-    unsafe { cmd.pre_exec(move || Sandbox::join(fd, &identity)) };
     let mut child = cmd.spawn().map_err(|e| format!("exec {program}: {e}"))?;
     drop(mount_ns);
     // The runtime copies the output until every writer has closed it, as containerd does.
