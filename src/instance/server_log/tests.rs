@@ -1,3 +1,5 @@
+//! Unit tests of `server_log`.
+
 use serde_json::json;
 
 use super::*;

@@ -29,7 +29,9 @@ fn superuser_network_sessions(log: &str) -> Vec<String> {
         .collect();
     messages
         .iter()
-        .filter(|(pid, m)| m.starts_with("connection authorized: user=postgres ") && networked.contains(&pid.as_str()))
+        .filter(|(pid, m)| {
+            m.starts_with("connection authorized: user=postgres ") && networked.contains(&pid.as_str())
+        })
         .map(|(_, m)| m.clone())
         .collect()
 }

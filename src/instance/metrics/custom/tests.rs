@@ -1,3 +1,5 @@
+//! Unit tests of `custom`.
+
 use super::*;
 
 const SAMPLE: &str = r#"
