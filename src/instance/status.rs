@@ -136,7 +136,7 @@ const SLOTS: &str =
 const VERSION_DIGITS: usize = 16;
 
 /// The version of a login's Secret as both sides name it: HMAC-SHA-256 of the user name and the
-/// password, keyed with the status token, cut to [`VERSION_DIGITS`] hex digits. It says whether
+/// password, keyed with the status token, cut to `VERSION_DIGITS` hex digits. It says whether
 /// two sides hold the same password without revealing it; the key keeps a weak password chosen
 /// by a user (`spec.appSecretName`) from being guessed offline by whoever reads the cluster's
 /// status without the token.

@@ -1,8 +1,8 @@
 //! Step: the instances (`operate_instances`). Each pod's instance manager is asked for its
-//! `/status` ([`observe`]); then, in this order, the first that applies ends the step: a
-//! switchover under way advances ([`continue_switchover`]), a primary down for its delay is
-//! replaced ([`fail_over_now`]), a requested switchover begins
-//! ([`super::upkeep::switchover_requests`]). Otherwise the upkeep of a healthy cluster follows
+//! `/status` (`observe`); then, in this order, the first that applies ends the step: a
+//! switchover under way advances (`continue_switchover`), a primary down for its delay is
+//! replaced (`fail_over_now`), a requested switchover begins
+//! (`upkeep::switchover_requests`). Otherwise the upkeep of a healthy cluster follows
 //! ([`super::upkeep`]): role labels, reloads, slots, passwords and the roll. Failures are logged and
 //! retried on the next pass; they never fail the pass, since the status must still be written.
 //! The operator opens no database session: commands go through the instance managers.
