@@ -200,6 +200,21 @@ pub async fn observe_primary(
     }
 }
 
+/// A loopback port that accepts connections and never answers (a hung server), for tests of
+/// the limits on both sides of the instance manager's connections.
+#[cfg(test)]
+pub(crate) async fn silent_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            kept.push(stream);
+        }
+    });
+    port
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,14 +238,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_that_accepts_but_never_answers_fails_within_the_limit() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _held = tokio::spawn(async move {
-            let mut kept = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                kept.push(stream);
-            }
-        });
+        let port = silent_port().await;
         let mut config = Config::new();
         config.host("127.0.0.1").port(port).user("postgres");
         let started = std::time::Instant::now();

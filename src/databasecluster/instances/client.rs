@@ -329,14 +329,7 @@ mod tests {
         let error = reload(&target(port)).await.unwrap_err();
         assert!(matches!(error, InstanceError::Answer { code: 401, path: "/reload", .. }), "{error}");
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _held = tokio::spawn(async move {
-            let mut kept = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                kept.push(stream);
-            }
-        });
+        let port = crate::instance::local::silent_port().await;
         let started = std::time::Instant::now();
         let error = exchange(&target(port), Method::GET, "/status", Bytes::new(), Duration::from_millis(300))
             .await
