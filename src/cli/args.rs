@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+/// The leader election Lease's name unless `--leader-election-id` says otherwise; the demo's
+/// in-process operator holds the same one, so a `run` pointed at the demo waits as a standby.
+pub const LEASE_NAME: &str = "dbcluster-operator";
+
 /// How log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -77,8 +81,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
 
-    /// Elect a leader through a Lease so that only one replica reconciles; the others keep warm and wait.
-    #[arg(long)]
+    /// Elect a leader through a Lease so that only one operator reconciles (replicas, or a `run` on a
+    /// laptop beside the operator in the cluster); the others keep warm and wait. On by default;
+    /// `--leader-elect=false` acts at once without a Lease.
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_elect: bool,
 
     /// Namespace of the leader election Lease (default: the pod's namespace, or the kubeconfig's).
@@ -86,7 +93,7 @@ pub struct RunArgs {
     pub leader_election_namespace: Option<String>,
 
     /// Name of the leader election Lease.
-    #[arg(long, value_name = "NAME", default_value = "dbcluster-operator")]
+    #[arg(long, value_name = "NAME", default_value = LEASE_NAME)]
     pub leader_election_id: String,
 
     /// Log line format on stderr.

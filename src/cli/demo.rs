@@ -29,6 +29,7 @@ use kube::api::WatchParams;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent};
 use serde_json::Value;
 
+use crate::cli::args::LEASE_NAME;
 use crate::cli::demo_keys::{self, Action, Selection};
 use crate::cli::table::Table;
 use crate::cli::terminal::KeyReader;
@@ -36,6 +37,7 @@ use crate::cli::{logging, run, snapshot, status};
 use crate::databasecluster::api::types::{self, DatabaseCluster};
 use crate::databasecluster::controller::operator;
 use crate::databasecluster::specs::credentials::{Login, mounted_secret_name};
+use crate::runtime::manager::leader::{self, LeaseConfig};
 use crate::runtime::manager::{Manager, ManagerConfig, ManagerError, os_signals};
 use crate::sim::kubelet::choice;
 use crate::sim::{KubeletKind, KubernetesVersion, SimConfig, SimError, SimServer};
@@ -448,7 +450,13 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         // /debug/* beside /metrics: the demo's addresses are loopback.
         debug_addr: args.metrics_addr,
         health_addr: args.health_addr,
-        leader_election: None,
+        // The Lease `run` takes, in the namespace `run` with the demo's kubeconfig would use: a
+        // second operator pointed at the demo waits instead of acting beside this one.
+        leader_election: Some(LeaseConfig::new(
+            demo.server().client().default_namespace(),
+            LEASE_NAME,
+            leader::default_identity(),
+        )),
         shutdown_timeout: DEMO_SHUTDOWN_TIMEOUT,
         // Loopback only, as the demo is.
         metrics_secure: false,

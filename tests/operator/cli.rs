@@ -32,7 +32,8 @@ fn flags_parse_with_controller_runtime_like_defaults() {
     assert_eq!(args.metrics_addr.to_string(), "0.0.0.0:8080");
     assert_eq!(args.health_addr.to_string(), "0.0.0.0:8081");
     assert_eq!(args.debug_addr.to_string(), "127.0.0.1:8082", "debug endpoints on loopback by default");
-    assert!(!args.leader_elect);
+    assert!(args.leader_elect, "on by default, so that two operators never act at once");
+    assert!(!parse(&["--leader-elect=false"]).unwrap().leader_elect);
     assert!(!args.metrics_secure, "open unless asked (the Deployment asks)");
     assert_eq!(args.leader_election_id, "dbcluster-operator");
     assert_eq!(args.log_format, LogFormat::Text);

@@ -92,6 +92,11 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     assert!(log.contains("INFO"), "{log}");
     assert!(!log.contains('\u{1b}'), "no ANSI colours: {log}");
 
+    // The demo's operator holds the Lease `run` takes, so a second operator pointed at the demo
+    // waits as a standby and says so instead of acting beside it.
+    assert!(log.contains("became leader"), "{log}");
+    a_run_beside_the_demo_waits_as_a_standby(&kubeconfig).await;
+
     // The `status` command printed at start works against the demo, the operator's view included.
     let command = before_table.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
     let words: Vec<&str> = command.split_whitespace().collect();
@@ -283,6 +288,41 @@ async fn by_default_the_demo_runs_real_postgres_and_prints_how_to_connect_with_p
 }
 
 /// Reads lines (recording them in `seen`) until one matches; that line.
+/// `run` with the demo's kubeconfig logs that another operator holds the lease and that it
+/// waits, and it never becomes leader while the demo runs.
+async fn a_run_beside_the_demo_waits_as_a_standby(kubeconfig: &std::path::Path) {
+    let mut run = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
+        .args(["run", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "127.0.0.1:0",
+            "--health-addr",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(run.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let waiting = async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            seen.push(line.clone());
+            if line.contains("waiting as a standby") {
+                return line;
+            }
+        }
+        panic!("run ended first: {seen:?}");
+    };
+    let line = common::within_limit("run to wait as a standby", Duration::from_secs(30), waiting).await;
+    assert!(line.contains("holder="), "names the operator that holds the lease: {line}");
+    assert!(!seen.iter().any(|l| l.contains("became leader")), "{seen:?}");
+    run.kill().await.unwrap();
+}
+
 async fn within_lines(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     seen: &mut Vec<String>,

@@ -178,14 +178,22 @@ impl LeaderElector {
         Fut::Output: Send + 'static,
     {
         let (lease_ns, lease_name) = (self.config.namespace.clone(), self.config.name.clone());
+        // The holder last reported, so that a standby says once (per holder) why it waits.
+        let mut waiting_for: Option<String> = None;
         let mut renewed_at = loop {
             let started = Instant::now();
             let attempt = tokio::select! {
                 _ = shutdown.cancelled() => return Ok(None),
                 attempt = self.attempt_bounded() => attempt,
             };
-            if attempt == Some(Attempt::Held) {
-                break started;
+            match attempt {
+                Some(Attempt::Held) => break started,
+                Some(Attempt::HeldBy(holder)) if waiting_for.as_ref() != Some(&holder) => {
+                    tracing::info!(lease = %lease_name, namespace = %lease_ns, %holder,
+                        "another operator holds the lease: waiting as a standby, doing no work until it is released or expires");
+                    waiting_for = Some(holder);
+                }
+                _ => {}
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(None),
