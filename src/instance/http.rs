@@ -3,7 +3,8 @@
 //! - `GET /healthz` (liveness, startup): 200 when the postmaster answers `SELECT 1` on its socket
 //!   within [`PROBE_LIMIT`], 503 otherwise.
 //! - `GET /readyz` (readiness): 200 when the server answers in its role (out of recovery when the
-//!   record names this pod, in recovery otherwise) with the credentials applied, 503 otherwise.
+//!   record names this pod, in recovery otherwise) with the credentials applied, within
+//!   [`READINESS_LIMIT`]; 503 otherwise.
 //! - `GET /status`: [`super::status::Report`] as JSON, only with `Authorization: Bearer <token>`
 //!   where the token is the mounted `$DBC_SECRETS/status/token` (read at each request, compared in
 //!   constant time); 401 otherwise, and when no token is mounted.
@@ -36,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::commands::{self, Command, MAX_BODY_BYTES};
 use super::decide::{Applied, readiness, role};
-use super::local::{Local, PROBE_LIMIT};
+use super::local::{Local, PROBE_LIMIT, READINESS_LIMIT};
 use super::settings::Settings;
 
 /// What the handlers share with the manager.
@@ -194,7 +195,7 @@ where
 async fn ready(shared: &Shared) -> Response<Full<Bytes>> {
     let role = role(&shared.settings.recorded_primary(), &shared.settings.pod_name);
     let started = shared.started.load(Ordering::Acquire);
-    let in_recovery = if started { shared.local.in_recovery(PROBE_LIMIT).await.ok() } else { None };
+    let in_recovery = if started { shared.local.in_recovery(READINESS_LIMIT).await.ok() } else { None };
     match readiness(role, started, in_recovery) {
         Ok(()) => text(StatusCode::OK, "ok"),
         Err(why) => {

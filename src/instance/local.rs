@@ -18,8 +18,15 @@ use super::decide::PrimaryFacts;
 use super::secrets::Credential;
 use super::settings::Settings;
 
-/// How long a probe's query may take in all (`/healthz`, `/readyz`).
+/// How long a liveness probe's query may take in all (`/healthz`).
 pub const PROBE_LIMIT: Duration = Duration::from_secs(2);
+/// How long a readiness probe's query may take in all (`/readyz`): a server that cannot say
+/// whether it is in recovery within a second fails the attempt (the readiness probe in
+/// `databasecluster::specs::instance_pod` counts three in a row before the pod is unready).
+pub const READINESS_LIMIT: Duration = Duration::from_secs(1);
+/// How long `/status`'s queries may take in all: the operator waits for every instance's report
+/// before it decides, so a hung server must not hold a pass back for long.
+pub const STATUS_LIMIT: Duration = Duration::from_secs(2);
 /// How long an administrative call may take (reload, the watcher's look, `/status`).
 pub const ADMIN_LIMIT: Duration = Duration::from_secs(5);
 /// How long asking the recorded primary may take.

@@ -23,7 +23,9 @@ use fixture::*;
 pub(crate) use fixture::{Fixture, connect, primary_and_standby};
 
 use dbcluster_operator::databasecluster::instances::SlotChanges;
-use dbcluster_operator::databasecluster::instances::client::{change_slots, observe, promote, reload};
+use dbcluster_operator::databasecluster::instances::client::{
+    STATUS_TIMEOUT, change_slots, observe, promote, reload,
+};
 use dbcluster_operator::databasecluster::specs::config::{
     CONFIG_HASH_PARAMETER, POSTGRESQL_CONF_KEY, RESTART_PARAMETERS, postgresql_conf,
 };
@@ -53,7 +55,7 @@ async fn a_standby_streams_from_the_primary_and_refuses_writes() {
     let refused = standby.batch_execute("INSERT INTO t VALUES (1)").await.unwrap_err();
     assert_eq!(refused.code(), Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION));
 
-    let primary = observe(&fixture.manager(0)).await.unwrap();
+    let primary = observe(&fixture.manager(0), STATUS_TIMEOUT).await.unwrap();
     assert!(!primary.in_recovery);
     assert!(primary.version.starts_with("15."), "{}", primary.version);
     assert_eq!(primary.slots.len(), 1);
@@ -63,7 +65,7 @@ async fn a_standby_streams_from_the_primary_and_refuses_writes() {
         (primary.standbys[0].name.as_str(), primary.standbys[0].state.as_str()),
         ("db-1", "streaming")
     );
-    let replica = observe(&fixture.manager(1)).await.unwrap();
+    let replica = observe(&fixture.manager(1), STATUS_TIMEOUT).await.unwrap();
     assert!(replica.in_recovery);
     assert!(replica.standbys.is_empty());
 
@@ -120,9 +122,12 @@ async fn restarted_instances_keep_their_role_and_foreign_data_is_re_cloned() {
     fixture.stop(0).await;
     fixture.init(0).await;
     fixture.start(0).await;
-    assert!(!observe(&fixture.manager(0)).await.unwrap().in_recovery, "the primary comes back as primary");
+    assert!(
+        !observe(&fixture.manager(0), STATUS_TIMEOUT).await.unwrap().in_recovery,
+        "the primary comes back as primary"
+    );
     eventually_some("the standby streams again", || async {
-        let facts = observe(&fixture.manager(0)).await.ok()?;
+        let facts = observe(&fixture.manager(0), STATUS_TIMEOUT).await.ok()?;
         facts.standbys.iter().any(|s| s.state == "streaming").then_some(())
     })
     .await;
@@ -179,7 +184,7 @@ async fn the_database_accepts_exactly_the_secrets_passwords() {
         ("superuser", version("postgres", "rotated-superuser-password")),
     ];
     eventually_some("the manager reports the rotated Secrets applied", || async {
-        let reported = observe(&fixture.manager(0)).await.ok()?.credentials;
+        let reported = observe(&fixture.manager(0), STATUS_TIMEOUT).await.ok()?.credentials;
         wanted.iter().all(|(login, v)| reported.get(*login) == Some(v)).then_some(())
     })
     .await;
@@ -205,12 +210,12 @@ async fn a_reloadable_change_applies_without_restart_and_the_hash_shows_it() {
     let client = connect(&su).await.unwrap();
     let started: String =
         client.query_one("SELECT pg_postmaster_start_time()::text", &[]).await.unwrap().get(0);
-    let before = observe(&manager).await.unwrap();
+    let before = observe(&manager, STATUS_TIMEOUT).await.unwrap();
     assert_eq!(before.config_hash_applied, before.config_hash_on_disk);
 
     let conf = postgresql_conf(&BTreeMap::from([("work_mem".to_owned(), "64MB".to_owned())]), None);
     std::fs::write(fixture.root.join("cfg").join(POSTGRESQL_CONF_KEY), &conf).unwrap();
-    let pending = observe(&manager).await.unwrap();
+    let pending = observe(&manager, STATUS_TIMEOUT).await.unwrap();
     assert_ne!(
         pending.config_hash_on_disk, pending.config_hash_applied,
         "the new file is seen before a reload"
@@ -218,7 +223,8 @@ async fn a_reloadable_change_applies_without_restart_and_the_hash_shows_it() {
     assert_eq!(pending.config_hash_applied, before.config_hash_applied);
     reload(&manager).await.unwrap();
     eventually_some("the reload applies the new hash", || async {
-        (observe(&manager).await.ok()?.config_hash_applied == pending.config_hash_on_disk).then_some(())
+        (observe(&manager, STATUS_TIMEOUT).await.ok()?.config_hash_applied == pending.config_hash_on_disk)
+            .then_some(())
     })
     .await;
     let after = connect(&su).await.unwrap();

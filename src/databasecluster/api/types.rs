@@ -215,7 +215,8 @@ pub struct DatabaseClusterSpec {
     pub app_secret_name: Option<String>,
 
     /// Seconds the primary may be not ready before a standby is promoted in its place (default
-    /// 30); `0` disables automatic failover.
+    /// 5); `0` promotes as soon as the primary is seen not ready. Its readiness probe already
+    /// needs 3 s of failed answers, so a merely slow primary is not failed over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub failover_delay: Option<i32>,
@@ -268,7 +269,7 @@ pub const SYNCHRONOUS_REPLICAS_RULE: &str =
 pub const SYNCHRONOUS_REPLICAS_MESSAGE: &str = "synchronousReplicas must be less than replicas: one instance is the primary, and a commit waits for that many of the others";
 
 /// The failover delay when `spec.failoverDelay` is unset, in seconds.
-pub const DEFAULT_FAILOVER_DELAY_SECONDS: i32 = 30;
+pub const DEFAULT_FAILOVER_DELAY_SECONDS: i32 = 5;
 
 /// Message of the CEL rule that rejects a change of `storageClassName`.
 pub const STORAGE_CLASS_CHANGE_MESSAGE: &str = "storageClassName is immutable";

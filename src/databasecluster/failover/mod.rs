@@ -17,8 +17,7 @@
 //!    its pod was created, if it has never been ready (unschedulable, say); now, if none of these
 //!    is known (a pod missing or being deleted, seen down for the first time). A pod that is never
 //!    scheduled has no `Ready` condition at all, so that condition alone would never let the
-//!    clock run. `spec.failoverDelay: 0` → nothing is promoted; down for
-//!    less than the delay → wait; then the ready standby that has streamed since it started
+//!    clock run. Down for less than `spec.failoverDelay` → wait (`0`: no wait); then the ready standby that has streamed since it started
 //!    (`pg_last_wal_receive_lsn()` not null) with the most WAL received is promoted (ties: the
 //!    lowest ordinal), or nothing when there is none.
 //! 5. With `spec.synchronousReplicas` N > 0 ([`Synchronous`]) every acknowledged commit was
@@ -61,8 +60,6 @@ pub mod reason {
     pub const PRIMARY_READY: &str = "PrimaryReady";
     /// False: not ready, the failover delay has not passed.
     pub const PRIMARY_NOT_READY: &str = "PrimaryNotReady";
-    /// False: not ready, and `spec.failoverDelay` is 0.
-    pub const FAILOVER_DISABLED: &str = "FailoverDisabled";
     /// False: not ready, and no standby can take over.
     pub const NO_FAILOVER_CANDIDATE: &str = "NoFailoverCandidate";
     /// False: not ready, and no standby is known to hold every acknowledged write.
@@ -105,11 +102,6 @@ pub enum Decision {
         /// How long until the delay has passed.
         remaining: Duration,
     },
-    /// Down, and automatic failover is disabled.
-    Disabled {
-        /// How long the primary has been not ready.
-        down_for: Duration,
-    },
     /// Down past the delay, and no standby can take over.
     NoCandidate {
         /// How long the primary has been not ready.
@@ -138,10 +130,11 @@ pub enum Decision {
     },
 }
 
-/// `spec.failoverDelay`: `None` when failover is disabled.
-pub fn failover_delay(cluster: &DatabaseCluster) -> Option<Duration> {
+/// `spec.failoverDelay`, or its default: how long the primary stays not ready before a standby
+/// is promoted (zero: as soon as it is seen not ready).
+pub fn failover_delay(cluster: &DatabaseCluster) -> Duration {
     let seconds = cluster.spec.failover_delay.unwrap_or(DEFAULT_FAILOVER_DELAY_SECONDS);
-    (seconds > 0).then(|| Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
 
 /// When this operator first saw `record` down, as the status it wrote last keeps it: the
@@ -154,7 +147,6 @@ pub fn seen_down_since(previous: Option<&DatabaseClusterStatus>, record: &str) -
     }
     let down_reasons = [
         reason::PRIMARY_NOT_READY,
-        reason::FAILOVER_DISABLED,
         reason::NO_FAILOVER_CANDIDATE,
         reason::NO_SYNCHRONOUS_CANDIDATE,
         reason::FAILING_OVER,
@@ -171,7 +163,7 @@ pub fn decide(
     record: &str,
     pods: &[PodView],
     facts: &BTreeMap<String, InstanceFacts>,
-    delay: Option<Duration>,
+    delay: Duration,
     synchronous: Option<&Synchronous>,
     seen_down: Option<Timestamp>,
     now: Timestamp,
@@ -196,7 +188,6 @@ pub fn decide(
     let pod_down = recorded.and_then(|pod| pod.not_ready_since);
     let since = [pod_down, seen_down].into_iter().flatten().min().unwrap_or(now).min(now);
     let down_for = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
-    let Some(delay) = delay else { return Decision::Disabled { down_for } };
     if down_for < delay {
         return Decision::Waiting { down_for, remaining: delay - down_for };
     }
@@ -301,11 +292,6 @@ pub fn with_failover(
                 "{record} is not ready; a standby is promoted once it has been for {}s",
                 (*down_for + *remaining).as_secs()
             ),
-        ),
-        Decision::Disabled { .. } => (
-            "False",
-            reason::FAILOVER_DISABLED,
-            format!("{record} is down (not ready); automatic failover is disabled (spec.failoverDelay: 0)"),
         ),
         Decision::NoCandidate { .. } => (
             "False",

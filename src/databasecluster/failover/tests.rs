@@ -18,7 +18,7 @@ fn down_primary(since: i64) -> PodView {
     PodView { not_ready_since: Some(at(since)), ..pod(0, false) }
 }
 
-const DELAY: Option<Duration> = Some(Duration::from_secs(30));
+const DELAY: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_ready_primary_is_left_alone() {
@@ -113,13 +113,13 @@ fn the_delay_runs_from_facts_that_exist_in_every_state_of_the_primarys_pod() {
 }
 
 #[test]
-fn nothing_is_promoted_when_disabled_or_without_a_standby_that_streamed() {
+fn a_zero_delay_promotes_at_once_and_nothing_is_promoted_without_a_standby_that_streamed() {
     let pods = [down_primary(0), pod(1, true)];
     let streamed = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
-    assert_eq!(
-        decide("db-0", &pods, &streamed, None, None, None, at(600)),
-        Decision::Disabled { down_for: Duration::from_secs(600) }
-    );
+    assert!(matches!(
+        decide("db-0", &pods, &streamed, Duration::ZERO, None, None, at(0)),
+        Decision::Promote { pod, down_for: Duration::ZERO, .. } if pod == "db-1"
+    ));
     let never = BTreeMap::from([("db-1".to_owned(), standby(None))]);
     assert_eq!(
         decide("db-0", &pods, &never, DELAY, None, None, at(60)),
@@ -133,7 +133,7 @@ fn an_interrupted_failover_is_finished_and_never_makes_a_second_primary() {
     let pods = [down_primary(0), pod(1, false)];
     let facts = BTreeMap::from([("db-1".to_owned(), standby(Some(100)))]);
     assert!(matches!(
-        decide("db-1", &pods, &facts, None, None, None, at(1)),
+        decide("db-1", &pods, &facts, DELAY, None, None, at(1)),
         Decision::Promote { pod, resume: true, .. } if pod == "db-1"
     ));
     // Some instance already accepts writes (a cache behind the record): nothing is promoted.
@@ -145,13 +145,16 @@ fn an_interrupted_failover_is_finished_and_never_makes_a_second_primary() {
 
 #[test]
 fn the_status_says_the_primary_is_down_and_when_a_standby_was_promoted() {
-    let down = Decision::Disabled { down_for: Duration::from_secs(42) };
+    let down = Decision::NoCandidate { down_for: Duration::from_secs(42) };
     let status = with_failover(DatabaseClusterStatus::default(), "db-0", &down, None, at(0));
-    let later = Decision::Disabled { down_for: Duration::from_secs(43) };
+    let later = Decision::NoCandidate { down_for: Duration::from_secs(43) };
     let again = with_failover(status.clone(), "db-0", &later, None, at(1));
     assert_eq!(again, status, "a primary down for longer is no new status (no write per pass)");
     let condition = status.conditions.iter().find(|c| c.type_ == PRIMARY_AVAILABLE).unwrap();
-    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", reason::FAILOVER_DISABLED));
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", reason::NO_FAILOVER_CANDIDATE)
+    );
     assert!(condition.message.contains("db-0 is down"), "{}", condition.message);
     assert_eq!(status.target_primary.as_deref(), Some("db-0"));
     assert_eq!(status.current_primary_timestamp, None);

@@ -16,8 +16,13 @@ use crate::instance::commands::{CHECKPOINT_LIMIT, Command, PROMOTE_LIMIT};
 
 /// How long connecting to an instance may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long `GET /status` may take in all (the manager bounds its own queries to 5 s).
-pub const STATUS_TIMEOUT: Duration = Duration::from_secs(6);
+/// How long `GET /status` of a ready instance may take in all (the manager bounds its own
+/// queries to 2 s, `instance::local::STATUS_LIMIT`).
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long `GET /status` of an instance whose pod is not ready may take: a hung server makes
+/// its manager wait out its own limit, and a pass that waited for it would hold back the
+/// failover it may need by seconds. What a not-ready instance says only fills its status line.
+pub const UNREADY_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a command the manager bounds to its administrative limit may take (reload, slots).
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(8);
 /// Beyond the manager's own limit, how long a command's answer may take to arrive.
@@ -192,9 +197,10 @@ fn success(target: &Target, path: &'static str, answer: Answer) -> Result<Answer
     })
 }
 
-/// `GET /status`: what the instance says about itself.
-pub async fn observe(target: &Target) -> Result<InstanceFacts, InstanceError> {
-    let answer = exchange(target, Method::GET, "/status", Bytes::new(), STATUS_TIMEOUT).await?;
+/// `GET /status`: what the instance says about itself, within `limit` ([`STATUS_TIMEOUT`] or
+/// [`UNREADY_STATUS_TIMEOUT`]).
+pub async fn observe(target: &Target, limit: Duration) -> Result<InstanceFacts, InstanceError> {
+    let answer = exchange(target, Method::GET, "/status", Bytes::new(), limit).await?;
     let answer = success(target, "/status", answer)?;
     let report: Report = serde_json::from_slice(&answer.body)
         .map_err(|source| InstanceError::Decode { host: target.host.clone(), source })?;
@@ -315,7 +321,7 @@ mod tests {
                 .into_boxed_str(),
         );
         let (port, request) = serve_once(answer).await;
-        let facts = observe(&target(port)).await.unwrap();
+        let facts = observe(&target(port), STATUS_TIMEOUT).await.unwrap();
         assert!(facts.in_recovery);
         assert_eq!(facts.replay_lsn, Some(16));
         let request = request.await.unwrap();

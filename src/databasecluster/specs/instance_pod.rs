@@ -218,11 +218,13 @@ fn http_probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
     }
 }
 
-/// Readiness: `/readyz`, every 2 s. The manager bounds its own query (2 s), so a hung server
-/// answers 503 in time and fails each attempt: three failures, at most about 2 + 3 × 2 s, make
-/// it unready within about 8 s, under the 10 s a hung primary may stay in the `-rw` Service.
+/// Readiness: `/readyz` every second. The manager bounds its own query
+/// ([`crate::instance::local::READINESS_LIMIT`], 1 s) under the kubelet's 2 s timeout, so a hung
+/// server answers 503 in time and fails each attempt: three failures in a row, about 3 to 4 s,
+/// make it unready (and start the failover clock). A stall shorter than about 2 s, or a server
+/// that answers within a second however busy, stays ready.
 pub fn readiness_probe() -> Probe {
-    http_probe("/readyz", 2, 3, 3)
+    http_probe("/readyz", 1, 2, 3)
 }
 
 /// Startup: `/healthz` every second, for up to five minutes of crash recovery (or a clone).
@@ -250,12 +252,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_hung_server_is_unready_within_ten_seconds_and_recovery_gets_five_minutes() {
+    fn a_hung_server_is_unready_within_four_seconds_and_recovery_gets_five_minutes() {
         let worst = |p: &Probe| p.period_seconds.unwrap() * p.failure_threshold.unwrap();
         let readiness = readiness_probe();
-        // The manager answers within its 2 s query limit; the kubelet's timeout is above that.
-        assert!(readiness.timeout_seconds.unwrap() > 2);
-        assert!(worst(&readiness) + readiness.period_seconds.unwrap() <= 10);
+        // The manager answers within its own query limit; the kubelet's timeout is above that.
+        let limit = crate::instance::local::READINESS_LIMIT.as_secs_f64();
+        assert!(f64::from(readiness.timeout_seconds.unwrap()) > limit);
+        // Each attempt fails after the manager's limit; attempts start at least a period apart.
+        let per_attempt = limit.max(f64::from(readiness.period_seconds.unwrap()));
+        let unready = per_attempt * f64::from(readiness.failure_threshold.unwrap() + 1);
+        assert!(unready <= 4.0, "{unready}");
+        assert!(readiness.failure_threshold.unwrap() >= 3, "a single slow answer is no failover");
         assert!(worst(&startup_probe()) >= 300);
         assert!(worst(&liveness_probe()) >= 60);
         for probe in [readiness, startup_probe(), liveness_probe()] {

@@ -27,10 +27,10 @@ async fn the_operators_commands_need_the_token_and_manage_only_the_instances_slo
     let names = |facts: &dbcluster_operator::databasecluster::instances::InstanceFacts| {
         facts.slots.iter().map(|s| s.name.clone()).collect::<Vec<_>>()
     };
-    assert_eq!(names(&observe(&manager).await.unwrap()), ["instance_1", "instance_3"]);
+    assert_eq!(names(&observe(&manager, STATUS_TIMEOUT).await.unwrap()), ["instance_1", "instance_3"]);
     let drop = SlotChanges { create: Vec::new(), drop: slots(&["instance_3", "instance_7"]) };
     change_slots(&manager, &drop).await.expect("a slot that does not exist counts as dropped");
-    assert_eq!(names(&observe(&manager).await.unwrap()), ["instance_1"]);
+    assert_eq!(names(&observe(&manager, STATUS_TIMEOUT).await.unwrap()), ["instance_1"]);
     let foreign = SlotChanges { create: slots(&["backup_tool"]), drop: Vec::new() };
     let refused = change_slots(&manager, &foreign).await.unwrap_err();
     assert!(matches!(refused, InstanceError::Answer { code: 400, .. }), "{refused}");
@@ -42,11 +42,11 @@ async fn the_operators_commands_need_the_token_and_manage_only_the_instances_slo
     );
 
     // A checkpoint on request: the report's checkpoint moves past the WAL written before it.
-    let before = observe(&manager).await.unwrap().checkpoint_lsn.unwrap();
+    let before = observe(&manager, STATUS_TIMEOUT).await.unwrap().checkpoint_lsn.unwrap();
     let app = connect(&fixture.target(0, Login::App, "app")).await.unwrap();
     app.batch_execute("CREATE TABLE filler AS SELECT generate_series(1, 10000) AS i").await.unwrap();
     checkpoint(&manager).await.unwrap();
-    let after = observe(&manager).await.unwrap().checkpoint_lsn.unwrap();
+    let after = observe(&manager, STATUS_TIMEOUT).await.unwrap().checkpoint_lsn.unwrap();
     assert!(after > before, "checkpoint at {after}, before at {before}");
 }
 
@@ -59,8 +59,8 @@ async fn a_rotated_secret_reaches_the_primary_and_the_standbys_password_file() {
     fixture.set_secret(Login::Replication, "rotated-replication-password");
     let wanted = credential_version(TOKEN, "replicator", "rotated-replication-password");
     eventually_some("both report the rotated replication Secret applied", || async {
-        let primary = observe(&fixture.manager(0)).await.ok()?.credentials;
-        let standby = observe(&fixture.manager(1)).await.ok()?.credentials;
+        let primary = observe(&fixture.manager(0), STATUS_TIMEOUT).await.ok()?.credentials;
+        let standby = observe(&fixture.manager(1), STATUS_TIMEOUT).await.ok()?.credentials;
         (primary.get("replication") == Some(&wanted) && standby.get("replication") == Some(&wanted))
             .then_some(())
     })
@@ -68,7 +68,7 @@ async fn a_rotated_secret_reaches_the_primary_and_the_standbys_password_file() {
     let su = connect(&fixture.superuser(0)).await.unwrap();
     su.batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_replication").await.unwrap();
     eventually_some("the standby streams again with the new password", || async {
-        let standbys = observe(&fixture.manager(0)).await.ok()?.standbys;
+        let standbys = observe(&fixture.manager(0), STATUS_TIMEOUT).await.ok()?.standbys;
         standbys.iter().any(|s| s.name == "db-1" && s.state == "streaming").then_some(())
     })
     .await;

@@ -184,11 +184,13 @@ impl Observed {
     }
 }
 
-/// Asks every instance with an address for its `/status`, all at once.
+/// Asks every instance with an address for its `/status`, all at once; one whose pod is not ready
+/// gets a second to answer, so that a hung primary does not hold back its own failover.
 pub(crate) async fn observe<F: Forms>(pass: &Pass<'_, F>) -> Observed {
     let asked = pass.pods.iter().filter(|p| !p.deleting).filter_map(|pod| {
         let target = pass.target_of(pod)?;
-        Some(async move { (pod.name.clone(), client::observe(&target).await) })
+        let limit = if pod.ready { client::STATUS_TIMEOUT } else { client::UNREADY_STATUS_TIMEOUT };
+        Some(async move { (pod.name.clone(), client::observe(&target, limit).await) })
     });
     let mut facts = BTreeMap::new();
     let mut unreached = BTreeMap::new();
