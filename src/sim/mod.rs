@@ -95,6 +95,10 @@ pub struct SimConfig {
     /// RBAC objects, to `update` the owner's `finalizers`. It applies to requests made as a user
     /// ([`SimServer::client_as`]); others are the admin's.
     pub owner_references_permission_enforcement: bool,
+    /// Whether the process kubelet gives each claim's volume its real size (a `tmpfs` of the
+    /// volume's capacity, grown online when the claim grows), so that a volume can fill up.
+    /// Off by default: the tests that fill a disk ask for it.
+    pub sized_volumes: bool,
 }
 
 /// The simulator's two kubelets.
@@ -122,6 +126,7 @@ impl Default for SimConfig {
             kubernetes_version: KubernetesVersion::OLDEST_SUPPORTED,
             kubelet: KubeletKind::Timer,
             owner_references_permission_enforcement: false,
+            sized_volumes: false,
         }
     }
 }

@@ -287,8 +287,15 @@ fn reclaim(state: &mut State, volume: &Value) {
         return;
     }
     if let Some(dir) = volume["spec"]["hostPath"]["path"].as_str() {
+        crate::sim::kubelet::sized::unmount_below(Path::new(dir));
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// A quantity's whole bytes (`1Gi` → 1 073 741 824), for sizing a volume.
+pub fn quantity_bytes(quantity: &Value) -> Option<u64> {
+    let quantity: Quantity = quantity.as_str()?.parse().ok()?;
+    u64::try_from(quantity.as_integer()?).ok()
 }
 
 fn needs_expansion(claim: &Value) -> bool {
@@ -322,6 +329,17 @@ fn expand_volume(state: &mut State, claim: &Value) {
 /// The kubelet's `NodeExpand` done (`MarkFSResizeFinished`): the capacity is the request, the
 /// resize conditions go.
 fn finish_expansion(state: &mut State, claim: &Value) {
+    // A volume with a real size grows mounted, as an online filesystem resize does.
+    let volume =
+        claim["spec"]["volumeName"].as_str().and_then(|v| state.store.get("persistentvolumes", "", v));
+    let dir = volume.and_then(|v| v["spec"]["hostPath"]["path"].as_str()).map(std::path::PathBuf::from);
+    if let (Some(dir), Some(bytes)) =
+        (dir, quantity_bytes(&claim["spec"]["resources"]["requests"]["storage"]))
+    {
+        if let Err(error) = crate::sim::kubelet::sized::resize(&dir, bytes) {
+            tracing::warn!(%error, "growing a sized volume failed");
+        }
+    }
     let mut status = with_resize_condition(claim, None);
     status["capacity"]["storage"] = claim["spec"]["resources"]["requests"]["storage"].clone();
     write_status(state, "", "persistentvolumeclaims", claim, status);

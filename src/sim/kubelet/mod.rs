@@ -44,6 +44,7 @@ mod probes;
 mod proxy;
 mod pty;
 mod sandbox;
+pub mod sized;
 pub mod status;
 mod volumes;
 
@@ -163,6 +164,7 @@ fn remove_dead_nodes(tmp: &Path) {
     for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(node_owner) else { continue };
         if !Path::new(&format!("/proc/{pid}")).exists() {
+            sized::unmount_below(&entry.path());
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -172,6 +174,7 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.kill_all();
         if let Some(root) = self.root.get() {
+            sized::unmount_below(root);
             let _ = std::fs::remove_dir_all(root);
         }
     }

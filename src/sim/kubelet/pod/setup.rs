@@ -12,12 +12,14 @@ use super::{
     BASE_PATH, DEFAULT_TERMINATION_PATH, POSTGRES_IMAGE_UID, PodWorker, StoreSources, VolumesNotReady,
     name_of, security,
 };
+use crate::sim::controllers::volumes as volumes_controller;
 use crate::sim::kubelet::container::{self, Launch};
 use crate::sim::kubelet::entrypoint;
 use crate::sim::kubelet::env::{self};
 use crate::sim::kubelet::images::Image;
 use crate::sim::kubelet::probes::{self};
 use crate::sim::kubelet::sandbox::{Identity, Sandbox, c_path};
+use crate::sim::kubelet::sized;
 use crate::sim::kubelet::status::ContainerState;
 use crate::sim::kubelet::volumes::{self, PlannedBind};
 use crate::sim::meta;
@@ -50,6 +52,13 @@ pub(super) fn claim_volume_dir(
     Ok(path.ok_or_else(|| format!("persistentvolume \"{volume}\" has no hostPath"))?)
 }
 
+/// The capacity in bytes of the volume bound to claim `claim`.
+fn claim_capacity(state: &State, namespace: &str, claim: &str) -> Option<u64> {
+    let pvc = state.store.get("persistentvolumeclaims", namespace, claim)?;
+    let pv = state.store.get("persistentvolumes", "", pvc["spec"]["volumeName"].as_str()?)?;
+    volumes_controller::quantity_bytes(&pv["spec"]["capacity"]["storage"])
+}
+
 impl PodWorker {
     /// Rule 2: every volume's directory, `None` until they all exist.
     pub(super) fn volume_dirs(&self) -> Result<HashMap<String, (PathBuf, bool)>, VolumesNotReady> {
@@ -71,6 +80,13 @@ impl PodWorker {
                 if !dir.exists() {
                     // A fresh volume is world-writable, as the hostPath provisioners make them.
                     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                    if self.cluster.config.sized_volumes {
+                        let bytes = self.cluster.read(|s| claim_capacity(s, &ns, claim));
+                        sized::mount(
+                            &dir,
+                            bytes.ok_or_else(|| "a bound volume without a capacity".to_owned())?,
+                        )?;
+                    }
                     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
                         .map_err(|e| e.to_string())?;
                     volumes::apply_fs_group(&dir, fs_group).map_err(|e| e.to_string())?;
