@@ -333,12 +333,11 @@ fn finish_expansion(state: &mut State, claim: &Value) {
     let volume =
         claim["spec"]["volumeName"].as_str().and_then(|v| state.store.get("persistentvolumes", "", v));
     let dir = volume.and_then(|v| v["spec"]["hostPath"]["path"].as_str()).map(std::path::PathBuf::from);
-    if let (Some(dir), Some(bytes)) =
-        (dir, quantity_bytes(&claim["spec"]["resources"]["requests"]["storage"]))
+    let bytes = quantity_bytes(&claim["spec"]["resources"]["requests"]["storage"]);
+    if let (Some(dir), Some(bytes)) = (dir, bytes)
+        && let Err(error) = crate::sim::kubelet::sized::resize(&dir, bytes)
     {
-        if let Err(error) = crate::sim::kubelet::sized::resize(&dir, bytes) {
-            tracing::warn!(%error, "growing a sized volume failed");
-        }
+        tracing::warn!(%error, "growing a sized volume failed");
     }
     let mut status = with_resize_condition(claim, None);
     status["capacity"]["storage"] = claim["spec"]["resources"]["requests"]["storage"].clone();
