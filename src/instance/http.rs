@@ -5,6 +5,8 @@
 //! - `GET /readyz` (readiness): 200 when the server answers in its role (out of recovery when the
 //!   record names this pod, in recovery otherwise) with the credentials applied, within
 //!   [`READINESS_LIMIT`]; 503 otherwise.
+//! - While the data volume is full ([`super::disk`]): `/readyz` 503, `/status` 507 with the
+//!   reason, and `/healthz` 200 until the server runs (the manager waits for room on purpose).
 //! - `GET /status`: [`super::status::Report`] as JSON, only with `Authorization: Bearer <token>`
 //!   where the token is the mounted `$DBC_SECRETS/status/token` (read at each request, compared in
 //!   constant time); 401 otherwise, and when no token is mounted.
@@ -37,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::commands::{self, Command, MAX_BODY_BYTES};
 use super::decide::{Applied, readiness, role};
+use super::disk;
 use super::local::{Local, PROBE_LIMIT, READINESS_LIMIT};
 use super::settings::Settings;
 
@@ -166,14 +169,27 @@ where
         Err(code) => return text(code, "method not allowed"),
     };
     match endpoint {
-        Endpoint::Healthz => match shared.local.ping(PROBE_LIMIT).await {
-            Ok(()) => text(StatusCode::OK, "ok"),
-            Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+        Endpoint::Healthz => {
+            // A manager that waits for room on purpose is alive (see `super::disk`).
+            let waiting = !shared.started.load(Ordering::Acquire);
+            if let Some(space) = disk::full(&shared.settings.pgdata).filter(|_| waiting) {
+                return text(StatusCode::OK, &format!("waiting: {}", disk::describe(&space)));
+            }
+            match shared.local.ping(PROBE_LIMIT).await {
+                Ok(()) => text(StatusCode::OK, "ok"),
+                Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            }
+        }
+        Endpoint::Readyz => match disk::full(&shared.settings.pgdata) {
+            Some(space) => text(StatusCode::SERVICE_UNAVAILABLE, &disk::describe(&space)),
+            None => ready(shared).await,
         },
-        Endpoint::Readyz => ready(shared).await,
         Endpoint::Status => match token_refused(&request, shared) {
             Some(refused) => refused,
-            None => status(shared).await,
+            None => match disk::full(&shared.settings.pgdata) {
+                Some(space) => text(StatusCode::INSUFFICIENT_STORAGE, &disk::describe(&space)),
+                None => status(shared).await,
+            },
         },
         Endpoint::Command(command) => {
             if let Some(refused) = token_refused(&request, shared) {

@@ -22,6 +22,7 @@ pub mod auto_conf;
 pub mod commands;
 pub mod credentials;
 pub mod decide;
+pub mod disk;
 pub mod http;
 pub mod local;
 pub mod metrics;

@@ -3,6 +3,8 @@
 //! and `/status`, watches the record, turns SIGTERM (and SIGINT) into a fast shutdown, and exits
 //! with the server's status once the postmaster is gone.
 //!
+//! Nothing starts while the data volume is full ([`disk`]): the manager waits for room.
+//!
 //! The listener is bound before the preparation (a taken port fails at once; the probes fail
 //! meanwhile, as the server does not answer). A SIGTERM during the preparation ends it (children
 //! killed) with status 143.
@@ -17,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::credentials::{self, ApplyError};
 use super::decide::{Applied, Role};
+use super::disk;
 use super::http::{self, Endpoints, Shared};
 use super::local::{Local, PROBE_LIMIT};
 use super::postmaster;
@@ -71,6 +74,11 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
     tokio::spawn(http::serve(metrics_listener, shared.clone(), Endpoints::Metrics, stop.clone()));
     let _stop_on_exit = stop.clone().drop_guard();
 
+    tokio::select! {
+        () = wait_for_room(&shared.settings) => {}
+        _ = term.recv() => return Ok(143),
+        _ = int.recv() => return Ok(130),
+    }
     let role = tokio::select! {
         prepared = prepare(&shared.settings) => prepared?,
         _ = term.recv() => return Ok(143),
@@ -102,6 +110,21 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
         tracing::warn!(code, "postgres exited unsuccessfully");
     }
     Ok(code)
+}
+
+/// Returns once the data volume has room for the server ([`disk`]), saying once why it waits.
+async fn wait_for_room(settings: &Settings) {
+    let mut said = false;
+    while let Some(space) = disk::full(&settings.pgdata) {
+        if !said {
+            tracing::warn!(available = space.available, total = space.total, "{}", disk::describe(&space));
+            said = true;
+        }
+        tokio::time::sleep(disk::LOOK_EVERY).await;
+    }
+    if said {
+        tracing::info!("the data volume has room again: starting PostgreSQL");
+    }
 }
 
 /// Forwards the server's stdout and stderr as JSON lines ([`server_log`]).

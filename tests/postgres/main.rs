@@ -9,6 +9,7 @@ mod common;
 mod backup_script;
 mod e2e_bad_day;
 mod e2e_demo;
+mod e2e_disk_full;
 mod e2e_failover;
 mod e2e_logs;
 mod e2e_monitoring;

@@ -123,7 +123,8 @@ pub(crate) fn truncate(mut text: String, max_bytes: usize) -> String {
 /// UpgradeStarted and UpgradeCompleted when `Upgrading` flips, and InvalidSpec (Warning) once per
 /// generation whose spec is invalid, InvalidConfiguration (Warning) once per generation whose
 /// `postgresConfig` PostgreSQL refuses, ExpansionNotSupported (Warning) once per generation whose
-/// storage growth the StorageClass refuses. An unchanged status implies none.
+/// storage growth the StorageClass refuses, DiskFull (Warning) once per generation in which an
+/// instance's data volume fills up. An unchanged status implies none.
 pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
     let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
     let now = |type_: &str| find_condition(new, type_);
@@ -154,6 +155,7 @@ pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterS
     warn_once(condition::RESIZING, reason::EXPANSION_NOT_SUPPORTED, "Resize");
     warn_once(condition::READY, reason::INVALID_SPEC, "Validate");
     warn_once(condition::READY, reason::INVALID_CONFIGURATION, "Configure");
+    warn_once(condition::READY, reason::DISK_FULL, "Storage");
     events
 }
 

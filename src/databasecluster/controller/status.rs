@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus, InstanceStatus, Phase};
 use crate::databasecluster::api::validation::{SpecError, ValidSpec};
+use crate::databasecluster::instances::client;
 use crate::databasecluster::instances::storage::Growth;
 use crate::databasecluster::instances::topology::PodView;
 use crate::databasecluster::specs::resources::POSTGRES_CONTAINER;
@@ -66,6 +67,8 @@ pub mod reason {
     pub const RECONCILING: &str = "Reconciling";
     /// Ready=False: an instance cannot start (its container's state says why).
     pub const INSTANCE_FAILING: &str = "InstanceFailing";
+    /// Ready=False: an instance's data volume is full (its manager keeps PostgreSQL stopped).
+    pub const DISK_FULL: &str = "DiskFull";
     /// Resizing=True: some volume's capacity is below `storageSize`.
     pub const RESIZE_IN_PROGRESS: &str = "ResizeInProgress";
     /// Resizing=False: every volume has `storageSize`.
@@ -280,7 +283,8 @@ pub fn converging_phase(previous: Option<Phase>, previously_ready: i32, ready: i
 /// that could not be observed this pass keeps the last one observed while its pod exists. When
 /// replicas are not ready and an instance says why (no node has taken its pod for a while, or
 /// its containers: a crash loop, an exit code, the log's tail), `Ready=False` gets reason
-/// `InstanceFailing` and names each failing instance.
+/// `InstanceFailing` (`DiskFull` when an instance's data volume is full) and names each failing
+/// instance.
 pub fn with_instances(
     mut status: DatabaseClusterStatus,
     instances: Vec<InstanceStatus>,
@@ -293,8 +297,9 @@ pub fn with_instances(
     let not_ready = status.conditions.iter_mut().find(|c| {
         c.type_ == condition::READY && c.status == "False" && c.reason == reason::REPLICAS_NOT_READY
     });
+    let full = instances.iter().any(|i| i.message.as_deref().is_some_and(|m| m.contains(client::DISK_FULL)));
     if let (Some(ready), false) = (not_ready, failing.is_empty()) {
-        ready.reason = reason::INSTANCE_FAILING.to_owned();
+        ready.reason = if full { reason::DISK_FULL } else { reason::INSTANCE_FAILING }.to_owned();
         ready.message = format!("{}; {}", ready.message, failing.join("; "));
     }
     status.instances = instances;

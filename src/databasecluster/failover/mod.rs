@@ -26,6 +26,10 @@
 //!    only while at least M − N + 1 members are observed with their WAL position: then one of
 //!    them holds every acknowledged commit, and the one with the most WAL holds them all.
 //!    Otherwise nothing is promoted (`NoSynchronousCandidate`): waiting loses no write.
+//! 6. A recorded primary whose manager says its data volume is full is not failed over
+//!    ([`held_for_full_disk`], `DiskFull`): its standbys hold the same data on volumes of the same
+//!    size and would fill up next, and a promotion would lose what they have not received.
+//!    Growing `storageSize` brings it back.
 //!
 //! A promotion that a stopped operator carried out but never reported (the record names an
 //! instance that accepts writes, while the last status names another primary and no failover to
@@ -68,6 +72,8 @@ pub mod reason {
     pub const FAILING_OVER: &str = "FailingOver";
     /// False: a switchover is under way.
     pub const SWITCHING_OVER: &str = "SwitchingOver";
+    /// False: the primary's data volume is full; nothing is promoted.
+    pub const DISK_FULL: &str = "DiskFull";
 }
 
 /// What synchronous replication asks of a failover candidate (rule 5 of the module docs).
@@ -112,6 +118,8 @@ pub enum Decision {
         /// How long the primary has been not ready.
         down_for: Duration,
     },
+    /// Down because its data volume is full: held, not failed over (rule 6).
+    DiskFull,
     /// A switchover from `from` to the recorded instance is under way ([`crate::databasecluster::switchover`]).
     SwitchingOver {
         /// The primary being demoted.
@@ -150,10 +158,28 @@ pub fn seen_down_since(previous: Option<&DatabaseClusterStatus>, record: &str) -
         reason::NO_FAILOVER_CANDIDATE,
         reason::NO_SYNCHRONOUS_CANDIDATE,
         reason::FAILING_OVER,
+        reason::DISK_FULL,
     ];
     let condition = previous.conditions.iter().find(|c| c.type_ == PRIMARY_AVAILABLE)?;
     (condition.status == "False" && down_reasons.contains(&condition.reason.as_str()))
         .then_some(condition.last_transition_time.0)
+}
+
+/// Rule 6: `decision` held when the recorded primary's data volume is full (`primary_disk_full`):
+/// a wait or a new promotion becomes [`Decision::DiskFull`]. An interrupted failover being
+/// finished (the record already moved) and a healthy primary are left as they are.
+pub fn held_for_full_disk(decision: Decision, primary_disk_full: bool) -> Decision {
+    match decision {
+        Decision::Waiting { .. }
+        | Decision::NoCandidate { .. }
+        | Decision::NoSynchronousCandidate { .. }
+        | Decision::Promote { resume: false, .. }
+            if primary_disk_full =>
+        {
+            Decision::DiskFull
+        }
+        decision => decision,
+    }
 }
 
 /// The decision for the instances `pods` (with what each said, `facts`) whose record names
@@ -303,6 +329,13 @@ pub fn with_failover(
             reason::NO_SYNCHRONOUS_CANDIDATE,
             format!(
                 "{record} is down (not ready) and no observed standby is known to hold every acknowledged write (spec.synchronousReplicas): nothing is promoted until {record} or enough synchronous standbys are back"
+            ),
+        ),
+        Decision::DiskFull => (
+            "False",
+            reason::DISK_FULL,
+            format!(
+                "{record}'s data volume is full: no standby is promoted (theirs hold the same data); grow spec.storageSize"
             ),
         ),
         Decision::Promote { pod, .. } => {

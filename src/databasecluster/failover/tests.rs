@@ -128,6 +128,24 @@ fn a_zero_delay_promotes_at_once_and_nothing_is_promoted_without_a_standby_that_
 }
 
 #[test]
+fn a_primary_whose_volume_is_full_is_held_not_failed_over() {
+    let promote =
+        Decision::Promote { pod: "db-1".into(), received_lsn: Some(1), resume: false, down_for: DELAY };
+    assert_eq!(held_for_full_disk(promote.clone(), true), Decision::DiskFull);
+    assert_eq!(held_for_full_disk(promote.clone(), false), promote);
+    let waiting = Decision::Waiting { down_for: Duration::ZERO, remaining: DELAY };
+    assert_eq!(held_for_full_disk(waiting, true), Decision::DiskFull);
+    // The record already moved: finishing that failover is never held back.
+    let resume = Decision::Promote { pod: "db-1".into(), received_lsn: None, resume: true, down_for: DELAY };
+    assert_eq!(held_for_full_disk(resume.clone(), true), resume);
+    assert_eq!(held_for_full_disk(Decision::Healthy, true), Decision::Healthy);
+    let status = with_failover(DatabaseClusterStatus::default(), "db-0", &Decision::DiskFull, None, at(0));
+    let condition = status.conditions.iter().find(|c| c.type_ == PRIMARY_AVAILABLE).unwrap();
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", reason::DISK_FULL));
+    assert_eq!(seen_down_since(Some(&status), "db-0").map(|_| ()), Some(()), "the clock keeps running");
+}
+
+#[test]
 fn an_interrupted_failover_is_finished_and_never_makes_a_second_primary() {
     // The record names db-1, still in recovery, and nothing accepts writes: promote it.
     let pods = [down_primary(0), pod(1, false)];

@@ -27,6 +27,17 @@ pub const UNREADY_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(8);
 /// Beyond the manager's own limit, how long a command's answer may take to arrive.
 const MARGIN: Duration = Duration::from_secs(3);
+/// Why an instance whose manager answers `507 Insufficient Storage` is not observed: its data
+/// volume is full, and the manager keeps PostgreSQL stopped until it has room
+/// (`crate::instance::disk`).
+pub const DISK_FULL: &str =
+    "its data volume is full: PostgreSQL stays stopped until it has room (grow spec.storageSize)";
+
+/// Whether `error` is a manager saying its data volume is full.
+pub fn is_disk_full(error: &InstanceError) -> bool {
+    matches!(error, InstanceError::Answer { code: 507, .. })
+}
+
 /// The largest answer read.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
@@ -250,6 +261,7 @@ pub fn unreached_message(error: &InstanceError) -> String {
         | InstanceError::Timeout { .. }
         | InstanceError::Http { .. }
         | InstanceError::Body { .. } => "its instance manager did not answer".to_owned(),
+        InstanceError::Answer { code: 507, .. } => DISK_FULL.to_owned(),
         InstanceError::Answer { code: 401, .. } => "its instance manager refused the status token".to_owned(),
         InstanceError::Answer { code: 503, .. } => {
             "its instance manager answered that PostgreSQL does not (starting, or stopped)".to_owned()
@@ -285,6 +297,7 @@ mod tests {
             (timeout, "did not answer"),
             (refused, "did not answer"),
             (answer(401), "refused the status token"),
+            (answer(507), "data volume is full"),
             (answer(503), "PostgreSQL does not"),
             (answer(500), "answered HTTP 500"),
         ];

@@ -220,7 +220,7 @@ fn an_instance_that_cannot_start_gives_ready_its_reason() {
     let starting = with_instances(status.clone(), vec![instance("db-0", None)], None);
     assert_eq!(summary(&starting, "Ready"), s("False", "ReplicasNotReady", "1/2 replicas ready"));
     let failing = with_instances(
-        status,
+        status.clone(),
         vec![instance("db-0", None), instance("db-1", Some("container postgres: CrashLoopBackOff"))],
         None,
     );
@@ -228,6 +228,17 @@ fn an_instance_that_cannot_start_gives_ready_its_reason() {
         summary(&failing, "Ready"),
         s("False", "InstanceFailing", "1/2 replicas ready; db-1: container postgres: CrashLoopBackOff")
     );
+    // A full data volume has its own reason, and one Warning Event.
+    let full = format!("the operator could not read the instance's status: {}", client::DISK_FULL);
+    let filled =
+        with_instances(status.clone(), vec![instance("db-0", None), instance("db-1", Some(&full))], None);
+    let ready = condition(&filled, "Ready");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "DiskFull"));
+    assert!(ready.message.contains("db-1: ") && ready.message.contains("storageSize"), "{}", ready.message);
+    let events = status_events(Some(&status), &filled);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!((events[0].type_, events[0].reason.as_str()), (EventType::Warning, "DiskFull"));
+    assert!(status_events(Some(&filled), &filled).is_empty(), "once per generation");
 }
 
 #[test]

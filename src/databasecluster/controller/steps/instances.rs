@@ -7,7 +7,7 @@
 //! retried on the next pass; they never fail the pass, since the status must still be written.
 //! The operator opens no database session: commands go through the instance managers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -28,13 +28,14 @@ use crate::databasecluster::controller::steps::secrets::Credentials;
 use crate::databasecluster::controller::steps::upkeep;
 use crate::databasecluster::failover::promotion::{Promotion, fail_over, finish};
 use crate::databasecluster::failover::{
-    Decision, decide, failover_delay, outcome, seen_down_since, synchronous, unreported_promotion,
+    Decision, decide, failover_delay, held_for_full_disk, outcome, seen_down_since, synchronous,
+    unreported_promotion,
 };
 use crate::databasecluster::instances::client::{self, unreached_message};
 use crate::databasecluster::instances::passwords::Versions;
 use crate::databasecluster::instances::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, not_ready_since,
-    start_failure, with_recorded_sync_states,
+    start_failure, with_recorded_sync_states, with_unreached,
 };
 use crate::databasecluster::instances::{InstanceFacts, StatusToken, Target};
 use crate::databasecluster::specs::config::refused_configuration;
@@ -78,7 +79,7 @@ pub(crate) fn pod_views<F: Forms>(ctx: &Context<F>, owner: &Owner, now: Timestam
 /// What [`operate_instances`] found. `statuses` say nothing of the instances not reached: that
 /// goes into the status after the failures of `Ready` are named
 /// ([`crate::databasecluster::instances::topology::with_unreached`]), since an instance that does
-/// not answer is not known to fail.
+/// not answer is not known to fail; one whose manager says its data volume is full is.
 pub(crate) struct Topology {
     pub(crate) statuses: Vec<InstanceStatus>,
     pub(crate) current_primary: Option<String>,
@@ -151,6 +152,8 @@ impl<F: Forms> Pass<'_, F> {
 pub(crate) struct Observed {
     pub(crate) facts: BTreeMap<String, InstanceFacts>,
     pub(crate) unreached: BTreeMap<String, String>,
+    /// The instances whose managers say their data volume is full.
+    pub(crate) disk_full: BTreeSet<String>,
     pub(crate) statuses: Vec<InstanceStatus>,
     pub(crate) current_primary: Option<String>,
     pub(crate) refused: Vec<String>,
@@ -194,11 +197,15 @@ pub(crate) async fn observe<F: Forms>(pass: &Pass<'_, F>) -> Observed {
     });
     let mut facts = BTreeMap::new();
     let mut unreached = BTreeMap::new();
+    let mut disk_full = BTreeSet::new();
     for (name, result) in futures::future::join_all(asked).await {
         match result {
             Ok(found) => drop(facts.insert(name, found)),
             Err(error) => {
                 tracing::debug!(pod = %name, %error, "instance not observed");
+                if client::is_disk_full(&error) {
+                    disk_full.insert(name.clone());
+                }
                 unreached.insert(name, unreached_message(&error));
             }
         }
@@ -206,10 +213,17 @@ pub(crate) async fn observe<F: Forms>(pass: &Pass<'_, F>) -> Observed {
     let refused = refused_configuration(facts.values(), pass.cluster.spec.postgres_config.as_ref());
     let recorded = pass.previous().map(|s| s.instances.as_slice()).unwrap_or_default();
     let statuses = with_recorded_sync_states(instance_statuses(pass.pods, &facts), recorded);
+    // A full data volume is a known failure (unlike silence): named with `Ready`'s failures.
+    let full: BTreeMap<String, String> = unreached
+        .iter()
+        .filter(|(name, _)| disk_full.contains(*name))
+        .map(|(n, m)| (n.clone(), m.clone()))
+        .collect();
+    let statuses = with_unreached(statuses, &full);
     let current_primary = current_primary(pass.pods, &facts, pass.record.primary);
     let busy = !facts.is_empty()
         && (current_primary.is_none() || !all_standbys_streaming(&statuses, current_primary.as_deref()));
-    Observed { facts, unreached, statuses, current_primary, refused, busy }
+    Observed { facts, unreached, disk_full, statuses, current_primary, refused, busy }
 }
 
 /// Observes every instance, then keeps the topology true (see the module docs).
@@ -235,7 +249,7 @@ pub(crate) async fn operate_instances<F: Forms>(
         let synchronous = synchronous(spec.synchronous_replicas, &observed.statuses);
         let seen_down = seen_down_since(pass.previous(), record.primary);
         let delay = failover_delay(cluster);
-        decide(
+        let decision = decide(
             record.primary,
             pods,
             &observed.facts,
@@ -243,7 +257,8 @@ pub(crate) async fn operate_instances<F: Forms>(
             synchronous.as_ref(),
             seen_down,
             Timestamp::now(),
-        )
+        );
+        held_for_full_disk(decision, observed.disk_full.contains(record.primary))
     } else {
         Decision::Healthy
     };
