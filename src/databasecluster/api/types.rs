@@ -215,7 +215,8 @@ pub struct DatabaseClusterSpec {
     pub app_secret_name: Option<String>,
 
     /// Seconds the primary may be not ready before a standby is promoted in its place (default
-    /// 5); `0` promotes as soon as the primary is seen not ready. Its readiness probe already
+    /// 5; at least 30 with `primaryUpdateMethod: Restart`, whose rolls restart the primary in
+    /// place); `0` promotes as soon as the primary is seen not ready. Its readiness probe already
     /// needs 3 s of failed answers, so a merely slow primary is not failed over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]

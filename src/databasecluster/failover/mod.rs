@@ -49,6 +49,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::databasecluster::api::types::{
     DEFAULT_FAILOVER_DELAY_SECONDS, DatabaseCluster, DatabaseClusterStatus, FailoverRecord, InstanceStatus,
+    PrimaryUpdateMethod,
 };
 use crate::databasecluster::controller::events::{EventNote, EventType};
 use crate::databasecluster::controller::status::ConditionSetter;
@@ -139,11 +140,19 @@ pub enum Decision {
 }
 
 /// `spec.failoverDelay`, or its default: how long the primary stays not ready before a standby
-/// is promoted (zero: as soon as it is seen not ready).
+/// is promoted (zero: as soon as it is seen not ready). With `primaryUpdateMethod: Restart` a
+/// roll restarts the primary in place, which takes seconds; the delay is then at least
+/// [`IN_PLACE_RESTART_SECONDS`], so that a planned restart is not taken for a failure.
 pub fn failover_delay(cluster: &DatabaseCluster) -> Duration {
-    let seconds = cluster.spec.failover_delay.unwrap_or(DEFAULT_FAILOVER_DELAY_SECONDS);
+    let mut seconds = cluster.spec.failover_delay.unwrap_or(DEFAULT_FAILOVER_DELAY_SECONDS);
+    if cluster.spec.primary_update_method == Some(PrimaryUpdateMethod::Restart) {
+        seconds = seconds.max(IN_PLACE_RESTART_SECONDS);
+    }
     Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
+
+/// The least failover delay with `primaryUpdateMethod: Restart`, in seconds.
+pub const IN_PLACE_RESTART_SECONDS: i32 = 30;
 
 /// When this operator first saw `record` down, as the status it wrote last keeps it: the
 /// [`PRIMARY_AVAILABLE`] condition's `lastTransitionTime`, while that condition is False about

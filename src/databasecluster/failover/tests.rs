@@ -128,6 +128,18 @@ fn a_zero_delay_promotes_at_once_and_nothing_is_promoted_without_a_standby_that_
 }
 
 #[test]
+fn the_delay_defaults_to_five_seconds_and_covers_an_in_place_restart() {
+    let mut cluster = crate::databasecluster::fixtures::cluster(2, "15.4", 1);
+    assert_eq!(failover_delay(&cluster), Duration::from_secs(5));
+    cluster.spec.failover_delay = Some(0);
+    assert_eq!(failover_delay(&cluster), Duration::ZERO);
+    cluster.spec.primary_update_method = Some(PrimaryUpdateMethod::Restart);
+    assert_eq!(failover_delay(&cluster), Duration::from_secs(30));
+    cluster.spec.failover_delay = Some(120);
+    assert_eq!(failover_delay(&cluster), Duration::from_secs(120));
+}
+
+#[test]
 fn a_primary_whose_volume_is_full_is_held_not_failed_over() {
     let promote =
         Decision::Promote { pod: "db-1".into(), received_lsn: Some(1), resume: false, down_for: DELAY };
