@@ -106,15 +106,46 @@ pub fn psql(uri: &str, sql: &str) -> Result<String, String> {
     }
 }
 
-/// The Secret's `uri` with its host resolved as a pod in `namespace` resolves it.
+/// The Secret's `uri` with its host resolved as a pod in `namespace` resolves it: the name stays
+/// (`verify-full` checks it against the server's certificate) and `hostaddr` says where it is.
+/// Its `sslrootcert` names where a pod mounts the Secret; here, a file on the host holding the
+/// cluster's CA (read from its Secret `<cluster>-ca`, the cluster named by the host's Service).
 pub fn host_uri(cluster: &TestCluster, namespace: &str, uri: &str) -> String {
-    let url = url::Url::parse(uri).expect("the Secret's uri is a URL");
+    let mut url = url::Url::parse(uri).expect("the Secret's uri is a URL");
     let host = url.host_str().expect("the uri has a host").to_owned();
     let ip = cluster
         .sim
         .resolve(namespace, &host)
         .unwrap_or_else(|| panic!("{host} does not resolve in the cluster"));
-    uri.replacen(&host, &ip.to_string(), 1)
+    let mut pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .filter(|(k, _)| k != "hostaddr")
+        .collect();
+    if let Some(root) = pairs.iter_mut().find(|(k, _)| k == "sslrootcert") {
+        let service = host.split('.').next().unwrap_or_default();
+        let name = service.trim_end_matches("-rw").trim_end_matches("-ro").trim_end_matches("-r");
+        root.1 = ca_file(cluster, namespace, name).display().to_string();
+    }
+    pairs.push(("hostaddr".to_owned(), ip.to_string()));
+    url.query_pairs_mut().clear().extend_pairs(pairs);
+    url.to_string()
+}
+
+/// The CA of cluster `name` in a file on the host (written anew at each call: a re-created
+/// cluster has a new CA).
+pub fn ca_file(cluster: &TestCluster, namespace: &str, name: &str) -> std::path::PathBuf {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(cluster.client.clone(), namespace);
+    let secret = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(secrets.get(&format!("{name}-ca")))
+    })
+    .expect("the cluster's CA Secret");
+    let ca = secret.data.and_then(|d| d.get("ca.crt").cloned()).expect("the CA Secret holds ca.crt");
+    let path =
+        std::env::temp_dir().join(format!("dbc-test-{}-{namespace}-{name}-ca.crt", std::process::id()));
+    std::fs::write(&path, ca.0).expect("writing the CA file");
+    path
 }
 
 /// One write of a [`Writer`]: its id, when psql answered, and psql's error if it failed.

@@ -122,6 +122,14 @@ pub enum Error {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// A certificate could not be issued; retried.
+    #[error("issuing the certificate of Secret {name}: {source}")]
+    Certificate {
+        /// The Secret's name.
+        name: String,
+        /// Why.
+        source: crate::databasecluster::tls::issue::IssueError,
+    },
     /// The status patch failed.
     #[error("patching the status: {0}")]
     Status(#[source] kube::Error),

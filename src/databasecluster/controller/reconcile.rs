@@ -159,7 +159,10 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let owner = Owner::of(cluster)?;
 
     ensure_services(ctx, cluster, &owner).await?;
-    let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
+    let certificates =
+        crate::databasecluster::controller::steps::certificates::ensure_certificates(ctx, cluster, &owner)
+            .await?;
+    let credentials = ensure_secrets(ctx, cluster, &owner, &spec, &certificates.ca_cert).await?;
     let token =
         crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
             .await?;
@@ -194,7 +197,9 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let status = with_observation(cluster.status.as_ref(), status, converging, now);
     let summary = (status.phase.map(|p| p.as_str()), status.ready_replicas, status.current_primary.clone());
     write_status_with_events(ctx, cluster, status, backup_events).await?;
-    let next = next_look(retry_after, converging, spec.replicas > 0);
+    // A certificate to renew before the next look brings its own.
+    let renew_in = certificates.renew_in(now);
+    let next = next_look(retry_after.into_iter().chain(renew_in).min(), converging, spec.replicas > 0);
     log_pass(cluster, converging || retry_after.is_some(), &next, summary);
     Ok(next)
 }

@@ -17,7 +17,9 @@
 //! volumes gets a new CA and new certificates, as it gets new passwords: nothing of them lives in
 //! the data directory, and the instances read what is mounted.
 
+pub mod app;
 pub mod issue;
+pub mod pods;
 pub mod renew;
 pub mod secrets;
 

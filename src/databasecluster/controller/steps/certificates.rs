@@ -1,0 +1,145 @@
+//! Step: the cluster's certificates ([`crate::databasecluster::tls`]): the CA's Secret, created
+//! once and kept; then the server's and the two clients' Secrets, each issued again when
+//! [`leaf_action`] says so. Nothing secret is logged: a line names the Secret, the reason and the
+//! new expiry.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::databasecluster::api::types::DatabaseCluster;
+use crate::databasecluster::cache::forms::Forms;
+use crate::databasecluster::controller::context::*;
+use crate::databasecluster::controller::steps::child::*;
+use crate::databasecluster::specs::names::Owner;
+use crate::databasecluster::tls::issue::{IssueError, KeyPem, Leaf, issue_ca, issue_leaf, not_after};
+use crate::databasecluster::tls::renew::{LeafAction, Lifetimes, leaf_action, lifetimes};
+use crate::databasecluster::tls::secrets::{
+    build_ca_secret, build_leaf_secret, live_leaf, read_ca, read_leaf,
+};
+use crate::databasecluster::tls::{Client, ca_secret_name, server_dns_names, server_secret_name};
+use crate::runtime::ObjectKey;
+
+/// What the pass learnt of the certificates.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Certificates {
+    /// The CA's certificate (PEM), which the login Secrets carry.
+    pub(crate) ca_cert: String,
+    /// Each Secret's certificate's expiry, by the Secret's name.
+    pub(crate) expiries: Vec<(String, Timestamp)>,
+    /// The earliest time a leaf enters its renewal margin.
+    pub(crate) renew_at: Option<Timestamp>,
+}
+
+impl Certificates {
+    /// How long from `now` until a leaf is to be renewed (zero when due).
+    pub(crate) fn renew_in(&self, now: Timestamp) -> Option<std::time::Duration> {
+        let at = self.renew_at?;
+        Some(std::time::Duration::try_from(now.duration_until(at)).unwrap_or_default())
+    }
+}
+
+fn issue_error(name: &str) -> impl FnOnce(IssueError) -> Error + '_ {
+    move |source| Error::Certificate { name: name.to_owned(), source }
+}
+
+/// Ensures the CA's Secret and the three leaves' Secrets.
+pub(crate) async fn ensure_certificates<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+) -> Result<Certificates, Error> {
+    let (lifetimes, now) = (lifetimes(), Timestamp::now());
+    let ca = ensure_ca(ctx, cluster, owner, lifetimes, now).await?;
+    let mut certificates = Certificates { ca_cert: ca.cert.clone(), ..Certificates::default() };
+    if let Ok(expiry) = not_after(&ca.cert) {
+        certificates.expiries.push((ca_secret_name(owner.name()), expiry));
+    }
+    let server = Leaf::Server(server_dns_names(owner.name(), owner.namespace()));
+    let leaves = std::iter::once((server_secret_name(owner.name()), server))
+        .chain(Client::ALL.map(|c| (c.secret_name(owner.name()), Leaf::Client(c.user().to_owned()))));
+    for (name, leaf) in leaves {
+        let (expiry, renew_at) =
+            ensure_leaf(ctx, cluster, owner, &ca, (name.clone(), leaf), lifetimes, now).await?;
+        certificates.expiries.push((name, expiry));
+        certificates.renew_at = certificates.renew_at.min(Some(renew_at)).or(Some(renew_at));
+    }
+    tracing::debug!(expiries = ?certificates.expiries, "certificates in force");
+    Ok(certificates)
+}
+
+/// The CA's Secret: created with a new CA when absent (or holding no readable CA), kept otherwise.
+async fn ensure_ca<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    lifetimes: Lifetimes,
+    now: Timestamp,
+) -> Result<KeyPem, Error> {
+    let name = ca_secret_name(owner.name());
+    let key = ObjectKey::new(Some(owner.namespace()), &name);
+    let mut chosen = None;
+    let subject = format!("{}/{}", owner.namespace(), owner.name());
+    let (_, outcome) =
+        ensure_child(ctx, owner, "Secret", ctx.secrets.get(&key), |live: Option<&F::Secret>| {
+            let live = live.map(|live| decode_cached::<Secret, _>(live, "Secret")).transpose()?;
+            let ca = match live.as_ref().and_then(read_ca) {
+                Some(ca) => ca,
+                None => {
+                    tracing::info!(secret = %name, "issuing the cluster's CA");
+                    issue_ca(&subject, now, lifetimes.ca).map_err(issue_error(&name))?
+                }
+            };
+            let secret = build_ca_secret(owner, name.clone(), &ca);
+            chosen = Some(ca);
+            Ok(secret)
+        })
+        .await?;
+    report(ctx, cluster, "Secret", &key, &outcome, None).await;
+    chosen.ok_or_else(|| issue_error(&name)(IssueError::Parse("no CA was chosen".to_owned())))
+}
+
+/// One leaf's Secret, issued again when [`leaf_action`] says so: its expiry and when it is to be
+/// renewed.
+async fn ensure_leaf<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    ca: &KeyPem,
+    (name, leaf): (String, Leaf),
+    lifetimes: Lifetimes,
+    now: Timestamp,
+) -> Result<(Timestamp, Timestamp), Error> {
+    let key = ObjectKey::new(Some(owner.namespace()), &name);
+    let mut chosen = None;
+    let (_, outcome) =
+        ensure_child(ctx, owner, "Secret", ctx.secrets.get(&key), |live: Option<&F::Secret>| {
+            let live = live.map(|live| decode_cached::<Secret, _>(live, "Secret")).transpose()?;
+            let action = leaf_action(live.as_ref().map(live_leaf).as_ref(), &ca.cert, now, lifetimes);
+            let kept = match action {
+                // Kept only when signed by the live CA: its `ca.crt` is the live CA's.
+                LeafAction::Keep { renew_at } => live.as_ref().and_then(read_leaf).map(|pem| (pem, renew_at)),
+                LeafAction::Issue(_) => None,
+            };
+            let (pem, renew_at) = match kept {
+                Some(kept) => kept,
+                None => {
+                    let pem = issue_leaf(ca, &leaf, now, lifetimes.leaf).map_err(issue_error(&name))?;
+                    let expiry = not_after(&pem.cert).map_err(issue_error(&name))?;
+                    let reason = match action {
+                        LeafAction::Issue(reason) => reason.as_str(),
+                        LeafAction::Keep { .. } => "unreadable",
+                    };
+                    tracing::info!(secret = %name, reason, not_after = %expiry, "issuing a certificate");
+                    let margin = jiff::SignedDuration::try_from(lifetimes.renew_before).unwrap_or_default();
+                    (pem, expiry.checked_sub(margin).unwrap_or(expiry))
+                }
+            };
+            let expiry = not_after(&pem.cert).map_err(issue_error(&name))?;
+            let secret = build_leaf_secret(owner, name.clone(), &pem, &ca.cert);
+            chosen = Some((expiry, renew_at));
+            Ok(secret)
+        })
+        .await?;
+    report(ctx, cluster, "Secret", &key, &outcome, None).await;
+    chosen.ok_or_else(|| issue_error(&name)(IssueError::Parse("no certificate was chosen".to_owned())))
+}
