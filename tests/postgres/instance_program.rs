@@ -172,9 +172,15 @@ async fn the_database_accepts_exactly_the_secrets_passwords() {
     let mut fixture = Fixture::new(4, &[]).await;
     fixture.init(0).await;
     fixture.start(0).await;
-    for login in Login::ALL {
+    for login in [Login::Superuser, Login::App] {
         check_login(&fixture.target(0, login, login.database())).await.unwrap();
     }
+    // The replication user has no password: it logs in by client certificate only.
+    let replication = fixture.target(0, Login::Replication, "postgres");
+    assert!(
+        password_refused(&check_login(&replication).await.unwrap_err()),
+        "the replication password is refused"
+    );
 
     // New Secrets over kept data (a cluster re-created over its volumes): applied at start.
     let old = fixture.target(0, Login::App, "app");
