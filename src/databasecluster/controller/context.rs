@@ -57,6 +57,8 @@ pub struct Context<F: Forms = CompactForms> {
     pub events: EventPublisher,
     /// Consecutive failed passes per cluster, to make a lasting error visible in its status.
     pub failures: FailureCounts,
+    /// How long the certificates the operator issues live.
+    pub certificates: crate::databasecluster::tls::renew::Lifetimes,
 }
 
 impl<F: Forms> Debug for Context<F> {

@@ -12,7 +12,7 @@ use crate::databasecluster::controller::context::*;
 use crate::databasecluster::controller::steps::child::*;
 use crate::databasecluster::specs::names::Owner;
 use crate::databasecluster::tls::issue::{IssueError, KeyPem, Leaf, issue_ca, issue_leaf, not_after};
-use crate::databasecluster::tls::renew::{LeafAction, Lifetimes, leaf_action, lifetimes};
+use crate::databasecluster::tls::renew::{LeafAction, Lifetimes, leaf_action};
 use crate::databasecluster::tls::secrets::{
     build_ca_secret, build_leaf_secret, live_leaf, read_ca, read_leaf,
 };
@@ -48,7 +48,7 @@ pub(crate) async fn ensure_certificates<F: Forms>(
     cluster: &DatabaseCluster,
     owner: &Owner,
 ) -> Result<Certificates, Error> {
-    let (lifetimes, now) = (lifetimes(), Timestamp::now());
+    let (lifetimes, now) = (ctx.certificates, Timestamp::now());
     let ca = ensure_ca(ctx, cluster, owner, lifetimes, now).await?;
     let mut certificates = Certificates { ca_cert: ca.cert.clone(), ..Certificates::default() };
     if let Ok(expiry) = not_after(&ca.cert) {
