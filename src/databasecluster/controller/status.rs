@@ -171,6 +171,7 @@ pub fn compute_status(
         instances: previous.instances,
         instances_observed_at: previous.instances_observed_at,
         applied_secret_versions: previous.applied_secret_versions,
+        certificate_expiry: previous.certificate_expiry,
     }
 }
 

@@ -31,6 +31,11 @@ pub(crate) struct Certificates {
 }
 
 impl Certificates {
+    /// `status.certificateExpiry`: each Secret's certificate's expiry, RFC 3339.
+    pub(crate) fn expiry_by_secret(&self) -> std::collections::BTreeMap<String, String> {
+        self.expiries.iter().map(|(name, at)| (name.clone(), at.to_string())).collect()
+    }
+
     /// How long from `now` until a leaf is to be renewed (zero when due).
     pub(crate) fn renew_in(&self, now: Timestamp) -> Option<std::time::Duration> {
         let at = self.renew_at?;
@@ -63,7 +68,6 @@ pub(crate) async fn ensure_certificates<F: Forms>(
         certificates.expiries.push((name, expiry));
         certificates.renew_at = certificates.renew_at.min(Some(renew_at)).or(Some(renew_at));
     }
-    tracing::debug!(expiries = ?certificates.expiries, "certificates in force");
     Ok(certificates)
 }
 
