@@ -191,8 +191,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let observed = compute_status(cluster, Ok(&spec), Some(&sts), &pods, now);
     let (busy, retry_after) = (topology.busy, topology.retry_after);
     let outcome = PassOutcome { topology, growth: growth.as_ref(), restored, primary: &primary_record };
-    let (mut status, backup_events) = pass_status(cluster, &spec, observed, outcome, backups, now);
-    status.certificate_expiry = certificates.expiry_by_secret();
+    let (status, backup_events) = pass_status(cluster, &spec, observed, outcome, backups, now);
+    let status = certificates.on_status(status, ctx.certificates, now);
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || busy || resizing;
     let status = with_observation(cluster.status.as_ref(), status, converging, now);

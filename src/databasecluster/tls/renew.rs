@@ -121,6 +121,22 @@ pub fn leaf_action(
     if now >= renew_at { LeafAction::Issue(IssueReason::Expiring) } else { LeafAction::Keep { renew_at } }
 }
 
+/// The certificates (`(Secret, expiry)`) that, after a pass renewed what it could, are still
+/// within the renewal margin of their expiry at `now` (or expired): the operator could not renew
+/// them (the CA, which it never replaces, or a leaf whose renewal failed).
+pub fn expiring(
+    expiries: &[(String, Timestamp)],
+    now: Timestamp,
+    lifetimes: Lifetimes,
+) -> Vec<(String, Timestamp)> {
+    let margin = jiff::SignedDuration::try_from(lifetimes.renew_before).unwrap_or(jiff::SignedDuration::MAX);
+    expiries
+        .iter()
+        .filter(|(_, at)| at.checked_sub(margin).is_ok_and(|renew_at| now >= renew_at) || *at <= now)
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +180,18 @@ mod tests {
             leaf_action(Some(&no_ca), "CA", at("2026-12-07T00:00:00Z"), lifetimes),
             LeafAction::Issue(IssueReason::OtherCa)
         );
+    }
+
+    #[test]
+    fn a_certificate_still_in_its_margin_after_the_pass_is_expiring() {
+        let lifetimes = Lifetimes::default();
+        let expiries = vec![
+            ("db-ca".to_owned(), at("2027-01-01T00:00:00Z")),
+            ("db-server".to_owned(), at("2027-03-01T00:00:00Z")),
+        ];
+        assert_eq!(expiring(&expiries, at("2026-12-01T23:59:59Z"), lifetimes), []);
+        assert_eq!(expiring(&expiries, at("2026-12-02T00:00:00Z"), lifetimes), [expiries[0].clone()]);
+        assert_eq!(expiring(&expiries, at("2028-01-01T00:00:00Z"), lifetimes), expiries, "expired");
     }
 
     #[test]

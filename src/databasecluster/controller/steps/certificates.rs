@@ -7,12 +7,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::databasecluster::api::types::DatabaseCluster;
+use crate::databasecluster::api::types::DatabaseClusterStatus;
 use crate::databasecluster::cache::forms::Forms;
 use crate::databasecluster::controller::context::*;
+use crate::databasecluster::controller::status::{ConditionSetter, condition, reason};
 use crate::databasecluster::controller::steps::child::*;
 use crate::databasecluster::specs::names::Owner;
 use crate::databasecluster::tls::issue::{IssueError, KeyPem, Leaf, issue_ca, issue_leaf, not_after};
-use crate::databasecluster::tls::renew::{LeafAction, Lifetimes, leaf_action};
+use crate::databasecluster::tls::renew::{LeafAction, Lifetimes, expiring, leaf_action};
 use crate::databasecluster::tls::secrets::{
     build_ca_secret, build_leaf_secret, live_leaf, read_ca, read_leaf,
 };
@@ -34,6 +36,36 @@ impl Certificates {
     /// `status.certificateExpiry`: each Secret's certificate's expiry, RFC 3339.
     pub(crate) fn expiry_by_secret(&self) -> std::collections::BTreeMap<String, String> {
         self.expiries.iter().map(|(name, at)| (name.clone(), at.to_string())).collect()
+    }
+
+    /// `status` with each certificate's expiry and the condition `CertificatesExpiring`: True
+    /// (reason `CertificateExpiring`) while one is within its renewal margin after the pass
+    /// ([`expiring`]); False once none is, when it was set before (a cluster that never had one
+    /// expiring carries no such condition).
+    pub(crate) fn on_status(
+        &self,
+        mut status: DatabaseClusterStatus,
+        lifetimes: Lifetimes,
+        now: Timestamp,
+    ) -> DatabaseClusterStatus {
+        status.certificate_expiry = self.expiry_by_secret();
+        let expiring = expiring(&self.expiries, now, lifetimes);
+        let known = status.conditions.iter().any(|c| c.type_ == condition::CERTIFICATES_EXPIRING);
+        if expiring.is_empty() && !known {
+            return status;
+        }
+        let mut conditions = ConditionSetter::new(status.conditions, status.observed_generation, now);
+        if expiring.is_empty() {
+            let message = "every certificate is renewed before its expiry".to_owned();
+            conditions.set(condition::CERTIFICATES_EXPIRING, "False", reason::CERTIFICATES_RENEWED, message);
+        } else {
+            let list: Vec<String> =
+                expiring.iter().map(|(name, at)| format!("{name} expires at {at}")).collect();
+            let message = format!("not renewed: {}", list.join(", "));
+            conditions.set(condition::CERTIFICATES_EXPIRING, "True", reason::CERTIFICATE_EXPIRING, message);
+        }
+        status.conditions = conditions.into_inner();
+        status
     }
 
     /// How long from `now` until a leaf is to be renewed (zero when due).
