@@ -111,23 +111,33 @@ pub fn psql(uri: &str, sql: &str) -> Result<String, String> {
 /// Its `sslrootcert` names where a pod mounts the Secret; here, a file on the host holding the
 /// cluster's CA (read from its Secret `<cluster>-ca`, the cluster named by the host's Service).
 pub fn host_uri(cluster: &TestCluster, namespace: &str, uri: &str) -> String {
-    let mut url = url::Url::parse(uri).expect("the Secret's uri is a URL");
+    let url = url::Url::parse(uri).expect("the Secret's uri is a URL");
     let host = url.host_str().expect("the uri has a host").to_owned();
     let ip = cluster
         .sim
         .resolve(namespace, &host)
         .unwrap_or_else(|| panic!("{host} does not resolve in the cluster"));
-    let mut pairs: Vec<(String, String)> = url
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .filter(|(k, _)| k != "hostaddr")
-        .collect();
-    if let Some(root) = pairs.iter_mut().find(|(k, _)| k == "sslrootcert") {
+    let mut uri = uri.to_owned();
+    if url.query_pairs().any(|(k, _)| k == "sslrootcert") {
         let service = host.split('.').next().unwrap_or_default();
         let name = service.trim_end_matches("-rw").trim_end_matches("-ro").trim_end_matches("-r");
-        root.1 = ca_file(cluster, namespace, name).display().to_string();
+        uri = with_param(&uri, "sslrootcert", &ca_file(cluster, namespace, name).display().to_string());
     }
-    pairs.push(("hostaddr".to_owned(), ip.to_string()));
+    at_address(&uri, &ip.to_string())
+}
+
+/// `uri` (a [`host_uri`]) to the server at `ip`: its `hostaddr` replaced, its name kept (every
+/// instance's certificate names the client Services too).
+pub fn at_address(uri: &str, ip: &str) -> String {
+    with_param(uri, "hostaddr", ip)
+}
+
+/// `uri` with its query parameter `key` set to `value` (added last, any earlier value removed).
+pub fn with_param(uri: &str, key: &str, value: &str) -> String {
+    let mut url = url::Url::parse(uri).expect("a URL");
+    let mut pairs: Vec<(String, String)> =
+        url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).filter(|(k, _)| k != key).collect();
+    pairs.push((key.to_owned(), value.to_owned()));
     url.query_pairs_mut().clear().extend_pairs(pairs);
     url.to_string()
 }

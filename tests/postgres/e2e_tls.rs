@@ -32,16 +32,6 @@ async fn secret(cluster: &TestCluster, name: &str, key: &str) -> String {
     secret_value(&secrets.get(name).await.unwrap(), key)
 }
 
-/// `uri` with its query parameter `key` set to `value`.
-fn with_param(uri: &str, key: &str, value: &str) -> String {
-    let mut url = url::Url::parse(uri).unwrap();
-    let mut pairs: Vec<(String, String)> =
-        url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).filter(|(k, _)| k != key).collect();
-    pairs.push((key.to_owned(), value.to_owned()));
-    url.query_pairs_mut().clear().extend_pairs(pairs);
-    url.to_string()
-}
-
 /// The login Secret `login`'s uri to the Service `service`, resolved as a pod resolves it.
 async fn uri(cluster: &TestCluster, login: &str, service: &str) -> String {
     let raw = secret(cluster, &format!("{NAME}-{login}"), "uri").await;
