@@ -1,16 +1,17 @@
 //! The instance's certificates: the mounted Secrets' files copied into the private run directory
 //! (`$DBC_RUN/tls/`), and the server options and connection keywords that name the copies.
 //!
-//! Mounted (read-only Secret volumes, `$DBC_SECRETS/<dir>/`): `server-tls/` (`tls.crt`, `tls.key`,
-//! `ca.crt`: the server's certificate and the CA clients verify it with) and `replication-tls/`
-//! (the replication user's client certificate). The copies exist because PostgreSQL and libpq
+//! Mounted (read-only Secret volumes, `$DBC_SECRETS/<dir>/`): `server-tls/` (`tls.crt`, `tls.key`:
+//! the server's certificate, the operator's or the user's), `server-ca/` (`ca.crt`: the CA that
+//! verifies it) and `replication-tls/` (the replication user's client certificate, and in its
+//! `ca.crt` the operator's CA, which signs every client certificate). The copies exist because PostgreSQL and libpq
 //! refuse a private key a group can read unless root owns it, and a kubelet's Secret volume under
 //! `fsGroup` makes its files group-readable: each copy is the pod user's own, keys mode 0600
 //! (written whole, then renamed into place). [`install`] copies what changed and says whether the
 //! server's files did, so the watcher reloads the server (`SIGHUP` re-reads them: no restart).
 //!
 //! The server: `ssl = on`, TLS 1.2 at least, its certificate and key, and the CA that signs
-//! client certificates (`ssl_ca_file`, for `cert` authentication). Every TCP session the manager
+//! client certificates (`ssl_ca_file`, for `cert` authentication: the operator's). Every TCP session the manager
 //! and its programs open is `sslmode=verify-full` against the CA.
 
 use std::io::Write;
@@ -21,6 +22,8 @@ use super::settings::Settings;
 
 /// The server's Secret's directory under `$DBC_SECRETS`.
 pub const SERVER_DIR: &str = "server-tls";
+/// The directory of the Secret whose `ca.crt` verifies the servers, under `$DBC_SECRETS`.
+pub const SERVER_CA_DIR: &str = "server-ca";
 /// The replication client certificate's directory under `$DBC_SECRETS`.
 pub const REPLICATION_DIR: &str = "replication-tls";
 
@@ -47,10 +50,14 @@ pub fn server_key(settings: &Settings) -> PathBuf {
     dir(settings).join("server.key")
 }
 
-/// The copy of the CA certificate: what servers are verified with, and what signs client
-/// certificates.
+/// The copy of the CA certificate the servers are verified with.
 pub fn ca_cert(settings: &Settings) -> PathBuf {
     dir(settings).join("ca.crt")
+}
+
+/// The copy of the CA certificate that signs the client certificates (`ssl_ca_file`).
+pub fn client_ca_cert(settings: &Settings) -> PathBuf {
+    dir(settings).join("client-ca.crt")
 }
 
 /// The copy of the replication client certificate.
@@ -63,13 +70,14 @@ pub fn replication_key(settings: &Settings) -> PathBuf {
     dir(settings).join("replication.key")
 }
 
-fn copies(settings: &Settings) -> [Copy; 5] {
+fn copies(settings: &Settings) -> [Copy; 6] {
     let mounted = |d: &str, key: &str| settings.secret_path(d, key);
     let copy = |from, to, private, server| Copy { from, to, private, server };
     [
         copy(mounted(SERVER_DIR, "tls.crt"), server_cert(settings), false, true),
         copy(mounted(SERVER_DIR, "tls.key"), server_key(settings), true, true),
-        copy(mounted(SERVER_DIR, "ca.crt"), ca_cert(settings), false, true),
+        copy(mounted(SERVER_CA_DIR, "ca.crt"), ca_cert(settings), false, false),
+        copy(mounted(REPLICATION_DIR, "ca.crt"), client_ca_cert(settings), false, true),
         copy(mounted(REPLICATION_DIR, "tls.crt"), replication_cert(settings), false, false),
         copy(mounted(REPLICATION_DIR, "tls.key"), replication_key(settings), true, false),
     ]
@@ -128,7 +136,7 @@ pub fn server_options(settings: &Settings) -> Vec<(&'static str, String)> {
         ("ssl_min_protocol_version", "TLSv1.2".to_owned()),
         ("ssl_cert_file", path(server_cert(settings))),
         ("ssl_key_file", path(server_key(settings))),
-        ("ssl_ca_file", path(ca_cert(settings))),
+        ("ssl_ca_file", path(client_ca_cert(settings))),
     ]
 }
 
@@ -157,9 +165,12 @@ mod tests {
         let mut settings = Settings::sample();
         settings.secrets_dir = root.path().join("secrets");
         settings.run_dir = root.path().join("run");
-        for (dir, names) in
-            [(SERVER_DIR, &["tls.crt", "tls.key", "ca.crt"][..]), (REPLICATION_DIR, &["tls.crt", "tls.key"])]
-        {
+        let dirs = [
+            (SERVER_DIR, &["tls.crt", "tls.key"][..]),
+            (SERVER_CA_DIR, &["ca.crt"]),
+            (REPLICATION_DIR, &["tls.crt", "tls.key", "ca.crt"]),
+        ];
+        for (dir, names) in dirs {
             std::fs::create_dir_all(settings.secrets_dir.join(dir)).unwrap();
             for name in names {
                 std::fs::write(settings.secret_path(dir, name), format!("{dir}/{name}")).unwrap();
@@ -175,7 +186,12 @@ mod tests {
         assert_eq!(std::fs::read_to_string(replication_key(&settings)).unwrap(), "new");
         std::fs::write(settings.secret_path(SERVER_DIR, "tls.crt"), "renewed").unwrap();
         assert!(install(&settings).unwrap());
-        std::fs::remove_file(settings.secret_path(SERVER_DIR, "ca.crt")).unwrap();
+        std::fs::write(settings.secret_path(SERVER_CA_DIR, "ca.crt"), "another CA").unwrap();
+        assert!(!install(&settings).unwrap(), "the servers' CA is for clients only");
+        assert_eq!(std::fs::read_to_string(ca_cert(&settings)).unwrap(), "another CA");
+        std::fs::write(settings.secret_path(REPLICATION_DIR, "ca.crt"), "client CA").unwrap();
+        assert!(install(&settings).unwrap(), "the client CA is the server's ssl_ca_file");
+        std::fs::remove_file(settings.secret_path(SERVER_CA_DIR, "ca.crt")).unwrap();
         assert!(install(&settings).is_err(), "a missing file is an error");
     }
 
@@ -186,6 +202,7 @@ mod tests {
         assert!(options.contains(&("ssl", "on".to_owned())));
         assert!(options.contains(&("ssl_min_protocol_version", "TLSv1.2".to_owned())));
         assert!(options.contains(&("ssl_key_file", "/run/dbcluster/tls/server.key".to_owned())));
+        assert!(options.contains(&("ssl_ca_file", "/run/dbcluster/tls/client-ca.crt".to_owned())));
         let keywords = replication_keywords(&settings);
         assert_eq!(keywords[0], ("sslmode", "verify-full".to_owned()));
         assert!(keywords.contains(&("sslkey", "/run/dbcluster/tls/replication.key".to_owned())));

@@ -109,7 +109,8 @@ pub fn psql(uri: &str, sql: &str) -> Result<String, String> {
 /// The Secret's `uri` with its host resolved as a pod in `namespace` resolves it: the name stays
 /// (`verify-full` checks it against the server's certificate) and `hostaddr` says where it is.
 /// Its `sslrootcert` names where a pod mounts the Secret; here, a file on the host holding the
-/// cluster's CA (read from its Secret `<cluster>-ca`, the cluster named by the host's Service).
+/// CA that verifies the cluster's servers (the `ca.crt` of its login Secret `<cluster>-superuser`,
+/// the cluster named by the host's Service).
 pub fn host_uri(cluster: &TestCluster, namespace: &str, uri: &str) -> String {
     let url = url::Url::parse(uri).expect("the Secret's uri is a URL");
     let host = url.host_str().expect("the uri has a host").to_owned();
@@ -142,16 +143,16 @@ pub fn with_param(uri: &str, key: &str, value: &str) -> String {
     url.to_string()
 }
 
-/// The CA of cluster `name` in a file on the host (written anew at each call: a re-created
-/// cluster has a new CA).
+/// The CA that verifies cluster `name`'s servers in a file on the host (written anew at each
+/// call: a re-created cluster has a new CA).
 pub fn ca_file(cluster: &TestCluster, namespace: &str, name: &str) -> std::path::PathBuf {
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
         kube::Api::namespaced(cluster.client.clone(), namespace);
     let secret = tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(secrets.get(&format!("{name}-ca")))
+        tokio::runtime::Handle::current().block_on(secrets.get(&format!("{name}-superuser")))
     })
-    .expect("the cluster's CA Secret");
-    let ca = secret.data.and_then(|d| d.get("ca.crt").cloned()).expect("the CA Secret holds ca.crt");
+    .expect("the cluster's superuser Secret");
+    let ca = secret.data.and_then(|d| d.get("ca.crt").cloned()).expect("the login Secret holds ca.crt");
     // One file per simulated cluster: tests running at once may each have a cluster `name`.
     let server = cluster.sim.addr().port();
     let file = format!("dbc-test-{}-{server}-{namespace}-{name}-ca.crt", std::process::id());

@@ -184,7 +184,8 @@ impl Pod {
         let client = issue_leaf(ca(), &Leaf::Client("postgres".into()), jiff::Timestamp::now(), DAY).unwrap();
         // As a Secret volume under fsGroup shows it: the key readable by the group.
         let tls = owned_dir(&secrets, "operator-tls");
-        write_owned(&tls, &[("tls.crt", &client.cert), ("tls.key", &client.key), ("ca.crt", &ca().cert)]);
+        write_owned(&tls, &[("tls.crt", &client.cert), ("tls.key", &client.key)]);
+        write_owned(&owned_dir(&secrets, "server-ca"), &[("ca.crt", &ca().cert)]);
         fs::set_permissions(tls.join("tls.key"), fs::Permissions::from_mode(0o640)).unwrap();
         for script in [("backup.sh", BACKUP_SCRIPT), ("restore.sh", RESTORE_SCRIPT)] {
             fs::write(root.join(script.0), script.1).unwrap();

@@ -11,11 +11,14 @@ use std::process::{Command, Stdio};
 
 use common::postgres::*;
 use common::*;
+use dbcluster_operator::databasecluster::api::certificates::CertificatesSpec;
 use dbcluster_operator::databasecluster::controller::operator::OperatorOptions;
-use dbcluster_operator::databasecluster::tls::issue::issue_ca;
+use dbcluster_operator::databasecluster::tls::issue::{KeyPem, Leaf, issue_ca, issue_leaf};
 use dbcluster_operator::databasecluster::tls::renew::Lifetimes;
+use dbcluster_operator::databasecluster::tls::server_dns_names;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const NAME: &str = "production-postgres";
 const NS: &str = "default";
@@ -161,4 +164,72 @@ async fn short_lived_certificates_are_renewed_and_served_without_a_restart() {
         "SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE s.ssl AND r.state = 'streaming'",
     );
     assert_eq!(streaming, Ok("1".into()));
+}
+
+/// A `kubernetes.io/tls` Secret as cert-manager writes it: `tls.crt`, `tls.key`, `ca.crt`.
+fn tls_secret(name: &str, leaf: &KeyPem, ca: &str) -> Secret {
+    let data = [("tls.crt", &leaf.cert), ("tls.key", &leaf.key), ("ca.crt", &ca.to_owned())]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), ByteString(v.clone().into_bytes())))
+        .collect();
+    let mut secret =
+        Secret { data: Some(data), type_: Some("kubernetes.io/tls".into()), ..Secret::default() };
+    secret.metadata.name = Some(name.to_owned());
+    secret
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_server_certificate_is_served_verified_and_reloaded_when_replaced() {
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    let day = std::time::Duration::from_secs(86_400);
+    let now = jiff::Timestamp::now();
+    let user_ca = issue_ca("the user's CA", now, day).unwrap();
+    let names = Leaf::Server(server_dns_names(NAME, NS));
+    let first = issue_leaf(&user_ca, &names, now, day).unwrap();
+    let secrets: Api<Secret> = cluster.api();
+    secrets
+        .create(&PostParams::default(), &tls_secret("user-server-tls", &first, &user_ca.cert))
+        .await
+        .unwrap();
+    let mut db = sample();
+    db.spec.replicas = 2;
+    db.spec.backup_schedule = None;
+    db.spec.certificates =
+        Some(CertificatesSpec { server_tls_secret: "user-server-tls".into(), server_ca_secret: None });
+    cluster.clusters().patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
+    await_streaming(&cluster, NAME, 2, None).await;
+
+    // The operator issued no server certificate; its Secrets carry the user's CA.
+    assert!(secrets.get_opt(&format!("{NAME}-server")).await.unwrap().is_none());
+    assert!(same_pem(&secret(&cluster, &format!("{NAME}-app"), "ca.crt").await, &user_ca.cert));
+    let app = uri(&cluster, "app", "rw").await;
+    assert_eq!(psql(&app, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"), Ok("t".into()));
+    let (ip, name) = (pod_address(&cluster, 0).await, format!("{NAME}-0.{NAME}.{NS}.svc"));
+    assert!(same_pem(&served_certificate(&ip, &name).unwrap(), &first.cert));
+    let su = uri(&cluster, "superuser", "rw").await;
+    let started = psql(&su, "SELECT pg_postmaster_start_time()").unwrap();
+    let streaming = "SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE s.ssl AND r.state = 'streaming'";
+    assert_eq!(psql(&su, streaming), Ok("1".into()), "the standby verified the user's certificate");
+
+    // The user replaces the certificate: served without a restart.
+    let second = issue_leaf(&user_ca, &names, jiff::Timestamp::now(), day).unwrap();
+    let replaced = tls_secret("user-server-tls", &second, &user_ca.cert);
+    secrets
+        .replace(
+            "user-server-tls",
+            &PostParams::default(),
+            &Secret { metadata: secrets.get("user-server-tls").await.unwrap().metadata, ..replaced },
+        )
+        .await
+        .unwrap();
+    for ordinal in [0, 1] {
+        let (ip, name) = (pod_address(&cluster, ordinal).await, format!("{NAME}-{ordinal}.{NAME}.{NS}.svc"));
+        eventually_some("the replaced certificate is served", || async {
+            same_pem(&served_certificate(&ip, &name)?, &second.cert).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(psql(&su, "SELECT pg_postmaster_start_time()"), Ok(started), "reloaded, not restarted");
+    assert_eq!(psql(&app, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"), Ok("t".into()));
 }

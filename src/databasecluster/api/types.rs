@@ -247,6 +247,10 @@ pub struct DatabaseClusterSpec {
     /// `metrics` port (9187).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monitoring: Option<MonitoringSpec>,
+
+    /// Certificates the user brings instead of the operator's (docs/tls.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<crate::databasecluster::api::certificates::CertificatesSpec>,
 }
 
 /// How a rolling update reaches the primary (`spec.primaryUpdateMethod`).

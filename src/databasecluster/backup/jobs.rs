@@ -3,9 +3,9 @@
 //!
 //! The backup pod runs `scripts/backup.sh` with `bash -c` (no extra ConfigMap), as uid 999 with a
 //! read-only root filesystem and the restricted Pod Security profile. It mounts the backup volume,
-//! a private `emptyDir`, and the operator's client certificate only (`<name>-operator-client`,
-//! [`crate::databasecluster::tls`]): `pg_hba.conf` lets it open replication connections and
-//! nothing else. Its
+//! a private `emptyDir`, the operator's client certificate (`<name>-operator-client`,
+//! [`crate::databasecluster::tls`]: `pg_hba.conf` lets it open replication connections and
+//! nothing else) and the `ca.crt` that verifies the servers; no password. Its
 //! labels (`databases.madmmas.dev/cluster`, component `backup`) deliberately leave out the
 //! cluster's pod selector, so no Service or StatefulSet ever selects a backup pod. Jobs run once
 //! (`backoffLimit: 0`): a failure is reported, and the next schedule is the retry; a Job running
@@ -238,8 +238,10 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
     if let Some(seconds) = backup.keep_newer_than_seconds {
         env.push(self::env("DBC_KEEP_NEWER_THAN_SECONDS", seconds.to_string()));
     }
-    let client = Client::Operator.secret_name(owner.name());
-    let certificate = crate::databasecluster::tls::pods::secret_volume("operator-tls".to_owned(), client);
+    use crate::databasecluster::tls::pods::{secret_volume, server_secrets};
+    let certificate = secret_volume("operator-tls".to_owned(), Client::Operator.secret_name(owner.name()));
+    let (_, server_ca) = server_secrets(owner.name(), spec.server_certificate.as_ref());
+    let server_ca = secret_volume("server-ca".to_owned(), server_ca);
     script_pod(
         "backup",
         spec,
@@ -248,9 +250,15 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
         vec![
             mount("backups", BACKUPS_PATH, false),
             mount("operator-tls", &format!("{SECRETS_PATH}/operator-tls"), true),
+            mount("server-ca", &format!("{SECRETS_PATH}/server-ca"), true),
             mount("run", RUN_PATH, false),
         ],
-        vec![pvc_volume("backups", backup_pvc_name(owner.name()), false), certificate, scratch_volume("run")],
+        vec![
+            pvc_volume("backups", backup_pvc_name(owner.name()), false),
+            certificate,
+            server_ca,
+            scratch_volume("run"),
+        ],
     )
 }
 
@@ -337,7 +345,11 @@ mod tests {
         let pod = pod_of(job);
         let secrets: Vec<_> =
             pod.volumes.iter().flatten().filter_map(|v| v.secret.as_ref()?.secret_name.clone()).collect();
-        assert_eq!(secrets, ["pg-operator-client"]);
+        assert_eq!(
+            secrets,
+            ["pg-operator-client", "pg-server"],
+            "the client certificate and the servers' CA"
+        );
         assert_eq!(pod.automount_service_account_token, Some(false));
         let container = &pod.containers[0];
         assert_eq!(container.image.as_deref(), Some("postgres:15.4"));

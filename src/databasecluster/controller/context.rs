@@ -124,6 +124,15 @@ pub enum Error {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// A Secret `spec.certificates` names cannot be used; retried, since the user may create or
+    /// fix it.
+    #[error("spec.certificates: Secret {name} {problem}")]
+    UserCertificate {
+        /// The Secret's name.
+        name: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// A certificate could not be issued; retried.
     #[error("issuing the certificate of Secret {name}: {source}")]
     Certificate {

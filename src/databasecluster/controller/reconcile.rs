@@ -159,9 +159,10 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let owner = Owner::of(cluster)?;
 
     ensure_services(ctx, cluster, &owner).await?;
-    let certificates =
-        crate::databasecluster::controller::steps::certificates::ensure_certificates(ctx, cluster, &owner)
-            .await?;
+    let certificates = crate::databasecluster::controller::steps::certificates::ensure_certificates(
+        ctx, cluster, &owner, &spec,
+    )
+    .await?;
     let credentials = ensure_secrets(ctx, cluster, &owner, &spec, &certificates.ca_cert).await?;
     let token =
         crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)

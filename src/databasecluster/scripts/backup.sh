@@ -18,7 +18,7 @@
 #    the operator learns the backup's name and size; on failure the message says why.
 #
 # Environment: DBC_BACKUP_HOSTS (space-separated), DBC_PORT (5432), DBC_SECRETS (operator-tls/
-# with tls.crt, tls.key and ca.crt), DBC_BACKUPS (the backup volume), DBC_RUN (a private writable
+# with tls.crt and tls.key, server-ca/ with the ca.crt that verifies the servers), DBC_BACKUPS (the backup volume), DBC_RUN (a private writable
 # directory), DBC_KEEP_LAST, DBC_KEEP_NEWER_THAN_SECONDS, DBC_TERMINATION_LOG
 # (/dev/termination-log).
 set -euo pipefail
@@ -44,7 +44,7 @@ tls="$DBC_SECRETS/operator-tls"
 user=postgres
 (umask 077 && cat "$tls/tls.key" >"$DBC_RUN/client.key")
 
-conninfo() { echo "host=$1 port=$DBC_PORT user=$user sslmode=verify-full sslrootcert=$tls/ca.crt sslcert=$tls/tls.crt sslkey=$DBC_RUN/client.key connect_timeout=5 application_name=dbc-backup"; }
+conninfo() { echo "host=$1 port=$DBC_PORT user=$user sslmode=verify-full sslrootcert=$DBC_SECRETS/server-ca/ca.crt sslcert=$tls/tls.crt sslkey=$DBC_RUN/client.key connect_timeout=5 application_name=dbc-backup"; }
 
 replication_query() { psql "$(conninfo "$1") replication=true" -XtAc "$2" 2>>"$DBC_RUN/source.err"; }
 

@@ -269,7 +269,10 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
         });
     }
     volumes.push(status_token_volume(&owner.name));
-    volumes.extend(crate::databasecluster::tls::pods::instance_volumes(&owner.name));
+    volumes.extend(crate::databasecluster::tls::pods::instance_volumes(
+        &owner.name,
+        spec.server_certificate.as_ref(),
+    ));
     volumes.push(controller_volume());
     volumes.extend(spec.custom_queries.as_ref().map(custom_queries_volume));
     for name in [RUN_VOLUME, TMP_VOLUME] {

@@ -374,7 +374,8 @@ pub fn password_refused(error: &tokio_postgres::Error) -> bool {
 }
 
 /// The Secrets of the cluster's certificates as the pods mount them: the server's
-/// (`server-tls/`) and the replication client's (`replication-tls/`), signed by a fresh CA.
+/// (`server-tls/`), the servers' CA (`server-ca/`) and the replication client's
+/// (`replication-tls/`), signed by a fresh CA.
 fn write_certificates(secrets: &Path) {
     let now = jiff::Timestamp::now();
     let day = Duration::from_secs(86_400);
@@ -385,4 +386,5 @@ fn write_certificates(secrets: &Path) {
         let files = [("tls.crt", leaf.cert), ("tls.key", leaf.key), ("ca.crt", ca.cert.clone())];
         write_files(&secrets.join(dir), files.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
     }
+    write_files(&secrets.join("server-ca"), BTreeMap::from([("ca.crt".to_owned(), ca.cert)]));
 }

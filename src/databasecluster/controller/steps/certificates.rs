@@ -6,15 +6,19 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 
+use crate::databasecluster::api::certificates::ServerCertificate;
 use crate::databasecluster::api::types::DatabaseCluster;
 use crate::databasecluster::api::types::DatabaseClusterStatus;
+use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::cache::forms::Forms;
 use crate::databasecluster::controller::context::*;
 use crate::databasecluster::controller::status::{ConditionSetter, condition, reason};
 use crate::databasecluster::controller::steps::child::*;
+use crate::databasecluster::specs::credentials::secret_value;
 use crate::databasecluster::specs::names::Owner;
 use crate::databasecluster::tls::issue::{IssueError, KeyPem, Leaf, issue_ca, issue_leaf, not_after};
 use crate::databasecluster::tls::renew::{LeafAction, Lifetimes, expiring, leaf_action};
+use crate::databasecluster::tls::secrets::CA_CERT_KEY;
 use crate::databasecluster::tls::secrets::{
     build_ca_secret, build_leaf_secret, live_leaf, read_ca, read_leaf,
 };
@@ -79,11 +83,13 @@ fn issue_error(name: &str) -> impl FnOnce(IssueError) -> Error + '_ {
     move |source| Error::Certificate { name: name.to_owned(), source }
 }
 
-/// Ensures the CA's Secret and the three leaves' Secrets.
+/// Ensures the CA's Secret and the leaves' Secrets: the server's unless the user brings it
+/// (`spec.certificates`: then its CA is what the login Secrets carry, and its expiry is shown).
 pub(crate) async fn ensure_certificates<F: Forms>(
     ctx: &Context<F>,
     cluster: &DatabaseCluster,
     owner: &Owner,
+    spec: &ValidSpec,
 ) -> Result<Certificates, Error> {
     let (lifetimes, now) = (ctx.certificates, Timestamp::now());
     let ca = ensure_ca(ctx, cluster, owner, lifetimes, now).await?;
@@ -91,8 +97,20 @@ pub(crate) async fn ensure_certificates<F: Forms>(
     if let Ok(expiry) = not_after(&ca.cert) {
         certificates.expiries.push((ca_secret_name(owner.name()), expiry));
     }
-    let server = Leaf::Server(server_dns_names(owner.name(), owner.namespace()));
-    let leaves = std::iter::once((server_secret_name(owner.name()), server))
+    let server = match &spec.server_certificate {
+        Some(user) => {
+            let (ca_cert, expiry) = read_user_certificate(ctx, owner, user).await?;
+            certificates.ca_cert = ca_cert;
+            certificates.expiries.push((user.tls_secret.clone(), expiry));
+            None
+        }
+        None => Some((
+            server_secret_name(owner.name()),
+            Leaf::Server(server_dns_names(owner.name(), owner.namespace())),
+        )),
+    };
+    let leaves = server
+        .into_iter()
         .chain(Client::ALL.map(|c| (c.secret_name(owner.name()), Leaf::Client(c.user().to_owned()))));
     for (name, leaf) in leaves {
         let (expiry, renew_at) =
@@ -101,6 +119,35 @@ pub(crate) async fn ensure_certificates<F: Forms>(
         certificates.renew_at = certificates.renew_at.min(Some(renew_at)).or(Some(renew_at));
     }
     Ok(certificates)
+}
+
+/// The user's server certificate (`spec.certificates`), read from the API (the operator caches
+/// only its own Secrets): the `ca.crt` that verifies it, and its expiry.
+async fn read_user_certificate<F: Forms>(
+    ctx: &Context<F>,
+    owner: &Owner,
+    user: &ServerCertificate,
+) -> Result<(String, Timestamp), Error> {
+    let api: kube::Api<Secret> = kube::Api::namespaced(ctx.client.clone(), owner.namespace());
+    let unusable = |name: &str, problem| Error::UserCertificate { name: name.to_owned(), problem };
+    let read = |name: String| {
+        let api = api.clone();
+        async move {
+            api.get_opt(&name)
+                .await
+                .map_err(|source| child_error("reading", "Secret", &name, source))?
+                .ok_or_else(|| unusable(&name, "does not exist"))
+        }
+    };
+    let tls = read(user.tls_secret.clone()).await?;
+    let leaf = read_leaf(&tls).ok_or_else(|| unusable(&user.tls_secret, "has no tls.crt and tls.key"))?;
+    let expiry =
+        not_after(&leaf.cert).map_err(|_| unusable(&user.tls_secret, "holds no readable certificate"))?;
+    let ca_secret =
+        if user.ca_secret == user.tls_secret { tls } else { read(user.ca_secret.clone()).await? };
+    let ca_cert =
+        secret_value(&ca_secret, CA_CERT_KEY).ok_or_else(|| unusable(&user.ca_secret, "has no ca.crt"))?;
+    Ok((ca_cert, expiry))
 }
 
 /// The CA's Secret: created with a new CA when absent (or holding no readable CA), kept otherwise.
