@@ -76,6 +76,16 @@ pub struct RunArgs {
           default_value = crate::databasecluster::specs::instance_pod::DEFAULT_INSTANCE_IMAGE)]
     pub instance_image: String,
 
+    /// How long the certificates the operator issues for each cluster's servers and clients are
+    /// valid, in seconds (90 days by default). The CA is valid 10 years.
+    #[arg(long, env = "CERTIFICATE_VALIDITY", value_name = "SECONDS", default_value_t = 90 * 86_400)]
+    pub certificate_validity: u64,
+
+    /// How long before its expiry a certificate is issued again, in seconds (30 days by default);
+    /// less than --certificate-validity.
+    #[arg(long, env = "CERTIFICATE_RENEW_BEFORE", value_name = "SECONDS", default_value_t = 30 * 86_400)]
+    pub certificate_renew_before: u64,
+
     /// Where the /healthz and /readyz probes are served. The default listens on every interface,
     /// as the kubelet's probes need in a pod; outside a cluster, pass 127.0.0.1:8081.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]

@@ -69,6 +69,16 @@ pub async fn start(client: Client, url: &str, config: ManagerConfig) -> Result<M
 pub fn main(args: RunArgs) -> ExitCode {
     logging::init(args.log_format);
     crate::databasecluster::specs::instance_pod::set_instance_image(args.instance_image.clone());
+    use crate::databasecluster::tls::renew::{Lifetimes, set_lifetimes};
+    match Lifetimes::with_leaves(args.certificate_validity, args.certificate_renew_before) {
+        Some(lifetimes) => {
+            set_lifetimes(lifetimes);
+        }
+        None => {
+            eprintln!("error: --certificate-renew-before must be less than --certificate-validity");
+            return ExitCode::FAILURE;
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

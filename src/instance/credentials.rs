@@ -1,7 +1,8 @@
 //! Makes the primary accept exactly the passwords of the mounted Secrets, at every start and
 //! whenever the mounted files change (the record watcher compares their versions every tick):
 //! creates the replication and application roles and the application database when missing, and
-//! sets the three passwords. The server only sees SCRAM-SHA-256 verifiers computed here (never a
+//! sets the superuser's and the application's passwords; the replication user has none (it logs
+//! in by client certificate only, `crate::databasecluster::tls`). The server only sees SCRAM-SHA-256 verifiers computed here (never a
 //! plaintext, so nothing secret can reach its log), and the session turns statement logging off
 //! besides. Commits are local: with synchronous replication no standby can stream before the
 //! replication role exists.
@@ -124,7 +125,14 @@ pub async fn apply(settings: &Settings, local: &Local) -> Result<Versions, Apply
             }
         }
         client.batch_execute(&alter_role(&superuser, "LOGIN")).await?;
-        client.batch_execute(&alter_role(&replication, "LOGIN REPLICATION NOSUPERUSER")).await?;
+        // The replication user logs in by client certificate only (`pg_hba.conf`'s `cert`): no
+        // password that could be used instead.
+        let replication_role = quote_ident(&replication.username);
+        client
+            .batch_execute(&format!(
+                "ALTER ROLE {replication_role} WITH LOGIN REPLICATION NOSUPERUSER PASSWORD NULL"
+            ))
+            .await?;
         client.batch_execute(&alter_role(&app, "LOGIN NOSUPERUSER NOREPLICATION")).await?;
         let has_db = "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)";
         if !client.query_one(has_db, &[&database]).await?.get::<_, bool>(0) {

@@ -12,7 +12,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use thiserror::Error;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Config, NoTls, Socket};
 
 use super::decide::PrimaryFacts;
 use super::secrets::Credential;
@@ -93,8 +94,25 @@ where
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = Result<T, tokio_postgres::Error>>,
 {
+    session_with(config, NoTls, target, limit, work).await
+}
+
+/// [`session`] over `tls` (a TCP session: [`super::tls_connect::Verified`]).
+pub async fn session_with<T, F, Fut, M>(
+    config: &Config,
+    tls: M,
+    target: &str,
+    limit: Duration,
+    work: F,
+) -> Result<T, ClientError>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    M: MakeTlsConnect<Socket>,
+    M::Stream: Send + 'static,
+{
     let attempt = async {
-        let (client, connection) = config.connect(NoTls).await?;
+        let (client, connection) = config.connect(tls).await?;
         let driver = tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "session ended");
@@ -172,7 +190,8 @@ impl Local {
     }
 }
 
-/// Asks the recorded primary `recorded` (as the superuser, over TCP) for its system identifier
+/// Asks the recorded primary `recorded` (as the superuser, over TCP and TLS verifying its
+/// certificate against the cluster's CA and its name) for its system identifier
 /// and whether it accepts writes; `None` when it does not answer in time.
 pub async fn observe_primary(
     settings: &Settings,
@@ -198,7 +217,15 @@ pub async fn observe_primary(
             .await?;
         Ok((row.get::<_, String>(0), row.get::<_, bool>(1)))
     };
-    match session(&config, &host, PRIMARY_LIMIT, query).await {
+    let tls = match super::tls_connect::Verified::from_ca_file(&super::tls::ca_cert(settings)) {
+        Ok(tls) => tls,
+        Err(error) => {
+            tracing::warn!(%error, "the CA certificate is unreadable: the recorded primary cannot be verified");
+            return None;
+        }
+    };
+    config.ssl_mode(tokio_postgres::config::SslMode::Require);
+    match session_with(&config, tls, &host, PRIMARY_LIMIT, query).await {
         Ok((id, writable)) => id.parse().ok().map(|system_id| PrimaryFacts { system_id, writable }),
         Err(error) => {
             tracing::debug!(%error, "the recorded primary did not answer");

@@ -34,6 +34,8 @@ pub mod server_log;
 pub mod settings;
 pub mod signal;
 pub mod status;
+pub mod tls;
+pub mod tls_connect;
 pub mod tools;
 pub mod watcher;
 

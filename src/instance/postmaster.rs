@@ -33,6 +33,9 @@ pub fn arguments(settings: &Settings, extra: &[String]) -> Vec<OsString> {
         args.push(c);
         args.push(value);
     }
+    for (name, value) in super::tls::server_options(settings) {
+        args.extend(option(name, value));
+    }
     args.extend(extra.iter().map(OsString::from));
     args
 }

@@ -5,6 +5,7 @@
 //!
 //! - primary: initdb into `$PGDATA.new`, then rename (a half-made directory is never taken for
 //!   data); remove `standby.signal`; drop the primary settings from `postgresql.auto.conf`.
+//! - both: copy the mounted certificates into the run directory ([`super::tls::install`]).
 //! - standby: write the password file; compare system identifiers with the recorded primary;
 //!   rewind, wait, or join without rewind as [`plan_standby`] says; clone over the slot until it
 //!   succeeds (every 2 s); then `standby.signal` and `primary_conninfo`/`primary_slot_name`.
@@ -46,6 +47,9 @@ pub enum PrepareError {
     /// A program failed.
     #[error(transparent)]
     Tool(#[from] ToolError),
+    /// The certificates could not be copied into the run directory.
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsFileError),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PrepareError + 'a {
@@ -76,6 +80,7 @@ pub async fn prepare(settings: &Settings) -> Result<Role, PrepareError> {
         std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
     }
     std::fs::create_dir_all(&settings.run_dir).map_err(io("creating", &settings.run_dir))?;
+    super::tls::install(settings)?;
     let recorded = settings.recorded_primary();
     let role = role(&recorded, &settings.pod_name);
     match role {
@@ -202,8 +207,10 @@ async fn clone_until_done(settings: &Settings, recorded: &str) -> Result<(), Pre
         return Ok(());
     }
     let user = secrets::read(settings, Login::Replication)?.username;
+    let tls = super::tls::replication_keywords(settings);
     let mut keywords = vec![("application_name", settings.pod_name.as_str())];
     keywords.extend(clone_keywords());
+    keywords.extend(tls.iter().map(|(k, v)| (*k, v.as_str())));
     let conninfo = secrets::conninfo(settings, recorded, &user, &keywords);
     let (host, slot) = (settings.host_of(recorded), settings.slot_name());
     tracing::info!(primary = %host, %slot, "cloning {host} over slot {slot}");

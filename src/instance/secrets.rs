@@ -168,14 +168,21 @@ pub fn conninfo(settings: &Settings, recorded: &str, user: &str, extra: &[(&str,
 }
 
 /// The replication connection to the recorded primary (`primary_conninfo`, `pg_basebackup`): this
-/// pod's name as `application_name` (what `synchronous_standby_names` and the operator match).
+/// pod's name as `application_name` (what `synchronous_standby_names` and the operator match),
+/// over TLS verifying the primary, authenticated by the replication client certificate.
 pub fn replication_conninfo(settings: &Settings, recorded: &str, user: &str) -> String {
-    conninfo(settings, recorded, user, &[("application_name", &settings.pod_name)])
+    let tls = super::tls::replication_keywords(settings);
+    let mut extra = vec![("application_name", settings.pod_name.as_str())];
+    extra.extend(tls.iter().map(|(k, v)| (*k, v.as_str())));
+    conninfo(settings, recorded, user, &extra)
 }
 
-/// The recorded primary as the superuser (`pg_rewind`'s source).
+/// The recorded primary as the superuser (`pg_rewind`'s source), over TLS verifying it.
 pub fn superuser_conninfo(settings: &Settings, recorded: &str, user: &str) -> String {
-    conninfo(settings, recorded, user, &[("dbname", "postgres")])
+    let tls = super::tls::verify_keywords(settings);
+    let mut extra = vec![("dbname", "postgres")];
+    extra.extend(tls.iter().map(|(k, v)| (*k, v.as_str())));
+    conninfo(settings, recorded, user, &extra)
 }
 
 #[cfg(test)]

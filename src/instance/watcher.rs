@@ -13,6 +13,9 @@
 //!   So a Secret the operator regenerates, or a user rotates, reaches the database without the
 //!   operator logging in; `/status` reports the versions applied.
 //!
+//! - the mounted certificates are copied again when they changed, and the server reloaded when
+//!   its own did (a renewal or a user's replacement, with no restart).
+//!
 //! A server that does not answer in time is left alone for this tick; one that answers "starting
 //! up" (SQLSTATE 57P03) is in recovery.
 
@@ -57,6 +60,7 @@ pub async fn run(shared: Arc<Shared>, postmaster: u32, stop: CancellationToken) 
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
+        refresh_certificates(settings, postmaster);
         let recorded = settings.recorded_primary();
         let role = role(&recorded, &settings.pod_name);
         if role == Role::Primary {
@@ -125,6 +129,22 @@ async fn refresh_credentials(shared: &Shared, role: Role, in_recovery: Option<bo
             *shared.applied.lock() = Some(Applied { role, versions });
         }
         Err(error) => tracing::warn!(%error, "applying the changed Secrets failed; retrying"),
+    }
+}
+
+/// Copies the mounted certificates that changed ([`super::tls::install`]) and reloads the server
+/// when its own did: PostgreSQL re-reads its certificate, key and CA on `SIGHUP`, so a renewed
+/// or replaced certificate needs no restart (sessions open keep theirs).
+fn refresh_certificates(settings: &super::settings::Settings, postmaster: u32) {
+    match super::tls::install(settings) {
+        Ok(false) => {}
+        Ok(true) => {
+            tracing::info!("the mounted server certificate changed: reloading the server");
+            if let Err(error) = signal::send(postmaster, Signal::Reload) {
+                tracing::warn!(%error, "reloading the server failed");
+            }
+        }
+        Err(error) => tracing::debug!(%error, "the mounted certificates are unreadable this tick"),
     }
 }
 

@@ -76,7 +76,13 @@ impl TestCluster {
 
     /// Starts the operator on this cluster.
     pub async fn start_operator(&self) -> RunningOperator {
-        let operator = RunningOperator::start(self.sim.client()).await;
+        self.start_operator_with(OperatorOptions::default()).await
+    }
+
+    /// Starts the operator on this cluster with `options` (its instance name and metrics are the
+    /// tests').
+    pub async fn start_operator_with(&self, options: OperatorOptions) -> RunningOperator {
+        let operator = RunningOperator::start_with(self.sim.client(), options).await;
         self.track_events(&operator);
         operator
     }
@@ -196,10 +202,15 @@ impl RunningOperator {
     /// Builds and starts the operator (one worker per cluster key, as many as the default), and
     /// waits until its caches are synced.
     pub async fn start(client: Client) -> RunningOperator {
+        Self::start_with(client, OperatorOptions::default()).await
+    }
+
+    /// [`RunningOperator::start`] with `options` (its instance name and metrics are the tests').
+    pub async fn start_with(client: Client, options: OperatorOptions) -> RunningOperator {
         let options = OperatorOptions {
             instance: "e2e".into(),
             metrics: std::sync::Arc::new(Metrics::new()),
-            ..OperatorOptions::default()
+            ..options
         };
         let operator = Operator::new(client, options);
         let handles = operator.handles();

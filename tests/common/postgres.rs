@@ -106,7 +106,11 @@ pub fn psql(uri: &str, sql: &str) -> Result<String, String> {
     }
 }
 
-/// The Secret's `uri` with its host resolved as a pod in `namespace` resolves it.
+/// The Secret's `uri` with its host resolved as a pod in `namespace` resolves it: the name stays
+/// (`verify-full` checks it against the server's certificate) and `hostaddr` says where it is.
+/// Its `sslrootcert` names where a pod mounts the Secret; here, a file on the host holding the
+/// CA that verifies the cluster's servers (the `ca.crt` of its login Secret `<cluster>-superuser`,
+/// the cluster named by the host's Service).
 pub fn host_uri(cluster: &TestCluster, namespace: &str, uri: &str) -> String {
     let url = url::Url::parse(uri).expect("the Secret's uri is a URL");
     let host = url.host_str().expect("the uri has a host").to_owned();
@@ -114,7 +118,47 @@ pub fn host_uri(cluster: &TestCluster, namespace: &str, uri: &str) -> String {
         .sim
         .resolve(namespace, &host)
         .unwrap_or_else(|| panic!("{host} does not resolve in the cluster"));
-    uri.replacen(&host, &ip.to_string(), 1)
+    let mut uri = uri.to_owned();
+    if url.query_pairs().any(|(k, _)| k == "sslrootcert") {
+        let service = host.split('.').next().unwrap_or_default();
+        let name = service.trim_end_matches("-rw").trim_end_matches("-ro").trim_end_matches("-r");
+        uri = with_param(&uri, "sslrootcert", &ca_file(cluster, namespace, name).display().to_string());
+    }
+    at_address(&uri, &ip.to_string())
+}
+
+/// `uri` (a [`host_uri`]) to the server at `ip`: its `hostaddr` replaced, its name kept (every
+/// instance's certificate names the client Services too).
+pub fn at_address(uri: &str, ip: &str) -> String {
+    with_param(uri, "hostaddr", ip)
+}
+
+/// `uri` with its query parameter `key` set to `value` (added last, any earlier value removed).
+pub fn with_param(uri: &str, key: &str, value: &str) -> String {
+    let mut url = url::Url::parse(uri).expect("a URL");
+    let mut pairs: Vec<(String, String)> =
+        url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).filter(|(k, _)| k != key).collect();
+    pairs.push((key.to_owned(), value.to_owned()));
+    url.query_pairs_mut().clear().extend_pairs(pairs);
+    url.to_string()
+}
+
+/// The CA that verifies cluster `name`'s servers in a file on the host (written anew at each
+/// call: a re-created cluster has a new CA).
+pub fn ca_file(cluster: &TestCluster, namespace: &str, name: &str) -> std::path::PathBuf {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(cluster.client.clone(), namespace);
+    let secret = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(secrets.get(&format!("{name}-superuser")))
+    })
+    .expect("the cluster's superuser Secret");
+    let ca = secret.data.and_then(|d| d.get("ca.crt").cloned()).expect("the login Secret holds ca.crt");
+    // One file per simulated cluster: tests running at once may each have a cluster `name`.
+    let server = cluster.sim.addr().port();
+    let file = format!("dbc-test-{}-{server}-{namespace}-{name}-ca.crt", std::process::id());
+    let path = std::env::temp_dir().join(file);
+    std::fs::write(&path, ca.0).expect("writing the CA file");
+    path
 }
 
 /// One write of a [`Writer`]: its id, when psql answered, and psql's error if it failed.

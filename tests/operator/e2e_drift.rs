@@ -98,7 +98,22 @@ async fn the_password_never_changes_across_passes_edits_and_restarts() {
     let original = password(&secret);
     assert_eq!(original.len(), 32);
     let keys: Vec<_> = secret.data.as_ref().unwrap().keys().cloned().collect();
-    assert_eq!(keys, ["dbname", "host", "jdbc-uri", "password", "pgpass", "port", "uri", "username"]);
+    assert_eq!(
+        keys,
+        [
+            "ca.crt",
+            "dbname",
+            "host",
+            "jdbc-uri",
+            "password",
+            "pgpass",
+            "port",
+            "sslmode",
+            "sslrootcert",
+            "uri",
+            "username"
+        ]
+    );
 
     // More passes, from a spec change and from explicit requeues.
     let scale = Patch::Merge(json!({"spec": {"replicas": 4}}));

@@ -1,5 +1,6 @@
-//! The generated password never leaves the Secret: not in a log line of the operator (captured at
-//! trace level), not in an Event, not in the StatefulSet or the cluster's status.
+//! The generated password, and the keys and certificates the operator issues, never leave their
+//! Secrets: not in a log line of the operator (captured at trace level), not in an Event, not in
+//! the StatefulSet or the cluster's status.
 #![cfg(feature = "sim")]
 
 use crate::common;
@@ -14,7 +15,7 @@ use serde_json::json;
 const NAME: &str = "production-postgres";
 
 #[tokio::test(start_paused = true)]
-async fn the_password_appears_only_in_the_secret() {
+async fn the_password_keys_and_certificates_appear_only_in_their_secrets() {
     // On this test's thread (the whole test on the paused clock's current-thread runtime).
     let logs = Captured::default();
     let _capture =
@@ -40,12 +41,29 @@ async fn the_password_appears_only_in_the_secret() {
 
     let secret = secrets.get("production-postgres-app").await.unwrap();
     let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
-    let encoded = base64::engine::general_purpose::STANDARD.encode(&password);
-    let leaks = |text: &str| text.contains(&password) || text.contains(&encoded);
+    // The password, and every key and certificate the operator issued: the whole value, its
+    // base64 as the Secret stores it, and (for a PEM) a line of its body.
+    let mut secret_values = vec![password];
+    for (name, key) in [
+        ("production-postgres-ca", "ca.key"),
+        ("production-postgres-ca", "ca.crt"),
+        ("production-postgres-server", "tls.key"),
+        ("production-postgres-server", "tls.crt"),
+        ("production-postgres-replication-client", "tls.key"),
+        ("production-postgres-operator-client", "tls.key"),
+    ] {
+        let pem = secret_value(&secrets.get(name).await.unwrap(), key);
+        let body_line = pem.lines().nth(1).expect("a PEM body").to_owned();
+        assert!(body_line.len() >= 40, "{name}/{key}: a line of the PEM body");
+        secret_values.extend([pem, body_line]);
+    }
+    let encoded: Vec<String> =
+        secret_values.iter().map(|v| base64::engine::general_purpose::STANDARD.encode(v)).collect();
+    let leaks = |text: &str| secret_values.iter().chain(&encoded).any(|v| text.contains(v.as_str()));
 
     let logs = logs.text();
     assert!(logs.contains("child reconciled"), "the operator's logs were captured");
-    assert!(!leaks(&logs), "the password is in the logs");
+    assert!(!leaks(&logs), "a password, key or certificate is in the logs");
     for event in cluster.events_about(NAME).await {
         assert!(!leaks(&serde_json::to_string(&event).unwrap()), "the password is in {event:?}");
     }

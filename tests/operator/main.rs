@@ -13,6 +13,7 @@ mod dbc_scale;
 mod e2e_adoption;
 mod e2e_backup;
 mod e2e_bad_input;
+mod e2e_certificates;
 mod e2e_drift;
 mod e2e_no_secret_leak;
 mod e2e_quiet;

@@ -16,11 +16,31 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use dbcluster_operator::databasecluster::backup::{BACKUP_SCRIPT, RESTORE_SCRIPT};
+use dbcluster_operator::databasecluster::tls::issue::{KeyPem, Leaf, issue_ca, issue_leaf};
 use dbcluster_operator::sim::kubelet::addresses::{Lease, Range, allocate};
 use serde_json::Value;
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
-const REPLICATION_PASSWORD: &str = "s3cret:with\\odd";
+
+/// The tests' CA: it signs each server's certificate and the operator's client certificate.
+fn ca() -> &'static KeyPem {
+    static CA: std::sync::OnceLock<KeyPem> = std::sync::OnceLock::new();
+    CA.get_or_init(|| issue_ca("tests/backup", jiff::Timestamp::now(), DAY).unwrap())
+}
+
+const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// Writes `files` into `dir`, owned by the `postgres` user, keys (`*.key`) mode 0600.
+fn write_owned(dir: &Path, files: &[(&str, &str)]) {
+    let (uid, gid) = postgres_ids();
+    for (name, content) in files {
+        let path = dir.join(name);
+        fs::write(&path, content).unwrap();
+        std::os::unix::fs::chown(&path, Some(uid), Some(gid)).unwrap();
+        let mode = if name.ends_with(".key") { 0o600 } else { 0o644 };
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
 
 fn postgres_ids() -> (u32, u32) {
     let id = |flag: &str| {
@@ -74,22 +94,29 @@ struct Server {
 
 impl Server {
     /// Starts a server on `data` (which must hold a cluster), trusting local connections and
-    /// letting `replicator` replicate over TCP with its password.
+    /// letting `postgres` replicate over TLS with a client certificate only, as the operator's
+    /// `pg_hba.conf` does; its certificate names its address.
     fn start(root: &Path, name: &str, data: PathBuf) -> Server {
         let socket = owned_dir(root, &format!("{name}-socket"));
         let hba = root.join(format!("{name}-hba.conf"));
         fs::write(
             &hba,
-            "local all all trust\nhost replication replicator 127.0.0.0/8 scram-sha-256\nhost all all 127.0.0.0/8 scram-sha-256\n",
+            "local all all trust\nhostssl replication postgres 127.0.0.0/8 cert\nhostssl all all 127.0.0.0/8 scram-sha-256\n",
         )
         .unwrap();
         fs::set_permissions(&hba, fs::Permissions::from_mode(0o644)).unwrap();
         let address = allocate(Range::Pods).expect("a loopback address for the server");
+        let tls = owned_dir(root, &format!("{name}-tls"));
+        let leaf = issue_leaf(ca(), &Leaf::Server(vec![address.ip.to_string()]), jiff::Timestamp::now(), DAY)
+            .unwrap();
+        write_owned(&tls, &[("server.crt", &leaf.cert), ("server.key", &leaf.key), ("ca.crt", &ca().cert)]);
         let options = format!(
-            "-c listen_addresses={} -c port={PORT} -c unix_socket_directories={} -c hba_file={} -c wal_level=replica -c max_wal_senders=5",
+            "-c listen_addresses={} -c port={PORT} -c unix_socket_directories={} -c hba_file={} -c wal_level=replica -c max_wal_senders=5 \
+             -c ssl=on -c ssl_cert_file={tls}/server.crt -c ssl_key_file={tls}/server.key -c ssl_ca_file={tls}/ca.crt",
             address.ip,
             socket.display(),
-            hba.display()
+            hba.display(),
+            tls = tls.display()
         );
         let log = root.join(format!("{name}.log"));
         let started = as_postgres("pg_ctl")
@@ -127,7 +154,7 @@ impl Drop for Server {
     }
 }
 
-/// A fresh primary with a `replicator` login and an `items` table.
+/// A fresh primary with an `items` table.
 fn primary(root: &Path) -> Server {
     let data = owned_dir(root, "primary");
     check(
@@ -139,13 +166,11 @@ fn primary(root: &Path) -> Server {
         "initdb",
     );
     let server = Server::start(root, "primary", data);
-    let password = REPLICATION_PASSWORD.replace('\'', "''");
-    server.psql(&format!("CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD '{password}'"));
     server.psql("CREATE TABLE items (id int PRIMARY KEY)");
     server
 }
 
-/// The pod's view: the script, the mounted replication Secret, the backup volume, a private
+/// The pod's view: the script, the mounted operator's client certificate, the backup volume, a private
 /// run directory and the termination log.
 struct Pod {
     root: PathBuf,
@@ -156,9 +181,12 @@ struct Pod {
 impl Pod {
     fn new(root: &Path) -> Pod {
         let secrets = owned_dir(root, "secrets");
-        let replication = owned_dir(&secrets, "replication");
-        fs::write(replication.join("username"), "replicator").unwrap();
-        fs::write(replication.join("password"), REPLICATION_PASSWORD).unwrap();
+        let client = issue_leaf(ca(), &Leaf::Client("postgres".into()), jiff::Timestamp::now(), DAY).unwrap();
+        // As a Secret volume under fsGroup shows it: the key readable by the group.
+        let tls = owned_dir(&secrets, "operator-tls");
+        write_owned(&tls, &[("tls.crt", &client.cert), ("tls.key", &client.key)]);
+        write_owned(&owned_dir(&secrets, "server-ca"), &[("ca.crt", &ca().cert)]);
+        fs::set_permissions(tls.join("tls.key"), fs::Permissions::from_mode(0o640)).unwrap();
         for script in [("backup.sh", BACKUP_SCRIPT), ("restore.sh", RESTORE_SCRIPT)] {
             fs::write(root.join(script.0), script.1).unwrap();
         }

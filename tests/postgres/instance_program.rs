@@ -82,25 +82,44 @@ async fn a_standby_streams_from_the_primary_and_refuses_writes() {
 }
 
 #[tokio::test]
-async fn only_the_replication_user_may_open_a_replication_connection() {
+async fn replication_needs_tls_and_the_replication_users_client_certificate() {
     let fixture = primary_and_standby(2).await;
-    let replicate = |login: Login| {
+    // libpq refuses a key others can read: a private copy.
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("replication.key");
+    std::fs::copy(fixture.root.join("sec/replication-tls/tls.key"), &key).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let cert = fixture.root.join("sec/replication-tls/tls.crt");
+    let replicate = |login: Login, tls: &str| {
         let target = fixture.target(0, login, "postgres");
+        let ca = fixture.ca_file();
         std::process::Command::new("psql")
             .arg(format!(
-                "host={} user={} password={} dbname=replication replication=true",
-                target.host, target.user, target.password
+                "host={} hostaddr={} user={} password={} dbname=replication replication=true sslrootcert={} {tls}",
+                target.name,
+                target.host,
+                target.user,
+                target.password,
+                ca.display()
             ))
             .args(["-XtAc", "IDENTIFY_SYSTEM"])
+            .env("PGCONNECT_TIMEOUT", "5")
             .output()
             .unwrap()
     };
-    assert!(replicate(Login::Replication).status.success());
-    for login in [Login::Superuser, Login::App] {
-        let output = replicate(login);
-        assert!(!output.status.success());
+    let with_cert = format!("sslmode=verify-full sslcert={} sslkey={}", cert.display(), key.display());
+    let output = replicate(Login::Replication, &with_cert);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let refusals = [
+        (Login::Replication, "sslmode=disable", "no encryption"),
+        (Login::Replication, "sslmode=verify-full", "certificate"),
+        (Login::Superuser, "sslmode=verify-full", "certificate"),
+        (Login::App, "sslmode=verify-full", "no pg_hba.conf entry for replication connection"),
+    ];
+    for (login, tls, want) in refusals {
+        let output = replicate(login, tls);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("no pg_hba.conf entry for replication connection"), "{stderr}");
+        assert!(!output.status.success() && stderr.contains(want), "{login:?} {tls}: {stderr}");
     }
 }
 
@@ -158,9 +177,15 @@ async fn the_database_accepts_exactly_the_secrets_passwords() {
     let mut fixture = Fixture::new(4, &[]).await;
     fixture.init(0).await;
     fixture.start(0).await;
-    for login in Login::ALL {
+    for login in [Login::Superuser, Login::App] {
         check_login(&fixture.target(0, login, login.database())).await.unwrap();
     }
+    // The replication user has no password: it logs in by client certificate only.
+    let replication = fixture.target(0, Login::Replication, "postgres");
+    assert!(
+        password_refused(&check_login(&replication).await.unwrap_err()),
+        "the replication password is refused"
+    );
 
     // New Secrets over kept data (a cluster re-created over its volumes): applied at start.
     let old = fixture.target(0, Login::App, "app");

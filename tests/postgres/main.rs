@@ -16,6 +16,7 @@ mod e2e_monitoring;
 mod e2e_postgres;
 mod e2e_psql;
 mod e2e_restore;
+mod e2e_tls;
 mod e2e_topology;
 mod instance_exec;
 mod instance_metrics;

@@ -330,6 +330,7 @@ async fn main() {
         cronjobs: Arc::new(Stored(cronjob_store)),
         volumes: Arc::new(Stored(volume_store)),
         failures: FailureCounts::default(),
+        certificates: Default::default(),
     });
     let anchor = Arc::new(Anchor { context, passes: AtomicU64::new(0), errors: AtomicU64::new(0) });
     tokio::spawn(serve_metrics(metrics_addr, Arc::clone(&anchor)));

@@ -4,6 +4,7 @@
 //! ([`descriptions`]).
 
 pub mod backup;
+pub mod certificates;
 pub mod descriptions;
 pub mod monitoring;
 pub mod types;

@@ -249,6 +249,10 @@ pub struct DatabaseClusterSpec {
     /// `metrics` port (9187).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monitoring: Option<MonitoringSpec>,
+
+    /// Certificates the user brings instead of the operator's (docs/tls.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<crate::databasecluster::api::certificates::CertificatesSpec>,
 }
 
 /// How a rolling update reaches the primary (`spec.primaryUpdateMethod`).
@@ -394,6 +398,11 @@ pub struct DatabaseClusterStatus {
     /// Per login: the version (a keyed hash, never the password) of its Secret the primary applied.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub applied_secret_versions: BTreeMap<String, String>,
+
+    /// Per certificate Secret (the CA's, the server's, the clients'): when its certificate
+    /// expires (RFC 3339). Never a key or a certificate.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub certificate_expiry: BTreeMap<String, String>,
 }
 
 /// One instance (pod) of the cluster as the operator last observed it.

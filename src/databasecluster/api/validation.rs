@@ -71,6 +71,8 @@ pub struct ValidSpec {
     /// How many standbys confirm each commit (`spec.synchronousReplicas`), below `replicas`
     /// (or anything while hibernated).
     pub synchronous_replicas: i32,
+    /// The servers' certificate the user brings (`spec.certificates`), if any.
+    pub server_certificate: Option<crate::databasecluster::api::certificates::ServerCertificate>,
 }
 
 /// A PostgreSQL version as `major` or `major.minor`.
@@ -228,6 +230,9 @@ pub enum SpecError {
     /// `storageClassName` is not a StorageClass name.
     #[error("spec.storageClassName {0:?} {STORAGE_CLASS_PROBLEM}")]
     InvalidStorageClass(String),
+    /// A `spec.certificates` Secret name is not a DNS subdomain.
+    #[error("spec.certificates names {0:?}, which is not a Secret name")]
+    InvalidCertificateSecret(String),
     /// A `resources` quantity does not parse.
     #[error("spec.resources {0} is not a Kubernetes quantity such as 500m or 1Gi")]
     InvalidResource(String),
@@ -317,6 +322,10 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
         backup: validate_backup(spec)?,
         synchronous_replicas,
         custom_queries,
+        server_certificate: crate::databasecluster::api::certificates::server_certificate(
+            spec.certificates.as_ref(),
+        )
+        .map_err(SpecError::InvalidCertificateSecret)?,
     })
 }
 

@@ -3,7 +3,9 @@
 //!
 //! The backup pod runs `scripts/backup.sh` with `bash -c` (no extra ConfigMap), as uid 999 with a
 //! read-only root filesystem and the restricted Pod Security profile. It mounts the backup volume,
-//! a private `emptyDir`, and the replication Secret only: it can replicate and nothing else. Its
+//! a private `emptyDir`, the operator's client certificate (`<name>-operator-client`,
+//! [`crate::databasecluster::tls`]: `pg_hba.conf` lets it open replication connections and
+//! nothing else) and the `ca.crt` that verifies the servers; no password. Its
 //! labels (`databases.madmmas.dev/cluster`, component `backup`) deliberately leave out the
 //! cluster's pod selector, so no Service or StatefulSet ever selects a backup pod. Jobs run once
 //! (`backoffLimit: 0`): a failure is reported, and the next schedule is the retry; a Job running
@@ -13,9 +15,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource,
-    Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -27,6 +28,7 @@ use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
 use crate::databasecluster::specs::resources::{
     FIELD_MANAGER, Owner, claim_spec, label, restricted_pod_security, restricted_security_context,
 };
+use crate::databasecluster::tls::Client;
 
 /// Label naming the DatabaseCluster a backup object belongs to (the Job informer's mapper reads
 /// it; CronJob-made Jobs are controlled by the CronJob, not by the cluster).
@@ -61,11 +63,6 @@ pub fn cronjob_name(cluster_name: &str) -> String {
 pub fn on_demand_job_name(cluster_name: &str, token: &str) -> String {
     let digest = hex_digest(token.as_bytes());
     bounded_name(cluster_name, &format!("backup-{}", &digest[..10]), 63)
-}
-
-/// The name of the replication Secret (the only credentials a backup pod gets).
-pub fn replication_secret_name(cluster_name: &str) -> String {
-    format!("{cluster_name}-replication")
 }
 
 /// `<cluster>-<suffix>`, or when that exceeds `max` characters a shortened cluster name and a
@@ -241,20 +238,10 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
     if let Some(seconds) = backup.keep_newer_than_seconds {
         env.push(self::env("DBC_KEEP_NEWER_THAN_SECONDS", seconds.to_string()));
     }
-    let replication = Volume {
-        name: "replication".to_owned(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(replication_secret_name(owner.name())),
-            items: Some(
-                ["username", "password"]
-                    .map(|key| KeyToPath { key: key.to_owned(), path: key.to_owned(), mode: None })
-                    .to_vec(),
-            ),
-            default_mode: Some(0o440),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    };
+    use crate::databasecluster::tls::pods::{secret_volume, server_secrets};
+    let certificate = secret_volume("operator-tls".to_owned(), Client::Operator.secret_name(owner.name()));
+    let (_, server_ca) = server_secrets(owner.name(), spec.server_certificate.as_ref());
+    let server_ca = secret_volume("server-ca".to_owned(), server_ca);
     script_pod(
         "backup",
         spec,
@@ -262,10 +249,16 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
         env,
         vec![
             mount("backups", BACKUPS_PATH, false),
-            mount("replication", &format!("{SECRETS_PATH}/replication"), true),
+            mount("operator-tls", &format!("{SECRETS_PATH}/operator-tls"), true),
+            mount("server-ca", &format!("{SECRETS_PATH}/server-ca"), true),
             mount("run", RUN_PATH, false),
         ],
-        vec![pvc_volume("backups", backup_pvc_name(owner.name()), false), replication, scratch_volume("run")],
+        vec![
+            pvc_volume("backups", backup_pvc_name(owner.name()), false),
+            certificate,
+            server_ca,
+            scratch_volume("run"),
+        ],
     )
 }
 
@@ -339,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cronjob_forbids_overlap_and_runs_the_script_with_replication_credentials_only() {
+    fn the_cronjob_forbids_overlap_and_runs_the_script_with_the_operators_client_certificate_only() {
         let owner = owner("pg");
         assert!(build_cronjob(&owner, &valid(None)).is_none(), "no schedule, no CronJob");
         let cj = build_cronjob(&owner, &valid(Some("*/5 * * * *"))).unwrap();
@@ -352,7 +345,11 @@ mod tests {
         let pod = pod_of(job);
         let secrets: Vec<_> =
             pod.volumes.iter().flatten().filter_map(|v| v.secret.as_ref()?.secret_name.clone()).collect();
-        assert_eq!(secrets, ["pg-replication"]);
+        assert_eq!(
+            secrets,
+            ["pg-operator-client", "pg-server"],
+            "the client certificate and the servers' CA"
+        );
         assert_eq!(pod.automount_service_account_token, Some(false));
         let container = &pod.containers[0];
         assert_eq!(container.image.as_deref(), Some("postgres:15.4"));

@@ -57,6 +57,8 @@ pub struct Context<F: Forms = CompactForms> {
     pub events: EventPublisher,
     /// Consecutive failed passes per cluster, to make a lasting error visible in its status.
     pub failures: FailureCounts,
+    /// How long the certificates the operator issues live.
+    pub certificates: crate::databasecluster::tls::renew::Lifetimes,
 }
 
 impl<F: Forms> Debug for Context<F> {
@@ -121,6 +123,23 @@ pub enum Error {
         name: String,
         /// What is wrong with it.
         problem: &'static str,
+    },
+    /// A Secret `spec.certificates` names cannot be used; retried, since the user may create or
+    /// fix it.
+    #[error("spec.certificates: Secret {name} {problem}")]
+    UserCertificate {
+        /// The Secret's name.
+        name: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A certificate could not be issued; retried.
+    #[error("issuing the certificate of Secret {name}: {source}")]
+    Certificate {
+        /// The Secret's name.
+        name: String,
+        /// Why.
+        source: crate::databasecluster::tls::issue::IssueError,
     },
     /// The status patch failed.
     #[error("patching the status: {0}")]

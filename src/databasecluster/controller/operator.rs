@@ -15,6 +15,7 @@
 //! queue, caches, metrics), then [`Operator::run`] until shutdown; [`workload`] does all of it in
 //! the manager's two stages.
 
+use crate::databasecluster::tls::renew::Lifetimes;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +74,8 @@ pub struct OperatorOptions {
     pub metrics: Arc<Metrics>,
     /// The controller starts when this replica becomes leader (see `ControllerConfig`).
     pub starts_on_leadership: bool,
+    /// How long the certificates it issues live ([`crate::databasecluster::tls::renew`]).
+    pub certificates: Lifetimes,
 }
 
 impl Default for OperatorOptions {
@@ -85,6 +88,7 @@ impl Default for OperatorOptions {
             instance: FIELD_MANAGER.to_owned(),
             metrics: Arc::new(Metrics::new()),
             starts_on_leadership: false,
+            certificates: crate::databasecluster::tls::renew::lifetimes(),
         }
     }
 }
@@ -185,8 +189,9 @@ impl Default for CacheWriters {
 impl CacheWriters {
     /// The reconcile context reading these caches, writing through `client`; its Events are
     /// reported by `instance`.
-    pub fn context(&self, client: Client, instance: impl Into<String>) -> Context {
+    pub fn context(&self, client: Client, instance: impl Into<String>, certificates: Lifetimes) -> Context {
         Context {
+            certificates,
             events: EventPublisher::new(client.clone(), instance),
             client,
             clusters: self.clusters.cache().clone(),
@@ -241,7 +246,7 @@ impl Operator {
     pub fn new(client: Client, options: OperatorOptions) -> Operator {
         let namespace = options.namespace.as_deref();
         let writers = CacheWriters::default();
-        let context = Arc::new(writers.context(client.clone(), options.instance));
+        let context = Arc::new(writers.context(client.clone(), options.instance, options.certificates));
         let clusters = Arc::new(Informer::with_writer(
             api::<Compact<DatabaseCluster>>(&client, namespace),
             ReflectorConfig::default(),

@@ -159,7 +159,11 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let owner = Owner::of(cluster)?;
 
     ensure_services(ctx, cluster, &owner).await?;
-    let credentials = ensure_secrets(ctx, cluster, &owner, &spec).await?;
+    let certificates = crate::databasecluster::controller::steps::certificates::ensure_certificates(
+        ctx, cluster, &owner, &spec,
+    )
+    .await?;
+    let credentials = ensure_secrets(ctx, cluster, &owner, &spec, &certificates.ca_cert).await?;
     let token =
         crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
             .await?;
@@ -189,12 +193,15 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let (busy, retry_after) = (topology.busy, topology.retry_after);
     let outcome = PassOutcome { topology, growth: growth.as_ref(), restored, primary: &primary_record };
     let (status, backup_events) = pass_status(cluster, &spec, observed, outcome, backups, now);
+    let status = certificates.on_status(status, ctx.certificates, now);
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
     let converging = needs_requeue(&status) || busy || resizing;
     let status = with_observation(cluster.status.as_ref(), status, converging, now);
     let summary = (status.phase.map(|p| p.as_str()), status.ready_replicas, status.current_primary.clone());
     write_status_with_events(ctx, cluster, status, backup_events).await?;
-    let next = next_look(retry_after, converging, spec.replicas > 0);
+    // A certificate to renew before the next look brings its own.
+    let renew_in = certificates.renew_in(now);
+    let next = next_look(retry_after.into_iter().chain(renew_in).min(), converging, spec.replicas > 0);
     log_pass(cluster, converging || retry_after.is_some(), &next, summary);
     Ok(next)
 }

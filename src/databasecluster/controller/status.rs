@@ -37,6 +37,8 @@ pub mod condition {
     pub const UPGRADING: &str = "Upgrading";
     /// A larger `storageSize` is reaching the instances' volumes (set once storage grows).
     pub const RESIZING: &str = "Resizing";
+    /// A certificate is close to its expiry and the operator could not renew it (set once so).
+    pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
 }
 
 /// Condition reasons (CamelCase, one word).
@@ -75,6 +77,10 @@ pub mod reason {
     pub const RESIZE_COMPLETE: &str = "ResizeComplete";
     /// Resizing=False: the volumes' StorageClass does not allow expansion.
     pub const EXPANSION_NOT_SUPPORTED: &str = "ExpansionNotSupported";
+    /// CertificatesExpiring=True: a certificate is within its renewal margin, not renewed.
+    pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
+    /// CertificatesExpiring=False: every certificate is renewed before its margin.
+    pub const CERTIFICATES_RENEWED: &str = "CertificatesRenewed";
 }
 
 /// Whether this is the cluster's first pass: no phase has been written yet. Reconcile then writes
@@ -174,6 +180,7 @@ pub fn compute_status(
         instances: previous.instances,
         instances_observed_at: previous.instances_observed_at,
         applied_secret_versions: previous.applied_secret_versions,
+        certificate_expiry: previous.certificate_expiry,
     }
 }
 

@@ -14,8 +14,11 @@
 //!   force with `current_setting`, so the operator can see when a changed ConfigMap has reached an
 //!   instance and whether a reload applied it (see [`crate::databasecluster::instances`]).
 //! - `pg_hba.conf`: local socket connections trusted (the socket is mode 0700 in a directory only
-//!   the pod's uid reaches), the replication user alone may open replication connections, and every
-//!   TCP login needs a SCRAM password. `pg_ident.conf`: empty.
+//!   the pod's uid reaches); over TCP only TLS (`hostssl`: a plaintext connection matches no line
+//!   and is refused): replication connections by client certificate only (`cert`: the replication
+//!   user's, and the superuser's that the backup Jobs present, see
+//!   [`crate::databasecluster::tls`]), every other login with a SCRAM password. `pg_ident.conf`:
+//!   empty.
 //!
 //! # Reload or restart
 //! A parameter whose PostgreSQL 15 context is `postmaster` ([`RESTART_PARAMETERS`]), or an
@@ -190,8 +193,9 @@ pub const PG_HBA_CONF: &str = "\
 # Written by dbcluster-operator.
 # TYPE  DATABASE     USER        ADDRESS  METHOD
 local   all          all                  trust
-host    replication  replicator  all      scram-sha-256
-host    all          all         all      scram-sha-256
+hostssl replication  replicator  all      cert
+hostssl replication  postgres    all      cert
+hostssl all          all         all      scram-sha-256
 ";
 
 /// `synchronous_standby_names` for `spec.synchronousReplicas` N > 0: `ANY N (...)` over every
@@ -401,12 +405,16 @@ mod tests {
     }
 
     #[test]
-    fn only_the_replication_user_may_replicate() {
-        let replication: Vec<&str> =
-            PG_HBA_CONF.lines().filter(|l| l.split_whitespace().nth(1) == Some("replication")).collect();
-        assert_eq!(replication.len(), 1);
-        assert_eq!(replication[0].split_whitespace().nth(2), Some("replicator"));
-        assert!(PG_HBA_CONF.lines().filter(|l| l.starts_with("host")).all(|l| l.ends_with("scram-sha-256")));
+    fn tcp_is_tls_only_and_replication_is_by_certificate_only() {
+        let fields = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let tcp: Vec<Vec<String>> =
+            PG_HBA_CONF.lines().filter(|l| l.starts_with("host")).map(fields).collect();
+        assert!(tcp.iter().all(|l| l[0] == "hostssl"), "no plaintext TCP line: {tcp:?}");
+        let replication: Vec<(&str, &str)> =
+            tcp.iter().filter(|l| l[1] == "replication").map(|l| (l[2].as_str(), l[4].as_str())).collect();
+        assert_eq!(replication, [("replicator", "cert"), ("postgres", "cert")]);
+        let others: Vec<&str> = tcp.iter().filter(|l| l[1] != "replication").map(|l| l[4].as_str()).collect();
+        assert_eq!(others, ["scram-sha-256"]);
     }
 
     #[test]

@@ -269,6 +269,10 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
         });
     }
     volumes.push(status_token_volume(&owner.name));
+    volumes.extend(crate::databasecluster::tls::pods::instance_volumes(
+        &owner.name,
+        spec.server_certificate.as_ref(),
+    ));
     volumes.push(controller_volume());
     volumes.extend(spec.custom_queries.as_ref().map(custom_queries_volume));
     for name in [RUN_VOLUME, TMP_VOLUME] {
@@ -299,6 +303,7 @@ fn volume_mounts(spec: &ValidSpec) -> Vec<VolumeMount> {
         mounts.push(mount(&secret_volume_name(login), &path, true));
     }
     mounts.extend(manager_mounts(SECRETS_MOUNT_PATH));
+    mounts.extend(crate::databasecluster::tls::pods::instance_mounts(SECRETS_MOUNT_PATH));
     mounts.extend(spec.custom_queries.as_ref().map(|_| custom_queries_mount()));
     mounts
 }

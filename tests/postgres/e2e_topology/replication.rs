@@ -62,7 +62,7 @@ async fn writes_go_to_the_primary_reads_to_the_standbys_and_the_secrets_always_l
     .await;
     // And every standby, by its pod IP, has every row.
     for ip in &standby_ips {
-        let uri = rw_uri.replacen(&url::Url::parse(rw_uri).unwrap().host_str().unwrap().to_owned(), ip, 1);
+        let uri = at_address(rw_uri, ip);
         eventually_some("a standby has all rows", || {
             let uri = uri.clone();
             async move {

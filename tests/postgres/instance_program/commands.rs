@@ -50,9 +50,9 @@ async fn the_operators_commands_need_the_token_and_manage_only_the_instances_slo
     assert!(after > before, "checkpoint at {after}, before at {before}");
 }
 
-/// A Secret rotated while the instances run: the primary sets the new passwords, the standby
-/// rewrites its password file, so its walreceiver logs in again with the new replication
-/// password when its connection breaks; both report the versions they applied.
+/// A Secret rotated while the instances run: the primary applies it, the standby rewrites its
+/// password file, and both report the versions they applied; the standby's walreceiver, which
+/// logs in with its client certificate, streams again when its connection breaks.
 #[tokio::test]
 async fn a_rotated_secret_reaches_the_primary_and_the_standbys_password_file() {
     let fixture = primary_and_standby(10).await;

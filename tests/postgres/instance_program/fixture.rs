@@ -21,6 +21,9 @@ use dbcluster_operator::databasecluster::instances::{SlotChanges, StatusToken, T
 use dbcluster_operator::databasecluster::specs::config::build_config_map;
 use dbcluster_operator::databasecluster::specs::credentials::{Login, build_login_secret};
 use dbcluster_operator::databasecluster::specs::resources::Owner;
+use dbcluster_operator::databasecluster::tls::issue::{Leaf, issue_ca, issue_leaf};
+use dbcluster_operator::databasecluster::tls::{Client, server_dns_names};
+use dbcluster_operator::instance::tls_connect::Verified;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
@@ -80,6 +83,7 @@ impl Fixture {
             let data = secret.data.unwrap().into_iter().map(|(k, v)| (k, String::from_utf8(v.0).unwrap()));
             write_files(&root.join("sec").join(login.mount_dir()), data.collect());
         }
+        write_certificates(&root.join("sec"));
         write_files(
             &root.join("sec").join("status"),
             BTreeMap::from([("token".to_owned(), TOKEN.to_owned())]),
@@ -94,6 +98,11 @@ impl Fixture {
         assert!(status.unwrap().success());
         std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         Fixture { _dir: dir, root, subnet, pods: Vec::new(), env: Vec::new() }
+    }
+
+    /// The cluster's CA certificate (the one the servers' certificate is signed by).
+    pub fn ca_file(&self) -> PathBuf {
+        self.root.join("sec").join("server-tls").join("ca.crt")
     }
 
     pub fn secret(&self, login: Login) -> String {
@@ -111,6 +120,8 @@ impl Fixture {
     /// A login to pod `ordinal`'s server with the mounted Secret's password (the test's own).
     pub fn target(&self, ordinal: usize, login: Login, database: &str) -> Sql {
         Sql {
+            name: format!("db-{ordinal}.db.{NAMESPACE}.svc"),
+            ca: self.ca_file(),
             host: self.ip(ordinal),
             user: login.username().into(),
             password: self.secret(login),
@@ -320,6 +331,10 @@ pub async fn primary_and_standby(subnet: u8) -> Fixture {
 /// A login of the tests' own to a server (the operator has none).
 #[derive(Clone, Debug)]
 pub struct Sql {
+    /// The pod's name, as its certificate names it.
+    pub name: String,
+    /// The CA its certificate is verified with.
+    pub ca: PathBuf,
     /// The pod's address.
     pub host: String,
     /// The user.
@@ -334,13 +349,16 @@ pub struct Sql {
 pub async fn connect(login: &Sql) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
     let mut config = tokio_postgres::Config::new();
     config
-        .host(&login.host)
+        .host(&login.name)
+        .hostaddr(login.host.parse().expect("an IP address"))
+        .ssl_mode(tokio_postgres::config::SslMode::Require)
         .port(5432)
         .user(&login.user)
         .password(&login.password)
         .dbname(&login.database)
         .connect_timeout(Duration::from_secs(5));
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    let tls = Verified::from_ca_file(&login.ca).expect("the fixture's CA");
+    let (client, connection) = config.connect(tls).await?;
     tokio::spawn(connection);
     Ok(client)
 }
@@ -353,4 +371,20 @@ pub async fn check_login(login: &Sql) -> Result<(), tokio_postgres::Error> {
 /// Whether the server refused the password (SQLSTATE 28P01).
 pub fn password_refused(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD)
+}
+
+/// The Secrets of the cluster's certificates as the pods mount them: the server's
+/// (`server-tls/`), the servers' CA (`server-ca/`) and the replication client's
+/// (`replication-tls/`), signed by a fresh CA.
+fn write_certificates(secrets: &Path) {
+    let now = jiff::Timestamp::now();
+    let day = Duration::from_secs(86_400);
+    let ca = issue_ca("default/db", now, day).unwrap();
+    let server = issue_leaf(&ca, &Leaf::Server(server_dns_names(CLUSTER, NAMESPACE)), now, day).unwrap();
+    let client = issue_leaf(&ca, &Leaf::Client(Client::Replication.user().into()), now, day).unwrap();
+    for (dir, leaf) in [("server-tls", server), ("replication-tls", client)] {
+        let files = [("tls.crt", leaf.cert), ("tls.key", leaf.key), ("ca.crt", ca.cert.clone())];
+        write_files(&secrets.join(dir), files.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
+    }
+    write_files(&secrets.join("server-ca"), BTreeMap::from([("ca.crt".to_owned(), ca.cert)]));
 }

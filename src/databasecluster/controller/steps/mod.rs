@@ -1,8 +1,9 @@
 //! The reconcile pass's steps, one file each, in the order [`super::reconcile`] runs them:
-//! [`secrets`] and [`status_token`], [`services`], the StatefulSet and [`pdb`], [`instances`] (and
+//! [`secrets`] and [`status_token`], [`certificates`], [`services`], the StatefulSet and [`pdb`], [`instances`] (and
 //! its [`upkeep`]), [`backups`]; [`child`] is how every step writes one child.
 
 pub mod backups;
+pub mod certificates;
 pub mod child;
 pub mod instances;
 pub mod pdb;

@@ -1,4 +1,6 @@
-//! Step: the three login Secrets and the application's Secret; passwords read back from them.
+//! Step: the three login Secrets and the application's Secret; passwords read back from them. The
+//! Secrets the operator generates carry the cluster's CA and verify-full URIs
+//! ([`crate::databasecluster::tls::app`]).
 
 use std::collections::BTreeMap;
 
@@ -33,6 +35,7 @@ pub(crate) async fn ensure_secrets<F: Forms>(
     cluster: &DatabaseCluster,
     owner: &Owner,
     spec: &ValidSpec,
+    ca_cert: &str,
 ) -> Result<Credentials, Error> {
     let mut credentials = Credentials::default();
     for login in Login::ALL {
@@ -71,7 +74,10 @@ pub(crate) async fn ensure_secrets<F: Forms>(
                 }
                 generate_password()
             });
-            let desired = build_login_secret(owner, login, &password);
+            let desired = crate::databasecluster::tls::app::with_tls(
+                build_login_secret(owner, login, &password),
+                ca_cert,
+            );
             let type_of = |secret: &Secret| secret.type_.clone().unwrap_or_else(|| "Opaque".to_owned());
             if let Some(live) = live.as_ref().filter(|live| type_of(live) != type_of(&desired)) {
                 return Err(Error::ForeignSecretType {

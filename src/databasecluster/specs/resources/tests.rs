@@ -179,7 +179,12 @@ fn credentials_are_mounted_from_the_login_secrets_never_in_env() {
             ("production-postgres-superuser", 0o440),
             ("production-postgres-replication", 0o440),
             ("production-postgres-app", 0o440),
-            ("production-postgres-status-token", 0o440)
+            ("production-postgres-status-token", 0o440),
+            // The certificates: the server's, its CA (in the same Secret) and the replication
+            // client's; never the CA's own Secret.
+            ("production-postgres-server", 0o440),
+            ("production-postgres-server", 0o440),
+            ("production-postgres-replication-client", 0o440)
         ]
     );
     let install = &pod.init_containers.as_ref().unwrap()[0];
