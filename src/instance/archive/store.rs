@@ -257,6 +257,30 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The names (without the destination's path) of the objects under `dir`, sorted.
+    pub async fn list(&self, dir: &str) -> Result<Vec<String>, StoreError> {
+        use futures::TryStreamExt;
+        let prefix = ObjectPath::from(self.key(dir).as_str());
+        let found: Vec<_> =
+            self.inner.list(Some(&prefix)).try_collect().await.map_err(|e| self.failed(&e))?;
+        let skip = if self.prefix.is_empty() { 0 } else { self.prefix.len() + 1 };
+        let mut names: Vec<String> =
+            found.into_iter().map(|meta| meta.location.as_ref()[skip..].to_owned()).collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Deletes the object `name` (its full name, suffix included); deleting a missing one is no error.
+    pub async fn delete(&self, name: &str) -> Result<(), StoreError> {
+        let path = ObjectPath::from(self.key(name).as_str());
+        match self.inner.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(error) => Err(self.failed(&error)),
+        }
+    }
+}
+
 /// Installs ring as the process's rustls crypto provider (the S3 client's TLS), once.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
