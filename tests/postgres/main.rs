@@ -7,6 +7,7 @@
 mod common;
 
 mod backup_script;
+mod e2e_archiving;
 mod e2e_demo;
 mod e2e_failover;
 mod e2e_logs;

@@ -141,6 +141,12 @@ pub struct BackupsStatus {
     /// The last `databases.madmmas.dev/backup-now` token a backup was started for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_on_demand_token: Option<String>,
+    /// With WAL archiving: the last WAL file the primary archived to the object store.
+    #[serde(default, rename = "lastArchivedWAL", skip_serializing_if = "Option::is_none")]
+    pub last_archived_wal: Option<String>,
+    /// When it was archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_time: Option<Time>,
 }
 
 /// One complete backup.

@@ -3,4 +3,5 @@
 //! archiver's state that the instances report becomes status, a condition and Events
 //! ([`archiving`]). The client itself runs in the pods (`crate::instance::archive`).
 
+pub mod archiving;
 pub mod pod;

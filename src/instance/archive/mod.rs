@@ -21,3 +21,25 @@ pub mod store;
 pub mod wal;
 
 pub use config::{StoreConfig, server_options};
+
+use std::time::Duration;
+
+use super::local::Local;
+
+/// How long the wake-up [`wake_checkpointer`] asks for may take.
+const CHECKPOINT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Wakes PostgreSQL's checkpointer on a primary that archives WAL. The checkpointer forces
+/// `archive_timeout`'s segment switches, but it starts during recovery and then sleeps for
+/// `checkpoint_timeout` (5 minutes by default) without regard to `archive_timeout`; a
+/// `CHECKPOINT` request wakes it, so the first switch comes within `archive_timeout` of a write.
+/// A failure is logged: the switches then start at the checkpointer's next wake-up.
+pub async fn wake_checkpointer(local: &Local) {
+    if config::archive_timeout(|name| std::env::var(name).ok()).is_none() {
+        return;
+    }
+    let work = |c: tokio_postgres::Client| async move { c.batch_execute("CHECKPOINT").await };
+    if let Err(error) = local.with(CHECKPOINT_LIMIT, work).await {
+        tracing::warn!(%error, "waking the checkpointer for archive_timeout failed");
+    }
+}

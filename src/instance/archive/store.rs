@@ -30,7 +30,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retries of a failed request, and the time they may take in all.
 const RETRIES: usize = 2;
-const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
+const RETRY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// What a store operation ran into, its message scrubbed of the credentials.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
