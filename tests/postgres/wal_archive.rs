@@ -1,7 +1,7 @@
 //! WAL archiving to a real S3-compatible server (moto, `common::s3`) by a real PostgreSQL 15 run
 //! under the instance manager (`instance run` with the object store's environment, as the
 //! operator's pod spec sets it): every finished segment is archived through `instance
-//! wal-archive`, a retry of an archived segment succeeds, an object with the same name and other
+//! wal-archive`, restored by `wal-restore`'s function, a retry of an archived segment succeeds, an object with the same name and other
 //! content is never overwritten and is reported in `/status`, and while the store hangs writes go
 //! on, the WAL waits on the primary and the failure is reported, then the backlog leaves with no
 //! gap.
@@ -23,7 +23,7 @@ use dbcluster_operator::instance::archive::config::{
 };
 use dbcluster_operator::instance::archive::state::ArchiverReport;
 use dbcluster_operator::instance::archive::store::{Put, Store, install_crypto_provider};
-use dbcluster_operator::instance::archive::wal::{archive, object_name};
+use dbcluster_operator::instance::archive::wal::{archive, object_name, restore};
 
 const ACCESS_KEY_ID: &str = "AKIDTESTARCHIVE";
 const SECRET_ACCESS_KEY: &str = "secret-key-never-shown";
@@ -104,6 +104,13 @@ async fn segments_are_archived_a_retry_succeeds_and_other_content_is_never_overw
     let retry = tempfile::tempdir().unwrap();
     std::fs::write(retry.path().join(&first), &content).unwrap();
     assert_eq!(archive(&store, &retry.path().join(&first)).await.unwrap(), Put::AlreadyThere);
+
+    // What `wal-restore` gives back is the segment as PostgreSQL wrote it; a missing one is absent.
+    let restored = retry.path().join("RECOVERYXLOG");
+    assert!(restore(&store, &first, &restored).await.unwrap());
+    let on_disk = std::fs::read(fixture.pgdata(0).join("pg_wal").join(&first)).unwrap();
+    assert!(std::fs::read(&restored).unwrap() == on_disk, "the restored segment is the original");
+    assert!(!restore(&store, "0000000100000000000000FF", &restored).await.unwrap());
 
     // Another object under the name of the segment being written now: refused, reported, kept.
     client.batch_execute("INSERT INTO t VALUES (0)").await.unwrap();
