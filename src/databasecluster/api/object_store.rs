@@ -273,6 +273,7 @@ mod tests {
 
     #[test]
     fn destinations_are_a_bucket_and_a_path() {
+        let regex = regex::Regex::new(DESTINATION_PATTERN).unwrap();
         assert_eq!(parse_destination("s3://backups/prod/db"), Some(("backups".into(), "prod/db".into())));
         assert_eq!(parse_destination("s3://backups/"), Some(("backups".into(), String::new())));
         assert_eq!(parse_destination("s3://my.bucket-1"), Some(("my.bucket-1".into(), String::new())));
@@ -280,7 +281,6 @@ mod tests {
             ["gs://backups/x", "s3://", "s3://ab", "s3://Upper/x", "s3://-bad/x", "s3://b/a b", "backups"]
         {
             assert_eq!(parse_destination(bad), None, "{bad}");
-            let regex = regex::Regex::new(DESTINATION_PATTERN).unwrap();
             assert!(!regex.is_match(bad), "{bad} passes the CRD's pattern");
         }
     }
