@@ -108,6 +108,7 @@ async fn the_archive_is_reported_fails_visibly_while_the_store_hangs_and_catches
     psql(&uri, "INSERT INTO items SELECT generate_series(101, 200)").expect("writes go on");
     let failing = await_archiving(&cluster, "False", Duration::from_secs(90)).await;
     let took = paused.elapsed();
+    eprintln!("ContinuousArchiving=False {took:?} after the store stopped answering");
     assert!(took < Duration::from_secs(60), "reported within a minute, took {took:?}");
     let (_, reason, message) = condition_of(&failing, "ContinuousArchiving").unwrap();
     assert_eq!(reason, "ArchivingFailing");
