@@ -4,7 +4,8 @@
 //! wal-archive`, restored by `wal-restore`'s function, a retry of an archived segment succeeds, an object with the same name and other
 //! content is never overwritten and is reported in `/status`, and while the store hangs writes go
 //! on, the WAL waits on the primary and the failure is reported, then the backlog leaves with no
-//! gap.
+//! gap; after a failover the promoted standby archives its new timeline from where the old one's
+//! archive ends.
 
 #![cfg(feature = "sim")]
 
@@ -12,6 +13,8 @@ use std::time::Duration;
 
 use crate::common;
 use crate::instance_program::{Fixture, connect};
+use dbcluster_operator::databasecluster::instances::SlotChanges;
+use dbcluster_operator::databasecluster::instances::client::{change_slots, promote};
 
 use common::postgres::eventually_some;
 use common::s3::S3Server;
@@ -47,6 +50,14 @@ fn test_store(s3: &S3Server, bucket: &str) -> Store {
 
 /// A primary archiving to `s3://<bucket>/db` every second.
 async fn archiving_primary(subnet: u8, s3: &S3Server, bucket: &str) -> Fixture {
+    let mut fixture = archiving_fixture(subnet, s3, bucket).await;
+    fixture.init(0).await;
+    fixture.start(0).await;
+    fixture
+}
+
+/// The files of a cluster whose instances archive to `s3://<bucket>/db` every second.
+async fn archiving_fixture(subnet: u8, s3: &S3Server, bucket: &str) -> Fixture {
     s3.create_bucket(bucket).await;
     let mut fixture = Fixture::new(subnet, &[]).await;
     fixture.env = vec![
@@ -60,8 +71,6 @@ async fn archiving_primary(subnet: u8, s3: &S3Server, bucket: &str) -> Fixture {
     std::fs::write(dir.join(SECRET_ACCESS_KEY_FILE), SECRET_ACCESS_KEY).unwrap();
     let chown = std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();
     assert!(chown.unwrap().success());
-    fixture.init(0).await;
-    fixture.start(0).await;
     fixture
 }
 
@@ -191,4 +200,59 @@ async fn while_the_store_hangs_writes_go_on_and_the_backlog_leaves_without_a_gap
     let expected: Vec<u64> = (numbers[0]..=high).collect();
     assert!(numbers[0] <= low, "{names:?}");
     assert_eq!(numbers, expected, "no segment missing from the archive: {names:?}");
+}
+
+#[tokio::test]
+async fn after_a_failover_the_new_primary_archives_its_timeline() {
+    let s3 = S3Server::start().await;
+    let mut fixture = archiving_fixture(48, &s3, "archive-failover").await;
+    fixture.init(0).await;
+    fixture.start(0).await;
+    let slot = SlotChanges { create: vec!["instance_1".into()], drop: Vec::new() };
+    change_slots(&fixture.manager(0), &slot).await.unwrap();
+    fixture.init(1).await;
+    fixture.start(1).await;
+    let store = test_store(&s3, "archive-failover");
+    let primary = connect(&fixture.superuser(0)).await.unwrap();
+    primary.batch_execute("CREATE TABLE t (i int)").await.unwrap();
+    let before = write_and_switch(&primary).await;
+    archived(&store, &before).await;
+    drop(primary);
+
+    // A failover as the operator makes it: the record names db-1, the old primary fences itself
+    // (archiving what it finished), db-1 is promoted onto timeline 2.
+    std::fs::write(fixture.root.join("cfg").join("primary"), "db-1").unwrap();
+    fixture.exited(0).await;
+    assert!(promote(&fixture.manager(1)).await.unwrap());
+    let promoted = connect(&fixture.superuser(1)).await.unwrap();
+    let after = write_and_switch(&promoted).await;
+    assert!(after.starts_with("00000002"), "{after}");
+    archived(&store, &after).await;
+    let history = store.get("wal/00000002.history").await.unwrap();
+    assert!(history.is_some_and(|h| !h.is_empty()), "the new timeline's history is archived");
+    eventually_some("the new primary reports archiving", || async {
+        let status = fixture.status(1).await;
+        let report: ArchiverReport = serde_json::from_value(status["archiver"].clone()).ok()?;
+        (report.archived_count >= 1 && !report.failing()).then_some(())
+    })
+    .await;
+    // No gap at the switch: timeline 1 up to the segment of the switch (whole, or the `.partial`
+    // the promoted standby archives), then timeline 2 from that segment on.
+    let names = store.list("wal").await.unwrap();
+    let timeline = |tl: &str| -> Vec<u64> {
+        let mut numbers: Vec<u64> = names
+            .iter()
+            .filter_map(|n| n.rsplit('/').next())
+            .map(|f| f.trim_end_matches(".gz").trim_end_matches(".partial"))
+            .filter(|f| f.len() == 24 && f.starts_with(tl))
+            .map(segment_number)
+            .collect();
+        numbers.dedup();
+        numbers
+    };
+    let (first, second) = (timeline("00000001"), timeline("00000002"));
+    assert_eq!(first, (first[0]..=*first.last().unwrap()).collect::<Vec<_>>(), "{names:?}");
+    // Timeline 2 begins in the segment where timeline 1's archive ends: every position is covered.
+    assert!(*first.last().unwrap() >= second[0], "{names:?}");
+    assert_eq!(second, (second[0]..=*second.last().unwrap()).collect::<Vec<_>>(), "{names:?}");
 }
