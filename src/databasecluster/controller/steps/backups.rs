@@ -1,4 +1,4 @@
-//! Step: the backups' children (volume, CronJob, Jobs) and their status.
+//! Step: the backups' children (volume, CronJob, Jobs) and their status, and the WAL archive's.
 
 use jiff::Timestamp;
 
@@ -9,6 +9,7 @@ use crate::databasecluster::backup::status::apply_backup_status;
 use crate::databasecluster::controller::events::EventNote;
 use crate::databasecluster::objectstore::archiving::{self, Archiving};
 use crate::instance::archive::state::ArchiverReport;
+
 /// Folds the primary's WAL archiver report into `status` ([`crate::databasecluster::objectstore::archiving`]).
 pub(crate) fn apply_archiving(
     status: &mut DatabaseClusterStatus,
