@@ -9,6 +9,7 @@
 //! - [`failover`] and [`switchover`]: a change of primary, unplanned and planned.
 //! - [`backup`]: backups and restores.
 //! - [`tls`]: the certificates each cluster's connections are encrypted and authenticated with.
+//! - [`objectstore`]: the object store that WAL is archived to: the pods' part and the status.
 //! - [`cache`]: the compact forms the informers keep and what a pass reads of them.
 //! - [`view`]: the clusters as the live page shows them, and how old each figure is.
 
@@ -20,6 +21,7 @@ pub mod failover;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod instances;
+pub mod objectstore;
 pub mod specs;
 pub mod switchover;
 pub mod tls;

@@ -242,7 +242,8 @@ fn token_refused<B>(request: &Request<B>, shared: &Shared) -> Option<Response<Fu
 
 async fn status(shared: &Shared) -> Response<Full<Bytes>> {
     let role = role(&shared.settings.recorded_primary(), &shared.settings.pod_name);
-    match super::status::report(&shared.local, role, &shared.settings.pgdata).await {
+    match super::status::report(&shared.local, role, &shared.settings.pgdata, &shared.settings.run_dir).await
+    {
         Ok(mut report) => {
             report.credentials =
                 shared.applied.lock().as_ref().map(|a| a.versions.clone()).unwrap_or_default();

@@ -5,6 +5,8 @@
 //!   executable into `<dir>` (an emptyDir shared with the `postgres` container).
 //! - `instance init` (an init container of the `postgres` image): prepares the data directory for
 //!   this pod's role ([`prepare`]).
+//! - `instance wal-archive %p`, `instance wal-restore %f %p`: PostgreSQL's archive and restore
+//!   commands with an object store ([`archive`]).
 //! - `instance run [-- postgres options]` (the `postgres` container): the same preparation, then
 //!   the server as its child, the probes, `/status` and the operator's commands ([`http`],
 //!   [`commands`]), `/metrics` ([`metrics`]), the record watcher ([`watcher`]: fencing, following,
@@ -18,6 +20,7 @@
 //! per event on stderr (`RUST_LOG` filters), nothing on a healthy restart, and PostgreSQL's own
 //! messages as JSON lines there too ([`server_log`]): `kubectl logs` shows JSON only.
 
+pub mod archive;
 pub mod auto_conf;
 pub mod commands;
 pub mod credentials;
@@ -67,6 +70,18 @@ enum Verb {
         /// The directory.
         dir: PathBuf,
     },
+    /// Archive one WAL file to the object store (PostgreSQL's `archive_command`, `%p`).
+    WalArchive {
+        /// The file, relative to the data directory.
+        path: PathBuf,
+    },
+    /// Fetch one WAL file from the object store (PostgreSQL's `restore_command`, `%f %p`).
+    WalRestore {
+        /// The WAL file's name.
+        name: String,
+        /// Where to write it.
+        path: PathBuf,
+    },
 }
 
 /// The log filter without `RUST_LOG`: the manager's events, the driver's warnings only.
@@ -114,7 +129,17 @@ pub fn main(args: InstanceArgs) -> ExitCode {
     let outcome = runtime.block_on(async move {
         match args.verb {
             Verb::Init => prepare::prepare(&settings).await.map(|_| 0).map_err(|e| e.to_string()),
-            Verb::Run { postgres_args } => run::run(settings, postgres_args).await.map_err(|e| e.to_string()),
+            Verb::Run { postgres_args } => {
+                let manager = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+                let timeout = archive::config::archive_timeout(|name| std::env::var(name).ok());
+                let args =
+                    archive::server_options(&manager, timeout).into_iter().chain(postgres_args).collect();
+                run::run(settings, args).await.map_err(|e| e.to_string())
+            }
+            Verb::WalArchive { path } => Ok(archive::wal::archive_command(&settings, &path).await),
+            Verb::WalRestore { name, path } => {
+                Ok(archive::wal::restore_command(&settings, &name, &path).await)
+            }
             Verb::CopyBinary { .. } => Ok(0),
         }
     });

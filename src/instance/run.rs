@@ -155,7 +155,10 @@ async fn start(shared: &Shared, role: Role, pid: u32) {
     }
     let applied = match role {
         Role::Primary => match credentials::apply(&shared.settings, &shared.local).await {
-            Ok(versions) => Some(versions),
+            Ok(versions) => {
+                super::archive::wake_checkpointer(&shared.local).await;
+                Some(versions)
+            }
             Err(error) => {
                 report_apply_failure(&error);
                 fast_shutdown(pid, "applying the credentials failed");

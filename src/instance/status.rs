@@ -62,6 +62,8 @@ pub struct Report {
     /// Secret this instance applied (on a primary: the role's password; on a standby: its
     /// password file). Never a password.
     pub credentials: BTreeMap<String, String>,
+    /// On a primary archiving WAL to an object store: the archiver's state.
+    pub archiver: Option<super::archive::state::ArchiverReport>,
 }
 
 /// The configuration files as PostgreSQL reads them now.
@@ -157,12 +159,18 @@ pub fn credential_version(token: &str, username: &str, password: &str) -> String
 }
 
 /// Reads the report from the local server (the data directory's size walked beside it).
-pub async fn report(local: &Local, role: Role, pgdata: &Path) -> Result<Report, ClientError> {
+pub async fn report(local: &Local, role: Role, pgdata: &Path, run_dir: &Path) -> Result<Report, ClientError> {
     let size = tokio::task::spawn_blocking({
         let pgdata = pgdata.to_owned();
         move || directory_bytes(&pgdata)
     });
-    let mut report = local.with(STATUS_LIMIT, |c| async move { read(&c).await }).await?;
+    let mut report = local
+        .with(STATUS_LIMIT, |c| async move {
+            let mut report = read(&c).await?;
+            report.archiver = super::archive::state::read_archiver(&c, run_dir).await?;
+            Ok(report)
+        })
+        .await?;
     report.role = role.as_str().to_owned();
     // The walk ran beside the queries; a slow disk leaves the size out rather than the answer late.
     report.data_directory_bytes =

@@ -7,6 +7,7 @@
 
 pub mod https;
 pub mod postgres;
+pub mod s3;
 
 use std::fmt::Debug;
 use std::future::Future;

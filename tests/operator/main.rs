@@ -24,6 +24,7 @@ mod e2e_transient;
 mod e2e_walkthrough;
 mod manifests;
 mod monitoring;
+mod object_store_crd;
 mod pass_log;
 mod plugin;
 mod rbac;

@@ -1,12 +1,13 @@
 //! The tests that run real PostgreSQL 15 (they need root and Debian's `postgresql-15`, which
 //! `scripts/test` installs): the simulator's process kubelet, the instance, backup and restore
-//! programs, and the operator's clusters end to end (topology, failover, restore, the demo).
+//! programs, WAL archiving to a real S3-compatible server, and the operator's clusters end to end (topology, failover, restore, the demo).
 
 #[cfg(feature = "sim")]
 #[path = "../common/mod.rs"]
 mod common;
 
 mod backup_script;
+mod e2e_archiving;
 mod e2e_bad_day;
 mod e2e_demo;
 mod e2e_disk_full;
@@ -23,3 +24,4 @@ mod instance_metrics;
 mod instance_program;
 mod sim_job_pods;
 mod sim_process_kubelet;
+mod wal_archive;

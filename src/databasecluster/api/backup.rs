@@ -24,6 +24,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::databasecluster::api::object_store::{
+    ObjectStoreError, ObjectStoreSpec, ValidObjectStore, WalArchiveSpec, validate_object_store,
+};
 use crate::databasecluster::api::types::{DatabaseClusterSpec, STORAGE_CLASS_PATTERN};
 use crate::databasecluster::api::validation::{STORAGE_CLASS_PROBLEM, StorageSize, is_storage_class_name};
 
@@ -74,6 +77,15 @@ pub struct BackupSpec {
     /// Suspends scheduled backups (on-demand backups still run).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+
+    /// An object store (S3 or S3-compatible) that WAL is archived to continuously, for restores
+    /// to any point in time (docs/backup.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_store: Option<ObjectStoreSpec>,
+
+    /// Continuous WAL archiving to `objectStore`: on by default when a store is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_archive: Option<WalArchiveSpec>,
 }
 
 /// Which backups survive pruning: a backup is kept when either rule keeps it.
@@ -88,6 +100,11 @@ pub struct RetentionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}(m|h|d)$"))]
     pub keep_newer_than: Option<String>,
+    /// With `objectStore`: keep every base backup and WAL needed to restore to any point in this
+    /// window back from now (a number and `m`, `h` or `d`, e.g. `30d`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}(m|h|d)$"))]
+    pub recovery_window: Option<String>,
 }
 
 /// How a new cluster gets its first data; read once, at creation.
@@ -124,6 +141,12 @@ pub struct BackupsStatus {
     /// The last `databases.madmmas.dev/backup-now` token a backup was started for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_on_demand_token: Option<String>,
+    /// With WAL archiving: the last WAL file the primary archived to the object store.
+    #[serde(default, rename = "lastArchivedWAL", skip_serializing_if = "Option::is_none")]
+    pub last_archived_wal: Option<String>,
+    /// When it was archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_time: Option<Time>,
 }
 
 /// One complete backup.
@@ -176,6 +199,10 @@ pub struct ValidBackup {
     pub storage_class_name: Option<String>,
     /// Scheduled backups suspended.
     pub suspend: bool,
+    /// The object store and WAL archiving, if a store is set.
+    pub object_store: Option<ValidObjectStore>,
+    /// Seconds of `retention.recoveryWindow`, if set.
+    pub recovery_window_seconds: Option<u64>,
 }
 
 /// A parsed cron schedule and its text.
@@ -306,6 +333,12 @@ pub enum BackupSpecError {
     /// The retention duration does not parse.
     #[error("spec.backup.retention.keepNewerThan {0:?} is not a duration such as 30m, 12h or 7d")]
     InvalidRetention(String),
+    /// The object store or WAL archiving settings are unusable.
+    #[error(transparent)]
+    ObjectStore(#[from] ObjectStoreError),
+    /// `recoveryWindow` does not parse.
+    #[error("spec.backup.retention.recoveryWindow {0:?} is not a duration such as 30m, 12h or 7d")]
+    InvalidRecoveryWindow(String),
     /// The cluster names itself as its restore source.
     #[error(
         "spec.bootstrap.fromBackup.cluster {0:?} is this cluster: a cluster cannot start from its own backups"
@@ -336,7 +369,15 @@ pub fn validate_backup(spec: &DatabaseClusterSpec) -> Result<Option<ValidBackup>
     if let Some(class) = backup.storage_class_name.as_ref().filter(|class| !is_storage_class_name(class)) {
         return Err(BackupSpecError::InvalidStorageClass(class.clone()));
     }
+    let object_store = validate_object_store(backup.object_store.as_ref(), backup.wal_archive.as_ref())?;
     let retention = backup.retention.unwrap_or_default();
+    let recovery_window_seconds = retention
+        .recovery_window
+        .as_deref()
+        .map(|text| {
+            parse_duration(text).ok_or_else(|| BackupSpecError::InvalidRecoveryWindow(text.to_owned()))
+        })
+        .transpose()?;
     let keep_newer_than_seconds = retention
         .keep_newer_than
         .as_deref()
@@ -349,6 +390,8 @@ pub fn validate_backup(spec: &DatabaseClusterSpec) -> Result<Option<ValidBackup>
         storage,
         storage_class_name: backup.storage_class_name,
         suspend: backup.suspend,
+        object_store,
+        recovery_window_seconds,
     }))
 }
 
@@ -472,7 +515,11 @@ mod tests {
     #[test]
     fn defaults_and_retention_parse() {
         let backup = BackupSpec {
-            retention: Some(RetentionSpec { keep_last: Some(3), keep_newer_than: Some("7d".into()) }),
+            retention: Some(RetentionSpec {
+                keep_last: Some(3),
+                keep_newer_than: Some("7d".into()),
+                recovery_window: None,
+            }),
             ..BackupSpec::default()
         };
         let valid = validate_backup(&spec_with(Some(backup), None)).unwrap().unwrap();
@@ -484,7 +531,11 @@ mod tests {
         assert_eq!(parse_duration("h"), None);
         assert_eq!(parse_duration("5s"), None);
         let bad = BackupSpec {
-            retention: Some(RetentionSpec { keep_last: None, keep_newer_than: Some("soon".into()) }),
+            retention: Some(RetentionSpec {
+                keep_last: None,
+                keep_newer_than: Some("soon".into()),
+                recovery_window: None,
+            }),
             ..BackupSpec::default()
         };
         assert!(matches!(

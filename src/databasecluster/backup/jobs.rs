@@ -304,7 +304,11 @@ mod tests {
         let spec = DatabaseClusterSpec {
             backup: Some(BackupSpec {
                 schedule: schedule.map(String::from),
-                retention: Some(RetentionSpec { keep_last: Some(3), keep_newer_than: None }),
+                retention: Some(RetentionSpec {
+                    keep_last: Some(3),
+                    keep_newer_than: None,
+                    recovery_window: None,
+                }),
                 storage_size: Some("5Gi".into()),
                 ..BackupSpec::default()
             }),

@@ -368,6 +368,8 @@ mod tests {
             storage: StorageSize::parse("1Gi").unwrap(),
             storage_class_name: None,
             suspend: false,
+            object_store: None,
+            recovery_window_seconds: None,
         }
     }
 

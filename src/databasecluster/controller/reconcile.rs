@@ -320,6 +320,7 @@ fn pass_status(
     let mut status = with_resizing(status, growth, spec.storage.as_str(), now);
     let mut events = apply_backups(&mut status, cluster, backups, spec, now);
     events.extend(topology.notes);
+    events.extend(apply_archiving(&mut status, cluster, spec, topology.archiver.as_ref(), now));
     if restored.is_some() {
         status.restored_from = restored;
     }

@@ -59,6 +59,8 @@ pub struct InstanceFacts {
     /// Per login (`superuser`, `replication`, `app`): the version of the mounted Secret it applied
     /// ([`crate::instance::status::credential_version`]).
     pub credentials: BTreeMap<String, String>,
+    /// On a primary archiving WAL: the archiver's state.
+    pub archiver: Option<crate::instance::archive::state::ArchiverReport>,
 }
 
 impl InstanceFacts {
@@ -77,6 +79,7 @@ impl InstanceFacts {
             slots: report.slots,
             refused_settings: report.file_settings.refused,
             credentials: report.credentials,
+            archiver: report.archiver,
         }
     }
 }

@@ -55,6 +55,7 @@ use kube::Resource;
 
 use crate::databasecluster::api::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
+use crate::databasecluster::objectstore;
 use crate::databasecluster::specs::config::{CONFIG_MOUNT_PATH, config_map_name, restart_hash};
 use crate::databasecluster::specs::credentials::{APP_DATABASE, Login, mounted_secret_name};
 use crate::databasecluster::specs::instance_pod::{
@@ -275,6 +276,7 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
     ));
     volumes.push(controller_volume());
     volumes.extend(spec.custom_queries.as_ref().map(custom_queries_volume));
+    volumes.extend(object_store(spec).map(objectstore::pod::volumes).unwrap_or_default());
     for name in [RUN_VOLUME, TMP_VOLUME] {
         volumes.push(Volume {
             name: name.to_owned(),
@@ -305,6 +307,9 @@ fn volume_mounts(spec: &ValidSpec) -> Vec<VolumeMount> {
     mounts.extend(manager_mounts(SECRETS_MOUNT_PATH));
     mounts.extend(crate::databasecluster::tls::pods::instance_mounts(SECRETS_MOUNT_PATH));
     mounts.extend(spec.custom_queries.as_ref().map(|_| custom_queries_mount()));
+    mounts.extend(
+        object_store(spec).map(|s| objectstore::pod::mounts(s, SECRETS_MOUNT_PATH)).unwrap_or_default(),
+    );
     mounts
 }
 
@@ -341,7 +346,13 @@ fn instance_env(owner: &Owner, spec: &ValidSpec) -> Vec<EnvVar> {
         value("PGUSER", crate::databasecluster::specs::credentials::SUPERUSER.to_owned()),
     ];
     env.extend(spec.custom_queries.as_ref().map(|_| custom_queries_env()));
+    env.extend(object_store(spec).map(objectstore::pod::env).unwrap_or_default());
     env
+}
+
+/// The object store of `spec`'s backups, if one is set.
+fn object_store(spec: &ValidSpec) -> Option<&crate::databasecluster::api::object_store::ValidObjectStore> {
+    spec.backup.as_ref()?.object_store.as_ref()
 }
 
 /// `/controller/dbcluster-operator instance <verb>`.

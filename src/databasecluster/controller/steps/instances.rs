@@ -44,6 +44,7 @@ use crate::databasecluster::specs::resources::{Owner, label, statefulset_name};
 use crate::databasecluster::specs::services::ROLE_LABEL;
 use crate::databasecluster::switchover::demotion::{Switch, advance};
 use crate::databasecluster::switchover::{next_step as switchover_step, phase, record as switchover_record};
+use crate::instance::archive::state::ArchiverReport;
 use crate::runtime::Object;
 
 /// The cluster's pods as the cache holds them.
@@ -101,6 +102,8 @@ pub(crate) struct Topology {
     pub(crate) notes: Vec<EventNote>,
     /// The instances whose `/status` could not be read, with why.
     pub(crate) unreached: BTreeMap<String, String>,
+    /// The primary's WAL archiver, as it reported it this pass.
+    pub(crate) archiver: Option<ArchiverReport>,
 }
 
 /// What the `<name>-scripts` ConfigMap records ([`crate::databasecluster::specs::config`]).
@@ -170,7 +173,10 @@ impl Observed {
 
     /// The facts, and the [`Topology`] of a pass that goes on with `decision`.
     fn into_parts(self, decision: Decision) -> (BTreeMap<String, InstanceFacts>, Topology) {
+        let primary = self.current_primary.as_ref().and_then(|p| self.facts.get(p));
+        let archiver = primary.and_then(|facts| facts.archiver.clone());
         let topology = Topology {
+            archiver,
             statuses: self.statuses,
             current_primary: self.current_primary,
             busy: self.busy,

@@ -102,6 +102,7 @@ fn take(topology: &mut Topology) -> Topology {
             secret_versions: None,
             notes: Vec::new(),
             unreached: BTreeMap::new(),
+            archiver: None,
         },
     )
 }

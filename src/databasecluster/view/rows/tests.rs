@@ -123,6 +123,7 @@ fn the_last_backup_is_dated_and_a_new_cluster_has_only_empty_named_cells() {
         }),
         last_job: Some(BackupJobRecord { name: "pg-backup-1".into(), state: "Failed".into() }),
         last_on_demand_token: None,
+        ..BackupsStatus::default()
     });
     let row = cluster_row(&cluster, now());
     assert_eq!(row.cells[3].text, "20260101T000600Z\nended 3 min ago, 12.3 MiB\njob pg-backup-1: Failed");
