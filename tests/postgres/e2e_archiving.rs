@@ -40,8 +40,8 @@ async fn app_uri(cluster: &TestCluster) -> String {
     let secret = secrets.get(&format!("{NAME}-app")).await.unwrap();
     let uri = String::from_utf8(secret.data.unwrap()["uri"].0.clone()).unwrap();
     let pod = cluster.api::<Pod>().get(&format!("{NAME}-0")).await.unwrap();
-    let host = url::Url::parse(&uri).unwrap().host_str().unwrap().to_owned();
-    uri.replacen(&host, &pod_ip(&pod), 1)
+    // Verified against the cluster's CA, at the pod's own address.
+    at_address(&host_uri(cluster, "default", &uri), &pod_ip(&pod))
 }
 
 /// Waits until `ContinuousArchiving` has `state`; the cluster.
@@ -83,7 +83,7 @@ async fn create_cluster(cluster: &TestCluster, s3: &S3Server) {
     cluster.clusters().create(&PostParams::default(), &db).await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_archive_is_reported_fails_visibly_while_the_store_hangs_and_catches_up_without_a_gap() {
     let s3 = S3Server::start().await;
     s3.create_bucket(BUCKET).await;
