@@ -9,6 +9,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use dbcluster_operator::databasecluster::api::object_store::Compression;
+use dbcluster_operator::instance::archive::StoreConfig;
+use dbcluster_operator::instance::archive::store::{Store, install_crypto_provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
@@ -65,6 +68,23 @@ impl S3Server {
     }
 
     /// The endpoint URL.
+    /// A test's own client of the store under `bucket/prefix`, with the given credentials.
+    pub fn client(&self, bucket: &str, prefix: &str, key_id: &str, secret: &str) -> Store {
+        install_crypto_provider();
+        Store::new(&StoreConfig {
+            bucket: bucket.into(),
+            prefix: prefix.into(),
+            endpoint: Some(self.endpoint()),
+            region: "us-east-1".into(),
+            compression: Compression::Gzip,
+            access_key_id: key_id.into(),
+            secret_access_key: secret.into(),
+            session_token: None,
+            ca_pem: None,
+        })
+        .expect("a store client for the test server")
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }

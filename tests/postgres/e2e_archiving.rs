@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 use common::postgres::*;
 use common::s3::S3Server;
 use common::*;
-use dbcluster_operator::databasecluster::api::object_store::Compression;
 use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
-use dbcluster_operator::instance::archive::StoreConfig;
-use dbcluster_operator::instance::archive::store::{Store, install_crypto_provider};
+
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -123,19 +121,7 @@ async fn the_archive_is_reported_fails_visibly_while_the_store_hangs_and_catches
     let last = recovered.status.clone().unwrap().backups.unwrap().last_archived_wal.unwrap();
     assert!(segment_number(&last) > segment_number(&first), "{first} then {last}");
 
-    install_crypto_provider();
-    let store = Store::new(&StoreConfig {
-        bucket: BUCKET.into(),
-        prefix: NAME.into(),
-        endpoint: Some(s3.endpoint()),
-        region: "us-east-1".into(),
-        compression: Compression::Gzip,
-        access_key_id: ACCESS_KEY_ID.into(),
-        secret_access_key: SECRET_ACCESS_KEY.into(),
-        session_token: None,
-        ca_pem: None,
-    })
-    .unwrap();
+    let store = s3.client(BUCKET, NAME, ACCESS_KEY_ID, SECRET_ACCESS_KEY);
     let numbers: Vec<u64> = store
         .list("wal")
         .await

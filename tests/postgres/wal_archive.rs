@@ -18,14 +18,12 @@ use dbcluster_operator::databasecluster::instances::client::{change_slots, promo
 
 use common::postgres::eventually_some;
 use common::s3::S3Server;
-use dbcluster_operator::databasecluster::api::object_store::Compression;
-use dbcluster_operator::instance::archive::StoreConfig;
 use dbcluster_operator::instance::archive::config::{
     ACCESS_KEY_ID_FILE, CREDENTIALS_DIR, ENV_ARCHIVE_TIMEOUT, ENV_DESTINATION, ENV_ENDPOINT,
     SECRET_ACCESS_KEY_FILE,
 };
 use dbcluster_operator::instance::archive::state::ArchiverReport;
-use dbcluster_operator::instance::archive::store::{Put, Store, install_crypto_provider};
+use dbcluster_operator::instance::archive::store::{Put, Store};
 use dbcluster_operator::instance::archive::wal::{archive, object_name, restore};
 
 const ACCESS_KEY_ID: &str = "AKIDTESTARCHIVE";
@@ -33,19 +31,7 @@ const SECRET_ACCESS_KEY: &str = "secret-key-never-shown";
 
 /// The test's own client of the archive.
 fn test_store(s3: &S3Server, bucket: &str) -> Store {
-    install_crypto_provider();
-    Store::new(&StoreConfig {
-        bucket: bucket.into(),
-        prefix: "db".into(),
-        endpoint: Some(s3.endpoint()),
-        region: "us-east-1".into(),
-        compression: Compression::Gzip,
-        access_key_id: ACCESS_KEY_ID.into(),
-        secret_access_key: SECRET_ACCESS_KEY.into(),
-        session_token: None,
-        ca_pem: None,
-    })
-    .unwrap()
+    s3.client(bucket, "db", ACCESS_KEY_ID, SECRET_ACCESS_KEY)
 }
 
 /// A primary archiving to `s3://<bucket>/db` every second.
