@@ -120,6 +120,12 @@ impl TestCluster {
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
             .collect()
     }
+
+    /// [`TestCluster::events_about`] `name` with reason `reason`.
+    pub async fn events_with_reason(&self, name: &str, reason: &str) -> Vec<Event> {
+        let events = self.events_about(name).await;
+        events.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).collect()
+    }
 }
 
 /// Waits until Events with each of `reasons` exist about `name` (an Event is published right

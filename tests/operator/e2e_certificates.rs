@@ -65,12 +65,7 @@ async fn the_status_shows_each_expiry_and_warns_of_a_certificate_it_cannot_renew
     let status_text = serde_json::to_string(&live.status).unwrap();
     assert!(!status_text.contains("BEGIN"), "no PEM in the status");
 
-    let warnings: Vec<_> = cluster
-        .events_about(NAME)
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("CertificateExpiring"))
-        .collect();
+    let warnings = cluster.events_with_reason(NAME, "CertificateExpiring").await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
 }

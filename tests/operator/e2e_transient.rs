@@ -40,12 +40,7 @@ async fn failed_status_patches_are_retried_with_backoff_until_they_succeed() {
     assert_eq!(operator.terminal_errors(), 0, "a 500 is retried");
     reconcile_now(&operator, &key(NAME)).await;
     assert_eq!(operator.handles.queue.num_requeues(&key(NAME)), 0, "success resets the backoff");
-    let warnings: Vec<_> = cluster
-        .events_about(NAME)
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("ReconcileError"))
-        .collect();
+    let warnings = cluster.events_with_reason(NAME, "ReconcileError").await;
     assert_eq!(warnings.len(), 1, "repeated identical errors are one Event: {warnings:?}");
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
     let status_failures = cluster

@@ -83,13 +83,24 @@ fn segment_number(name: &str) -> u64 {
     u64::from_str_radix(&name[8..16], 16).unwrap() * 256 + u64::from_str_radix(&name[16..24], 16).unwrap()
 }
 
+/// An archiving primary into `bucket`, the test's own client of that archive, and a session on
+/// the primary with a table `t` to write to.
+async fn archiving_table(
+    subnet: u8,
+    s3: &S3Server,
+    bucket: &str,
+) -> (Fixture, Store, tokio_postgres::Client) {
+    let fixture = archiving_primary(subnet, s3, bucket).await;
+    let store = test_store(s3, bucket);
+    let client = connect(&fixture.superuser(0)).await.unwrap();
+    client.batch_execute("CREATE TABLE t (i int)").await.unwrap();
+    (fixture, store, client)
+}
+
 #[tokio::test]
 async fn segments_are_archived_a_retry_succeeds_and_other_content_is_never_overwritten() {
     let s3 = S3Server::start().await;
-    let fixture = archiving_primary(46, &s3, "archive-conflict").await;
-    let store = test_store(&s3, "archive-conflict");
-    let client = connect(&fixture.superuser(0)).await.unwrap();
-    client.batch_execute("CREATE TABLE t (i int)").await.unwrap();
+    let (fixture, store, client) = archiving_table(46, &s3, "archive-conflict").await;
     let first = write_and_switch(&client).await;
     let content = archived(&store, &first).await;
     let report = archiver(&fixture).await;
@@ -143,10 +154,7 @@ async fn segments_are_archived_a_retry_succeeds_and_other_content_is_never_overw
 #[tokio::test]
 async fn while_the_store_hangs_writes_go_on_and_the_backlog_leaves_without_a_gap_when_it_returns() {
     let s3 = S3Server::start().await;
-    let fixture = archiving_primary(47, &s3, "archive-outage").await;
-    let store = test_store(&s3, "archive-outage");
-    let client = connect(&fixture.superuser(0)).await.unwrap();
-    client.batch_execute("CREATE TABLE t (i int)").await.unwrap();
+    let (fixture, store, client) = archiving_table(47, &s3, "archive-outage").await;
     let first = write_and_switch(&client).await;
     archived(&store, &first).await;
 
