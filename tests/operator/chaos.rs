@@ -279,11 +279,11 @@ where
     found
 }
 
+/// Children per kind, per owning cluster uid.
+type Children = BTreeMap<&'static str, HashMap<String, Vec<String>>>;
+
 /// Every child kind's children per owning cluster uid.
-async fn all_children(
-    cluster: &TestCluster,
-    uids: &HashMap<String, String>,
-) -> BTreeMap<&'static str, HashMap<String, Vec<String>>> {
+async fn all_children(cluster: &TestCluster, uids: &HashMap<String, String>) -> Children {
     BTreeMap::from([
         ("StatefulSet", children::<StatefulSet>(cluster, uids).await),
         ("Service", children::<Service>(cluster, uids).await),
@@ -332,6 +332,123 @@ async fn await_converged(api: &Api<DatabaseCluster>, wanted: &HashMap<String, Wa
     .await;
 }
 
+/// Creates the clusters, each with a random number of instances; what each should become.
+async fn create_clusters(api: &Api<DatabaseCluster>, rng: &mut StdRng) -> HashMap<String, Wanted> {
+    let mut wanted = HashMap::new();
+    for i in 0..CLUSTERS {
+        let w = Wanted { replicas: rng.random_range(1..=3), minor: 4, storage_gi: 1, work_mem_mb: None };
+        let c = DatabaseCluster {
+            metadata: ObjectMeta { name: Some(name(i)), ..ObjectMeta::default() },
+            spec: w.spec(),
+            status: None,
+        };
+        api.create(&PostParams::default(), &c).await.expect("create a cluster");
+        wanted.insert(name(i), w);
+    }
+    wanted
+}
+
+/// One round's spec changes and, rarely, a deletion, on random clusters; the changes made.
+async fn drive_changes(
+    api: &Api<DatabaseCluster>,
+    rng: &mut StdRng,
+    wanted: &mut HashMap<String, Wanted>,
+    deleted: &mut BTreeSet<String>,
+) -> usize {
+    let mut changes = 0;
+    for _ in 0..rng.random_range(1..=6) {
+        let target = name(rng.random_range(0..CLUSTERS));
+        if deleted.contains(&target) {
+            continue;
+        }
+        if rng.random_ratio(1, 40) {
+            // The driver's own requests meet the faults too; a refused change is not made.
+            if api.delete(&target, &DeleteParams::default()).await.is_ok() {
+                wanted.remove(&target);
+                deleted.insert(target);
+            }
+            continue;
+        }
+        let next = wanted[&target].changed(rng);
+        let patch = Patch::Merge(json!({"spec": next.spec()}));
+        if api.patch(&target, &PatchParams::default(), &patch).await.is_ok() {
+            wanted.insert(target, next);
+            changes += 1;
+        }
+    }
+    changes
+}
+
+/// Every surviving cluster's children: the StatefulSet and configuration its last spec asks
+/// for, the same Secrets, Services and StatefulSet as before, and no child nobody knew.
+async fn assert_specs_applied(
+    cluster: &TestCluster,
+    seed: u64,
+    wanted: &HashMap<String, Wanted>,
+    uids: &HashMap<String, String>,
+    (children_before, children_after, known): (&Children, &Children, &BTreeSet<(&str, &str)>),
+) {
+    let statefulsets = list::<StatefulSet>(cluster).await;
+    let config_maps = list::<ConfigMap>(cluster).await;
+    for (name, w) in wanted {
+        let sts = statefulsets.iter().find(|s| s.metadata.name.as_deref() == Some(name));
+        let sts_spec = sts
+            .and_then(|s| s.spec.as_ref())
+            .unwrap_or_else(|| panic!("seed {seed}: {name} has a StatefulSet"));
+        assert_eq!(sts_spec.replicas, Some(w.replicas), "seed {seed}: {name}'s StatefulSet replicas");
+        let image =
+            sts_spec.template.spec.as_ref().and_then(|p| p.containers.first()).and_then(|c| c.image.clone());
+        assert_eq!(image, Some(format!("postgres:{}", w.version())), "seed {seed}: {name}'s image");
+        if let Some(mb) = w.work_mem_mb {
+            let conf = config_maps
+                .iter()
+                .filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with(name.as_str())))
+                .filter_map(|c| c.data.as_ref()?.get("postgresql.conf").cloned())
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(
+                conf.contains(&format!("work_mem = '{mb}MB'")),
+                "seed {seed}: {name}'s work_mem in {conf}"
+            );
+        }
+        for (kind, per_uid) in children_after {
+            let before = children_before[kind].get(&uids[name]);
+            let after = per_uid.get(&uids[name]);
+            // These do not depend on the spec the driver varies: exactly the same ones.
+            if matches!(*kind, "StatefulSet" | "Service" | "Secret") {
+                assert_eq!(after, before, "seed {seed}: {name}'s {kind} children, the same and each once");
+            }
+            for child in after.into_iter().flatten() {
+                assert!(
+                    known.contains(&(*kind, child.as_str())),
+                    "seed {seed}: {name} has an unknown {kind} {child}"
+                );
+            }
+        }
+    }
+}
+
+/// The metrics against the simulator's log. A replica killed may have lost, per informer, a
+/// request in flight (a LIST counted but never received, a streaming list or a 410 sent but
+/// never read), and, per worker, a failed pass not yet counted.
+fn assert_figures_match_log(cluster: &TestCluster, seed: u64, figures: Figures, started: std::time::Instant) {
+    let log = cluster.sim.request_log();
+    let lists = log.iter().filter(|r| r.verb == "list").count() as u64 - OWN_LISTS.load(Ordering::Relaxed);
+    let served = lists + cluster.sim.streaming_lists_sent();
+    let gone_sent = cluster.sim.watch_gone_sent();
+    let status_failures = cluster.sim.faults().injected_failures("databaseclusters/status");
+    let seen = format!(
+        "seed {seed}: {figures:?}; {lists} LISTs and {} streaming lists served, {gone_sent} 410s sent, {status_failures} status patches failed",
+        served - lists
+    );
+    println!("{seen}; {:.1?} of real time", started.elapsed());
+    assert!(figures.relists.abs_diff(served) <= KILLS * INFORMERS, "relists against lists served: {seen}");
+    assert!(figures.gone <= gone_sent && gone_sent <= figures.gone + KILLS * INFORMERS, "410s: {seen}");
+    // Only the operators write status: every injected failure of a status patch failed its pass.
+    assert!(status_failures > 0, "no status patch failed, so the next check shows nothing: {seen}");
+    assert!(figures.errors + KILLS * WORKERS >= status_failures, "failed passes: {seen}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     let seed: u64 =
@@ -345,17 +462,7 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     let mut leader = Replica::start(&cluster, "replica-0");
     leader.leads().await;
 
-    let mut wanted: HashMap<String, Wanted> = HashMap::new();
-    for i in 0..CLUSTERS {
-        let w = Wanted { replicas: rng.random_range(1..=3), minor: 4, storage_gi: 1, work_mem_mb: None };
-        let c = DatabaseCluster {
-            metadata: ObjectMeta { name: Some(name(i)), ..ObjectMeta::default() },
-            spec: w.spec(),
-            status: None,
-        };
-        api.create(&PostParams::default(), &c).await.expect("create a cluster");
-        wanted.insert(name(i), w);
-    }
+    let mut wanted = create_clusters(&api, &mut rng).await;
     await_converged(&api, &wanted, &format!("seed {seed}: every cluster Running")).await;
     println!("seed {seed}: {CLUSTERS} clusters Running after {:.1?} of real time", started.elapsed());
     let uids: HashMap<String, String> = list_clusters(&api)
@@ -382,26 +489,7 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
             // never vacuous.
             cluster.sim.faults().fail_next("databaseclusters/status", 2, 500);
         }
-        for _ in 0..rng.random_range(1..=6) {
-            let target = name(rng.random_range(0..CLUSTERS));
-            if deleted.contains(&target) {
-                continue;
-            }
-            if rng.random_ratio(1, 40) {
-                // The driver's own requests meet the faults too; a refused change is not made.
-                if api.delete(&target, &DeleteParams::default()).await.is_ok() {
-                    wanted.remove(&target);
-                    deleted.insert(target);
-                }
-                continue;
-            }
-            let next = wanted[&target].changed(&mut rng);
-            let patch = Patch::Merge(json!({"spec": next.spec()}));
-            if api.patch(&target, &PatchParams::default(), &patch).await.is_ok() {
-                wanted.insert(target, next);
-                changes += 1;
-            }
-        }
+        changes += drive_changes(&api, &mut rng, &mut wanted, &mut deleted).await;
         match round {
             // Killed and replaced, twice.
             r if r == ROUNDS / 4 || r == ROUNDS / 2 => {
@@ -437,44 +525,8 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     .await;
     let writes_during = operator_writes(&cluster) - writes_before;
 
-    let statefulsets = list::<StatefulSet>(&cluster).await;
-    let config_maps = list::<ConfigMap>(&cluster).await;
-    for (name, w) in &wanted {
-        let sts = statefulsets.iter().find(|s| s.metadata.name.as_deref() == Some(name));
-        let sts_spec = sts
-            .and_then(|s| s.spec.as_ref())
-            .unwrap_or_else(|| panic!("seed {seed}: {name} has a StatefulSet"));
-        assert_eq!(sts_spec.replicas, Some(w.replicas), "seed {seed}: {name}'s StatefulSet replicas");
-        let image =
-            sts_spec.template.spec.as_ref().and_then(|p| p.containers.first()).and_then(|c| c.image.clone());
-        assert_eq!(image, Some(format!("postgres:{}", w.version())), "seed {seed}: {name}'s image");
-        if let Some(mb) = w.work_mem_mb {
-            let conf = config_maps
-                .iter()
-                .filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with(name.as_str())))
-                .filter_map(|c| c.data.as_ref()?.get("postgresql.conf").cloned())
-                .collect::<Vec<_>>()
-                .join("\n");
-            assert!(
-                conf.contains(&format!("work_mem = '{mb}MB'")),
-                "seed {seed}: {name}'s work_mem in {conf}"
-            );
-        }
-        for (kind, per_uid) in &children_after {
-            let before = children_before[kind].get(&uids[name]);
-            let after = per_uid.get(&uids[name]);
-            // These do not depend on the spec the driver varies: exactly the same ones.
-            if matches!(*kind, "StatefulSet" | "Service" | "Secret") {
-                assert_eq!(after, before, "seed {seed}: {name}'s {kind} children, the same and each once");
-            }
-            for child in after.into_iter().flatten() {
-                assert!(
-                    known.contains(&(*kind, child.as_str())),
-                    "seed {seed}: {name} has an unknown {kind} {child}"
-                );
-            }
-        }
-    }
+    let children = (&children_before, &children_after, &known);
+    assert_specs_applied(&cluster, seed, &wanted, &uids, children).await;
     let secrets_after = secret_data(&cluster).await;
     for (secret, data) in &secrets_after {
         assert_eq!(secrets_before.get(secret), Some(data), "seed {seed}: Secret {secret} kept its data");
@@ -494,24 +546,6 @@ async fn the_operator_converges_under_faults_restarts_and_a_leader_kill() {
     tokio::time::sleep(REST).await;
     assert_eq!(operator_writes(&cluster), at_rest, "seed {seed}: no write at rest");
 
-    // The metrics against the simulator's log. A replica killed may have lost, per informer, a
-    // request in flight (a LIST counted but never received, a streaming list or a 410 sent but
-    // never read), and, per worker, a failed pass not yet counted.
-    let figures = ended.add(Figures::of(&leader));
-    let log = cluster.sim.request_log();
-    let lists = log.iter().filter(|r| r.verb == "list").count() as u64 - OWN_LISTS.load(Ordering::Relaxed);
-    let served = lists + cluster.sim.streaming_lists_sent();
-    let gone_sent = cluster.sim.watch_gone_sent();
-    let status_failures = cluster.sim.faults().injected_failures("databaseclusters/status");
-    let seen = format!(
-        "seed {seed}: {figures:?}; {lists} LISTs and {} streaming lists served, {gone_sent} 410s sent, {status_failures} status patches failed",
-        served - lists
-    );
-    println!("{seen}; {:.1?} of real time", started.elapsed());
-    assert!(figures.relists.abs_diff(served) <= KILLS * INFORMERS, "relists against lists served: {seen}");
-    assert!(figures.gone <= gone_sent && gone_sent <= figures.gone + KILLS * INFORMERS, "410s: {seen}");
-    // Only the operators write status: every injected failure of a status patch failed its pass.
-    assert!(status_failures > 0, "no status patch failed, so the next check shows nothing: {seen}");
-    assert!(figures.errors + KILLS * WORKERS >= status_failures, "failed passes: {seen}");
+    assert_figures_match_log(&cluster, seed, ended.add(Figures::of(&leader)), started);
     drop(leader);
 }

@@ -268,6 +268,60 @@ where
 
 const RBAC_YAML: &str = include_str!("../../manifests/rbac.yaml");
 
+/// As deployed, with --metrics-secure: a scrape by rbac.yaml's metrics reader makes the operator
+/// review the scraper's token and access (TokenReview, SubjectAccessReview).
+async fn scrape_as_the_metrics_reader(
+    sim: &SimServer,
+    own: &mut OwnRequests,
+    metrics: SocketAddr,
+    certificate: [rustls_pki_types::CertificateDer<'static>; 1],
+) {
+    let reader: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "prometheus-dbcluster-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": "dbcluster-operator-metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(sim.client()).create(&PostParams::default(), &reader).await.unwrap();
+    own.note::<ClusterRoleBinding>("create");
+    let token = sim.issue_token("system:serviceaccount:monitoring:prometheus", &[]);
+    let scrape = |token: Option<String>| {
+        let certificate = certificate.clone();
+        async move {
+            https_get_as(metrics, "localhost", &certificate, "/metrics", token.as_deref()).await.unwrap().0
+        }
+    };
+    assert_eq!(scrape(Some(token)).await, 200);
+    assert_eq!(scrape(None).await, 401);
+}
+
+/// Backups: a schedule (CronJob, backup volume), an on-demand Job, drift on both, then the
+/// schedule goes (the CronJob is deleted).
+async fn backups_then_no_schedule(client: &kube::Client, own: &mut OwnRequests) {
+    let clusters: Api<DatabaseCluster> = Api::namespaced(client.clone(), "default");
+    let backups = json!({
+        "metadata": {"annotations": {"databases.madmmas.dev/backup-now": "rbac"}},
+        "spec": {"backup": {"schedule": "@daily"}},
+    });
+    clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&backups)).await.unwrap();
+    own.note::<DatabaseCluster>("patch");
+    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), "default");
+    until(&cronjobs, own, "production-postgres-backup", |c| c.is_some()).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let on_demand = on_demand_job_name("production-postgres", "rbac");
+    until(&jobs, own, &on_demand, |j| j.is_some()).await;
+    unlabel::<CronJob>(client, own, "production-postgres-backup").await;
+    unlabel::<PersistentVolumeClaim>(client, own, "production-postgres-backups").await;
+    let unscheduled = json!({"spec": {"backup": {"schedule": null}}});
+    clusters
+        .patch("production-postgres", &PatchParams::default(), &Patch::Merge(&unscheduled))
+        .await
+        .unwrap();
+    own.note::<DatabaseCluster>("patch");
+    until(&cronjobs, own, "production-postgres-backup", |c| c.is_none()).await;
+}
+
 /// The identity rbac.yaml binds its roles to.
 const OPERATOR_USER: &str = "system:serviceaccount:dbcluster-system:dbcluster-operator";
 
@@ -317,26 +371,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     clusters.create(&PostParams::default(), &sample).await.unwrap();
     own.note::<DatabaseCluster>("create");
     until(&clusters, &mut own, "production-postgres", running(3)).await;
-    // As deployed, with --metrics-secure: a scrape by rbac.yaml's metrics reader makes the operator
-    // review the scraper's token and access (TokenReview, SubjectAccessReview).
-    let reader: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "prometheus-dbcluster-metrics"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-            "name": "dbcluster-operator-metrics-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
-    }))
-    .unwrap();
-    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &reader).await.unwrap();
-    own.note::<ClusterRoleBinding>("create");
-    let token = sim.issue_token("system:serviceaccount:monitoring:prometheus", &[]);
-    let scrape = |token: Option<String>| {
-        let certificate = certificate.clone();
-        async move {
-            https_get_as(metrics, "localhost", &certificate, "/metrics", token.as_deref()).await.unwrap().0
-        }
-    };
-    assert_eq!(scrape(Some(token)).await, 200);
-    assert_eq!(scrape(None).await, 401);
+    scrape_as_the_metrics_reader(&sim, &mut own, metrics, certificate).await;
     let scale = json!({"spec": {"replicas": 5}});
     clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
     own.note::<DatabaseCluster>("patch");
@@ -363,28 +398,7 @@ async fn operator_requests(streaming_lists: bool) -> Vec<RequestRecord> {
     until(&clusters, &mut own, "production-postgres", running(1)).await;
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     until(&pdbs, &mut own, "production-postgres", |p| p.is_none()).await;
-    // Backups: a schedule (CronJob, backup volume), an on-demand Job, drift on both, then the
-    // schedule goes (the CronJob is deleted).
-    let backups = json!({
-        "metadata": {"annotations": {"databases.madmmas.dev/backup-now": "rbac"}},
-        "spec": {"backup": {"schedule": "@daily"}},
-    });
-    clusters.patch("production-postgres", &PatchParams::default(), &Patch::Merge(&backups)).await.unwrap();
-    own.note::<DatabaseCluster>("patch");
-    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), "default");
-    until(&cronjobs, &mut own, "production-postgres-backup", |c| c.is_some()).await;
-    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
-    let on_demand = on_demand_job_name("production-postgres", "rbac");
-    until(&jobs, &mut own, &on_demand, |j| j.is_some()).await;
-    unlabel::<CronJob>(&client, &mut own, "production-postgres-backup").await;
-    unlabel::<PersistentVolumeClaim>(&client, &mut own, "production-postgres-backups").await;
-    let unscheduled = json!({"spec": {"backup": {"schedule": null}}});
-    clusters
-        .patch("production-postgres", &PatchParams::default(), &Patch::Merge(&unscheduled))
-        .await
-        .unwrap();
-    own.note::<DatabaseCluster>("patch");
-    until(&cronjobs, &mut own, "production-postgres-backup", |c| c.is_none()).await;
+    backups_then_no_schedule(&client, &mut own).await;
     clusters.delete("production-postgres", &Default::default()).await.unwrap();
     own.note::<DatabaseCluster>("delete");
     until(&clusters, &mut own, "production-postgres", |c| c.is_none()).await;

@@ -72,19 +72,7 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     let log_line = format!("Operator log:     {}", log_file.display());
     assert!(before_table.contains(&log_line), "{before_table:?}");
 
-    // The endpoints `run` serves, at the addresses printed.
-    let metrics = address_after(&before_table, "Operator metrics:");
-    let probes = address_after(&before_table, "Operator probes:");
-    assert!(metrics.ip().is_loopback() && metrics.port() != 0, "{metrics}");
-    assert_eq!(http_get(probes, "/healthz").await.0, 200);
-    assert_eq!(http_get(probes, "/readyz").await.0, 200);
-    let (status, _, body) = http_get(metrics, "/metrics").await;
-    assert_eq!(status, 200);
-    assert!(body.contains("controller_runtime_reconcile_total{controller=\"databasecluster\""), "{body}");
-    let (_, _, queue) = http_get(metrics, "/debug/queue").await;
-    assert!(queue.contains("default/production-postgres"), "{queue}");
-    let (_, _, cache) = http_get(metrics, "/debug/cache").await;
-    assert!(cache.contains("databaseclusters"), "{cache}");
+    assert_endpoints_as_printed(&before_table).await;
 
     // The operator's log, in the file named at start, as plain text.
     let log = std::fs::read_to_string(&log_file).unwrap();
@@ -97,23 +85,7 @@ async fn the_demo_shows_the_sample_reach_running_serves_the_endpoints_and_stops_
     assert!(log.contains("became leader"), "{log}");
     a_run_beside_the_demo_waits_as_a_standby(&kubeconfig).await;
 
-    // The `status` command printed at start works against the demo, the operator's view included.
-    let command = before_table.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
-    let words: Vec<&str> = command.split_whitespace().collect();
-    assert_eq!(words[1], "status", "{command}");
-    assert!(
-        std::path::Path::new(words[0]).is_file(),
-        "the program's own path, runnable as printed: {command}"
-    );
-    let output = tokio::process::Command::new(words[0]).args(&words[1..]).output().await.unwrap();
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{text} {}", String::from_utf8_lossy(&output.stderr));
-    assert!(
-        text.contains("Cluster:   default/production-postgres") && text.contains("Ready:     3/3"),
-        "{text}"
-    );
-    assert!(text.contains("StatefulSet  production-postgres") && text.contains("ready 3/3"), "{text}");
-    assert!(text.contains("state: idle") || text.contains("state: waiting"), "the operator's view: {text}");
+    assert_status_command_as_printed(&before_table).await;
 
     // A key press: `s` prints the sample's status between the rows, the operator's view included.
     keys.write_all(b"s").await.unwrap();
@@ -258,36 +230,12 @@ async fn by_default_the_demo_runs_real_postgres_and_prints_how_to_connect_with_p
     assert!(!seen.iter().any(|l| l.contains(&password)), "the password is not printed");
     assert!(log.contains("kubelet chosen"), "{log}");
 
-    // The `status` command printed at start shows each standby streaming from the primary, with
-    // its lag in bytes (the operator reads it from the primary's `pg_stat_replication`).
-    let status = seen.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
-    let words: Vec<String> = status.split_whitespace().skip(1).map(String::from).collect();
-    let text = common::eventually_every(
-        "two standbys streaming in `status`",
-        REPLICATION_LIMIT,
-        STATUS_POLL,
-        || {
-            let words = words.clone();
-            async move {
-                let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
-                    .args(&words)
-                    .output()
-                    .await
-                    .unwrap();
-                let text = String::from_utf8_lossy(&output.stdout).into_owned();
-                let streaming =
-                    text.lines().filter(|l| l.contains(" replica ") && l.contains(" B (streaming")).count();
-                if streaming == 2 { Ok(text) } else { Err(text) }
-            }
-        },
-    )
-    .await;
+    let text = await_standbys_streaming_in_status(&seen).await;
     assert!(text.lines().any(|l| l.contains(" primary ") && l.contains(" lag=-")), "{text}");
 
     signal_and_finish(&mut child, lines).await;
 }
 
-/// Reads lines (recording them in `seen`) until one matches; that line.
 /// `run` with the demo's kubeconfig logs that another operator holds the lease and that it
 /// waits, and it never becomes leader while the demo runs.
 async fn a_run_beside_the_demo_waits_as_a_standby(kubeconfig: &std::path::Path) {
@@ -323,6 +271,7 @@ async fn a_run_beside_the_demo_waits_as_a_standby(kubeconfig: &std::path::Path) 
     run.kill().await.unwrap();
 }
 
+/// Reads lines (recording them in `seen`) until one matches; that line.
 async fn within_lines(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     seen: &mut Vec<String>,
@@ -358,4 +307,63 @@ async fn signal_and_finish(
     let status = common::within_limit("the demo to stop", common::postgres::REAL_WAIT, finished).await;
     assert!(status.success());
     assert_eq!(rest.last().map(String::as_str), Some("stopped"), "{rest:?}");
+}
+
+/// The endpoints `run` serves, at the addresses printed before the table.
+async fn assert_endpoints_as_printed(before_table: &[String]) {
+    let metrics = address_after(before_table, "Operator metrics:");
+    let probes = address_after(before_table, "Operator probes:");
+    assert!(metrics.ip().is_loopback() && metrics.port() != 0, "{metrics}");
+    assert_eq!(http_get(probes, "/healthz").await.0, 200);
+    assert_eq!(http_get(probes, "/readyz").await.0, 200);
+    let (status, _, body) = http_get(metrics, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("controller_runtime_reconcile_total{controller=\"databasecluster\""), "{body}");
+    let (_, _, queue) = http_get(metrics, "/debug/queue").await;
+    assert!(queue.contains("default/production-postgres"), "{queue}");
+    let (_, _, cache) = http_get(metrics, "/debug/cache").await;
+    assert!(cache.contains("databaseclusters"), "{cache}");
+}
+
+/// The `status` command printed at start works against the demo, the operator's view included.
+async fn assert_status_command_as_printed(before_table: &[String]) {
+    let command = before_table.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[1], "status", "{command}");
+    assert!(
+        std::path::Path::new(words[0]).is_file(),
+        "the program's own path, runnable as printed: {command}"
+    );
+    let output = tokio::process::Command::new(words[0]).args(&words[1..]).output().await.unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        text.contains("Cluster:   default/production-postgres") && text.contains("Ready:     3/3"),
+        "{text}"
+    );
+    assert!(text.contains("StatefulSet  production-postgres") && text.contains("ready 3/3"), "{text}");
+    assert!(text.contains("state: idle") || text.contains("state: waiting"), "the operator's view: {text}");
+}
+
+/// Runs the `status` command printed at start (in `seen`) until it shows both standbys
+/// streaming from the primary, with their lag in bytes (the operator reads it from the
+/// primary's `pg_stat_replication`); its output.
+async fn await_standbys_streaming_in_status(seen: &[String]) -> String {
+    let status = seen.iter().find_map(|l| l.strip_prefix("Status:")).expect("a Status: line");
+    let words: Vec<String> = status.split_whitespace().skip(1).map(String::from).collect();
+    common::eventually_every("two standbys streaming in `status`", REPLICATION_LIMIT, STATUS_POLL, || {
+        let words = words.clone();
+        async move {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dbcluster-operator"))
+                .args(&words)
+                .output()
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            let streaming =
+                text.lines().filter(|l| l.contains(" replica ") && l.contains(" B (streaming")).count();
+            if streaming == 2 { Ok(text) } else { Err(text) }
+        }
+    })
+    .await
 }

@@ -146,9 +146,17 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
         assert!(refused.to_string().contains("bootstrap is immutable"), "{refused}");
     }
 
-    // Every minute on the controllers' clock: each run is a backup, and retention keeps 2.
-    patch(&cluster, SOURCE, json!({"spec": {"backup": {"schedule": "* * * * *"}}})).await;
-    let mut last = first.name.clone();
+    let last = scheduled_backups_keep_the_last_two(&cluster, &first.name).await;
+
+    a_backup_of_the_hibernated_source_fails_once(&cluster, &last).await;
+}
+
+/// Every minute on the controllers' clock: each run is a backup, and retention keeps 2 (`first`
+/// goes); the newest backup's name.
+async fn scheduled_backups_keep_the_last_two(cluster: &TestCluster, first: &str) -> String {
+    let api = cluster.clusters();
+    patch(cluster, SOURCE, json!({"spec": {"backup": {"schedule": "* * * * *"}}})).await;
+    let mut last = first.to_string();
     for run in 0..3 {
         cluster.sim.advance_controller_clock(Duration::from_secs(60));
         let previous = last.clone();
@@ -163,19 +171,24 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
         .await;
     }
     // No schedule: the CronJob goes (no run can start while the volume is read).
-    patch(&cluster, SOURCE, json!({"spec": {"backup": {"schedule": null}}})).await;
+    patch(cluster, SOURCE, json!({"spec": {"backup": {"schedule": null}}})).await;
     let cronjobs: Api<CronJob> = cluster.api();
     eventually_some("the CronJob is gone", || async {
         cronjobs.get_opt("source-backup").await.ok()?.is_none().then_some(())
     })
     .await;
-    let kept = backups_on_volume(&cluster, SOURCE).await;
+    let kept = backups_on_volume(cluster, SOURCE).await;
     assert_eq!(kept.len(), 2, "keepLast 2: {kept:?}");
     assert!(kept.contains(&last), "the newest is kept: {kept:?}");
-    assert!(!kept.contains(&first.name), "the oldest went: {kept:?}");
+    assert!(!kept.contains(&first.to_string()), "the oldest went: {kept:?}");
+    last
+}
 
-    // The source hibernated: a backup finds nothing to back up, fails once, and says why.
-    patch(&cluster, SOURCE, json!({"spec": {"replicas": 0}})).await;
+/// The source hibernated: a backup finds nothing to back up, fails once, and says why; `last`
+/// stays the last good backup.
+async fn a_backup_of_the_hibernated_source_fails_once(cluster: &TestCluster, last: &str) {
+    let api = cluster.clusters();
+    patch(cluster, SOURCE, json!({"spec": {"replicas": 0}})).await;
     let pods: Api<Pod> = cluster.api();
     eventually_some("the source's instances are gone", || async {
         let list =
@@ -184,7 +197,7 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
     })
     .await;
     patch(
-        &cluster,
+        cluster,
         SOURCE,
         json!({"metadata": {"annotations": {"databases.madmmas.dev/backup-now": "second"}}}),
     )
@@ -199,7 +212,11 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
     assert!(failed.2.contains("no instance answers"), "the script's message: {}", failed.2);
     let db = api.get(SOURCE).await.unwrap();
     assert_eq!(condition_of(&db, "BackupsHealthy").unwrap().1, "LastBackupFailed");
-    assert_eq!(last_backup_name(&db).as_ref(), Some(&last), "the last good backup is still named");
+    assert_eq!(
+        last_backup_name(&db).as_ref(),
+        Some(&last.to_string()),
+        "the last good backup is still named"
+    );
     let warning = cluster
         .events_about(SOURCE)
         .await

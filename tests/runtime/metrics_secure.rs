@@ -55,17 +55,23 @@ fn reviews(sim: &SimServer) -> usize {
     log.iter().filter(|r| r.verb == "create" && r.resource.ends_with("reviews")).count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_and_debug_answer_only_authenticated_authorized_requests() {
+/// A simulator with the CRD, the operator's RBAC and, as docs/metrics-security.md says, the
+/// scraper's ServiceAccount bound to the metrics reader.
+async fn sim_with_rbac() -> SimServer {
     let sim = SimServer::start().await.unwrap();
     let client = sim.client();
     install_crd(&client, crd()).await;
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "dbcluster-system"}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
     create_all(&client, include_str!("../../manifests/rbac.yaml")).await;
-    // As docs/metrics-security.md says: the scraper's ServiceAccount bound to the metrics reader.
     let prometheus = json!({"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"});
     bind(&client, "dbcluster-operator-metrics-reader", prometheus).await;
+    sim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_debug_answer_only_authenticated_authorized_requests() {
+    let sim = sim_with_rbac().await;
     // As cert-manager would provide it: a Secret's tls.crt and tls.key, signed by a CA.
     let ca = TestCa::new("test CA");
     let cert_dir = tempfile::tempdir().unwrap();

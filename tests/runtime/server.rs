@@ -124,6 +124,34 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     // /metrics: controller-runtime names with the scripted values, informers, process.
     let (status, content_type, text) = get(metrics_addr, "/metrics").await;
     assert_eq!((status, content_type.as_str()), (200, METRICS_CONTENT_TYPE));
+    assert_metrics(&text);
+    // /debug/queue: each key's state, requeues and last pass.
+    let (status, content_type, body) = get(metrics_addr, "/debug/queue").await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    assert_queue_report(&body);
+    // /debug/cache: each informer's figures.
+    let (status, content_type, body) = get(metrics_addr, "/debug/cache").await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    assert_cache_report(&body);
+    assert_eq!(get(metrics_addr, "/nothing").await.0, 404);
+
+    // /debug/queue/<namespace>/<name>: one key's passes, why each ran, and what is pending.
+    let (status, content_type, body) = get(metrics_addr, "/debug/queue/default/bad").await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    assert_key_history(&body);
+    assert_eq!(get(metrics_addr, "/debug/queue/default/nothing").await.0, 404);
+    assert_eq!(get(health_addr, "/debug/queue/default/bad").await.0, 404);
+
+    // A deleted object that reconciled cleanly leaves no record; a failing one keeps its record.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    config_maps.delete("good", &Default::default()).await.unwrap();
+    until("good to leave the report", &probe, |keys| !keys.iter().any(|k| k.key.name() == "good")).await;
+    assert!(probe.keys().iter().any(|k| k.key.name() == "bad" && k.last.is_some()));
+    stop.cancel();
+}
+
+/// controller-runtime's names with the scripted values, the informers' and the process's.
+fn assert_metrics(text: &str) {
     for line in [
         "controller_runtime_reconcile_total{controller=\"configmap\",result=\"success\"} 1",
         "controller_runtime_reconcile_total{controller=\"configmap\",result=\"requeue_after\"} 1",
@@ -145,11 +173,11 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
         assert!(text.lines().any(|l| l.starts_with(family)), "missing {family} in\n{text}");
     }
     assert!(text.ends_with("# EOF\n"));
+}
 
-    // /debug/queue: each key's state, requeues and last pass.
-    let (status, content_type, body) = get(metrics_addr, "/debug/queue").await;
-    assert_eq!((status, content_type.as_str()), (200, "application/json"));
-    let report: Value = serde_json::from_str(&body).unwrap();
+/// `/debug/queue`: each key's state, requeues and last pass.
+fn assert_queue_report(body: &str) {
+    let report: Value = serde_json::from_str(body).unwrap();
     assert_eq!(report["controllers"][0]["controller"], "configmap");
     let good = key(&report, "good");
     assert_eq!((good["state"].as_str(), good["requeues"].as_u64()), (Some("idle"), Some(0)));
@@ -173,11 +201,11 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
         busy["processing_since"].is_string() && busy["processing_since_seconds_ago"].as_f64().unwrap() >= 0.0
     );
     assert!(busy.get("last_pass").is_none());
+}
 
-    // /debug/cache: each informer's figures.
-    let (status, content_type, body) = get(metrics_addr, "/debug/cache").await;
-    assert_eq!((status, content_type.as_str()), (200, "application/json"));
-    let report: Value = serde_json::from_str(&body).unwrap();
+/// `/debug/cache`: each informer's figures.
+fn assert_cache_report(body: &str) {
+    let report: Value = serde_json::from_str(body).unwrap();
     let informers = report["informers"].as_array().unwrap();
     let cms = informers.iter().find(|i| i["informer"] == "configmaps").unwrap();
     assert_eq!((cms["objects"].as_u64(), cms["synced"].as_bool()), (Some(4), Some(true)));
@@ -186,28 +214,17 @@ async fn endpoints_show_metrics_health_queue_and_cache() {
     assert!(cms["last_resource_version"].is_string());
     let dbcs = informers.iter().find(|i| i["informer"] == "databaseclusters").unwrap();
     assert_eq!(dbcs["synced"], false);
+}
 
-    assert_eq!(get(metrics_addr, "/nothing").await.0, 404);
-
-    // /debug/queue/<namespace>/<name>: one key's passes, why each ran, and what is pending.
-    let (status, content_type, body) = get(metrics_addr, "/debug/queue/default/bad").await;
-    assert_eq!((status, content_type.as_str()), (200, "application/json"));
-    let history: Value = serde_json::from_str(&body).unwrap();
+/// `/debug/queue/default/bad`: the key's passes, why each ran, and what is pending.
+fn assert_key_history(body: &str) {
+    let history: Value = serde_json::from_str(body).unwrap();
     let bad = &history["controllers"][0];
     assert_eq!(bad["key"]["key"], "default/bad");
     assert_eq!(bad["passes"][0]["result"], "error");
     assert_eq!(bad["passes"][0]["causes"]["kept"][0]["type"], "list");
     assert!(bad["passes"][0]["started"].as_str().unwrap().ends_with('Z'));
     assert_eq!(bad["key"]["pending_causes"]["kept"][0]["type"], "retry", "{bad}");
-    assert_eq!(get(metrics_addr, "/debug/queue/default/nothing").await.0, 404);
-    assert_eq!(get(health_addr, "/debug/queue/default/bad").await.0, 404);
-
-    // A deleted object that reconciled cleanly leaves no record; a failing one keeps its record.
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    config_maps.delete("good", &Default::default()).await.unwrap();
-    until("good to leave the report", &probe, |keys| !keys.iter().any(|k| k.key.name() == "good")).await;
-    assert!(probe.keys().iter().any(|k| k.key.name() == "bad" && k.last.is_some()));
-    stop.cancel();
 }
 
 #[tokio::test]

@@ -49,32 +49,7 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
     );
     let lost = lost_writes(&rw, &log);
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}; the writes:{}", timeline(&log));
-    let order = await_event_reasons(&cluster, NAME, &["RollingUpdate"]).await;
-    assert!(!order.is_empty());
-    let events = cluster.events_about(NAME).await;
-    let mut rolls: Vec<String> = events
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("RollingUpdate"))
-        .map(|e| e.note.clone().unwrap_or_default())
-        .collect();
-    // A pass that starts before the cache shows a deletion may delete (and say so) once more.
-    rolls.dedup();
-    assert_eq!(rolls.len(), 3, "{rolls:?}");
-    // The requests tests/rbac.rs cannot see with its timer kubelet: role labels and roll deletions.
-    let log = cluster.sim.request_log();
-    for verb in ["patch", "delete"] {
-        assert!(
-            log.iter().any(|r| r.resource == "pods" && r.verb == verb && r.subresource.is_none()),
-            "pods {verb}"
-        );
-    }
-    // With 3 instances the primary's turn is a switchover to an updated standby
-    // (primaryUpdateMethod: Switchover, the default); the old primary is then updated as a standby.
-    assert!(rolls[2].contains("standby production-postgres-0"), "the old primary goes last: {rolls:?}");
-    assert!(
-        events.iter().any(|e| e.reason.as_deref() == Some("SwitchedOver")),
-        "the primary was switched over, not restarted"
-    );
+    assert_rolled_standbys_first_then_switched_over(&cluster).await;
 
     // A restart parameter: rolls again (every pod restarted).
     let before: BTreeMap<String, String> = pods(&cluster)
@@ -105,6 +80,36 @@ async fn updates_roll_standbys_first_and_reloadable_settings_reload() {
         Some(())
     })
     .await;
+}
+
+/// The roll's Events: three steps, the old primary last after a switchover (with 3 instances the
+/// primary's turn is a switchover to an updated standby, `primaryUpdateMethod: Switchover`, the
+/// default; the old primary is then updated as a standby); and the pod patches and deletions
+/// tests/operator/rbac.rs cannot see with its timer kubelet.
+async fn assert_rolled_standbys_first_then_switched_over(cluster: &TestCluster) {
+    let order = await_event_reasons(cluster, NAME, &["RollingUpdate"]).await;
+    assert!(!order.is_empty());
+    let events = cluster.events_about(NAME).await;
+    let mut rolls: Vec<String> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("RollingUpdate"))
+        .map(|e| e.note.clone().unwrap_or_default())
+        .collect();
+    // A pass that starts before the cache shows a deletion may delete (and say so) once more.
+    rolls.dedup();
+    assert_eq!(rolls.len(), 3, "{rolls:?}");
+    let log = cluster.sim.request_log();
+    for verb in ["patch", "delete"] {
+        assert!(
+            log.iter().any(|r| r.resource == "pods" && r.verb == verb && r.subresource.is_none()),
+            "pods {verb}"
+        );
+    }
+    assert!(rolls[2].contains("standby production-postgres-0"), "the old primary goes last: {rolls:?}");
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("SwitchedOver")),
+        "the primary was switched over, not restarted"
+    );
 }
 
 /// `Ready`'s reason and message once its reason is `reason` and the message holds `needle`.
