@@ -8,6 +8,7 @@
 //!   decided from it.
 //! - [`failover`] and [`switchover`]: a change of primary, unplanned and planned.
 //! - [`backup`]: backups and restores.
+//! - [`upgrade`]: major version upgrades in place with `pg_upgrade`.
 //! - [`cache`]: the compact forms the informers keep and what a pass reads of them.
 //! - [`view`]: the clusters as the live page shows them, and how old each figure is.
 
@@ -21,4 +22,5 @@ pub(crate) mod fixtures;
 pub mod instances;
 pub mod specs;
 pub mod switchover;
+pub mod upgrade;
 pub mod view;
