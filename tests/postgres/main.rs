@@ -15,6 +15,7 @@ mod e2e_postgres;
 mod e2e_psql;
 mod e2e_restore;
 mod e2e_topology;
+mod e2e_upgrade;
 mod instance_exec;
 mod instance_metrics;
 mod instance_program;
