@@ -159,6 +159,7 @@ fn backup_jobs<F: Forms>(ctx: &Context<F>, owner: &Owner) -> Vec<JobView> {
         .list_labelled(owner.namespace(), CLUSTER_LABEL, owner.name())
         .iter()
         .filter(|job| job.metadata.name.as_deref() != Some(restore_job.as_str()))
+        .filter(|job| !crate::databasecluster::upgrade::job::is_upgrade_job(job))
         .map(|job| {
             let uid = job.metadata.uid.as_deref().unwrap_or_default();
             let pods = ctx.pods.children_of(uid);
