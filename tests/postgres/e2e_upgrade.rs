@@ -6,6 +6,7 @@ use crate::common;
 
 use common::postgres::*;
 use common::*;
+use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::sim::kubelet::images;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
@@ -43,4 +44,150 @@ async fn a_cluster_starts_on_18_with_the_wheels_binaries_and_streams() {
     assert_eq!(psql(&uri, "show server_version_num").map(|v| v.starts_with("18")), Ok(true));
     psql(&uri, "create table t (n int); insert into t values (1), (2)").unwrap();
     assert_eq!(psql(&uri, "select sum(n) from t"), Ok("3".into()));
+}
+
+/// A login Secret's `uri` (`app`, `superuser`) with its host resolved; `database` replaces its path.
+async fn login_uri(cluster: &TestCluster, login: &str, database: Option<&str>) -> String {
+    let secrets: Api<Secret> = cluster.api();
+    let secret = secrets.get(&format!("{NAME}-{login}")).await.unwrap();
+    let uri = host_uri(cluster, "default", &secret_value(&secret, "uri"));
+    match database {
+        Some(db) => format!("{}/{db}", uri.rsplit_once('/').unwrap().0),
+        None => uri,
+    }
+}
+
+/// Waits until the cluster runs `version` on every instance, streaming; returns the cluster.
+async fn await_version(cluster: &TestCluster, version: &str, replicas: usize) -> DatabaseCluster {
+    let api = cluster.clusters();
+    eventually_some(&format!("currentVersion {version}"), || async {
+        let c = api.get(NAME).await.ok()?;
+        (c.status.as_ref()?.current_version.as_deref() == Some(version)).then_some(())
+    })
+    .await;
+    await_streaming(cluster, NAME, replicas, None).await
+}
+
+/// The condition `type_` of the cluster: (status, reason, message).
+fn condition_of(db: &DatabaseCluster, type_: &str) -> Option<(String, String, String)> {
+    let c = db.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+const DATA: &str = "CREATE TABLE items (id serial PRIMARY KEY, name text NOT NULL, price numeric);
+INSERT INTO items (name, price) SELECT 'item ' || g, g * 1.5 FROM generate_series(1, 5000) g;
+CREATE INDEX items_name ON items (name);
+CREATE TABLE orders (id bigint PRIMARY KEY, item int REFERENCES items, at timestamptz DEFAULT now());
+INSERT INTO orders (id, item) SELECT g, g FROM generate_series(1, 300) g;
+CREATE SEQUENCE invoice_numbers START 1000;
+SELECT nextval('invoice_numbers') FROM generate_series(1, 7);
+CREATE TABLE ticks (id bigint PRIMARY KEY, at timestamptz DEFAULT now());";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_instance_15_cluster_is_upgraded_to_18_with_every_object_and_login() {
+    require_postgres_18();
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    api.patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&sample())).await.unwrap();
+    await_streaming(&cluster, NAME, 3, None).await;
+    let (app, superuser) = (app_uri(&cluster).await, login_uri(&cluster, "superuser", None).await);
+    psql(&app, DATA).unwrap();
+    psql(&superuser, "CREATE ROLE reporting LOGIN PASSWORD 'reporting-password'").unwrap();
+    psql(&superuser, "CREATE DATABASE archive").unwrap();
+    let archive = login_uri(&cluster, "superuser", Some("archive")).await;
+    psql(&archive, "CREATE TABLE kept AS SELECT g AS n FROM generate_series(1, 100) g").unwrap();
+
+    let writer = Writer::start(app.clone());
+    writer.await_acknowledged(5, std::time::Instant::now(), "before the upgrade").await;
+    let asked = std::time::Instant::now();
+    let upgrade = Patch::Merge(serde_json::json!({"spec": {"version": "18"}}));
+    api.patch(NAME, &PatchParams::default(), &upgrade).await.unwrap();
+    let upgraded = await_version(&cluster, "18", 3).await;
+    let elapsed = asked.elapsed();
+    writer.await_acknowledged(5, std::time::Instant::now(), "after the upgrade").await;
+    let log = writer.finish().await;
+
+    let app = app_uri(&cluster).await;
+    assert_eq!(psql(&app, "SELECT current_setting('server_version_num')::int / 10000"), Ok("18".into()));
+    assert_eq!(psql(&app, "SELECT count(*), sum(price) FROM items"), Ok("5000|18753750.0".into()));
+    assert_eq!(
+        psql(&app, "SELECT count(*) FROM orders JOIN items ON items.id = orders.item"),
+        Ok("300".into())
+    );
+    assert_eq!(
+        psql(&app, "SELECT indexname FROM pg_indexes WHERE indexname = 'items_name'"),
+        Ok("items_name".into())
+    );
+    let plan =
+        psql(&app, "SET enable_seqscan = off; EXPLAIN SELECT * FROM items WHERE name = 'item 7'").unwrap();
+    assert!(plan.contains("items_name"), "the index is used on 18: {plan}");
+    assert_eq!(psql(&app, "SELECT nextval('invoice_numbers')"), Ok("1007".into()));
+    assert_eq!(
+        psql(&superuser, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'reporting'"),
+        Ok("t".into())
+    );
+    let reporting = superuser.replacen(
+        superuser.split("//").nth(1).unwrap().split('@').next().unwrap(),
+        "reporting:reporting-password",
+        1,
+    );
+    assert_eq!(
+        psql(&reporting, "SELECT current_user"),
+        Ok("reporting".into()),
+        "the role's password works on 18"
+    );
+    assert_eq!(psql(&archive, "SELECT sum(n) FROM kept"), Ok("5050".into()));
+    assert_eq!(lost_writes(&app, &log), Vec::<i64>::new(), "{}", timeline(&log));
+    let status = upgraded.status.clone().unwrap();
+    assert_eq!(condition_of(&upgraded, "MajorUpgrade").map(|c| c.1), Some("Completed".into()));
+    assert_eq!(status.instances.iter().filter(|i| i.role == "replica").count(), 2, "standbys re-cloned");
+    let reasons = [
+        "MajorUpgradeStoppingInstances",
+        "MajorUpgradeRunningPgUpgrade",
+        "MajorUpgradeStartingNewVersion",
+        "MajorUpgradeCompleted",
+    ];
+    await_event_reasons(&cluster, NAME, &reasons).await;
+    // docs/upgrades.md's figures (run with --nocapture).
+    eprintln!(
+        "upgrade 15.4 -> 18 of 3 instances: writes refused for {:.1?}; done after {elapsed:.1?}",
+        longest_outage(&log)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_upgrade_check_rolls_back_to_15_with_the_data_and_says_why() {
+    require_postgres_18();
+    let cluster = process_cluster().await;
+    let _operator = cluster.start_operator().await;
+    let api = cluster.clusters();
+    let mut db = sample();
+    db.spec.replicas = 2;
+    api.patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
+    await_streaming(&cluster, NAME, 2, None).await;
+    let app = app_uri(&cluster).await;
+    // reg* types other than regclass, regrole and regtype hold OIDs pg_upgrade does not keep.
+    psql(
+        &app,
+        "CREATE TABLE hooks (id int PRIMARY KEY, handler regproc); INSERT INTO hooks VALUES (1, 'now')",
+    )
+    .unwrap();
+    let upgrade = Patch::Merge(serde_json::json!({"spec": {"version": "18"}}));
+    api.patch(NAME, &PatchParams::default(), &upgrade).await.unwrap();
+    let failed = eventually_some("Ready=False, MajorUpgradeFailed", || async {
+        let c = api.get(NAME).await.ok()?;
+        let (status, reason, message) = condition_of(&c, "Ready")?;
+        (status == "False" && reason == "MajorUpgradeFailed").then_some(message)
+    })
+    .await;
+    assert!(failed.contains("pg_upgrade --check") && failed.contains("reg*"), "{failed}");
+    let rolled_back = await_version(&cluster, "15.4", 2).await;
+    assert_eq!(rolled_back.spec.version, "18");
+    let app = app_uri(&cluster).await;
+    assert_eq!(psql(&app, "SELECT current_setting('server_version_num')::int / 10000"), Ok("15".into()));
+    assert_eq!(psql(&app, "SELECT handler FROM hooks"), Ok("now".into()), "the old data is untouched");
+    psql(&app, "INSERT INTO hooks VALUES (2, 'now')").unwrap();
+    assert_eq!(condition_of(&rolled_back, "Ready").map(|c| c.1), Some("MajorUpgradeFailed".into()));
+    await_event_reasons(&cluster, NAME, &["MajorUpgradeRolledBack"]).await;
 }

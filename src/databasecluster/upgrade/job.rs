@@ -21,11 +21,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::backup::jobs::{
-    CLUSTER_LABEL, bounded_name, env, mount, pvc_volume, scratch_volume, script_pod, tool_resources,
+    backup_labels, bounded_name, env, mount, pvc_volume, scratch_volume, script_pod, tool_resources,
 };
 use crate::databasecluster::specs::credentials::Login;
 use crate::databasecluster::specs::resources::{
-    DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA, restricted_security_context, standard_labels,
+    DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA, label, restricted_security_context,
 };
 
 /// The script the upgrade container runs.
@@ -46,10 +46,8 @@ pub fn upgrade_job_name(cluster_name: &str, to: u32) -> String {
 /// Whether `job` is an upgrade Job (its component label), which the backup step passes over.
 pub fn is_upgrade_job(job: &Job) -> bool {
     let labels = job.metadata.labels.as_ref();
-    labels.and_then(|l| l.get(COMPONENT_LABEL)).is_some_and(|c| c == UPGRADE_COMPONENT)
+    labels.and_then(|l| l.get(label::COMPONENT)).is_some_and(|c| c == UPGRADE_COMPONENT)
 }
-
-const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 
 /// What the Job is built from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,9 +64,9 @@ pub struct UpgradeJob<'a> {
 
 /// The upgrade Job for `job` (the new image is `spec.version`'s).
 pub fn build_upgrade_job(owner: &Owner, spec: &ValidSpec, job: &UpgradeJob) -> Job {
-    let mut labels: BTreeMap<String, String> = standard_labels(owner);
-    labels.insert(CLUSTER_LABEL.to_owned(), owner.name().to_owned());
-    labels.insert(COMPONENT_LABEL.to_owned(), UPGRADE_COMPONENT.to_owned());
+    // The backup objects' labels (never the cluster's pod selector: no Service selects this pod).
+    let mut labels: BTreeMap<String, String> = backup_labels(owner);
+    labels.insert(label::COMPONENT.to_owned(), UPGRADE_COMPONENT.to_owned());
     let parameters: Vec<&str> = spec.postgres_config.keys().map(String::as_str).collect();
     let mut pod = script_pod(
         "upgrade",
@@ -153,6 +151,8 @@ mod tests {
         let job = job();
         assert_eq!(job.metadata.name.as_deref(), Some("db-upgrade-18"));
         assert!(is_upgrade_job(&job));
+        let labels = job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone().unwrap();
+        assert!(!labels.contains_key(label::INSTANCE), "no Service or StatefulSet selects the upgrade pod");
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(0), "a failed upgrade is not retried");
         let pod = spec.template.spec.unwrap();
