@@ -22,6 +22,34 @@ fn require_postgres_18() {
     );
 }
 
+/// A process cluster with the operator running `db` (named [`NAME`]), every instance streaming.
+async fn start_cluster(db: DatabaseCluster) -> (TestCluster, RunningOperator) {
+    require_postgres_18();
+    let cluster = process_cluster().await;
+    let operator = cluster.start_operator().await;
+    let replicas = db.spec.replicas as usize;
+    cluster.clusters().patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
+    await_streaming(&cluster, NAME, replicas, None).await;
+    (cluster, operator)
+}
+
+/// Asks for PostgreSQL 18.
+async fn ask_for_18(cluster: &TestCluster) {
+    let upgrade = Patch::Merge(serde_json::json!({"spec": {"version": "18"}}));
+    cluster.clusters().patch(NAME, &PatchParams::default(), &upgrade).await.unwrap();
+}
+
+/// Waits for `Ready=False, MajorUpgradeFailed`; returns its message.
+async fn await_rollback(cluster: &TestCluster) -> String {
+    let api = cluster.clusters();
+    eventually_some("Ready=False, MajorUpgradeFailed", || async {
+        let c = api.get(NAME).await.ok()?;
+        let (status, reason, message) = condition_of(&c, "Ready")?;
+        (status == "False" && reason == "MajorUpgradeFailed").then_some(message)
+    })
+    .await
+}
+
 /// The app Secret's `uri`, its host resolved as a pod resolves it.
 async fn app_uri(cluster: &TestCluster) -> String {
     let secrets: Api<Secret> = cluster.api();
@@ -31,14 +59,11 @@ async fn app_uri(cluster: &TestCluster) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_starts_on_18_with_the_wheels_binaries_and_streams() {
-    require_postgres_18();
-    let cluster = process_cluster().await;
-    let _operator = cluster.start_operator().await;
     let mut db = sample();
     db.spec.replicas = 2;
     db.spec.version = "18".into();
-    cluster.clusters().patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
-    let running = await_streaming(&cluster, NAME, 2, None).await;
+    let (cluster, _operator) = start_cluster(db).await;
+    let running = cluster.clusters().get(NAME).await.unwrap();
     assert_eq!(running.status.unwrap().current_version.as_deref(), Some("18"));
     let uri = app_uri(&cluster).await;
     assert_eq!(psql(&uri, "show server_version_num").map(|v| v.starts_with("18")), Ok(true));
@@ -85,12 +110,7 @@ CREATE TABLE ticks (id bigint PRIMARY KEY, at timestamptz DEFAULT now());";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_instance_15_cluster_is_upgraded_to_18_with_every_object_and_login() {
-    require_postgres_18();
-    let cluster = process_cluster().await;
-    let _operator = cluster.start_operator().await;
-    let api = cluster.clusters();
-    api.patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&sample())).await.unwrap();
-    await_streaming(&cluster, NAME, 3, None).await;
+    let (cluster, _operator) = start_cluster(sample()).await;
     let (app, superuser) = (app_uri(&cluster).await, login_uri(&cluster, "superuser", None).await);
     psql(&app, DATA).unwrap();
     psql(&superuser, "CREATE ROLE reporting LOGIN PASSWORD 'reporting-password'").unwrap();
@@ -101,8 +121,7 @@ async fn a_three_instance_15_cluster_is_upgraded_to_18_with_every_object_and_log
     let writer = Writer::start(app.clone());
     writer.await_acknowledged(5, std::time::Instant::now(), "before the upgrade").await;
     let asked = std::time::Instant::now();
-    let upgrade = Patch::Merge(serde_json::json!({"spec": {"version": "18"}}));
-    api.patch(NAME, &PatchParams::default(), &upgrade).await.unwrap();
+    ask_for_18(&cluster).await;
     let upgraded = await_version(&cluster, "18", 3).await;
     let elapsed = asked.elapsed();
     writer.await_acknowledged(5, std::time::Instant::now(), "after the upgrade").await;
@@ -158,14 +177,9 @@ async fn a_three_instance_15_cluster_is_upgraded_to_18_with_every_object_and_log
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_upgrade_check_rolls_back_to_15_with_the_data_and_says_why() {
-    require_postgres_18();
-    let cluster = process_cluster().await;
-    let _operator = cluster.start_operator().await;
-    let api = cluster.clusters();
     let mut db = sample();
     db.spec.replicas = 2;
-    api.patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
-    await_streaming(&cluster, NAME, 2, None).await;
+    let (cluster, _operator) = start_cluster(db).await;
     let app = app_uri(&cluster).await;
     // reg* types other than regclass, regrole and regtype hold OIDs pg_upgrade does not keep.
     psql(
@@ -173,14 +187,8 @@ async fn a_refused_upgrade_check_rolls_back_to_15_with_the_data_and_says_why() {
         "CREATE TABLE hooks (id int PRIMARY KEY, handler regproc); INSERT INTO hooks VALUES (1, 'now')",
     )
     .unwrap();
-    let upgrade = Patch::Merge(serde_json::json!({"spec": {"version": "18"}}));
-    api.patch(NAME, &PatchParams::default(), &upgrade).await.unwrap();
-    let failed = eventually_some("Ready=False, MajorUpgradeFailed", || async {
-        let c = api.get(NAME).await.ok()?;
-        let (status, reason, message) = condition_of(&c, "Ready")?;
-        (status == "False" && reason == "MajorUpgradeFailed").then_some(message)
-    })
-    .await;
+    ask_for_18(&cluster).await;
+    let failed = await_rollback(&cluster).await;
     assert!(failed.contains("pg_upgrade --check") && failed.contains("reg*"), "{failed}");
     let rolled_back = await_version(&cluster, "15.4", 2).await;
     assert_eq!(rolled_back.spec.version, "18");
@@ -190,4 +198,22 @@ async fn a_refused_upgrade_check_rolls_back_to_15_with_the_data_and_says_why() {
     psql(&app, "INSERT INTO hooks VALUES (2, 'now')").unwrap();
     assert_eq!(condition_of(&rolled_back, "Ready").map(|c| c.1), Some("MajorUpgradeFailed".into()));
     await_event_reasons(&cluster, NAME, &["MajorUpgradeRolledBack"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parameter_18_no_longer_has_is_reported_and_the_cluster_stays_on_15() {
+    let mut db = sample();
+    db.spec.replicas = 1;
+    // Removed in PostgreSQL 16.
+    db.spec.postgres_config = Some([("vacuum_defer_cleanup_age".to_owned(), "0".to_owned())].into());
+    let (cluster, _operator) = start_cluster(db).await;
+    psql(&app_uri(&cluster).await, "CREATE TABLE kept AS SELECT 1 AS n").unwrap();
+    ask_for_18(&cluster).await;
+    let failed = await_rollback(&cluster).await;
+    assert!(
+        failed.contains("vacuum_defer_cleanup_age") && failed.contains("nothing was changed"),
+        "{failed}"
+    );
+    await_version(&cluster, "15.4", 1).await;
+    assert_eq!(psql(&app_uri(&cluster).await, "SELECT n FROM kept"), Ok("1".into()));
 }

@@ -7,9 +7,6 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
-use kube::Api;
-use kube::api::PostParams;
 
 use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus};
 use crate::databasecluster::api::validation::{PostgresVersion, ValidSpec};
@@ -18,16 +15,15 @@ use crate::databasecluster::backup::status::{JobOutcome, job_view};
 use crate::databasecluster::cache::forms::{Forms, PodForm};
 use crate::databasecluster::controller::context::{Context, Error};
 use crate::databasecluster::controller::events::{EventNote, EventType};
-use crate::databasecluster::controller::steps::child::child_error;
+use crate::databasecluster::controller::steps::child::create_job_once;
 use crate::databasecluster::controller::steps::instances::pod_views;
-use crate::databasecluster::specs::resources::{DATA_VOLUME, FIELD_MANAGER, Owner};
+use crate::databasecluster::specs::resources::{DATA_VOLUME, Owner};
 use crate::databasecluster::upgrade::admission::major_number;
 use crate::databasecluster::upgrade::job::{UpgradeJob, build_upgrade_job, upgrade_job_name};
 use crate::databasecluster::upgrade::plan::{
     Facts, JobState, MAJOR_UPGRADE, Step, next_step, step_message, upgrade_wanted, with_major_upgrade,
 };
 use crate::runtime::cache::controller_uid;
-use crate::runtime::controller::writes::{Verb, recorded_as};
 
 /// Where this pass found the upgrade, and the versions it is between.
 #[derive(Debug)]
@@ -90,7 +86,8 @@ pub(crate) async fn ensure_major_upgrade<F: Forms>(
         let claim = format!("{DATA_VOLUME}-{primary}");
         let from_version = running.as_deref().unwrap_or_default();
         let job = UpgradeJob { from: from_version, from_major: from, to_major: to, claim: &claim };
-        create_job(ctx, owner, &build_upgrade_job(owner, spec, &job)).await?;
+        let job = build_upgrade_job(owner, spec, &job);
+        create_job_once(ctx, owner, &job, "every instance stopped: major upgrade Job created").await?;
     }
     announce(ctx, cluster, &step, (running.as_deref().unwrap_or_default(), &desired)).await;
     Ok(pass(step))
@@ -114,21 +111,6 @@ fn job_state<F: Forms>(ctx: &Context<F>, owner: &Owner, name: &str) -> JobState 
             JobState::Failed(format!("the upgrade Job failed ({reason}: {job_message})"))
         }
         JobOutcome::Failed { .. } => JobState::Failed(message),
-    }
-}
-
-async fn create_job<F: Forms>(ctx: &Context<F>, owner: &Owner, job: &Job) -> Result<(), Error> {
-    let name = job.metadata.name.clone().unwrap_or_default();
-    let api: Api<Job> = Api::namespaced(ctx.client.clone(), owner.namespace());
-    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
-    match api.create(&params, job).await {
-        Ok(created) => {
-            recorded_as(Verb::Create, created);
-            tracing::info!(job = %name, "every instance stopped: major upgrade Job created");
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
-        Err(source) => Err(child_error("creating", "Job", &name, source)),
     }
 }
 
