@@ -21,3 +21,4 @@ mod instance_metrics;
 mod instance_program;
 mod sim_job_pods;
 mod sim_process_kubelet;
+mod upgrade_script;
