@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
 
 use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus};
 use crate::databasecluster::api::validation::{PostgresVersion, ValidSpec};
@@ -19,7 +20,7 @@ use crate::databasecluster::controller::steps::child::create_job_once;
 use crate::databasecluster::controller::steps::instances::pod_views;
 use crate::databasecluster::specs::resources::{DATA_VOLUME, Owner};
 use crate::databasecluster::upgrade::admission::major_number;
-use crate::databasecluster::upgrade::job::{UpgradeJob, build_upgrade_job, upgrade_job_name};
+use crate::databasecluster::upgrade::job::{UpgradeJob, build_upgrade_job, is_upgrade_job, upgrade_job_name};
 use crate::databasecluster::upgrade::plan::{
     Facts, JobState, MAJOR_UPGRADE, Step, next_step, step_message, upgrade_wanted, with_major_upgrade,
 };
@@ -78,10 +79,9 @@ pub(crate) async fn ensure_major_upgrade<F: Forms>(
         return Ok(pass(Step::None));
     }
     let name = upgrade_job_name(owner.name(), to);
-    let facts =
-        Facts { running: running.as_deref(), desired: &desired, job: job_state(ctx, owner, &name), pods: 0 };
-    let facts = Facts { pods: pod_views(ctx, owner, Timestamp::now()).len(), ..facts };
-    let step = next_step(&facts);
+    let pods = pod_views(ctx, owner, Timestamp::now()).len();
+    let job = job_state(ctx, owner, &name);
+    let step = next_step(&Facts { running: running.as_deref(), desired: &desired, job, pods });
     if step == (Step::Upgrading { create: true }) {
         let claim = format!("{DATA_VOLUME}-{primary}");
         let from_version = running.as_deref().unwrap_or_default();
@@ -93,9 +93,17 @@ pub(crate) async fn ensure_major_upgrade<F: Forms>(
     Ok(pass(step))
 }
 
-/// The upgrade Job `name` as observed, with its pod's termination message as the reason.
+/// The upgrade Job `name` as observed, with its pod's termination message as the reason. Another
+/// upgrade Job of the cluster still running (the spec named another major meanwhile) counts as
+/// running: two upgrades never work on one volume at once.
 fn job_state<F: Forms>(ctx: &Context<F>, owner: &Owner, name: &str) -> JobState {
     let jobs = ctx.jobs.list_labelled(owner.namespace(), CLUSTER_LABEL, owner.name());
+    let unfinished = |job: &Job| {
+        !job.status.as_ref().is_some_and(|s| s.completion_time.is_some() || s.failed.unwrap_or(0) > 0)
+    };
+    if jobs.iter().any(|j| is_upgrade_job(j) && j.metadata.name.as_deref() != Some(name) && unfinished(j)) {
+        return JobState::Running;
+    }
     let Some(job) = jobs.iter().find(|j| j.metadata.name.as_deref() == Some(name)) else {
         return JobState::Absent;
     };
