@@ -10,6 +10,7 @@
 //! - [`backup`]: backups and restores.
 //! - [`tls`]: the certificates each cluster's connections are encrypted and authenticated with.
 //! - [`objectstore`]: the object store that WAL is archived to: the pods' part and the status.
+//! - [`upgrade`]: major version upgrades in place with `pg_upgrade`.
 //! - [`cache`]: the compact forms the informers keep and what a pass reads of them.
 //! - [`view`]: the clusters as the live page shows them, and how old each figure is.
 
@@ -25,4 +26,5 @@ pub mod objectstore;
 pub mod specs;
 pub mod switchover;
 pub mod tls;
+pub mod upgrade;
 pub mod view;

@@ -6,7 +6,7 @@
 //! - [`role`]: primary when the record names this pod, a standby otherwise. Never the ordinal.
 //! - [`plan_primary`]: initdb an empty volume; start kept data out of recovery.
 //! - [`plan_standby`]: clone an empty volume; re-clone data of another cluster (system identifiers
-//!   differ); keep a standby's data; start data shut down cleanly as primary as the new primary's
+//!   differ) or of another major version (a standby after a major upgrade of its primary); keep a standby's data; start data shut down cleanly as primary as the new primary's
 //!   standby without a rewind while that one is not writable yet (a switchover: the operator
 //!   promotes it only once it replayed this data's shutdown checkpoint); rewind data that last ran
 //!   as primary once the recorded primary accepts writes; wait for it until then (never start as a
@@ -90,6 +90,8 @@ pub struct StandbyFacts {
     pub standby_signal: bool,
     /// The control file's state is `shut down`: a clean shutdown out of recovery.
     pub clean_shutdown: bool,
+    /// The data's `PG_VERSION` is not the server's major version: written by another major.
+    pub other_major: bool,
 }
 
 /// What the recorded primary says about itself.
@@ -106,7 +108,7 @@ pub struct PrimaryFacts {
 pub enum StandbyPlan {
     /// No data: clone the primary.
     Clone,
-    /// The data belongs to another cluster: remove it and clone.
+    /// The data belongs to another cluster or major version: remove it and clone.
     Reclone,
     /// A standby's data: keep it.
     Keep,
@@ -125,6 +127,9 @@ pub enum StandbyPlan {
 pub fn plan_standby(facts: &StandbyFacts) -> StandbyPlan {
     if !facts.has_data {
         return StandbyPlan::Clone;
+    }
+    if facts.other_major {
+        return StandbyPlan::Reclone;
     }
     if let (Some(mine), Some(primary)) = (facts.local_system_id, facts.primary)
         && mine != primary.system_id
@@ -365,9 +370,29 @@ mod tests {
             (true, None, up(1, true), true, false, Keep),
         ];
         for (has_data, local_system_id, primary, standby_signal, clean_shutdown, want) in cases {
-            let facts = StandbyFacts { has_data, local_system_id, primary, standby_signal, clean_shutdown };
+            let facts = StandbyFacts {
+                has_data,
+                local_system_id,
+                primary,
+                standby_signal,
+                clean_shutdown,
+                other_major: false,
+            };
             assert_eq!(plan_standby(&facts), want, "{facts:?}");
         }
+    }
+
+    #[test]
+    fn a_standby_whose_data_another_major_wrote_is_recloned() {
+        let primary = Some(PrimaryFacts { system_id: 1, writable: true });
+        let facts = StandbyFacts {
+            has_data: true,
+            primary,
+            standby_signal: true,
+            other_major: true,
+            ..Default::default()
+        };
+        assert_eq!(plan_standby(&facts), StandbyPlan::Reclone);
     }
 
     #[test]

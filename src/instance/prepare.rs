@@ -130,6 +130,12 @@ async fn standby_facts(settings: &Settings, recorded: &str) -> Result<StandbyFac
     if !has_data(pgdata) {
         return Ok(StandbyFacts { primary, ..StandbyFacts::default() });
     }
+    // Data another major wrote (its primary was upgraded): its control file is not read.
+    let data_major = std::fs::read_to_string(pgdata.join("PG_VERSION")).unwrap_or_default();
+    if data_major.trim() != tools::server_major().await? {
+        tracing::info!(data_major = data_major.trim(), "the data directory is of another major version");
+        return Ok(StandbyFacts { has_data: true, primary, other_major: true, ..StandbyFacts::default() });
+    }
     let control = tools::controldata(pgdata).await?;
     Ok(StandbyFacts {
         has_data: true,
@@ -137,6 +143,7 @@ async fn standby_facts(settings: &Settings, recorded: &str) -> Result<StandbyFac
         primary,
         standby_signal: pgdata.join("standby.signal").exists(),
         clean_shutdown: control.clean_primary_shutdown(),
+        other_major: false,
     })
 }
 
@@ -154,7 +161,8 @@ async fn prepare_standby(settings: &Settings, recorded: &str) -> Result<(), Prep
                 tracing::info!(
                     ?mine,
                     ?theirs,
-                    "data belongs to another cluster (system identifiers differ): re-cloning"
+                    other_major = facts.other_major,
+                    "data belongs to another cluster (system identifiers differ) or major version: re-cloning"
                 );
                 remove_dir(pgdata)?;
                 break;

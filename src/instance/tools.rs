@@ -132,6 +132,14 @@ pub async fn controldata(pgdata: &Path) -> Result<ControlData, ToolError> {
     parse_controldata(&text)
 }
 
+/// The major version of the server on `PATH` (`postgres --version`: `postgres (PostgreSQL) 18.4`).
+pub async fn server_major() -> Result<String, ToolError> {
+    let text = run("postgres", os(&["--version"]), CONTROLDATA_LIMIT).await?;
+    let version =
+        text.split_whitespace().nth(2).ok_or(ToolError::Output { program: "postgres", field: "version" })?;
+    Ok(version.split('.').next().unwrap_or(version).to_owned())
+}
+
 /// `initdb` into `target` with `superuser` as the bootstrap superuser: local connections trusted,
 /// TCP ones by SCRAM. No password here: the manager sets every password when the server starts.
 pub async fn initdb(target: &Path, superuser: &str) -> Result<(), ToolError> {

@@ -2,8 +2,7 @@
 //! type and the schema, and the schema carries the rules the operator relies on.
 
 use dbcluster_operator::databasecluster::api::types::{
-    DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE, STORAGE_CLASS_PATTERN, STORAGE_SHRINK_MESSAGE, crd,
-    crd_yaml,
+    DatabaseCluster, STORAGE_CLASS_PATTERN, STORAGE_SHRINK_MESSAGE, VERSION_CHANGE_MESSAGE, crd, crd_yaml,
 };
 use dbcluster_operator::databasecluster::api::validation::{is_storage_class_name, validate_spec};
 use regex::Regex;
@@ -217,17 +216,15 @@ fn the_scale_subresource_maps_spec_and_status_replicas() {
 }
 
 #[test]
-fn cel_rules_reject_a_major_version_change_and_a_shrink() {
+fn cel_rules_reject_a_major_downgrade_and_a_shrink() {
     let spec = spec_schema();
     let rules = |field: &str| spec["properties"][field]["x-kubernetes-validations"].clone();
-    assert_eq!(
-        rules("version"),
-        json!([{
-            "rule": "self.split('.')[0] == oldSelf.split('.')[0]",
-            "message": MAJOR_VERSION_CHANGE_MESSAGE,
-        }])
-    );
-    // The no-shrink rule's behaviour, on the Kubernetes 1.28 the simulator runs by default, is
+    assert_eq!(rules("version"), serde_json::Value::Null, "the version rule reads the status: on the root");
+    let root = &crd_json()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"];
+    let version = root.as_array().unwrap().iter().find(|r| r["message"] == VERSION_CHANGE_MESSAGE).unwrap();
+    let rule = version["rule"].as_str().unwrap();
+    assert!(rule.contains("oldSelf.spec.version") && rule.contains("self.status.currentVersion"), "{rule}");
+    // The version and no-shrink rules' behaviour, on the Kubernetes 1.28 the simulator runs by default, is
     // tested end to end in tests/e2e_bad_input.rs.
     let storage = &rules("storageSize")[0];
     assert_eq!(storage["message"], STORAGE_SHRINK_MESSAGE);

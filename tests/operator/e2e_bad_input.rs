@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use dbcluster_operator::databasecluster::api::types::{self, DatabaseCluster, MAJOR_VERSION_CHANGE_MESSAGE};
+use dbcluster_operator::databasecluster::api::types::{self, DatabaseCluster, VERSION_CHANGE_MESSAGE};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -50,18 +50,49 @@ async fn the_schema_refuses_an_unparsable_storage_size_and_negative_replicas() {
     assert!(api.get_opt("production-postgres").await.unwrap().is_none());
 }
 
+/// The version-change rule at admission, on Kubernetes 1.28: each row starts a cluster at `from`
+/// (with `running` as `status.currentVersion`, if any), asks for `to`, and says whether it is admitted.
 #[tokio::test]
-async fn cel_refuses_a_major_version_change_and_allows_a_minor_one() {
+async fn cel_admits_an_upward_major_and_refuses_a_downgrade_and_a_move_from_before_10() {
     let cluster = TestCluster::start().await;
     let api = cluster.clusters();
-    api.create(&PostParams::default(), &sample()).await.unwrap();
-    let patch = |version: &str| Patch::Merge(json!({"spec": {"version": version}}));
-    let error = api.patch("production-postgres", &PatchParams::default(), &patch("16.1")).await.unwrap_err();
-    let (code, message) = refusal(error);
-    assert_eq!(code, 422);
-    assert!(message.contains(MAJOR_VERSION_CHANGE_MESSAGE), "{message}");
-    let patched = api.patch("production-postgres", &PatchParams::default(), &patch("15.5")).await.unwrap();
-    assert_eq!(patched.spec.version, "15.5");
+    let rows: [(&str, Option<&str>, &str, bool); 10] = [
+        ("15.4", None, "15.5", true),
+        ("15.4", None, "16", true),
+        ("15.4", None, "17.2", true),
+        ("15.4", None, "18", true),
+        ("15.4", None, "14.9", false),
+        ("18", None, "15", false),
+        ("9.6", None, "15", false),
+        // After a failed upgrade the spec asks for 18 while 15 runs: going back to 15 gives it up.
+        ("18", Some("15.4"), "15.4", true),
+        ("18", Some("15.4"), "17", true),
+        ("18", Some("15.4"), "14", false),
+    ];
+    for (from, running, to, admitted) in rows {
+        let mut db = sample();
+        db.spec.version = from.into();
+        api.create(&PostParams::default(), &db).await.unwrap();
+        if let Some(running) = running {
+            let status = Patch::Merge(json!({"status": {"currentVersion": running}}));
+            api.patch_status("production-postgres", &PatchParams::default(), &status).await.unwrap();
+        }
+        let patch = Patch::Merge(json!({"spec": {"version": to}}));
+        let result = api.patch("production-postgres", &PatchParams::default(), &patch).await;
+        match (result, admitted) {
+            (Ok(patched), true) => assert_eq!(patched.spec.version, to),
+            (Err(error), false) => {
+                let (code, message) = refusal(error);
+                assert_eq!(code, 422, "{from} -> {to}");
+                assert!(message.contains(VERSION_CHANGE_MESSAGE), "{from} -> {to}: {message}");
+            }
+            (result, _) => {
+                panic!("{from} (running {running:?}) -> {to}: admitted {admitted} expected, got {result:?}")
+            }
+        }
+        api.delete("production-postgres", &Default::default()).await.unwrap();
+        await_absent(&api, "production-postgres", "the deleted cluster").await;
+    }
 }
 
 #[tokio::test]
@@ -116,10 +147,10 @@ async fn the_crd_refuses_a_name_its_children_could_not_carry() {
 /// CRD might have let in.
 fn loose_crd() -> CustomResourceDefinition {
     let mut crd = serde_json::to_value(types::crd()).unwrap();
-    let spec =
-        &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    spec["storageSize"].as_object_mut().unwrap().remove("pattern");
-    spec["version"].as_object_mut().unwrap().remove("x-kubernetes-validations");
+    let root = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let rules = root["x-kubernetes-validations"].as_array_mut().unwrap();
+    rules.retain(|rule| rule["message"] != VERSION_CHANGE_MESSAGE);
+    root["properties"]["spec"]["properties"]["storageSize"].as_object_mut().unwrap().remove("pattern");
     serde_json::from_value(crd).unwrap()
 }
 
@@ -167,7 +198,7 @@ async fn a_spec_that_bypassed_validation_fails_once_and_waits_for_a_fix() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_major_version_change_that_bypassed_cel_fails_and_leaves_the_pods_alone() {
+async fn a_major_downgrade_that_bypassed_cel_fails_and_leaves_the_pods_alone() {
     let cluster = TestCluster::start().await;
     install_crd(&cluster.client, loose_crd()).await;
     let operator = cluster.start_operator().await;
@@ -178,7 +209,7 @@ async fn a_major_version_change_that_bypassed_cel_fails_and_leaves_the_pods_alon
     })
     .await;
 
-    let major = Patch::Merge(json!({"spec": {"version": "16.1"}}));
+    let major = Patch::Merge(json!({"spec": {"version": "14.1"}}));
     api.patch("production-postgres", &PatchParams::default(), &major).await.unwrap();
     let failed = await_object(&api, "production-postgres", "phase Failed", |c: &DatabaseCluster| {
         phase(c) == Some("Failed")
@@ -187,7 +218,7 @@ async fn a_major_version_change_that_bypassed_cel_fails_and_leaves_the_pods_alon
     let status = failed.status.unwrap();
     let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.reason, "InvalidSpec");
-    assert!(ready.message.contains("major version"), "{}", ready.message);
+    assert!(ready.message.contains("downgrade"), "{}", ready.message);
     assert_eq!(status.current_version.as_deref(), Some("15.4"));
     let sts = cluster.api::<StatefulSet>().get("production-postgres").await.unwrap();
     let image = sts.spec.unwrap().template.spec.unwrap().containers[0].image.clone();

@@ -2,7 +2,7 @@
 //!
 //! Every rule the OpenAPI schema can express lives in the generated CRD (required fields, ranges,
 //! patterns, the `10Gi` default, the phase enum, `listType=map` conditions); the rules it cannot
-//! express are CEL rules (`x-kubernetes-validations`): the major version may not change,
+//! express are CEL rules (`x-kubernetes-validations`): the major version may only move up,
 //! `storageSize` may not shrink, and the cluster's name must fit its children's names and labels.
 //! Every rule compiles on Kubernetes 1.28, whose apiserver compiles new expressions without the
 //! quantity library (so the no-shrink rule converts quantities to bytes itself). What can still slip
@@ -18,13 +18,12 @@ use serde::{Deserialize, Serialize};
 use crate::databasecluster::api::backup::{BOOTSTRAP_IMMUTABLE_MESSAGE, SCHEDULE_PATTERN};
 pub use crate::databasecluster::api::backup::{BackupSpec, BackupsStatus, BootstrapSpec, RestoredFrom};
 pub use crate::databasecluster::api::monitoring::{ConfigMapKeyRef, MonitoringSpec};
+pub use crate::databasecluster::upgrade::admission::VERSION_CHANGE_MESSAGE;
+use crate::databasecluster::upgrade::admission::version_change_rule;
 
 /// The storage size used when the spec leaves `storageSize` out.
 pub const DEFAULT_STORAGE_SIZE: &str = "10Gi";
 
-/// Message of the CEL rule that rejects a change of the PostgreSQL major version.
-pub const MAJOR_VERSION_CHANGE_MESSAGE: &str =
-    "changing the major version is not supported: create a new cluster and migrate the data";
 /// Message of the CEL rule that rejects a smaller `storageSize`.
 pub const STORAGE_SHRINK_MESSAGE: &str = "storageSize may not shrink";
 
@@ -140,6 +139,7 @@ pub fn storage_no_shrink_rule() -> String {
         priority = 1
     ),
     validation = Rule::new(CLUSTER_NAME_RULE).message(CLUSTER_NAME_MESSAGE),
+    validation = Rule::new(version_change_rule()).message(VERSION_CHANGE_MESSAGE),
     scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas")
 )]
 #[serde(rename_all = "camelCase")]
@@ -152,10 +152,9 @@ pub struct DatabaseClusterSpec {
     pub replicas: i32,
 
     /// PostgreSQL version as `major.minor` or `major` (the `postgres` image tag), e.g. `15.4`.
-    /// The major version cannot change once set.
+    /// The major version may only move up (an in-place upgrade with `pg_upgrade`), or back to
+    /// the major the instances run.
     #[schemars(regex(pattern = r"^[1-9][0-9]*(\.[0-9]+)?$"), length(max = 16))]
-    #[x_kube(validation = Rule::new("self.split('.')[0] == oldSelf.split('.')[0]")
-        .message(MAJOR_VERSION_CHANGE_MESSAGE))]
     pub version: String,
 
     /// Size of each instance's data volume, a Kubernetes quantity such as `1Gi` or `500M`.
@@ -371,7 +370,9 @@ pub struct DatabaseClusterStatus {
     pub instances_observed_at: Option<Time>,
 
     /// The PostgreSQL version every instance actually runs (set once a rollout completes).
+    // Bounded so that the CRD's version rule, which reads it, has a small CEL cost on 1.28.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
     pub current_version: Option<String>,
 
     /// The `metadata.generation` this status was computed from.

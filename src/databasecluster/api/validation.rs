@@ -2,7 +2,7 @@
 //!
 //! The CRD's schema and CEL rules keep bad specs out, but an object stored under an older CRD (or
 //! written while validation was off) can still hold an unparsable quantity, a bad version or a
-//! change of major version. [`validate`] turns such a spec into a [`SpecError`] that status
+//! downgrade of the major version. [`validate`] turns such a spec into a [`SpecError`] that status
 //! reports as `InvalidSpec`, instead of a panic or a child object the API server refuses; a valid
 //! spec becomes a [`ValidSpec`] the builders can use without re-checking anything.
 
@@ -18,6 +18,7 @@ use crate::databasecluster::api::types::{
     ConfigMapKeyRef, DatabaseCluster, DatabaseClusterSpec, PvcRetention, ResourceRequirements,
 };
 use crate::databasecluster::specs::config::{CONFIG_HASH_PARAMETER, MAX_SERVER_CONF_BYTES, postgresql_conf};
+use crate::databasecluster::upgrade::admission::{VersionChangeError, check_version_change};
 
 /// Fewest and most instances a cluster may have (the CRD's `minimum` and `maximum`).
 pub const REPLICAS_RANGE: std::ops::RangeInclusive<i32> = 0..=10;
@@ -111,11 +112,6 @@ fn parse_digits(text: &str) -> Option<u32> {
         return None;
     }
     text.parse().ok()
-}
-
-/// The major version in a version string, for comparing versions that may not fully parse.
-pub fn major_of(version: &str) -> &str {
-    version.split('.').next().unwrap_or(version)
 }
 
 /// A storage size in whole bytes, with the quantity text the API server would store for it.
@@ -246,17 +242,10 @@ pub enum SpecError {
     /// huge page…).
     #[error("spec.resources {0}")]
     RefusedAmounts(String),
-    /// The major version differs from the one the cluster runs.
-    #[error(
-        "spec.version {desired:?} changes the major version of a cluster running {running:?}: \
-         create a new cluster and migrate the data"
-    )]
-    MajorVersionChange {
-        /// The version the instances run.
-        running: String,
-        /// The version the spec asks for.
-        desired: String,
-    },
+    /// A change of major version the cluster does not admit (a downgrade, or an upgrade from a
+    /// version `pg_upgrade` is not run from).
+    #[error(transparent)]
+    VersionChange(#[from] VersionChangeError),
     /// `synchronousReplicas` is negative, or not below `replicas`.
     #[error(
         "spec.synchronousReplicas {requested} is out of range: it must be at least 0 and less than spec.replicas ({replicas})"
@@ -444,19 +433,15 @@ fn resource_amount(text: &str) -> Option<u128> {
     Some(mantissa.checked_mul(per_unit)? / scale)
 }
 
-/// Checks a cluster: its spec, and that the version does not change the major version of the one
-/// the instances run (`status.currentVersion`), which the CRD's CEL rule normally prevents.
+/// Checks a cluster: its spec, and that the version is one the instances' version
+/// (`status.currentVersion`) may move to ([`check_version_change`]: the same major, or a later
+/// one), which the CRD's CEL rule normally ensures.
 pub fn validate(cluster: &DatabaseCluster) -> Result<ValidSpec, SpecError> {
     let valid = validate_spec(&cluster.spec)?;
     validate_bootstrap(cluster.metadata.name.as_deref().unwrap_or_default(), &cluster.spec)?;
     let running = cluster.status.as_ref().and_then(|status| status.current_version.as_deref());
-    if let Some(running) = running
-        && major_of(running) != major_of(valid.version.as_str())
-    {
-        return Err(SpecError::MajorVersionChange {
-            running: running.to_owned(),
-            desired: valid.version.as_str().to_owned(),
-        });
+    if let Some(running) = running {
+        check_version_change(running, valid.version.as_str())?;
     }
     Ok(valid)
 }

@@ -33,7 +33,9 @@ use crate::databasecluster::backup::status::{JobOutcome, JobView, job_view};
 use crate::databasecluster::cache::forms::{Forms, PodForm};
 use crate::databasecluster::controller::context::{Context, Error};
 use crate::databasecluster::controller::events::{EventNote, EventType};
-use crate::databasecluster::controller::steps::child::{child_error, decode_cached, ensure_child, report};
+use crate::databasecluster::controller::steps::child::{
+    child_error, create_job_once, decode_cached, ensure_child, report,
+};
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;
@@ -123,21 +125,7 @@ fn new_token(cluster: &DatabaseCluster) -> Option<String> {
 }
 
 async fn start_on_demand<F: Forms>(ctx: &Context<F>, owner: &Owner, job: &Job) -> Result<(), Error> {
-    let name = job.metadata.name.clone().unwrap_or_default();
-    let api: Api<Job> = Api::namespaced(ctx.client.clone(), owner.namespace());
-    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
-    match api.create(&params, job).await {
-        Ok(created) => {
-            recorded_as(Verb::Create, created);
-            tracing::info!(job = %name, "on-demand backup started");
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.is_already_exists() => {
-            tracing::debug!(job = %name, "the on-demand backup Job exists already");
-            Ok(())
-        }
-        Err(source) => Err(child_error("creating", "Job", &name, source)),
-    }
+    create_job_once(ctx, owner, job, "on-demand backup started").await
 }
 
 async fn delete_cronjob<F: Forms>(ctx: &Context<F>, owner: &Owner, name: &str) -> Result<(), Error> {
@@ -159,6 +147,7 @@ fn backup_jobs<F: Forms>(ctx: &Context<F>, owner: &Owner) -> Vec<JobView> {
         .list_labelled(owner.namespace(), CLUSTER_LABEL, owner.name())
         .iter()
         .filter(|job| job.metadata.name.as_deref() != Some(restore_job.as_str()))
+        .filter(|job| !crate::databasecluster::upgrade::job::is_upgrade_job(job))
         .map(|job| {
             let uid = job.metadata.uid.as_deref().unwrap_or_default();
             let pods = ctx.pods.children_of(uid);

@@ -137,8 +137,11 @@ pub fn job_view<P: PodForm>(job: &Job, pod: Option<&P>) -> JobView {
 /// The backup container's termination message, once it terminated.
 fn termination_message<P: PodForm>(pod: &P) -> Option<String> {
     let status = pod.status()?;
-    let container =
-        status.container_statuses.as_ref()?.iter().find(|c| c.name == "backup" || c.name == "restore")?;
+    let container = status
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "backup" || c.name == "restore" || c.name == "upgrade")?;
     let message = container.state.as_ref()?.terminated.as_ref()?.message.as_ref()?;
     (!message.trim().is_empty()).then(|| message.clone())
 }

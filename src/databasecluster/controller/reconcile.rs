@@ -33,6 +33,9 @@
 //!    themselves); and the next outdated pod of a roll is deleted, once every instance has the
 //!    current configuration file and PostgreSQL accepts it (a pod restarted with a refused file
 //!    would not start). Failures here are logged and retried on a later pass.
+//!    A major upgrade ([`crate::databasecluster::controller::steps::upgrade`]) runs before the
+//!    StatefulSet: while the instances stop and `pg_upgrade` runs, the pass follows the running
+//!    version with no instance; after a failed upgrade, the running version with every instance.
 //! 5. **Backups** ([`crate::databasecluster::backup`]): the backup volume, the CronJob and the on-demand Jobs; the
 //!    Jobs' outcomes go into the status with their Events. With `spec.bootstrap.fromBackup` the
 //!    restore Job runs before the StatefulSet is created ([`crate::databasecluster::backup::reconcile::ensure_restore`]).
@@ -74,6 +77,7 @@ use crate::databasecluster::controller::steps::instances::*;
 use crate::databasecluster::controller::steps::pdb::*;
 use crate::databasecluster::controller::steps::secrets::*;
 use crate::databasecluster::controller::steps::services::*;
+use crate::databasecluster::controller::steps::upgrade::ensure_major_upgrade;
 
 use crate::databasecluster::api::types::{DatabaseCluster, DatabaseClusterStatus, RestoredFrom};
 use crate::databasecluster::api::validation::{SpecError, ValidSpec, validate};
@@ -168,6 +172,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
         crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
             .await?;
     let (primary_record, demoting) = ensure_config_map(ctx, cluster, &owner, &spec).await?;
+    let upgrade = ensure_major_upgrade(ctx, cluster, &owner, &spec, &primary_record).await?;
+    let spec = upgrade.statefulset_spec(spec);
     let restored = match ensure_restore(ctx, cluster, &owner, &spec).await? {
         RestoreGate::Open(restored) => restored,
         gate => {
@@ -194,8 +200,9 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let outcome = PassOutcome { topology, growth: growth.as_ref(), restored, primary: &primary_record };
     let (status, backup_events) = pass_status(cluster, &spec, observed, outcome, backups, now);
     let status = certificates.on_status(status, ctx.certificates, now);
+    let status = upgrade.status(status, now);
     let resizing = matches!(growth, Some(Growth::InProgress { .. }));
-    let converging = needs_requeue(&status) || busy || resizing;
+    let converging = needs_requeue(&status) || busy || resizing || upgrade.in_progress();
     let status = with_observation(cluster.status.as_ref(), status, converging, now);
     let summary = (status.phase.map(|p| p.as_str()), status.ready_replicas, status.current_primary.clone());
     write_status_with_events(ctx, cluster, status, backup_events).await?;

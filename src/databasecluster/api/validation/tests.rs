@@ -204,15 +204,15 @@ fn postgres_parameters_must_be_names_and_not_reserved() {
 }
 
 #[test]
-fn a_major_version_change_against_the_running_version_is_refused() {
-    let mut cluster = DatabaseCluster::new("db", spec(1, "16.1", "1Gi"));
+fn a_major_downgrade_against_the_running_version_is_refused_and_an_upgrade_admitted() {
+    let mut cluster = DatabaseCluster::new("db", spec(1, "14.1", "1Gi"));
     assert!(validate(&cluster).is_ok(), "nothing runs yet");
     cluster.status =
         Some(DatabaseClusterStatus { current_version: Some("15.4".into()), ..Default::default() });
-    assert_eq!(
-        validate(&cluster),
-        Err(SpecError::MajorVersionChange { running: "15.4".into(), desired: "16.1".into() })
-    );
+    let downgrade = VersionChangeError::Downgrade { running: "15.4".into(), desired: "14.1".into() };
+    assert_eq!(validate(&cluster), Err(SpecError::VersionChange(downgrade)));
+    cluster.spec.version = "18".into();
+    assert!(validate(&cluster).is_ok(), "an upgrade");
     cluster.spec.version = "15.5".into();
     assert!(validate(&cluster).is_ok(), "a minor change is fine");
     cluster.spec.version = "15".into();

@@ -557,13 +557,13 @@ fn an_invalid_spec_fails_with_a_reason_and_one_warning_per_generation() {
 }
 
 #[test]
-fn a_major_version_change_that_slipped_past_the_crd_fails_without_upgrading() {
+fn a_major_downgrade_that_slipped_past_the_crd_fails_without_rolling() {
     let mut cluster = running(3, "15.4");
-    cluster.spec.version = "16.1".into();
+    cluster.spec.version = "14.1".into();
     cluster.metadata.generation = Some(2);
     let status = compute_status(&cluster, Some(&Observed::settled("15.4", 3, 3).build()), at(1));
     assert_eq!(status.phase, Some(Phase::Failed));
-    assert!(condition(&status, "Ready").message.contains("major version"));
+    assert!(condition(&status, "Ready").message.contains("downgrade"));
     assert_eq!(condition(&status, "Upgrading").status, "False");
     assert_eq!(status.current_version.as_deref(), Some("15.4"));
 }

@@ -147,3 +147,28 @@ pub(crate) fn cached_error<K: Object>(cached: &K, kind: &'static str, source: se
 pub(crate) fn child_error(verb: &'static str, kind: &'static str, name: &str, source: kube::Error) -> Error {
     Error::Child { verb, kind, name: name.to_owned(), source }
 }
+
+/// Creates `job` once: a Job of that name already there (a retried pass) counts as created.
+/// Logs `what` when this call created it.
+pub(crate) async fn create_job_once<F: Forms>(
+    ctx: &Context<F>,
+    owner: &Owner,
+    job: &k8s_openapi::api::batch::v1::Job,
+    what: &str,
+) -> Result<(), Error> {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let api: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(ctx.client.clone(), owner.namespace());
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    match api.create(&params, job).await {
+        Ok(created) => {
+            recorded_as(Verb::Create, created);
+            tracing::info!(job = %name, "{what}");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            tracing::debug!(job = %name, "the Job exists already");
+            Ok(())
+        }
+        Err(source) => Err(child_error("creating", "Job", &name, source)),
+    }
+}

@@ -270,7 +270,7 @@ impl PodWorker {
         ];
         if let Image::Postgres { major, .. } = image {
             defaults.push(("PG_MAJOR".to_owned(), major.to_string()));
-            defaults.push(("PGDATA".to_owned(), "/var/lib/postgresql/data".to_owned()));
+            defaults.push(("PGDATA".to_owned(), entrypoint::default_pgdata(*major)));
             defaults.push(("LANG".to_owned(), "C.UTF-8".to_owned()));
         }
         for (k, v) in defaults.into_iter().rev() {
