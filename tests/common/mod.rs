@@ -47,6 +47,8 @@ pub struct TestCluster {
     pub client: Client,
     /// The Event writers of the operators started on it, flushed before Events are read.
     events: parking_lot::Mutex<Vec<EventFlusher>>,
+    /// Files the test writes beside the cluster (CA certificates for psql), removed with it.
+    scratch: tempfile::TempDir,
 }
 
 impl TestCluster {
@@ -59,7 +61,16 @@ impl TestCluster {
         let sim = SimServer::start_with(config).await.expect("the simulated server starts");
         let client = sim.client();
         install_crd(&client, types::crd()).await;
-        TestCluster { sim, client, events: Default::default() }
+        let scratch = tempfile::tempdir().expect("a scratch directory");
+        // Readable by the programs a test runs as another user (a CA certificate is public).
+        let readable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(scratch.path(), readable).expect("a readable scratch directory");
+        TestCluster { sim, client, events: Default::default(), scratch }
+    }
+
+    /// A directory for the test's files about this cluster, removed with it.
+    pub fn scratch_dir(&self) -> &std::path::Path {
+        self.scratch.path()
     }
 
     /// Starts a server with the default configuration.

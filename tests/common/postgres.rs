@@ -153,10 +153,7 @@ pub fn ca_file(cluster: &TestCluster, namespace: &str, name: &str) -> std::path:
     })
     .expect("the cluster's superuser Secret");
     let ca = secret.data.and_then(|d| d.get("ca.crt").cloned()).expect("the login Secret holds ca.crt");
-    // One file per simulated cluster: tests running at once may each have a cluster `name`.
-    let server = cluster.sim.addr().port();
-    let file = format!("dbc-test-{}-{server}-{namespace}-{name}-ca.crt", std::process::id());
-    let path = std::env::temp_dir().join(file);
+    let path = cluster.scratch_dir().join(format!("{namespace}-{name}-ca.crt"));
     std::fs::write(&path, ca.0).expect("writing the CA file");
     path
 }
