@@ -159,10 +159,14 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let owner = Owner::of(cluster)?;
 
     ensure_services(ctx, cluster, &owner).await?;
-    let certificates = crate::databasecluster::controller::steps::certificates::ensure_certificates(
+    let certificates = match crate::databasecluster::controller::steps::certificates::ensure_certificates(
         ctx, cluster, &owner, &spec,
     )
-    .await?;
+    .await
+    {
+        Err(error @ Error::UserCertificate { .. }) => return refuse_certificates(ctx, cluster, error).await,
+        certificates => certificates?,
+    };
     let credentials = ensure_secrets(ctx, cluster, &owner, &spec, &certificates.ca_cert).await?;
     let token =
         crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
@@ -203,8 +207,31 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let renew_in = certificates.renew_in(now);
     let next = next_look(retry_after.into_iter().chain(renew_in).min(), converging, spec.replicas > 0);
     log_pass(cluster, converging || retry_after.is_some(), &next, summary);
-    Ok(next)
+    // A renewal the API refused is in the status; the pass is retried with back-off.
+    certificates.into_refusal().map_or(Ok(next), Err)
 }
+
+/// A Secret `spec.certificates` names cannot be used: `Ready=False, InvalidCertificates` (with
+/// its Warning Event), nothing else changed or deleted, and a look again in
+/// [`CERTIFICATES_RETRY`] (the operator does not watch the user's Secrets).
+async fn refuse_certificates<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    error: Error,
+) -> Result<Action, Error> {
+    use crate::databasecluster::controller::status::{ConditionSetter, condition, reason};
+    tracing::warn!(%error, "the certificates spec.certificates names cannot be used");
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let mut conditions =
+        ConditionSetter::new(status.conditions, cluster.metadata.generation, Timestamp::now());
+    conditions.set(condition::READY, "False", reason::INVALID_CERTIFICATES, error.to_string());
+    status.conditions = conditions.into_inner();
+    write_status(ctx, cluster, status).await?;
+    Ok(Action::RequeueAfter(CERTIFICATES_RETRY))
+}
+
+/// How soon a cluster whose `spec.certificates` Secrets cannot be used is looked at again.
+pub const CERTIFICATES_RETRY: Duration = Duration::from_secs(10);
 
 /// An invalid spec: the status says so (with the StatefulSet and pods as they are), and the pass
 /// ends with a terminal error.

@@ -1,5 +1,5 @@
 //! The reconcile pass's steps, one file each, in the order [`super::reconcile`] runs them:
-//! [`secrets`] and [`status_token`], [`certificates`], [`services`], the StatefulSet and [`pdb`], [`instances`] (and
+//! [`secrets`] and [`status_token`], [`certificates`] (and [`user_certificates`]), [`services`], the StatefulSet and [`pdb`], [`instances`] (and
 //! its [`upkeep`]), [`backups`]; [`child`] is how every step writes one child.
 
 pub mod backups;
@@ -11,3 +11,4 @@ pub mod secrets;
 pub mod services;
 pub mod status_token;
 pub mod upkeep;
+pub mod user_certificates;
