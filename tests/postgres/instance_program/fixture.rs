@@ -22,7 +22,7 @@ use dbcluster_operator::databasecluster::specs::config::build_config_map;
 use dbcluster_operator::databasecluster::specs::credentials::{Login, build_login_secret};
 use dbcluster_operator::databasecluster::specs::resources::Owner;
 use dbcluster_operator::databasecluster::tls::issue::{Leaf, issue_ca, issue_leaf};
-use dbcluster_operator::databasecluster::tls::{Client, server_dns_names};
+use dbcluster_operator::databasecluster::tls::server_dns_names;
 use dbcluster_operator::instance::tls_connect::Verified;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
@@ -381,7 +381,7 @@ fn write_certificates(secrets: &Path) {
     let day = Duration::from_secs(86_400);
     let ca = issue_ca("default/db", now, day).unwrap();
     let server = issue_leaf(&ca, &Leaf::Server(server_dns_names(CLUSTER, NAMESPACE)), now, day).unwrap();
-    let client = issue_leaf(&ca, &Leaf::Client(Client::Replication.user().into()), now, day).unwrap();
+    let client = issue_leaf(&ca, &Leaf::Client("replicator".into()), now, day).unwrap();
     for (dir, leaf) in [("server-tls", server), ("replication-tls", client)] {
         let files = [("tls.crt", leaf.cert), ("tls.key", leaf.key), ("ca.crt", ca.cert.clone())];
         write_files(&secrets.join(dir), files.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
