@@ -94,6 +94,20 @@ fn published(next: &KeyPem) -> Timestamp {
     not_before(&next.cert).map(|at| at.checked_add(span(BACKDATE)).unwrap_or(at)).unwrap_or(Timestamp::MIN)
 }
 
+/// `set` with its next CA signing and its current one kept as the previous; when its rotation is
+/// next due (the new CA's publication, or the old one's retirement).
+fn promote(
+    mut set: CaSet,
+    next: KeyPem,
+    expiry: Timestamp,
+    lifetimes: Lifetimes,
+) -> (CaSet, Option<Timestamp>) {
+    let old = std::mem::replace(&mut set.current, next);
+    set.previous = Some(old.cert);
+    let due = not_after(&set.current.cert).ok().map(|at| publish_at(at, lifetimes)).min(Some(expiry));
+    (set, due)
+}
+
 /// The CA set after this pass, what was done, and when the next step is due. `live` is what the
 /// CA's Secret holds; `issue` makes a new CA (the only impure part: its key).
 pub fn plan_ca(
@@ -113,27 +127,26 @@ pub fn plan_ca(
         set.previous = None;
     }
     let retire = set.previous.as_ref().and(previous_expiry);
-    let (step, due) = match set.next.take() {
-        None if now >= publish_at(expiry, lifetimes) => {
-            let next = issue()?;
-            let due = promote_at(expiry, published(&next), lifetimes);
-            set.next = Some(next);
-            (CaStep::Published, Some(due))
-        }
-        None => (CaStep::Keep, Some(publish_at(expiry, lifetimes))),
-        Some(next) if now >= promote_at(expiry, published(&next), lifetimes) => {
-            let old = std::mem::replace(&mut set.current, next);
-            set.previous = Some(old.cert);
-            let due = not_after(&set.current.cert).ok().map(|at| publish_at(at, lifetimes)).min(Some(expiry));
-            return Ok((set, CaStep::Promoted, due));
-        }
-        Some(next) => {
-            let due = promote_at(expiry, published(&next), lifetimes);
-            set.next = Some(next);
-            (CaStep::Keep, Some(due))
+    let (next, step) = match set.next.take() {
+        Some(next) => (next, CaStep::Keep),
+        None if now >= publish_at(expiry, lifetimes) => (issue()?, CaStep::Published),
+        None => {
+            return Ok((
+                set,
+                CaStep::Keep,
+                Some(publish_at(expiry, lifetimes)).into_iter().chain(retire).min(),
+            ));
         }
     };
-    Ok((set, step, due.into_iter().chain(retire).min()))
+    let promote_at = promote_at(expiry, published(&next), lifetimes);
+    if now >= promote_at {
+        // Published this pass too late for an overlap (the CA is within the leaves' margin):
+        // promoted at once, as there is no time left to wait.
+        let (set, due) = promote(set, next, expiry, lifetimes);
+        return Ok((set, CaStep::Promoted, due));
+    }
+    set.next = Some(next);
+    Ok((set, step, Some(promote_at).into_iter().chain(retire).min()))
 }
 
 #[cfg(test)]
@@ -201,6 +214,17 @@ mod tests {
         assert_eq!(promote_at(expiry, sec(50), lifetimes()), sec(60));
         // Published at E - 75 s: the overlap ends at E - 55 s.
         assert_eq!(promote_at(expiry, sec(25), lifetimes()), sec(45));
+    }
+
+    #[test]
+    fn a_ca_already_within_the_margin_is_replaced_at_once() {
+        let now = at("2026-12-07T12:00:00Z");
+        let old = ca(now, 30); // within R = 40 s
+        let new = ca(now, 3600);
+        let (set, step, _) =
+            plan_ca(Some(CaSet::new(old.clone())), now, lifetimes(), || Ok(new.clone())).unwrap();
+        assert_eq!(step, CaStep::Promoted);
+        assert_eq!(set, CaSet { current: new, next: None, previous: Some(old.cert) });
     }
 
     #[test]
