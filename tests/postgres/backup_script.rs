@@ -22,7 +22,7 @@ use serde_json::Value;
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 
-/// The tests' CA: it signs each server's certificate and the operator's client certificate.
+/// The tests' CA: it signs each server's certificate and the replication client certificate.
 fn ca() -> &'static KeyPem {
     static CA: std::sync::OnceLock<KeyPem> = std::sync::OnceLock::new();
     CA.get_or_init(|| issue_ca("tests/backup", jiff::Timestamp::now(), DAY).unwrap())
