@@ -21,7 +21,7 @@
 //!    and what comes next (its span says why it ran), so a pass that changes nothing logs one line.
 //! 4. **Instances** (the I/O in [`crate::databasecluster::instances`], the decisions in [`crate::databasecluster::instances::topology`],
 //!    [`crate::databasecluster::failover`] and [`crate::databasecluster::instances::roll`]): each pod's instance manager is asked
-//!    for its `/status` (HTTP, with the `<name>-status-token`; the operator opens no database
+//!    for its `/status` (HTTPS verified against the cluster's CA, with the `<name>-status-token`; the operator opens no database
 //!    session, and an instance that does not answer is `unknown`, its status saying why); a primary
 //!    down for `failoverDelay` is replaced by a standby ([`crate::databasecluster::failover::promotion`]), and that pass ends
 //!    there; role labels follow the answers;
@@ -92,6 +92,7 @@ use crate::databasecluster::controller::status::{
     with_resizing,
 };
 use crate::databasecluster::failover::with_failover;
+use crate::databasecluster::instances::client::Access;
 use crate::databasecluster::instances::storage::{Growth, grow_claims};
 use crate::databasecluster::instances::topology::with_unreached;
 use crate::databasecluster::specs::config::{Records, build_config_map, config_map_name, initial_primary};
@@ -171,6 +172,8 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let token =
         crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
             .await?;
+    // The managers serve the servers' certificate: verified with the CAs that verify the servers.
+    let access = Access::new(token, &certificates.ca_cert, owner.name(), owner.namespace());
     let (primary_record, demoting) = ensure_config_map(ctx, cluster, &owner, &spec).await?;
     let restored = match ensure_restore(ctx, cluster, &owner, &spec).await? {
         RestoreGate::Open(restored) => restored,
@@ -189,7 +192,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
     let pods = pod_views(ctx, &owner, Timestamp::now());
     let topology =
-        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &token, &record).await;
+        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &access, &record).await;
     let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
 
     let now = Timestamp::now();
