@@ -6,9 +6,7 @@
 //! its `ca.crt` alone is mounted at `<secrets>/client-ca` (the servers verify client certificates
 //! against it). The operator's CA's Secret is never mounted, nor any CA's key.
 
-use k8s_openapi::api::core::v1::{SecretVolumeSource, Volume, VolumeMount};
-
-use k8s_openapi::api::core::v1::KeyToPath;
+use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource, Volume, VolumeMount};
 
 use super::secrets::CA_CERT_KEY;
 use super::{replication_client_secret_name, server_secret_name};
@@ -85,4 +83,41 @@ pub fn instance_mounts(secrets_mount_path: &str, clients: Option<&ClientCertific
             ..VolumeMount::default()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_users_client_ca_is_mounted_without_its_key_and_its_replication_certificate_replaces_ours() {
+        let secrets = |volumes: &[Volume]| -> Vec<(String, Option<Vec<String>>)> {
+            volumes
+                .iter()
+                .map(|v| {
+                    let source = v.secret.as_ref().unwrap();
+                    let items = source.items.as_ref().map(|i| i.iter().map(|i| i.key.clone()).collect());
+                    (source.secret_name.clone().unwrap(), items)
+                })
+                .collect()
+        };
+        let ours = instance_volumes("db", None, None);
+        let names: Vec<_> = secrets(&ours).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["db-server", "db-server", "db-replication-client"]);
+        assert_eq!(instance_mounts("/s", None).len(), 3);
+
+        let user = ClientCertificates {
+            ca_secret: "their-ca".into(),
+            replication_secret: Some("their-repl".into()),
+        };
+        let theirs = instance_volumes("db", None, Some(&user));
+        assert_eq!(
+            secrets(&theirs)[2..],
+            [("their-repl".to_owned(), None), ("their-ca".to_owned(), Some(vec!["ca.crt".to_owned()]))]
+        );
+        let mounts = instance_mounts("/s", Some(&user));
+        assert_eq!(mounts.last().map(|m| m.mount_path.as_str()), Some("/s/client-ca"));
+        let signed_by_their_ca = ClientCertificates { replication_secret: None, ..user };
+        assert_eq!(replication_secret("db", Some(&signed_by_their_ca)), "db-replication-client");
+    }
 }
