@@ -19,7 +19,7 @@ use super::secrets::{Credential, Login, SecretError};
 use super::settings::Settings;
 use super::status::credential_version;
 
-/// Per login directory (`superuser`, `replication`, `app`): the version of its Secret.
+/// Per login directory with a password (`superuser`, `app`): the version of its Secret.
 pub type Versions = BTreeMap<String, String>;
 
 /// The three mounted logins, read together; its `Debug` shows neither passwords nor the token.
@@ -27,8 +27,8 @@ pub type Versions = BTreeMap<String, String>;
 pub struct Mounted {
     /// `superuser/`.
     pub superuser: Credential,
-    /// `replication/`.
-    pub replication: Credential,
+    /// `replication/`: its user only (it has no password).
+    pub replication: String,
     /// `app/`.
     pub app: Credential,
     /// The status token (the versions' key), empty when none is mounted.
@@ -50,7 +50,7 @@ impl Mounted {
     pub fn read(settings: &Settings) -> Result<Mounted, SecretError> {
         Ok(Mounted {
             superuser: super::secrets::read(settings, Login::Superuser)?,
-            replication: super::secrets::read(settings, Login::Replication)?,
+            replication: super::secrets::username(settings, Login::Replication)?,
             app: super::secrets::read(settings, Login::App)?,
             token: super::secrets::status_token(settings).unwrap_or_default(),
         })
@@ -58,17 +58,13 @@ impl Mounted {
 
     /// Each login's version.
     pub fn versions(&self) -> Versions {
-        [
-            (Login::Superuser, &self.superuser),
-            (Login::Replication, &self.replication),
-            (Login::App, &self.app),
-        ]
-        .into_iter()
-        .map(|(login, c)| {
-            let version = credential_version(&self.token, &c.username, c.password.expose());
-            (login.dir().to_owned(), version)
-        })
-        .collect()
+        [(Login::Superuser, &self.superuser), (Login::App, &self.app)]
+            .into_iter()
+            .map(|(login, c)| {
+                let version = credential_version(&self.token, &c.username, c.password.expose());
+                (login.dir().to_owned(), version)
+            })
+            .collect()
     }
 }
 
@@ -119,7 +115,7 @@ pub async fn apply(settings: &Settings, local: &Local) -> Result<Versions, Apply
     let work = |client: tokio_postgres::Client| async move {
         client.batch_execute(QUIET_SESSION).await?;
         let exists = "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)";
-        for (role, attributes) in [(&replication.username, "LOGIN REPLICATION"), (&app.username, "LOGIN")] {
+        for (role, attributes) in [(&replication, "LOGIN REPLICATION"), (&app.username, "LOGIN")] {
             if !client.query_one(exists, &[role]).await?.get::<_, bool>(0) {
                 client.batch_execute(&format!("CREATE ROLE {} {attributes}", quote_ident(role))).await?;
             }
@@ -127,7 +123,7 @@ pub async fn apply(settings: &Settings, local: &Local) -> Result<Versions, Apply
         client.batch_execute(&alter_role(&superuser, "LOGIN")).await?;
         // The replication user logs in by client certificate only (`pg_hba.conf`'s `cert`): no
         // password that could be used instead.
-        let replication_role = quote_ident(&replication.username);
+        let replication_role = quote_ident(&replication);
         client
             .batch_execute(&format!(
                 "ALTER ROLE {replication_role} WITH LOGIN REPLICATION NOSUPERUSER PASSWORD NULL"
@@ -149,7 +145,7 @@ pub async fn apply(settings: &Settings, local: &Local) -> Result<Versions, Apply
 /// Rewrites a standby's password file from the mounted Secrets; the versions written.
 pub fn write_password_file(settings: &Settings) -> Result<Versions, SecretError> {
     let mounted = Mounted::read(settings)?;
-    super::secrets::write_pgpass_from(settings, &mounted.replication, &mounted.superuser)?;
+    super::secrets::write_pgpass_from(settings, &mounted.superuser)?;
     Ok(mounted.versions())
 }
 
@@ -174,7 +170,9 @@ mod tests {
         for (login, user) in [("superuser", "postgres"), ("replication", "replicator"), ("app", "app")] {
             std::fs::create_dir_all(dir.path().join(login)).unwrap();
             std::fs::write(dir.path().join(login).join("username"), user).unwrap();
-            std::fs::write(dir.path().join(login).join("password"), format!("{login}-s3cret")).unwrap();
+            if login != "replication" {
+                std::fs::write(dir.path().join(login).join("password"), format!("{login}-s3cret")).unwrap();
+            }
         }
         std::fs::create_dir_all(dir.path().join("status")).unwrap();
         std::fs::write(dir.path().join("status/token"), "t0ken-UNIQUE\n").unwrap();
@@ -182,7 +180,12 @@ mod tests {
         let shown = format!("{mounted:?}");
         assert!(!shown.contains("s3cret") && !shown.contains("t0ken-UNIQUE"), "{shown}");
         let versions = mounted.versions();
-        assert_eq!(versions.keys().collect::<Vec<_>>(), ["app", "replication", "superuser"]);
+        assert_eq!(
+            versions.keys().collect::<Vec<_>>(),
+            ["app", "superuser"],
+            "the replication login has no password"
+        );
+        assert_eq!(mounted.replication, "replicator");
         assert_eq!(versions["app"], credential_version("t0ken-UNIQUE", "app", "app-s3cret"));
     }
 

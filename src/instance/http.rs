@@ -13,8 +13,11 @@
 //! - `POST /promote`, `/checkpoint`, `/reload`, `/slots`: the operator's commands
 //!   ([`super::commands`]), with the same token.
 //!
-//! Plain HTTP: the token and the report cross the pod network in the clear until the listener
-//! serves TLS (a later change).
+//! The status port serves TLS with the cluster's server certificate (the mounted `server-tls/`,
+//! read again when it changes: [`crate::runtime::observe::tls::ServedCertificate`]), so the token
+//! and the report never cross the pod network in the clear; the operator verifies it against the
+//! cluster's CA under the pod's name, and the kubelet's probes (`scheme: HTTPS`) do not verify it,
+//! as a kubelet never does. A handshake not done within [`HANDSHAKE_LIMIT`] drops the connection.
 //!
 //! The metrics listener on `POD_IP:$DBC_METRICS_PORT` serves `GET /metrics` alone
 //! ([`super::metrics`]).
@@ -81,11 +84,15 @@ pub async fn bind(settings: &Settings, port: u16) -> std::io::Result<TcpListener
     TcpListener::bind((settings.pod_ip.as_str(), port)).await
 }
 
-/// Serves connections until `stop` is cancelled.
+/// How long a client may take over its TLS handshake.
+pub const HANDSHAKE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves connections until `stop` is cancelled: over TLS with `tls`, plain HTTP without.
 pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     endpoints: Endpoints,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: CancellationToken,
 ) {
     loop {
@@ -94,19 +101,34 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
         };
         let Ok((stream, _)) = accepted else { continue };
-        let shared = shared.clone();
-        let stop = stop.clone();
+        let (shared, stop, tls) = (shared.clone(), stop.clone(), tls.clone());
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(route(request, &shared, endpoints).await) }
-            });
-            let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                () = stop.cancelled() => {}
-                _ = connection => {}
+            match tls {
+                None => serve_connection(stream, shared, endpoints, stop).await,
+                Some(acceptor) => {
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(HANDSHAKE_LIMIT, acceptor.accept(stream)).await
+                    {
+                        serve_connection(stream, shared, endpoints, stop).await;
+                    }
+                }
             }
         });
+    }
+}
+
+async fn serve_connection<S>(stream: S, shared: Arc<Shared>, endpoints: Endpoints, stop: CancellationToken)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(route(request, &shared, endpoints).await) }
+    });
+    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        () = stop.cancelled() => {}
+        _ = connection => {}
     }
 }
 

@@ -188,7 +188,7 @@ async fn prepare_standby(settings: &Settings, recorded: &str) -> Result<(), Prep
     clone_until_done(settings, recorded).await?;
     let signal = pgdata.join("standby.signal");
     std::fs::write(&signal, "").map_err(io("writing", &signal))?;
-    let user = secrets::read(settings, Login::Replication)?.username;
+    let user = secrets::username(settings, Login::Replication)?;
     auto_conf::write(pgdata, Some(&upstream(settings, recorded, &user)))
         .map_err(io("writing postgresql.auto.conf in", pgdata))
 }
@@ -214,7 +214,7 @@ async fn clone_until_done(settings: &Settings, recorded: &str) -> Result<(), Pre
     if has_data(pgdata) {
         return Ok(());
     }
-    let user = secrets::read(settings, Login::Replication)?.username;
+    let user = secrets::username(settings, Login::Replication)?;
     let tls = super::tls::replication_keywords(settings);
     let mut keywords = vec![("application_name", settings.pod_name.as_str())];
     keywords.extend(clone_keywords());

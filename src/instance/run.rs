@@ -17,6 +17,8 @@ use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::observe::tls::ServedCertificate;
+
 use super::credentials::{self, ApplyError};
 use super::decide::{Applied, Role};
 use super::disk;
@@ -51,6 +53,9 @@ pub enum RunError {
     /// The preparation failed.
     #[error(transparent)]
     Prepare(#[from] PrepareError),
+    /// The server certificate the status port serves is missing or unusable.
+    #[error("the status port's certificate: {0}")]
+    Tls(#[from] crate::runtime::observe::tls::TlsError),
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
@@ -70,8 +75,13 @@ pub async fn run(settings: Settings, extra: Vec<String>) -> Result<u8, RunError>
     let metrics = super::metrics::Exporter::new(&settings, &local);
     let shared = Arc::new(Shared::new(settings, local, metrics));
     let stop = CancellationToken::new();
-    tokio::spawn(http::serve(listener, shared.clone(), Endpoints::Status, stop.clone()));
-    tokio::spawn(http::serve(metrics_listener, shared.clone(), Endpoints::Metrics, stop.clone()));
+    // The status port serves the cluster's server certificate, read again when it changes.
+    let certificate_dir = shared.settings.secrets_dir.join(super::tls::SERVER_DIR);
+    let certificate = Arc::new(ServedCertificate::load(Some(&certificate_dir))?);
+    tokio::spawn(certificate.clone().watch(stop.clone()));
+    let tls = Some(certificate.acceptor());
+    tokio::spawn(http::serve(listener, shared.clone(), Endpoints::Status, tls, stop.clone()));
+    tokio::spawn(http::serve(metrics_listener, shared.clone(), Endpoints::Metrics, None, stop.clone()));
     let _stop_on_exit = stop.clone().drop_guard();
 
     tokio::select! {

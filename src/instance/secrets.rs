@@ -97,9 +97,15 @@ fn read_value(path: PathBuf) -> Result<String, SecretError> {
 
 /// Reads `login`'s Secret.
 pub fn read(settings: &Settings, login: Login) -> Result<Credential, SecretError> {
-    let username = read_value(settings.secret_path(login.dir(), "username"))?.trim().to_owned();
+    let username = username(settings, login)?;
     let password = Password(read_value(settings.secret_path(login.dir(), "password"))?);
     Ok(Credential { username, password })
+}
+
+/// Reads `login`'s user name only: all the replication login's Secret holds (its user logs in by
+/// client certificate; a `password` an older Secret still has is never read).
+pub fn username(settings: &Settings, login: Login) -> Result<String, SecretError> {
+    Ok(read_value(settings.secret_path(login.dir(), "username"))?.trim().to_owned())
 }
 
 /// The `/status` bearer token, if mounted.
@@ -120,26 +126,22 @@ pub fn pgpass_text(credentials: &[&Credential]) -> String {
         .collect()
 }
 
-/// Writes the replication and superuser passwords to `$DBC_RUN/pgpass` (0600, replaced whole).
+/// Writes the superuser's password to `$DBC_RUN/pgpass` (0600, replaced whole): `pg_rewind`'s
+/// and a standby's look at its primary; replication logs in by certificate.
 pub fn write_pgpass(settings: &Settings) -> Result<(), SecretError> {
-    let replication = read(settings, Login::Replication)?;
     let superuser = read(settings, Login::Superuser)?;
-    write_pgpass_from(settings, &replication, &superuser)
+    write_pgpass_from(settings, &superuser)
 }
 
-/// Writes `replication`'s and `superuser`'s passwords to `$DBC_RUN/pgpass` (0600, replaced whole).
-pub fn write_pgpass_from(
-    settings: &Settings,
-    replication: &Credential,
-    superuser: &Credential,
-) -> Result<(), SecretError> {
+/// Writes `superuser`'s password to `$DBC_RUN/pgpass` (0600, replaced whole).
+pub fn write_pgpass_from(settings: &Settings, superuser: &Credential) -> Result<(), SecretError> {
     let path = settings.pgpass_path();
     let tmp = path.with_extension("tmp");
     let write = |source| SecretError::Write { path: path.clone(), source };
     let _ = std::fs::remove_file(&tmp);
     let mut file =
         std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(write)?;
-    file.write_all(pgpass_text(&[replication, superuser]).as_bytes()).map_err(write)?;
+    file.write_all(pgpass_text(&[superuser]).as_bytes()).map_err(write)?;
     file.sync_all().map_err(write)?;
     std::fs::rename(&tmp, &path).map_err(write)
 }
@@ -231,7 +233,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        for (login, pass) in [("superuser", "su:pw\n"), ("replication", "repl"), ("app", "")] {
+        for (login, pass) in [("superuser", "su:pw\n"), ("replication", "unused"), ("app", "")] {
             std::fs::create_dir_all(root.join(login)).unwrap();
             std::fs::write(root.join(login).join("username"), format!("{login}\n")).unwrap();
             std::fs::write(root.join(login).join("password"), pass).unwrap();
@@ -243,7 +245,13 @@ mod tests {
         assert!(matches!(read(&settings, Login::App), Err(SecretError::Empty(_))));
         write_pgpass(&settings).unwrap();
         let text = std::fs::read_to_string(settings.pgpass_path()).unwrap();
-        assert_eq!(text, "*:*:*:replication:repl\n*:*:*:superuser:su\\:pw\n");
+        assert_eq!(text, "*:*:*:superuser:su\\:pw\n", "no replication password, even if a Secret has one");
+        std::fs::remove_file(root.join("replication/password")).unwrap();
+        assert_eq!(
+            username(&settings, Login::Replication).unwrap(),
+            "replication",
+            "read without a password"
+        );
         let mode = std::fs::metadata(settings.pgpass_path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(status_token(&settings), None);

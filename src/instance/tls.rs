@@ -4,7 +4,9 @@
 //! Mounted (read-only Secret volumes, `$DBC_SECRETS/<dir>/`): `server-tls/` (`tls.crt`, `tls.key`:
 //! the server's certificate, the operator's or the user's), `server-ca/` (`ca.crt`: the CA that
 //! verifies it) and `replication-tls/` (the replication user's client certificate, and in its
-//! `ca.crt` the operator's CA, which signs every client certificate). The copies exist because PostgreSQL and libpq
+//! `ca.crt` the operator's CA, which signs the client certificates), and with the user's client
+//! CA `client-ca/` (`ca.crt` only: the CA client certificates are verified against, instead of
+//! `replication-tls/ca.crt`). The copies exist because PostgreSQL and libpq
 //! refuse a private key a group can read unless root owns it, and a kubelet's Secret volume under
 //! `fsGroup` makes its files group-readable: each copy is the pod user's own, keys mode 0600
 //! (written whole, then renamed into place). [`install`] copies what changed and says whether the
@@ -26,6 +28,9 @@ pub const SERVER_DIR: &str = "server-tls";
 pub const SERVER_CA_DIR: &str = "server-ca";
 /// The replication client certificate's directory under `$DBC_SECRETS`.
 pub const REPLICATION_DIR: &str = "replication-tls";
+/// The directory of the user's client CA (`spec.certificates.clientCASecret`), when it is
+/// mounted, under `$DBC_SECRETS`.
+pub const CLIENT_CA_DIR: &str = "client-ca";
 
 /// One private copy: where from, where to, and whether it is a key.
 struct Copy {
@@ -73,11 +78,14 @@ pub fn replication_key(settings: &Settings) -> PathBuf {
 fn copies(settings: &Settings) -> [Copy; 6] {
     let mounted = |d: &str, key: &str| settings.secret_path(d, key);
     let copy = |from, to, private, server| Copy { from, to, private, server };
+    // The user's client CA when it is mounted (the pod template mounts it only then).
+    let user_client_ca = mounted(CLIENT_CA_DIR, "ca.crt");
+    let client_ca = if user_client_ca.exists() { user_client_ca } else { mounted(REPLICATION_DIR, "ca.crt") };
     [
         copy(mounted(SERVER_DIR, "tls.crt"), server_cert(settings), false, true),
         copy(mounted(SERVER_DIR, "tls.key"), server_key(settings), true, true),
         copy(mounted(SERVER_CA_DIR, "ca.crt"), ca_cert(settings), false, false),
-        copy(mounted(REPLICATION_DIR, "ca.crt"), client_ca_cert(settings), false, true),
+        copy(client_ca, client_ca_cert(settings), false, true),
         copy(mounted(REPLICATION_DIR, "tls.crt"), replication_cert(settings), false, false),
         copy(mounted(REPLICATION_DIR, "tls.key"), replication_key(settings), true, false),
     ]
@@ -191,6 +199,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(ca_cert(&settings)).unwrap(), "another CA");
         std::fs::write(settings.secret_path(REPLICATION_DIR, "ca.crt"), "client CA").unwrap();
         assert!(install(&settings).unwrap(), "the client CA is the server's ssl_ca_file");
+        std::fs::create_dir_all(settings.secrets_dir.join(CLIENT_CA_DIR)).unwrap();
+        std::fs::write(settings.secret_path(CLIENT_CA_DIR, "ca.crt"), "the user's client CA").unwrap();
+        assert!(install(&settings).unwrap(), "the user's client CA, mounted, replaces the replication one's");
+        assert_eq!(std::fs::read_to_string(client_ca_cert(&settings)).unwrap(), "the user's client CA");
         std::fs::remove_file(settings.secret_path(SERVER_CA_DIR, "ca.crt")).unwrap();
         assert!(install(&settings).is_err(), "a missing file is an error");
     }

@@ -166,7 +166,7 @@ enum FollowError {
 fn follow(shared: &Shared, recorded: &str, postmaster: u32) -> Result<(), FollowError> {
     let settings = &shared.settings;
     secrets::write_pgpass(settings)?;
-    let user = secrets::read(settings, Login::Replication)?.username;
+    let user = secrets::username(settings, Login::Replication)?;
     let upstream = super::prepare::upstream(settings, recorded, &user);
     auto_conf::write(&settings.pgdata, Some(&upstream)).map_err(FollowError::Conf)?;
     signal::send(postmaster, Signal::Reload).map_err(FollowError::Reload)

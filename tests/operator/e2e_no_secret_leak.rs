@@ -50,7 +50,6 @@ async fn the_password_keys_and_certificates_appear_only_in_their_secrets() {
         ("production-postgres-server", "tls.key"),
         ("production-postgres-server", "tls.crt"),
         ("production-postgres-replication-client", "tls.key"),
-        ("production-postgres-operator-client", "tls.key"),
     ] {
         let pem = secret_value(&secrets.get(name).await.unwrap(), key);
         let body_line = pem.lines().nth(1).expect("a PEM body").to_owned();

@@ -129,11 +129,11 @@ async fn the_seeds_walkthrough_step_by_step() {
         "UpgradeCompleted",
     ];
     let reasons = await_event_reasons(&cluster, NAME, &expected).await;
-    // Four Services (headless, -rw, -ro, -r) and eight Secrets (superuser, app, replication, the
-    // instances' status token; the CA, the server's and two clients' certificates).
+    // Four Services (headless, -rw, -ro, -r) and seven Secrets (superuser, app, replication, the
+    // instances' status token; the CA, the server's and the replication client's certificates).
     let times = |reason: &str| match reason {
         "CreatedService" => 4,
-        "CreatedSecret" => 8,
+        "CreatedSecret" => 7,
         _ => 1,
     };
     for expected in expected {

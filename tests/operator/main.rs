@@ -18,6 +18,7 @@ mod e2e_drift;
 mod e2e_no_secret_leak;
 mod e2e_quiet;
 mod e2e_read_your_writes;
+mod e2e_replication_secret;
 mod e2e_run;
 mod e2e_storage;
 mod e2e_transient;

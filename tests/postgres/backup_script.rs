@@ -22,7 +22,7 @@ use serde_json::Value;
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 
-/// The tests' CA: it signs each server's certificate and the operator's client certificate.
+/// The tests' CA: it signs each server's certificate and the replication client certificate.
 fn ca() -> &'static KeyPem {
     static CA: std::sync::OnceLock<KeyPem> = std::sync::OnceLock::new();
     CA.get_or_init(|| issue_ca("tests/backup", jiff::Timestamp::now(), DAY).unwrap())
@@ -94,14 +94,14 @@ struct Server {
 
 impl Server {
     /// Starts a server on `data` (which must hold a cluster), trusting local connections and
-    /// letting `postgres` replicate over TLS with a client certificate only, as the operator's
+    /// letting `replicator` replicate over TLS with a client certificate only, as the operator's
     /// `pg_hba.conf` does; its certificate names its address.
     fn start(root: &Path, name: &str, data: PathBuf) -> Server {
         let socket = owned_dir(root, &format!("{name}-socket"));
         let hba = root.join(format!("{name}-hba.conf"));
         fs::write(
             &hba,
-            "local all all trust\nhostssl replication postgres 127.0.0.0/8 cert\nhostssl all all 127.0.0.0/8 scram-sha-256\n",
+            "local all all trust\nhostssl replication replicator 127.0.0.0/8 cert\nhostssl all all 127.0.0.0/8 scram-sha-256\n",
         )
         .unwrap();
         fs::set_permissions(&hba, fs::Permissions::from_mode(0o644)).unwrap();
@@ -167,10 +167,11 @@ fn primary(root: &Path) -> Server {
     );
     let server = Server::start(root, "primary", data);
     server.psql("CREATE TABLE items (id int PRIMARY KEY)");
+    server.psql("CREATE ROLE replicator REPLICATION LOGIN");
     server
 }
 
-/// The pod's view: the script, the mounted operator's client certificate, the backup volume, a private
+/// The pod's view: the script, the mounted replication client certificate, the backup volume, a private
 /// run directory and the termination log.
 struct Pod {
     root: PathBuf,
@@ -181,9 +182,10 @@ struct Pod {
 impl Pod {
     fn new(root: &Path) -> Pod {
         let secrets = owned_dir(root, "secrets");
-        let client = issue_leaf(ca(), &Leaf::Client("postgres".into()), jiff::Timestamp::now(), DAY).unwrap();
+        let client =
+            issue_leaf(ca(), &Leaf::Client("replicator".into()), jiff::Timestamp::now(), DAY).unwrap();
         // As a Secret volume under fsGroup shows it: the key readable by the group.
-        let tls = owned_dir(&secrets, "operator-tls");
+        let tls = owned_dir(&secrets, "replication-tls");
         write_owned(&tls, &[("tls.crt", &client.cert), ("tls.key", &client.key)]);
         write_owned(&owned_dir(&secrets, "server-ca"), &[("ca.crt", &ca().cert)]);
         fs::set_permissions(tls.join("tls.key"), fs::Permissions::from_mode(0o640)).unwrap();

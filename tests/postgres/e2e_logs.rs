@@ -6,14 +6,24 @@
 
 use crate::common;
 
+use common::https::https_get_as;
 use common::postgres::*;
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 
 const NAME: &str = "logs";
 
 /// Every line of `log` that is not a JSON object, and every line with start noise.
+/// The CAs that verify the cluster's servers (its superuser Secret's `ca.crt`).
+async fn ca_certificates(cluster: &TestCluster) -> Vec<CertificateDer<'static>> {
+    let secret = cluster.api::<Secret>().get(&format!("{NAME}-superuser")).await.unwrap();
+    let pem = secret.data.unwrap()["ca.crt"].0.clone();
+    CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().unwrap()
+}
+
 fn offending(log: &str) -> Vec<String> {
     let noise = ["could not change directory", "does not exist", "could not identify current directory"];
     log.lines()
@@ -47,10 +57,17 @@ async fn an_instances_log_is_json_lines_without_start_noise() {
     for pod in list.items {
         let name = pod.metadata.name.clone().unwrap();
         // Ready: the kubelet's probes passed. One more round of each, and a scrape.
-        for (port, path) in [(8000, "/healthz"), (8000, "/readyz"), (9187, "/metrics")] {
-            let (code, _, _) = http_get(format!("{}:{port}", pod_ip(&pod)).parse().unwrap(), path).await;
-            assert_eq!(code, 200, "{name} {path}");
+        // The status port serves TLS with the cluster's server certificate, verified here under
+        // the pod's name as the operator verifies it; the metrics port is plain HTTP.
+        let trusted = ca_certificates(&cluster).await;
+        let status: std::net::SocketAddr = format!("{}:8000", pod_ip(&pod)).parse().unwrap();
+        let pod_name = format!("{name}.{NAME}.default.svc");
+        for path in ["/healthz", "/readyz"] {
+            let answer = https_get_as(status, &pod_name, &trusted, path, None).await;
+            assert_eq!(answer.map(|a| a.0), Ok(200), "{name} {path}");
         }
+        let (code, _, _) = http_get(format!("{}:9187", pod_ip(&pod)).parse().unwrap(), "/metrics").await;
+        assert_eq!(code, 200, "{name} /metrics");
         let mut seen = 0;
         for container in ["install-manager", "bootstrap", "postgres"] {
             let params = LogParams { container: Some(container.into()), ..LogParams::default() };

@@ -20,8 +20,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
-const NAME: &str = "production-postgres";
-const NS: &str = "default";
+pub(crate) const NAME: &str = "production-postgres";
+pub(crate) const NS: &str = "default";
 
 async fn create(cluster: &TestCluster, replicas: i32) {
     let mut db = sample();
@@ -30,24 +30,24 @@ async fn create(cluster: &TestCluster, replicas: i32) {
     cluster.clusters().patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
 }
 
-async fn secret(cluster: &TestCluster, name: &str, key: &str) -> String {
+pub(crate) async fn secret(cluster: &TestCluster, name: &str, key: &str) -> String {
     let secrets: Api<Secret> = cluster.api();
     secret_value(&secrets.get(name).await.unwrap(), key)
 }
 
 /// The login Secret `login`'s uri to the Service `service`, resolved as a pod resolves it.
-async fn uri(cluster: &TestCluster, login: &str, service: &str) -> String {
+pub(crate) async fn uri(cluster: &TestCluster, login: &str, service: &str) -> String {
     let raw = secret(cluster, &format!("{NAME}-{login}"), "uri").await;
     host_uri(cluster, NS, &raw.replace(&format!("{NAME}-rw."), &format!("{NAME}-{service}.")))
 }
 
-async fn pod_address(cluster: &TestCluster, ordinal: usize) -> String {
+pub(crate) async fn pod_address(cluster: &TestCluster, ordinal: usize) -> String {
     let pods: Api<Pod> = cluster.api();
     pod_ip(&pods.get(&format!("{NAME}-{ordinal}")).await.unwrap())
 }
 
 /// The certificate the server at `ip` presents to a client asking for `name` (PEM).
-fn served_certificate(ip: &str, name: &str) -> Option<String> {
+pub(crate) fn served_certificate(ip: &str, name: &str) -> Option<String> {
     let out = Command::new("openssl")
         .args(["s_client", "-starttls", "postgres", "-connect", &format!("{ip}:5432"), "-servername", name])
         .stdin(Stdio::null())
@@ -59,7 +59,7 @@ fn served_certificate(ip: &str, name: &str) -> Option<String> {
     Some(text[begin..end].to_owned())
 }
 
-fn same_pem(a: &str, b: &str) -> bool {
+pub(crate) fn same_pem(a: &str, b: &str) -> bool {
     a.split_whitespace().collect::<String>() == b.split_whitespace().collect::<String>()
 }
 
@@ -167,7 +167,7 @@ async fn short_lived_certificates_are_renewed_and_served_without_a_restart() {
 }
 
 /// A `kubernetes.io/tls` Secret as cert-manager writes it: `tls.crt`, `tls.key`, `ca.crt`.
-fn tls_secret(name: &str, leaf: &KeyPem, ca: &str) -> Secret {
+pub(crate) fn tls_secret(name: &str, leaf: &KeyPem, ca: &str) -> Secret {
     let data = [("tls.crt", &leaf.cert), ("tls.key", &leaf.key), ("ca.crt", &ca.to_owned())]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), ByteString(v.clone().into_bytes())))
@@ -195,8 +195,10 @@ async fn a_users_server_certificate_is_served_verified_and_reloaded_when_replace
     let mut db = sample();
     db.spec.replicas = 2;
     db.spec.backup_schedule = None;
-    db.spec.certificates =
-        Some(CertificatesSpec { server_tls_secret: "user-server-tls".into(), server_ca_secret: None });
+    db.spec.certificates = Some(CertificatesSpec {
+        server_tls_secret: Some("user-server-tls".into()),
+        ..CertificatesSpec::default()
+    });
     cluster.clusters().patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
     await_streaming(&cluster, NAME, 2, None).await;
 

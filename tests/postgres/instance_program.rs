@@ -113,7 +113,8 @@ async fn replication_needs_tls_and_the_replication_users_client_certificate() {
     let refusals = [
         (Login::Replication, "sslmode=disable", "no encryption"),
         (Login::Replication, "sslmode=verify-full", "certificate"),
-        (Login::Superuser, "sslmode=verify-full", "certificate"),
+        // Only the replication user may replicate over TCP (the backups present its certificate).
+        (Login::Superuser, "sslmode=verify-full", "no pg_hba.conf entry for replication connection"),
         (Login::App, "sslmode=verify-full", "no pg_hba.conf entry for replication connection"),
     ];
     for (login, tls, want) in refusals {

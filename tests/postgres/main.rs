@@ -18,6 +18,7 @@ mod e2e_postgres;
 mod e2e_psql;
 mod e2e_restore;
 mod e2e_tls;
+mod e2e_tls_ca;
 mod e2e_topology;
 mod e2e_upgrade;
 mod instance_exec;

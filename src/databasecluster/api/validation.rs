@@ -74,6 +74,8 @@ pub struct ValidSpec {
     pub synchronous_replicas: i32,
     /// The servers' certificate the user brings (`spec.certificates`), if any.
     pub server_certificate: Option<crate::databasecluster::api::certificates::ServerCertificate>,
+    /// The clients' CA (and replication certificate) the user brings (`spec.certificates`), if any.
+    pub client_certificates: Option<crate::databasecluster::api::certificates::ClientCertificates>,
 }
 
 /// A PostgreSQL version as `major` or `major.minor`.
@@ -226,8 +228,9 @@ pub enum SpecError {
     /// `storageClassName` is not a StorageClass name.
     #[error("spec.storageClassName {0:?} {STORAGE_CLASS_PROBLEM}")]
     InvalidStorageClass(String),
-    /// A `spec.certificates` Secret name is not a DNS subdomain.
-    #[error("spec.certificates names {0:?}, which is not a Secret name")]
+    /// `spec.certificates` names a Secret that is not a DNS subdomain, or one without the Secret
+    /// it goes with.
+    #[error("spec.certificates: {0}")]
     InvalidCertificateSecret(String),
     /// A `resources` quantity does not parse.
     #[error("spec.resources {0} is not a Kubernetes quantity such as 500m or 1Gi")]
@@ -299,6 +302,9 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
     let resources = spec.resources.clone().unwrap_or_else(default_resources);
     check_resources(&resources)?;
     let custom_queries = custom_queries(spec.monitoring.as_ref()).map_err(SpecError::InvalidCustomQueries)?;
+    let certificates =
+        crate::databasecluster::api::certificates::user_certificates(spec.certificates.as_ref())
+            .map_err(SpecError::InvalidCertificateSecret)?;
     Ok(ValidSpec {
         replicas: spec.replicas,
         version,
@@ -311,10 +317,8 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<ValidSpec, SpecError>
         backup: validate_backup(spec)?,
         synchronous_replicas,
         custom_queries,
-        server_certificate: crate::databasecluster::api::certificates::server_certificate(
-            spec.certificates.as_ref(),
-        )
-        .map_err(SpecError::InvalidCertificateSecret)?,
+        server_certificate: certificates.server,
+        client_certificates: certificates.client,
     })
 }
 

@@ -3,9 +3,9 @@
 //!
 //! The backup pod runs `scripts/backup.sh` with `bash -c` (no extra ConfigMap), as uid 999 with a
 //! read-only root filesystem and the restricted Pod Security profile. It mounts the backup volume,
-//! a private `emptyDir`, the operator's client certificate (`<name>-operator-client`,
-//! [`crate::databasecluster::tls`]: `pg_hba.conf` lets it open replication connections and
-//! nothing else) and the `ca.crt` that verifies the servers; no password. Its
+//! a private `emptyDir`, the replication user's client certificate (`<name>-replication-client`
+//! or the user's, [`crate::databasecluster::tls`]: `pg_hba.conf` lets it open replication
+//! connections and nothing else) and the `ca.crt` that verifies the servers; no password. Its
 //! labels (`databases.madmmas.dev/cluster`, component `backup`) deliberately leave out the
 //! cluster's pod selector, so no Service or StatefulSet ever selects a backup pod. Jobs run once
 //! (`backoffLimit: 0`): a failure is reported, and the next schedule is the retry; a Job running
@@ -28,7 +28,6 @@ use crate::databasecluster::api::validation::{StorageSize, ValidSpec};
 use crate::databasecluster::specs::resources::{
     FIELD_MANAGER, Owner, claim_spec, label, restricted_pod_security, restricted_security_context,
 };
-use crate::databasecluster::tls::Client;
 
 /// Label naming the DatabaseCluster a backup object belongs to (the Job informer's mapper reads
 /// it; CronJob-made Jobs are controlled by the CronJob, not by the cluster).
@@ -238,8 +237,9 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
     if let Some(seconds) = backup.keep_newer_than_seconds {
         env.push(self::env("DBC_KEEP_NEWER_THAN_SECONDS", seconds.to_string()));
     }
-    use crate::databasecluster::tls::pods::{secret_volume, server_secrets};
-    let certificate = secret_volume("operator-tls".to_owned(), Client::Operator.secret_name(owner.name()));
+    use crate::databasecluster::tls::pods::{replication_secret, secret_volume, server_secrets};
+    let replication = replication_secret(owner.name(), spec.client_certificates.as_ref());
+    let certificate = secret_volume("replication-tls".to_owned(), replication);
     let (_, server_ca) = server_secrets(owner.name(), spec.server_certificate.as_ref());
     let server_ca = secret_volume("server-ca".to_owned(), server_ca);
     script_pod(
@@ -249,7 +249,7 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
         env,
         vec![
             mount("backups", BACKUPS_PATH, false),
-            mount("operator-tls", &format!("{SECRETS_PATH}/operator-tls"), true),
+            mount("replication-tls", &format!("{SECRETS_PATH}/replication-tls"), true),
             mount("server-ca", &format!("{SECRETS_PATH}/server-ca"), true),
             mount("run", RUN_PATH, false),
         ],
@@ -351,7 +351,7 @@ mod tests {
             pod.volumes.iter().flatten().filter_map(|v| v.secret.as_ref()?.secret_name.clone()).collect();
         assert_eq!(
             secrets,
-            ["pg-operator-client", "pg-server"],
+            ["pg-replication-client", "pg-server"],
             "the client certificate and the servers' CA"
         );
         assert_eq!(pod.automount_service_account_token, Some(false));

@@ -124,8 +124,9 @@ pub(crate) fn truncate(mut text: String, max_bytes: usize) -> String {
 /// generation whose spec is invalid, InvalidConfiguration (Warning) once per generation whose
 /// `postgresConfig` PostgreSQL refuses, ExpansionNotSupported (Warning) once per generation whose
 /// storage growth the StorageClass refuses, DiskFull (Warning) once per generation in which an
-/// instance's data volume fills up, CertificateExpiring (Warning) when a certificate starts
-/// expiring unrenewed. An unchanged status implies none.
+/// instance's data volume fills up, InvalidCertificates (Warning) once per generation whose
+/// `spec.certificates` Secrets cannot be used, CertificateExpiring or CertificateRenewalFailed
+/// (Warning) when a certificate starts expiring unrenewed or its renewal starts failing. An unchanged status implies none.
 pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterStatus) -> Vec<EventNote> {
     let was = |type_: &str| old.and_then(|old| find_condition(old, type_));
     let now = |type_: &str| find_condition(new, type_);
@@ -157,15 +158,14 @@ pub fn status_events(old: Option<&DatabaseClusterStatus>, new: &DatabaseClusterS
     warn_once(condition::READY, reason::INVALID_SPEC, "Validate");
     warn_once(condition::READY, reason::INVALID_CONFIGURATION, "Configure");
     warn_once(condition::READY, reason::DISK_FULL, "Storage");
-    // A Warning when a certificate starts expiring unrenewed.
-    let was_expiring = was(condition::CERTIFICATES_EXPIRING).is_some_and(|c| c.status == "True");
-    if let Some(c) = now(condition::CERTIFICATES_EXPIRING).filter(|c| c.status == "True" && !was_expiring) {
-        events.push(EventNote::new(
-            EventType::Warning,
-            reason::CERTIFICATE_EXPIRING,
-            "Renew",
-            c.message.clone(),
-        ));
+    warn_once(condition::READY, reason::INVALID_CERTIFICATES, "Certificates");
+    // A Warning when a certificate starts expiring unrenewed, or its renewal starts failing.
+    let was_expiring =
+        was(condition::CERTIFICATES_EXPIRING).filter(|c| c.status == "True").map(|c| &c.reason);
+    if let Some(c) = now(condition::CERTIFICATES_EXPIRING)
+        .filter(|c| c.status == "True" && was_expiring != Some(&c.reason))
+    {
+        events.push(EventNote::new(EventType::Warning, c.reason.clone(), "Renew", c.message.clone()));
     }
     events
 }

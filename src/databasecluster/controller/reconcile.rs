@@ -21,7 +21,7 @@
 //!    and what comes next (its span says why it ran), so a pass that changes nothing logs one line.
 //! 4. **Instances** (the I/O in [`crate::databasecluster::instances`], the decisions in [`crate::databasecluster::instances::topology`],
 //!    [`crate::databasecluster::failover`] and [`crate::databasecluster::instances::roll`]): each pod's instance manager is asked
-//!    for its `/status` (HTTP, with the `<name>-status-token`; the operator opens no database
+//!    for its `/status` (HTTPS verified against the cluster's CA, with the `<name>-status-token`; the operator opens no database
 //!    session, and an instance that does not answer is `unknown`, its status saying why); a primary
 //!    down for `failoverDelay` is replaced by a standby ([`crate::databasecluster::failover::promotion`]), and that pass ends
 //!    there; role labels follow the answers;
@@ -96,6 +96,7 @@ use crate::databasecluster::controller::status::{
     with_resizing,
 };
 use crate::databasecluster::failover::with_failover;
+use crate::databasecluster::instances::client::Access;
 use crate::databasecluster::instances::storage::{Growth, grow_claims};
 use crate::databasecluster::instances::topology::with_unreached;
 use crate::databasecluster::specs::config::{Records, build_config_map, config_map_name, initial_primary};
@@ -163,14 +164,20 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let owner = Owner::of(cluster)?;
 
     ensure_services(ctx, cluster, &owner).await?;
-    let certificates = crate::databasecluster::controller::steps::certificates::ensure_certificates(
+    let certificates = match crate::databasecluster::controller::steps::certificates::ensure_certificates(
         ctx, cluster, &owner, &spec,
     )
-    .await?;
+    .await
+    {
+        Err(error @ Error::UserCertificate { .. }) => return refuse_certificates(ctx, cluster, error).await,
+        certificates => certificates?,
+    };
     let credentials = ensure_secrets(ctx, cluster, &owner, &spec, &certificates.ca_cert).await?;
     let token =
         crate::databasecluster::controller::steps::status_token::ensure_status_token(ctx, cluster, &owner)
             .await?;
+    // The managers serve the servers' certificate: verified with the CAs that verify the servers.
+    let access = Access::new(token, &certificates.ca_cert, owner.name(), owner.namespace());
     let (primary_record, demoting) = ensure_config_map(ctx, cluster, &owner, &spec).await?;
     let upgrade = ensure_major_upgrade(ctx, cluster, &owner, &spec, &primary_record).await?;
     let spec = upgrade.statefulset_spec(spec);
@@ -191,7 +198,7 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
 
     let pods = pod_views(ctx, &owner, Timestamp::now());
     let topology =
-        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &token, &record).await;
+        operate_instances(ctx, cluster, &owner, &spec, &sts, &pods, &credentials, &access, &record).await;
     let growth = grow_claims(&ctx.client, cluster, &owner, &spec, &sts).await;
 
     let now = Timestamp::now();
@@ -210,8 +217,31 @@ async fn reconcile_cluster<F: Forms>(cluster: &DatabaseCluster, ctx: &Context<F>
     let renew_in = certificates.renew_in(now);
     let next = next_look(retry_after.into_iter().chain(renew_in).min(), converging, spec.replicas > 0);
     log_pass(cluster, converging || retry_after.is_some(), &next, summary);
-    Ok(next)
+    // A renewal the API refused is in the status; the pass is retried with back-off.
+    certificates.into_refusal().map_or(Ok(next), Err)
 }
+
+/// A Secret `spec.certificates` names cannot be used: `Ready=False, InvalidCertificates` (with
+/// its Warning Event), nothing else changed or deleted, and a look again in
+/// [`CERTIFICATES_RETRY`] (the operator does not watch the user's Secrets).
+async fn refuse_certificates<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    error: Error,
+) -> Result<Action, Error> {
+    use crate::databasecluster::controller::status::{ConditionSetter, condition, reason};
+    tracing::warn!(%error, "the certificates spec.certificates names cannot be used");
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let mut conditions =
+        ConditionSetter::new(status.conditions, cluster.metadata.generation, Timestamp::now());
+    conditions.set(condition::READY, "False", reason::INVALID_CERTIFICATES, error.to_string());
+    status.conditions = conditions.into_inner();
+    write_status(ctx, cluster, status).await?;
+    Ok(Action::RequeueAfter(CERTIFICATES_RETRY))
+}
+
+/// How soon a cluster whose `spec.certificates` Secrets cannot be used is looked at again.
+pub const CERTIFICATES_RETRY: Duration = Duration::from_secs(10);
 
 /// An invalid spec: the status says so (with the StatefulSet and pods as they are), and the pass
 /// ends with a terminal error.

@@ -81,6 +81,10 @@ pub mod reason {
     pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
     /// CertificatesExpiring=False: every certificate is renewed before its margin.
     pub const CERTIFICATES_RENEWED: &str = "CertificatesRenewed";
+    /// CertificatesExpiring=True: the API refused a certificate's renewal.
+    pub const CERTIFICATE_RENEWAL_FAILED: &str = "CertificateRenewalFailed";
+    /// Ready=False: a Secret `spec.certificates` names is missing or lacks what it must hold.
+    pub const INVALID_CERTIFICATES: &str = "InvalidCertificates";
 }
 
 /// Whether this is the cluster's first pass: no phase has been written yet. Reconcile then writes

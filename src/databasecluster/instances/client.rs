@@ -1,6 +1,8 @@
-//! The operator's HTTP client of the instance managers: one connection per request (a pass asks
-//! each instance once), plain HTTP/1.1, the bearer token on every request, every request bounded
-//! ([`CONNECT_TIMEOUT`], and a limit per call), and answers of at most [`MAX_ANSWER_BYTES`].
+//! The operator's HTTPS client of the instance managers: one connection per request (a pass asks
+//! each instance once), HTTP/1.1 over TLS verifying the manager's certificate against the
+//! cluster's CA under its pod's name ([`Access`]: verification cannot be turned off), the bearer
+//! token on every request, every request bounded ([`CONNECT_TIMEOUT`], and a limit per call,
+//! the handshake included), and answers of at most [`MAX_ANSWER_BYTES`].
 
 use std::time::Duration;
 
@@ -63,8 +65,64 @@ impl std::fmt::Debug for StatusToken {
     }
 }
 
+/// How the operator reaches one cluster's instance managers: the bearer token, and TLS trusting
+/// exactly the cluster's CAs (the `ca.crt` bundle that verifies its servers), each manager
+/// verified under its pod's name `<pod>.<cluster>.<namespace>.svc`, which the server certificate
+/// names (`*.<cluster>.<namespace>.svc`).
+#[derive(Clone)]
+pub struct Access {
+    token: StatusToken,
+    connector: tokio_rustls::TlsConnector,
+    domain: String,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("token", &self.token)
+            .field("domain", &self.domain)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Access {
+    /// Access to cluster `cluster_name`'s managers in `namespace`, trusting the certificates of
+    /// the PEM text `ca_pem` (none readable: every handshake fails, never an unverified one).
+    pub fn new(token: StatusToken, ca_pem: &str, cluster_name: &str, namespace: &str) -> Access {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        let certificates =
+            rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()).filter_map(Result::ok);
+        roots.add_parsable_certificates(certificates);
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(rustls::DEFAULT_VERSIONS)
+            // Invariant: the ring provider supports the default versions.
+            .expect("ring supports TLS 1.2 and 1.3")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        let domain = format!(
+            "{}.{namespace}.svc",
+            crate::databasecluster::specs::names::headless_service_name(cluster_name)
+        );
+        Access { token, connector, domain }
+    }
+
+    /// The bearer token.
+    pub fn token(&self) -> &StatusToken {
+        &self.token
+    }
+
+    /// The manager of pod `pod` at `host:port`.
+    pub fn target(&self, pod: &str, host: String, port: u16) -> Target {
+        let server_name = format!("{pod}.{}", self.domain);
+        Target { host, port, token: self.token.clone(), tls: self.connector.clone(), server_name }
+    }
+}
+
 /// An instance manager to ask.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Target {
     /// The instance's address (its pod IP).
     pub host: String,
@@ -72,6 +130,20 @@ pub struct Target {
     pub port: u16,
     /// The bearer token.
     pub token: StatusToken,
+    /// TLS trusting the cluster's CAs.
+    tls: tokio_rustls::TlsConnector,
+    /// The name the manager's certificate must hold.
+    server_name: String,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why an instance could not be asked or told something.
@@ -92,6 +164,14 @@ pub enum InstanceError {
         host: String,
         /// The limit.
         timeout: Duration,
+    },
+    /// The TLS handshake failed (the manager's certificate not verified, among others).
+    #[error("{host}: TLS: {source}")]
+    Tls {
+        /// The instance's address.
+        host: String,
+        /// Why.
+        source: std::io::Error,
     },
     /// The HTTP exchange failed.
     #[error("{host}: {source}")]
@@ -165,6 +245,10 @@ async fn exchange(
             .await
             .map_err(|_| InstanceError::Timeout { host: host(), timeout: CONNECT_TIMEOUT })?
             .map_err(|source| InstanceError::Unreachable { host: host(), source })?;
+        let tls = |source| InstanceError::Tls { host: host(), source };
+        let name = rustls_pki_types::ServerName::try_from(target.server_name.clone())
+            .map_err(|e| tls(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+        let stream = target.tls.connect(name, stream).await.map_err(tls)?;
         let http = |source| InstanceError::Http { host: host(), source };
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
@@ -268,6 +352,10 @@ pub fn unreached_message(error: &InstanceError) -> String {
         }
         InstanceError::Answer { code, .. } => format!("its instance manager answered HTTP {code}"),
         InstanceError::Decode { .. } => "its instance manager's report does not read".to_owned(),
+        InstanceError::Tls { .. } => {
+            "the TLS handshake with its instance manager failed (is its certificate the cluster's?)"
+                .to_owned()
+        }
     };
     format!("the operator could not read the instance's status: {why}")
 }
@@ -276,8 +364,25 @@ pub fn unreached_message(error: &InstanceError) -> String {
 mod tests {
     use super::*;
 
+    use crate::databasecluster::tls::issue::{KeyPem, Leaf, issue_ca, issue_leaf};
+
+    /// The test cluster `db`'s CA, and a manager certificate it signs for the pods of `db`.
+    fn pki() -> &'static (KeyPem, KeyPem) {
+        static PKI: std::sync::OnceLock<(KeyPem, KeyPem)> = std::sync::OnceLock::new();
+        PKI.get_or_init(|| {
+            let (now, hour) = (jiff::Timestamp::now(), Duration::from_secs(3600));
+            let ca = issue_ca("default/db", now, hour).unwrap();
+            let server = issue_leaf(&ca, &Leaf::Server(vec!["*.db.default.svc".into()]), now, hour).unwrap();
+            (ca, server)
+        })
+    }
+
     fn target(port: u16) -> Target {
-        Target { host: "127.0.0.1".into(), port, token: StatusToken::new("t0ken-UNIQUE") }
+        Access::new(StatusToken::new("t0ken-UNIQUE"), &pki().0.cert, "db", "default").target(
+            "db-0",
+            "127.0.0.1".into(),
+            port,
+        )
     }
 
     #[test]
@@ -311,19 +416,59 @@ mod tests {
         assert_eq!(authority("fd00::1", 8000), "[fd00::1]:8000");
     }
 
-    /// A one-connection HTTP server on loopback that answers `answer` and returns the request.
-    async fn serve_once(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
+    /// A one-connection HTTPS server on loopback presenting `certificate`, that answers `answer`
+    /// and returns the request.
+    async fn serve_with(
+        certificate: &KeyPem,
+        answer: &'static str,
+    ) -> (u16, tokio::task::JoinHandle<String>) {
+        use rustls_pki_types::pem::PemObject;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let chain = rustls_pki_types::CertificateDer::pem_slice_iter(certificate.cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(certificate.key.as_bytes()).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let task = tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            let Ok(mut stream) = acceptor.accept(stream).await else { return String::new() };
             let mut buffer = vec![0u8; 4096];
             let read = stream.read(&mut buffer).await.unwrap();
             stream.write_all(answer.as_bytes()).await.unwrap();
+            stream.shutdown().await.unwrap();
             String::from_utf8_lossy(&buffer[..read]).into_owned()
         });
         (port, task)
+    }
+
+    async fn serve_once(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
+        serve_with(&pki().1, answer).await
+    }
+
+    #[tokio::test]
+    async fn a_manager_is_verified_against_the_clusters_ca_under_its_pods_name() {
+        let (port, _) = serve_once("HTTP/1.1 204 No Content\r\n\r\n").await;
+        let other = Access::new(StatusToken::new("t"), &pki().0.cert, "other", "default");
+        let error = reload(&other.target("other-0", "127.0.0.1".into(), port)).await.unwrap_err();
+        assert!(matches!(error, InstanceError::Tls { .. }), "another cluster's name: {error}");
+        let (now, hour) = (jiff::Timestamp::now(), Duration::from_secs(3600));
+        let stranger = issue_ca("default/db", now, hour).unwrap();
+        let forged =
+            issue_leaf(&stranger, &Leaf::Server(vec!["*.db.default.svc".into()]), now, hour).unwrap();
+        let (port, request) = serve_with(&forged, "HTTP/1.1 204 No Content\r\n\r\n").await;
+        let error = reload(&target(port)).await.unwrap_err();
+        assert!(matches!(error, InstanceError::Tls { .. }), "another CA's certificate: {error}");
+        assert_eq!(request.await.unwrap(), "", "nothing, the token least, was sent");
+        assert!(unreached_message(&error).contains("TLS handshake"));
     }
 
     #[tokio::test]

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 pub use crate::instance::commands::SlotChanges;
 pub use crate::instance::status::{Refused, Report, Slot, Standby};
-pub use client::{InstanceError, StatusToken, Target};
+pub use client::{Access, InstanceError, StatusToken, Target};
 
 /// What an instance says about itself: its [`Report`], with the LSNs as byte positions.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -7,7 +7,7 @@
 # 1. Source: the first of $DBC_BACKUP_HOSTS (the `-ro` Service, then the `-rw` one) that answers a
 #    replication connection, so a streaming standby is preferred and the primary is the fallback.
 # 2. pg_basebackup: tar format, gzip, WAL streamed into the backup (pg_wal.tar.gz), fast
-#    checkpoint, over TLS with the operator's client certificate. Written to `<name>.partial`, renamed to `<name>`
+#    checkpoint, over TLS with the replication user's client certificate. Written to `<name>.partial`, renamed to `<name>`
 #    (the UTC start time, e.g. 20261201T103000Z) once complete with its manifest.json: start and
 #    end time, size, PostgreSQL version, system identifier, WAL range, source host.
 # 3. Retention: a complete backup is kept when it is among the newest $DBC_KEEP_LAST, or started
@@ -17,7 +17,7 @@
 # 4. Report: the manifest (one line of JSON) is the container's termination message, which is how
 #    the operator learns the backup's name and size; on failure the message says why.
 #
-# Environment: DBC_BACKUP_HOSTS (space-separated), DBC_PORT (5432), DBC_SECRETS (operator-tls/
+# Environment: DBC_BACKUP_HOSTS (space-separated), DBC_PORT (5432), DBC_SECRETS (replication-tls/
 # with tls.crt and tls.key, server-ca/ with the ca.crt that verifies the servers), DBC_BACKUPS (the backup volume), DBC_RUN (a private writable
 # directory), DBC_KEEP_LAST, DBC_KEEP_NEWER_THAN_SECONDS, DBC_TERMINATION_LOG
 # (/dev/termination-log).
@@ -38,10 +38,10 @@ fail() {
     exit 1
 }
 
-# TLS verifying the server against the cluster's CA, authenticated by the operator's client
-# certificate (no password); its key copied private, as libpq refuses a group-readable key.
-tls="$DBC_SECRETS/operator-tls"
-user=postgres
+# TLS verifying the server against the cluster's CA, authenticated by the replication user's
+# client certificate (no password); its key copied private, as libpq refuses a group-readable key.
+tls="$DBC_SECRETS/replication-tls"
+user=replicator
 (umask 077 && cat "$tls/tls.key" >"$DBC_RUN/client.key")
 
 conninfo() { echo "host=$1 port=$DBC_PORT user=$user sslmode=verify-full sslrootcert=$DBC_SECRETS/server-ca/ca.crt sslcert=$tls/tls.crt sslkey=$DBC_RUN/client.key connect_timeout=5 application_name=dbc-backup"; }

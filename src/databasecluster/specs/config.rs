@@ -16,7 +16,7 @@
 //! - `pg_hba.conf`: local socket connections trusted (the socket is mode 0700 in a directory only
 //!   the pod's uid reaches); over TCP only TLS (`hostssl`: a plaintext connection matches no line
 //!   and is refused): replication connections by client certificate only (`cert`: the replication
-//!   user's, and the superuser's that the backup Jobs present, see
+//!   user's, which the standbys and the backup Jobs present, see
 //!   [`crate::databasecluster::tls`]), every other login with a SCRAM password. `pg_ident.conf`:
 //!   empty.
 //!
@@ -194,7 +194,6 @@ pub const PG_HBA_CONF: &str = "\
 # TYPE  DATABASE     USER        ADDRESS  METHOD
 local   all          all                  trust
 hostssl replication  replicator  all      cert
-hostssl replication  postgres    all      cert
 hostssl all          all         all      scram-sha-256
 ";
 
@@ -412,7 +411,7 @@ mod tests {
         assert!(tcp.iter().all(|l| l[0] == "hostssl"), "no plaintext TCP line: {tcp:?}");
         let replication: Vec<(&str, &str)> =
             tcp.iter().filter(|l| l[1] == "replication").map(|l| (l[2].as_str(), l[4].as_str())).collect();
-        assert_eq!(replication, [("replicator", "cert"), ("postgres", "cert")]);
+        assert_eq!(replication, [("replicator", "cert")], "the replication user only, by certificate");
         let others: Vec<&str> = tcp.iter().filter(|l| l[1] != "replication").map(|l| l[4].as_str()).collect();
         assert_eq!(others, ["scram-sha-256"]);
     }

@@ -8,7 +8,10 @@
 //!
 //! Each generated Secret has the keys `username`, `password`, `host` (`<name>-rw.<ns>.svc`),
 //! `port`, `dbname`, `uri`, `jdbc-uri` and `pgpass`. A password is drawn once, when its Secret is
-//! created, and read back from the live Secret ever after.
+//! created, and read back from the live Secret ever after. The replication user logs in by client
+//! certificate only and has no password: its Secret ([`build_replication_secret`]) has `username`,
+//! `host`, `port` and `dbname`. A `password` an older version left in it is neither read nor
+//! removed (it is not a field the operator writes any more).
 //!
 //! # The Secret and the database never disagree
 //! - At every start of the primary, and whenever the mounted Secret files change while it runs,
@@ -142,6 +145,16 @@ pub fn build_login_secret(owner: &Owner, login: Login, password: &str) -> Secret
     }
 }
 
+/// The replication login's Secret: its user and where it connects, no password (the user has
+/// none: it logs in by client certificate).
+pub fn build_replication_secret(owner: &Owner) -> Secret {
+    let mut secret = build_login_secret(owner, Login::Replication, "");
+    if let Some(data) = secret.data.as_mut() {
+        data.retain(|key, _| matches!(key.as_str(), "username" | "host" | "port" | "dbname"));
+    }
+    secret
+}
+
 /// A key of a Secret as text, if present and not empty.
 pub fn secret_value(secret: &Secret, key: &str) -> Option<String> {
     let bytes = secret.data.as_ref()?.get(key)?;
@@ -212,6 +225,15 @@ mod tests {
                 ("pgpass".to_owned(), format!("{host}:5432:app:app:Xq7\\:p@ss/w0rd%UNIQUE\n")),
             ])
         );
+    }
+
+    #[test]
+    fn the_replication_secret_carries_no_password() {
+        let secret = build_replication_secret(&owner());
+        assert_eq!(secret.metadata.name.as_deref(), Some("production-postgres-replication"));
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/basic-auth"));
+        let keys: Vec<String> = data(secret).into_keys().collect();
+        assert_eq!(keys, ["dbname", "host", "port", "username"]);
     }
 
     #[test]

@@ -204,11 +204,14 @@ pub fn manager_ports() -> [ContainerPort; 2] {
     [port(STATUS_PORT_NAME, STATUS_PORT), port(METRICS_PORT_NAME, METRICS_PORT)]
 }
 
+/// A probe of the status port, which serves TLS: `scheme: HTTPS` (a kubelet does not verify a
+/// probed server's certificate).
 fn http_probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
             port: IntOrString::String(STATUS_PORT_NAME.to_owned()),
+            scheme: Some("HTTPS".to_owned()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),

@@ -273,6 +273,7 @@ fn pod_volumes(owner: &Owner, spec: &ValidSpec) -> Vec<Volume> {
     volumes.extend(crate::databasecluster::tls::pods::instance_volumes(
         &owner.name,
         spec.server_certificate.as_ref(),
+        spec.client_certificates.as_ref(),
     ));
     volumes.push(controller_volume());
     volumes.extend(spec.custom_queries.as_ref().map(custom_queries_volume));
@@ -305,7 +306,10 @@ fn volume_mounts(spec: &ValidSpec) -> Vec<VolumeMount> {
         mounts.push(mount(&secret_volume_name(login), &path, true));
     }
     mounts.extend(manager_mounts(SECRETS_MOUNT_PATH));
-    mounts.extend(crate::databasecluster::tls::pods::instance_mounts(SECRETS_MOUNT_PATH));
+    mounts.extend(crate::databasecluster::tls::pods::instance_mounts(
+        SECRETS_MOUNT_PATH,
+        spec.client_certificates.as_ref(),
+    ));
     mounts.extend(spec.custom_queries.as_ref().map(|_| custom_queries_mount()));
     mounts.extend(
         object_store(spec).map(|s| objectstore::pod::mounts(s, SECRETS_MOUNT_PATH)).unwrap_or_default(),

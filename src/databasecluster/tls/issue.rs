@@ -96,7 +96,9 @@ pub fn issue_ca(cluster: &str, now: Timestamp, valid_for: Duration) -> Result<Ke
     Ok(KeyPem { cert: cert.pem(), key: key.serialize_pem() })
 }
 
-/// A new certificate for `leaf`, signed by `ca`, valid `valid_for` from `now`.
+/// A new certificate for `leaf`, signed by `ca`, valid `valid_for` from `now` but never past the
+/// CA's own expiry (a certificate outliving its issuer would fail verification once the CA has
+/// expired, whatever its own dates say).
 pub fn issue_leaf(
     ca: &KeyPem,
     leaf: &Leaf,
@@ -122,18 +124,42 @@ pub fn issue_leaf(
     params.extended_key_usages = vec![usage];
     params.use_authority_key_identifier_extension = true;
     validity(&mut params, now, valid_for)?;
+    params.not_after = params.not_after.min(offset(not_after(&ca.cert)?)?);
     let key = fresh_key()?;
     let cert = params.signed_by(&key, &issuer).map_err(rcgen_error("signing a certificate"))?;
     Ok(KeyPem { cert: cert.pem(), key: key.serialize_pem() })
 }
 
-/// When the first certificate of a PEM text expires.
-pub fn not_after(cert_pem: &str) -> Result<Timestamp, IssueError> {
+fn first_pem(cert_pem: &str) -> Result<x509_parser::pem::Pem, IssueError> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes())
         .map_err(|error| IssueError::Parse(error.to_string()))?;
+    Ok(pem)
+}
+
+fn timestamp(time: x509_parser::time::ASN1Time) -> Result<Timestamp, IssueError> {
+    Timestamp::from_second(time.timestamp()).map_err(|error| IssueError::Parse(error.to_string()))
+}
+
+/// When the first certificate of a PEM text expires.
+pub fn not_after(cert_pem: &str) -> Result<Timestamp, IssueError> {
+    let pem = first_pem(cert_pem)?;
     let cert = pem.parse_x509().map_err(|error| IssueError::Parse(error.to_string()))?;
-    Timestamp::from_second(cert.validity().not_after.timestamp())
-        .map_err(|error| IssueError::Parse(error.to_string()))
+    timestamp(cert.validity().not_after)
+}
+
+/// When the first certificate of a PEM text became valid.
+pub fn not_before(cert_pem: &str) -> Result<Timestamp, IssueError> {
+    let pem = first_pem(cert_pem)?;
+    let cert = pem.parse_x509().map_err(|error| IssueError::Parse(error.to_string()))?;
+    timestamp(cert.validity().not_before)
+}
+
+/// Whether the certificate `cert_pem` was signed by the key of the CA `ca_pem` (both first
+/// certificates of their PEM texts); `false` when either is unreadable.
+pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
+    let (Ok(cert), Ok(ca)) = (first_pem(cert_pem), first_pem(ca_pem)) else { return false };
+    let (Ok(cert), Ok(ca)) = (cert.parse_x509(), ca.parse_x509()) else { return false };
+    cert.issuer() == ca.subject() && cert.verify_signature(Some(ca.public_key())).is_ok()
 }
 
 #[cfg(test)]
@@ -172,6 +198,18 @@ mod tests {
             x509_parser::oid_registry::OID_KEY_TYPE_EC_PUBLIC_KEY
         );
         assert!(cert.validity().not_before.timestamp() < now().as_second(), "backdated for skewed clocks");
+        assert!(signed_by(&server.cert, &ca.cert) && !signed_by(&ca.cert, &server.cert));
+        let other = issue_ca("prod/db", now(), 3650 * DAY).unwrap();
+        assert!(!signed_by(&server.cert, &other.cert), "the same name, another key");
+        assert!(!signed_by("garbage", &ca.cert));
+    }
+
+    #[test]
+    fn a_leaf_never_outlives_its_ca() {
+        let ca = issue_ca("prod/db", now(), DAY).unwrap();
+        let leaf = issue_leaf(&ca, &Leaf::Client("replicator".into()), now(), 90 * DAY).unwrap();
+        assert_eq!(not_after(&leaf.cert).unwrap(), not_after(&ca.cert).unwrap());
+        assert_eq!(not_before(&ca.cert).unwrap(), now() - jiff::SignedDuration::from_secs(300));
     }
 
     #[test]

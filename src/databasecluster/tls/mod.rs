@@ -1,19 +1,20 @@
 //! TLS for every connection to PostgreSQL: the certificates the operator issues for each cluster,
 //! built and decided purely here (the step `controller::steps::certificates` writes them).
 //!
-//! Per cluster, unless the user brings their own:
+//! Per cluster, unless the user brings their own (`spec.certificates`: then the operator issues
+//! none of what it was given; the CA only while it signs something):
 //!
 //! | Secret | type | holds | who reads it |
 //! |---|---|---|---|
 //! | `<name>-ca` | `Opaque` | `ca.crt`, `ca.key`: the cluster's CA | the operator only (to sign); never mounted |
 //! | `<name>-server` | `kubernetes.io/tls` | the servers' certificate ([`server_dns_names`]) and `ca.crt` | the instances |
-//! | `<name>-replication-client` | `kubernetes.io/tls` | `CN=replicator`: streaming and cloning | the instances |
-//! | `<name>-operator-client` | `kubernetes.io/tls` | `CN=postgres`: the backup Jobs' replication sessions | the backup Jobs |
+//! | `<name>-replication-client` | `kubernetes.io/tls` | `CN=replicator`: streaming, cloning, backups | the instances, the backup Jobs |
 //!
 //! Keys are ECDSA P-256 ([`issue`]). A leaf certificate is issued again ([`renew::leaf_action`])
 //! when it is missing or unreadable, was signed by another CA than the live one, or comes within
-//! the renewal margin of its expiry ([`renew::Lifetimes`]). The CA is made once and kept: a CA
-//! replaced would make every application's copy of `ca.crt` stale. A cluster re-created over kept
+//! the renewal margin of its expiry ([`renew::Lifetimes`]). The CA is renewed before it expires
+//! with an overlap in which every `ca.crt` carries both CAs, so that no client's copy is ever
+//! stale ([`rotation`]). A cluster re-created over kept
 //! volumes gets a new CA and new certificates, as it gets new passwords: nothing of them lives in
 //! the data directory, and the instances read what is mounted.
 
@@ -21,6 +22,7 @@ pub mod app;
 pub mod issue;
 pub mod pods;
 pub mod renew;
+pub mod rotation;
 pub mod secrets;
 
 use crate::databasecluster::specs::names::headless_service_name;
@@ -39,36 +41,11 @@ pub fn server_secret_name(cluster_name: &str) -> String {
     format!("{cluster_name}-server")
 }
 
-/// A client certificate the operator issues: its role (the certificate's common name, which
-/// `pg_hba.conf`'s `cert` method maps to the database user) and its Secret.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Client {
-    /// The replication user: the standbys clone and stream with it.
-    Replication,
-    /// The operator's: the backup Jobs' sessions, as the superuser.
-    Operator,
-}
-
-impl Client {
-    /// Both client certificates.
-    pub const ALL: [Client; 2] = [Client::Replication, Client::Operator];
-
-    /// The database user the certificate logs in as (its common name).
-    pub fn user(self) -> &'static str {
-        use crate::databasecluster::specs::credentials::{REPLICATION_USER, SUPERUSER};
-        match self {
-            Client::Replication => REPLICATION_USER,
-            Client::Operator => SUPERUSER,
-        }
-    }
-
-    /// The Secret's name.
-    pub fn secret_name(self, cluster_name: &str) -> String {
-        match self {
-            Client::Replication => format!("{cluster_name}-replication-client"),
-            Client::Operator => format!("{cluster_name}-operator-client"),
-        }
-    }
+/// The Secret of the replication user's client certificate (`CN=replicator`), when the operator
+/// issues it: the standbys clone and stream with it, the backup Jobs take their base backups with
+/// it.
+pub fn replication_client_secret_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-replication-client")
 }
 
 /// Every name a client may reach a server by: each client Service (`-rw`, `-ro`, `-r`) as `svc`,
@@ -118,9 +95,6 @@ mod tests {
     fn secret_names_and_users() {
         assert_eq!(ca_secret_name("db"), "db-ca");
         assert_eq!(server_secret_name("db"), "db-server");
-        assert_eq!(Client::Replication.secret_name("db"), "db-replication-client");
-        assert_eq!(Client::Operator.secret_name("db"), "db-operator-client");
-        assert_eq!(Client::Replication.user(), "replicator");
-        assert_eq!(Client::Operator.user(), "postgres");
+        assert_eq!(replication_client_secret_name("db"), "db-replication-client");
     }
 }

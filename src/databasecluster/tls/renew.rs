@@ -36,9 +36,12 @@ impl Default for Lifetimes {
 
 impl Lifetimes {
     /// With the leaves' validity and margin in seconds; `None` when the margin is not below the
-    /// validity (every pass would renew).
+    /// validity (every pass would renew), or twice the validity is not below the CA's (its
+    /// rotation starts that long before it expires: [`super::rotation`]).
     pub fn with_leaves(validity_secs: u64, renew_before_secs: u64) -> Option<Lifetimes> {
-        (renew_before_secs < validity_secs && validity_secs > 0).then(|| Lifetimes {
+        let ca = Lifetimes::default().ca.as_secs();
+        let fits = validity_secs.checked_mul(2).is_some_and(|twice| twice < ca);
+        (renew_before_secs < validity_secs && validity_secs > 0 && fits).then(|| Lifetimes {
             leaf: Duration::from_secs(validity_secs),
             renew_before: Duration::from_secs(renew_before_secs),
             ..Lifetimes::default()
@@ -61,8 +64,8 @@ pub fn lifetimes() -> Lifetimes {
 /// What is known of a leaf certificate's live Secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveLeaf {
-    /// Its `ca.crt`: the CA that signed it, as it was when it was issued.
-    pub ca_cert: Option<String>,
+    /// Whether its certificate was signed by the live signing CA.
+    pub signed_by_ca: bool,
     /// Its certificate's expiry, when it holds a readable certificate and key.
     pub not_after: Option<Timestamp>,
 }
@@ -104,16 +107,11 @@ pub enum LeafAction {
     Issue(IssueReason),
 }
 
-/// Whether the leaf `live` (signed when `ca_cert` is the live CA's certificate) is kept at `now`.
-pub fn leaf_action(
-    live: Option<&LiveLeaf>,
-    ca_cert: &str,
-    now: Timestamp,
-    lifetimes: Lifetimes,
-) -> LeafAction {
+/// Whether the leaf `live` is kept at `now`.
+pub fn leaf_action(live: Option<&LiveLeaf>, now: Timestamp, lifetimes: Lifetimes) -> LeafAction {
     let Some(live) = live else { return LeafAction::Issue(IssueReason::Missing) };
     let Some(not_after) = live.not_after else { return LeafAction::Issue(IssueReason::Unreadable) };
-    if live.ca_cert.as_deref().map(str::trim) != Some(ca_cert.trim()) {
+    if !live.signed_by_ca {
         return LeafAction::Issue(IssueReason::OtherCa);
     }
     let margin = jiff::SignedDuration::try_from(lifetimes.renew_before).unwrap_or(jiff::SignedDuration::MAX);
@@ -123,7 +121,7 @@ pub fn leaf_action(
 
 /// The certificates (`(Secret, expiry)`) that, after a pass renewed what it could, are still
 /// within the renewal margin of their expiry at `now` (or expired): the operator could not renew
-/// them (the CA, which it never replaces, or a leaf whose renewal failed).
+/// them (the user's, or the operator's whose renewal failed).
 pub fn expiring(
     expiries: &[(String, Timestamp)],
     now: Timestamp,
@@ -149,7 +147,7 @@ mod tests {
     fn a_leaf_is_issued_when_missing_unreadable_from_another_ca_or_in_its_margin() {
         let lifetimes = Lifetimes::default();
         let expires = at("2027-03-07T00:00:00Z");
-        let leaf = |ca: &str, not_after: Option<Timestamp>| LiveLeaf { ca_cert: Some(ca.into()), not_after };
+        let leaf = |ca: &str, not_after: Option<Timestamp>| LiveLeaf { signed_by_ca: ca == "CA", not_after };
         let renew_at = at("2027-02-05T00:00:00Z");
         let cases = [
             (None, "2026-12-07T00:00:00Z", LeafAction::Issue(IssueReason::Missing)),
@@ -159,7 +157,6 @@ mod tests {
                 "2026-12-07T00:00:00Z",
                 LeafAction::Issue(IssueReason::OtherCa),
             ),
-            (Some(leaf("CA\n", Some(expires))), "2026-12-07T00:00:00Z", LeafAction::Keep { renew_at }),
             (Some(leaf("CA", Some(expires))), "2027-02-04T23:59:59Z", LeafAction::Keep { renew_at }),
             (
                 Some(leaf("CA", Some(expires))),
@@ -173,13 +170,8 @@ mod tests {
             ),
         ];
         for (live, now, want) in cases {
-            assert_eq!(leaf_action(live.as_ref(), "CA", at(now), lifetimes), want, "{live:?} at {now}");
+            assert_eq!(leaf_action(live.as_ref(), at(now), lifetimes), want, "{live:?} at {now}");
         }
-        let no_ca = LiveLeaf { ca_cert: None, not_after: Some(expires) };
-        assert_eq!(
-            leaf_action(Some(&no_ca), "CA", at("2026-12-07T00:00:00Z"), lifetimes),
-            LeafAction::Issue(IssueReason::OtherCa)
-        );
     }
 
     #[test]
@@ -203,5 +195,6 @@ mod tests {
         assert_eq!((short.leaf, short.renew_before), (Duration::from_secs(600), Duration::from_secs(300)));
         assert_eq!(Lifetimes::with_leaves(300, 300), None);
         assert_eq!(Lifetimes::with_leaves(0, 0), None);
+        assert_eq!(Lifetimes::with_leaves(1826 * DAY, DAY), None, "two leaves' lives must fit in the CA's");
     }
 }

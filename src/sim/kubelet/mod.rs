@@ -40,6 +40,7 @@ mod hosts;
 pub mod images;
 pub mod logs;
 mod pod;
+mod probe_tls;
 mod probes;
 mod proxy;
 mod pty;

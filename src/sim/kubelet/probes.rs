@@ -24,8 +24,8 @@
 //!    `killContainer` with the probe's grace; the `ProbeTerminationGracePeriod` feature is GA).
 //! 5. `exec` runs the command in the container's mount namespace, environment and user (so
 //!    `pg_isready` finds the container's `PATH`); exit 0 succeeds. `tcpSocket` succeeds when a TCP
-//!    connection opens; `httpGet` when the answer's status is 200–399 (plain HTTP only: `HTTPS`
-//!    fails with a message saying so). Both default to the pod IP; named ports are the
+//!    connection opens; `httpGet` when the answer's status is 200–399, over TLS with
+//!    `scheme: HTTPS` without verifying the server, as a kubelet does ([`super::probe_tls`]). Both default to the pod IP; named ports are the
 //!    container's `ports[].name`.
 
 #![allow(unsafe_code, reason = "libc: pre_exec hooks that join the sandbox, killpg of a probe")]
@@ -52,7 +52,7 @@ pub enum Action {
         addr: SocketAddr,
         /// The request path.
         path: String,
-        /// `scheme: HTTPS`, which this kubelet does not speak.
+        /// `scheme: HTTPS`: over TLS, the server not verified ([`super::probe_tls`]).
         https: bool,
     },
 }
@@ -264,35 +264,43 @@ pub async fn attempt(action: &Action, ctx: &ExecContext, timeout: Duration) -> R
                 Err(_) => Err(format!("dial tcp {addr}: i/o timeout")),
             }
         }
-        Action::Http { https: true, addr, .. } => {
-            Err(format!("HTTPS probe of {addr}: the process kubelet speaks plain HTTP only"))
-        }
-        Action::Http { addr, path, .. } => {
+        Action::Http { addr, path, https } => {
             let get = async {
-                let mut stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-                let request = format!(
-                    "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.28\r\nConnection: close\r\n\r\n"
-                );
-                stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
-                let mut head = vec![0u8; 64];
-                let n = stream.read(&mut head).await.map_err(|e| e.to_string())?;
-                let line = String::from_utf8_lossy(&head[..n]).to_string();
-                let code: u16 = line
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|c| c.parse().ok())
-                    .ok_or("no HTTP status line")?;
-                if (200..400).contains(&code) {
-                    Ok(())
+                let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+                if *https {
+                    let stream = super::probe_tls::connect(stream, *addr).await?;
+                    http_get(stream, addr, path).await
                 } else {
-                    Err(format!("HTTP probe failed with statuscode: {code}"))
+                    http_get(stream, addr, path).await
                 }
             };
+            let scheme = if *https { "https" } else { "http" };
             match tokio::time::timeout(timeout, get).await {
                 Ok(result) => result,
-                Err(_) => Err(format!("Get \"http://{addr}{path}\": context deadline exceeded")),
+                Err(_) => Err(format!("Get \"{scheme}://{addr}{path}\": context deadline exceeded")),
             }
         }
+    }
+}
+
+/// `GET path` over `stream`: success when the answer's status is 200–399.
+async fn http_get<S>(mut stream: S, addr: &SocketAddr, path: &str) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.28\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut head = vec![0u8; 64];
+    let n = stream.read(&mut head).await.map_err(|e| e.to_string())?;
+    let line = String::from_utf8_lossy(&head[..n]).to_string();
+    let code: u16 =
+        line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no HTTP status line")?;
+    if (200..400).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!("HTTP probe failed with statuscode: {code}"))
     }
 }
 
@@ -435,5 +443,35 @@ mod tests {
             crate::sim::kubelet::addresses::allocate(crate::sim::kubelet::addresses::Range::Pods).unwrap();
         let closed = std::net::SocketAddr::from((lease.ip, 80));
         assert!(attempt(&Action::Tcp(closed), &ctx, t).await.is_err());
+        let https = attempt(&Action::Http { addr, path: "/ok".into(), https: true }, &ctx, t).await;
+        assert!(https.is_err(), "HTTPS to a plain listener fails: {https:?}");
+    }
+
+    #[tokio::test]
+    async fn https_probes_speak_tls_without_verifying_the_server() {
+        // A self-signed certificate for names the probe never asks for: a kubelet checks neither.
+        let served = crate::runtime::observe::tls::ServedCertificate::load(None).unwrap();
+        let acceptor = served.acceptor();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let Ok(mut s) = acceptor.accept(tcp).await else { continue };
+                let mut buf = [0u8; 512];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let ok = String::from_utf8_lossy(&buf[..n]).starts_with("GET /ok ");
+                let reply = if ok { "HTTP/1.1 200 OK\r\n\r\n" } else { "HTTP/1.1 503 Unavailable\r\n\r\n" };
+                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.shutdown().await;
+            }
+        });
+        let ctx = ExecContext { init_pid: 0, env: vec![], identity: Identity::default() };
+        let t = Duration::from_secs(2);
+        assert_eq!(attempt(&Action::Http { addr, path: "/ok".into(), https: true }, &ctx, t).await, Ok(()));
+        let failed = attempt(&Action::Http { addr, path: "/bad".into(), https: true }, &ctx, t).await;
+        assert_eq!(failed, Err("HTTP probe failed with statuscode: 503".into()));
+        let plain = attempt(&Action::Http { addr, path: "/ok".into(), https: false }, &ctx, t).await;
+        assert!(plain.is_err(), "plain HTTP to a TLS listener fails: {plain:?}");
     }
 }

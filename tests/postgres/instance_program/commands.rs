@@ -51,23 +51,28 @@ async fn the_operators_commands_need_the_token_and_manage_only_the_instances_slo
 }
 
 /// A Secret rotated while the instances run: the primary applies it, the standby rewrites its
-/// password file, and both report the versions they applied; the standby's walreceiver, which
-/// logs in with its client certificate, streams again when its connection breaks.
+/// password file, and both report the versions they applied (the replication login, which has no
+/// password, reports none, even from a Secret of an older version that still holds one, as the
+/// fixture's do); the standby's walreceiver, which logs in with its client certificate, streams
+/// again when its connection breaks.
 #[tokio::test]
 async fn a_rotated_secret_reaches_the_primary_and_the_standbys_password_file() {
     let fixture = primary_and_standby(10).await;
-    fixture.set_secret(Login::Replication, "rotated-replication-password");
-    let wanted = credential_version(TOKEN, "replicator", "rotated-replication-password");
-    eventually_some("both report the rotated replication Secret applied", || async {
+    fixture.set_secret(Login::Superuser, "rotated-superuser-password");
+    let wanted = credential_version(TOKEN, "postgres", "rotated-superuser-password");
+    let (primary, standby) = eventually_some("both report the rotated superuser Secret applied", || async {
         let primary = observe(&fixture.manager(0), STATUS_TIMEOUT).await.ok()?.credentials;
         let standby = observe(&fixture.manager(1), STATUS_TIMEOUT).await.ok()?.credentials;
-        (primary.get("replication") == Some(&wanted) && standby.get("replication") == Some(&wanted))
-            .then_some(())
+        (primary.get("superuser") == Some(&wanted) && standby.get("superuser") == Some(&wanted))
+            .then_some((primary, standby))
     })
     .await;
+    for versions in [primary, standby] {
+        assert!(!versions.contains_key("replication"), "no version for a login without a password");
+    }
     let su = connect(&fixture.superuser(0)).await.unwrap();
     su.batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_replication").await.unwrap();
-    eventually_some("the standby streams again with the new password", || async {
+    eventually_some("the standby streams again by its certificate", || async {
         let standbys = observe(&fixture.manager(0), STATUS_TIMEOUT).await.ok()?.standbys;
         standbys.iter().any(|s| s.name == "db-1" && s.state == "streaming").then_some(())
     })

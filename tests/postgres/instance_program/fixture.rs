@@ -17,13 +17,14 @@ use common::within_limit;
 use dbcluster_operator::databasecluster::api::types::{DatabaseCluster, DatabaseClusterSpec};
 use dbcluster_operator::databasecluster::api::validation::validate_spec;
 use dbcluster_operator::databasecluster::instances::client::change_slots;
-use dbcluster_operator::databasecluster::instances::{SlotChanges, StatusToken, Target};
+use dbcluster_operator::databasecluster::instances::{Access, SlotChanges, StatusToken, Target};
 use dbcluster_operator::databasecluster::specs::config::build_config_map;
 use dbcluster_operator::databasecluster::specs::credentials::{Login, build_login_secret};
 use dbcluster_operator::databasecluster::specs::resources::Owner;
 use dbcluster_operator::databasecluster::tls::issue::{Leaf, issue_ca, issue_leaf};
-use dbcluster_operator::databasecluster::tls::{Client, server_dns_names};
+use dbcluster_operator::databasecluster::tls::server_dns_names;
 use dbcluster_operator::instance::tls_connect::Verified;
+use rustls_pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
@@ -134,9 +135,15 @@ impl Fixture {
         self.target(ordinal, Login::Superuser, "postgres")
     }
 
-    /// Pod `ordinal`'s instance manager, as the operator asks it.
+    /// Pod `ordinal`'s instance manager, as the operator asks it (over TLS, verified against the
+    /// cluster's CA under the pod's name).
     pub fn manager(&self, ordinal: usize) -> Target {
-        Target { host: self.ip(ordinal), port: STATUS_PORT, token: StatusToken::new(TOKEN) }
+        let ca = std::fs::read_to_string(self.ca_file()).unwrap();
+        Access::new(StatusToken::new(TOKEN), &ca, CLUSTER, NAMESPACE).target(
+            &format!("db-{ordinal}"),
+            self.ip(ordinal),
+            STATUS_PORT,
+        )
     }
 
     pub fn pgdata(&self, ordinal: usize) -> PathBuf {
@@ -221,17 +228,19 @@ impl Fixture {
         token: Option<&str>,
     ) -> Option<(u16, String)> {
         let exchange = async {
-            let mut stream = tokio::net::TcpStream::connect((self.ip(ordinal).as_str(), port)).await.ok()?;
-            let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-            let request = format!(
-                "{method} {path} HTTP/1.1\r\nHost: pod\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-            stream.write_all(request.as_bytes()).await.ok()?;
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer).await.ok()?;
-            let code = answer.split_whitespace().nth(1)?.parse().ok()?;
-            let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-            Some((code, body))
+            let stream = tokio::net::TcpStream::connect((self.ip(ordinal).as_str(), port)).await.ok()?;
+            if port != STATUS_PORT {
+                return exchange_on(stream, method, path, token).await;
+            }
+            // The status port serves TLS: verified as the operator verifies it.
+            let ca = std::fs::read(self.ca_file()).ok()?;
+            let trusted =
+                rustls_pki_types::CertificateDer::pem_slice_iter(&ca).collect::<Result<Vec<_>, _>>().ok()?;
+            let connector = dbcluster_operator::runtime::observe::tls::client_connector(&trusted)?;
+            let name =
+                rustls_pki_types::ServerName::try_from(format!("db-{ordinal}.{CLUSTER}.{NAMESPACE}.svc"))
+                    .ok()?;
+            exchange_on(connector.connect(name, stream).await.ok()?, method, path, token).await
         };
         tokio::time::timeout(Duration::from_secs(2), exchange).await.ok().flatten()
     }
@@ -368,6 +377,24 @@ pub async fn check_login(login: &Sql) -> Result<(), tokio_postgres::Error> {
     connect(login).await.map(drop)
 }
 
+/// `method path` (no body, a bearer `token` if given) on `stream`, read to its end: the status
+/// code and body.
+async fn exchange_on<S>(mut stream: S, method: &str, path: &str, token: Option<&str>) -> Option<(u16, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: pod\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    let code = answer.split_whitespace().nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
+
 /// Whether the server refused the password (SQLSTATE 28P01).
 pub fn password_refused(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD)
@@ -381,7 +408,7 @@ fn write_certificates(secrets: &Path) {
     let day = Duration::from_secs(86_400);
     let ca = issue_ca("default/db", now, day).unwrap();
     let server = issue_leaf(&ca, &Leaf::Server(server_dns_names(CLUSTER, NAMESPACE)), now, day).unwrap();
-    let client = issue_leaf(&ca, &Leaf::Client(Client::Replication.user().into()), now, day).unwrap();
+    let client = issue_leaf(&ca, &Leaf::Client("replicator".into()), now, day).unwrap();
     for (dir, leaf) in [("server-tls", server), ("replication-tls", client)] {
         let files = [("tls.crt", leaf.cert), ("tls.key", leaf.key), ("ca.crt", ca.cert.clone())];
         write_files(&secrets.join(dir), files.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());

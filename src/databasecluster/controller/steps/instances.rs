@@ -31,13 +31,14 @@ use crate::databasecluster::failover::{
     Decision, decide, failover_delay, held_for_full_disk, outcome, seen_down_since, synchronous,
     unreported_promotion,
 };
+use crate::databasecluster::instances::client::Access;
 use crate::databasecluster::instances::client::{self, unreached_message};
 use crate::databasecluster::instances::passwords::Versions;
 use crate::databasecluster::instances::topology::{
     PodView, REVISION_LABEL, all_standbys_streaming, current_primary, instance_statuses, not_ready_since,
     start_failure, with_recorded_sync_states, with_unreached,
 };
-use crate::databasecluster::instances::{InstanceFacts, StatusToken, Target};
+use crate::databasecluster::instances::{InstanceFacts, Target};
 use crate::databasecluster::specs::config::refused_configuration;
 use crate::databasecluster::specs::instance_pod::STATUS_PORT;
 use crate::databasecluster::specs::resources::{Owner, label, statefulset_name};
@@ -122,7 +123,8 @@ pub(crate) struct Pass<'a, F: Forms> {
     pub(crate) spec: &'a ValidSpec,
     pub(crate) pods: &'a [PodView],
     pub(crate) record: &'a Record<'a>,
-    pub(crate) token: &'a StatusToken,
+    /// How the instance managers are reached (token, TLS).
+    pub(crate) access: &'a Access,
     /// The namespace's pods, for role labels and deletions.
     pub(crate) pods_api: Api<Pod>,
 }
@@ -136,7 +138,7 @@ impl<F: Forms> Pass<'_, F> {
     /// The instance manager of a pod with an address.
     pub(crate) fn target_of(&self, pod: &PodView) -> Option<Target> {
         let port = u16::try_from(STATUS_PORT).unwrap_or(8000);
-        Some(Target { host: pod.ip.clone()?, port, token: self.token.clone() })
+        Some(self.access.target(&pod.name, pod.ip.clone()?, port))
     }
 
     /// The instance manager of pod `name`, when it is not being deleted and has an address.
@@ -242,11 +244,11 @@ pub(crate) async fn operate_instances<F: Forms>(
     sts: &StatefulSet,
     pods: &[PodView],
     credentials: &Credentials,
-    token: &StatusToken,
+    access: &Access,
     record: &Record<'_>,
 ) -> Topology {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), owner.namespace());
-    let pass = Pass { ctx, cluster, owner, spec, pods, record, token, pods_api };
+    let pass = Pass { ctx, cluster, owner, spec, pods, record, access, pods_api };
     let observed = observe(&pass).await;
     if let Some(old) = record.demoting {
         return continue_switchover(&pass, observed, old).await;

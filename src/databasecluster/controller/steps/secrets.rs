@@ -14,11 +14,11 @@ use crate::databasecluster::controller::context::*;
 use crate::databasecluster::controller::steps::child::*;
 use crate::databasecluster::specs::app_secret;
 use crate::databasecluster::specs::credentials::{
-    Login, build_login_secret, generate_password, secret_password, secret_value,
+    Login, build_login_secret, build_replication_secret, generate_password, secret_password, secret_value,
 };
 use crate::databasecluster::specs::names::Owner;
 use crate::runtime::ObjectKey;
-/// Each login's user and password, as its Secret holds them.
+/// Each login's user and password, as its Secret holds them (the replication login has none).
 #[derive(Clone, Default)]
 pub(crate) struct Credentials(BTreeMap<&'static str, (String, String)>);
 
@@ -68,16 +68,20 @@ pub(crate) async fn ensure_secrets<F: Forms>(
         let mut chosen = None;
         let (_, outcome) = ensure_child(ctx, owner, "Secret", cached, |live: Option<&F::Secret>| {
             let live = live.map(|live| decode_cached::<Secret, _>(live, "Secret")).transpose()?;
-            let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
-                if live.is_some() {
-                    tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
-                }
-                generate_password()
-            });
-            let desired = crate::databasecluster::tls::app::with_tls(
-                build_login_secret(owner, login, &password),
-                ca_cert,
-            );
+            let (built, password) = if login == Login::Replication {
+                // No password: the replication user logs in by certificate. An old Secret's
+                // `password` is left as it is (no longer a field the operator writes).
+                (build_replication_secret(owner), None)
+            } else {
+                let password = live.as_ref().and_then(secret_password).unwrap_or_else(|| {
+                    if live.is_some() {
+                        tracing::warn!(secret = %key, "the Secret holds no password; generating a new one");
+                    }
+                    generate_password()
+                });
+                (build_login_secret(owner, login, &password), Some(password))
+            };
+            let desired = crate::databasecluster::tls::app::with_tls(built, ca_cert);
             let type_of = |secret: &Secret| secret.type_.clone().unwrap_or_else(|| "Opaque".to_owned());
             if let Some(live) = live.as_ref().filter(|live| type_of(live) != type_of(&desired)) {
                 return Err(Error::ForeignSecretType {
@@ -86,7 +90,7 @@ pub(crate) async fn ensure_secrets<F: Forms>(
                     wanted: type_of(&desired),
                 });
             }
-            chosen = Some(password);
+            chosen = password;
             Ok(desired)
         })
         .await?;

@@ -194,7 +194,7 @@ fn passwords<F: Forms>(
             credentials.get(login).map(|(user, password)| (login.mount_dir(), user, password))
         })
         .collect();
-    let desired = desired_versions(pass.token.expose(), logins.iter().copied());
+    let desired = desired_versions(pass.access.token().expose(), logins.iter().copied());
     let recorded = pass.previous().map(|s| s.applied_secret_versions.clone()).unwrap_or_default();
     let progress = password_progress(&desired, Some(&primary.credentials), &recorded);
     if !progress.pending.is_empty() {

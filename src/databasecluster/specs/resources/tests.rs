@@ -303,6 +303,7 @@ fn the_probes_ask_the_instance_manager() {
     let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
         let get = probe.as_ref().unwrap().http_get.clone().unwrap();
         assert_eq!(get.port, IntOrString::String("status".into()));
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"), "the status port serves TLS only");
         get.path.unwrap()
     };
     assert_eq!(path(&container.readiness_probe), "/readyz", "ready: accepting connections in its role");
