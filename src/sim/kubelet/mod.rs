@@ -280,7 +280,7 @@ impl ProcessKubelet {
         self.cluster.node.services.lock().clone_from(&services);
         self.cluster.nodes.poke();
         for tracked in self.pods.values() {
-            if tracked.entry.done.is_cancelled() {
+            if tracked.entry.done.is_cancelled() || lost(tracked) {
                 continue;
             }
             let content = hosts::render(&tracked.names, &services);
