@@ -167,6 +167,11 @@ fn security(pod: &Value, container: &Value, field: &str) -> Option<u64> {
     container["securityContext"][field].as_u64().or_else(|| pod["spec"]["securityContext"][field].as_u64())
 }
 
+/// How to run a command in a container while `run` runs (exec probes, hooks, `kubectl exec`).
+fn exec_context(run: &container::Run, launch: &container::Launch) -> ExecContext {
+    ExecContext { init_pid: run.init_pid, env: launch.env.clone(), identity: launch.sandbox.identity.clone() }
+}
+
 impl PodWorker {
     fn namespace(&self) -> &str {
         ns_of(&self.pod)
@@ -383,11 +388,7 @@ impl PodWorker {
                 };
                 let started_at = meta::now();
                 self.update(|m| m.init[i].state = ContainerState::Running { started_at: started_at.clone() });
-                let ctx = ExecContext {
-                    init_pid: run.init_pid,
-                    env: launch.env.clone(),
-                    identity: launch.sandbox.identity.clone(),
-                };
+                let ctx = exec_context(&run, &launch);
                 self.entry.run_started(&name, &ctx);
                 let code = tokio::select! {
                     code = run.wait() => code,
@@ -465,11 +466,7 @@ impl PodWorker {
                 model.started = false;
                 model.ready = false;
             });
-            let ctx = ExecContext {
-                init_pid: run.init_pid,
-                env: launch.env.clone(),
-                identity: launch.sandbox.identity.clone(),
-            };
+            let ctx = exec_context(&run, &launch);
             let on_change = |started: bool, ready: bool| {
                 self.update(|m| {
                     m.containers[i].started = started;
