@@ -114,6 +114,15 @@ mod tests {
         }
     }
 
+    /// Waits (at most 10 s) for `condition`: a signal takes effect when its target next runs.
+    fn until(what: &str, condition: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn freezing_a_container_stops_its_processes_and_nothing_outside_it() {
         if !crate::sim::kubelet::is_root() {
@@ -128,13 +137,13 @@ mod tests {
         assert!(in_a.len() >= 4, "init, sh and two sleeps: {in_a:?}");
         assert!(in_a.iter().all(|p| !in_b.contains(p)), "the sibling's processes are its own");
         freeze(&[a_init]);
-        assert!(in_a.iter().all(|p| is_stopped(*p)), "every process of the frozen container is stopped");
+        until("every process of the frozen container stopped", || in_a.iter().all(|p| is_stopped(*p)));
         assert!(in_b.iter().all(|p| !is_stopped(*p)), "the sibling container keeps running");
         assert!(!is_stopped(std::process::id() as i32), "the simulator keeps running");
         let outside = Command::new("true").status().unwrap();
         assert!(outside.success(), "a new process outside the container runs");
         thaw(&[a_init]);
-        assert!(in_a.iter().all(|p| !is_stopped(*p)), "thawed");
+        until("every process thawed", || in_a.iter().all(|p| !is_stopped(*p)));
         for child in [&mut a, &mut b] {
             let _ = child.kill();
             let _ = child.wait();
