@@ -79,11 +79,25 @@ async fn timeline(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_holding_the_primary_fails_over_before_eviction_and_the_old_primary_rejoins() {
+    lose_the_primarys_node(0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_synchronous_standby_no_write_acknowledged_before_the_node_was_lost_is_lost() {
+    lose_the_primarys_node(1).await;
+}
+
+/// Loses the node of a three-instance cluster's primary (with `synchronous` synchronous
+/// standbys) under writes, times the outage, brings the node back and checks the writes: every
+/// one acknowledged after the failover survives, and with a synchronous standby every one
+/// acknowledged before the loss too (without, the test prints how many were lost).
+async fn lose_the_primarys_node(synchronous: i32) {
     let cluster = process_cluster().await;
     let _operator = cluster.start_operator().await;
     let mut db = sample();
     db.spec.replicas = 3;
     db.spec.backup_schedule = None;
+    db.spec.synchronous_replicas = Some(synchronous);
     cluster.clusters().patch(NAME, &PatchParams::apply("kubectl"), &Patch::Apply(&db)).await.unwrap();
     await_streaming(&cluster, NAME, 3, Some(POD_0)).await;
     // The operator's preferred anti-affinity spread the instances one per node.
@@ -94,6 +108,9 @@ async fn a_lost_node_holding_the_primary_fails_over_before_eviction_and_the_old_
     assert_eq!(placed.len(), 3, "one instance per node: {placed:?}");
     let rw = service_uri(&cluster, "rw").await;
     psql(&rw, "CREATE TABLE after_hang (id bigint)").unwrap();
+    let before: Vec<u64> =
+        (1..=20).filter(|id| write_once(&rw, 100_000 + id)).map(|id| 100_000 + id).collect();
+    assert!(!before.is_empty(), "writes acknowledged before the loss");
     let node = node_of(&pod(&cluster, POD_0).await);
     let nodes: Api<Node> = Api::all(cluster.sim.client());
     let lost = Instant::now();
@@ -151,4 +168,13 @@ async fn a_lost_node_holding_the_primary_fails_over_before_eviction_and_the_old_
         psql(&rw, "SELECT id FROM after_hang").unwrap().lines().map(|l| l.parse().unwrap()).collect();
     let missing: Vec<&u64> = acknowledged.iter().filter(|id| !present.contains(id)).collect();
     assert!(missing.is_empty(), "acknowledged through -rw after the failover, then lost: {missing:?}");
+    let lost_before: Vec<&u64> = before.iter().filter(|id| !present.contains(id)).collect();
+    eprintln!(
+        "lost node, synchronousReplicas {synchronous}: {} of {} writes acknowledged before the loss lost",
+        lost_before.len(),
+        before.len()
+    );
+    if synchronous > 0 {
+        assert!(lost_before.is_empty(), "a synchronous standby held them: {lost_before:?}");
+    }
 }
