@@ -6,7 +6,8 @@
 //! `MarkPodsNotReady` writes once the node is `Unknown`) without waiting for the eviction, and
 //! writes through `-rw` succeed again. When the node comes back the old primary, which the
 //! record no longer names, is fenced and rejoins as a standby of the new primary: there is one
-//! writable instance, and every write acknowledged through `-rw` after the failover is there.
+//! writable instance, and every write acknowledged through `-rw` after the failover is there;
+//! with a synchronous standby, every write acknowledged before the loss too.
 #![cfg(feature = "sim")]
 
 use crate::common;
