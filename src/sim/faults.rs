@@ -76,11 +76,6 @@ impl Faults {
         nodes::set_unschedulable(&mut self.state.lock(), name, false);
     }
 
-    /// The process kubelet's node names (`sim-node-0`…).
-    pub fn node_names(&self) -> Vec<String> {
-        self.nodes.names().to_vec()
-    }
-
     /// Loses node `name` as a machine that freezes or drops off the network: its kubelet stops
     /// reporting (no Lease renewal, no pod status; it acts on nothing), and its pods' processes
     /// are stopped (SIGSTOP), not killed. The node lifecycle controller does the rest, on its

@@ -267,11 +267,10 @@ impl PodWorker {
 
     /// Rule 8: waits while the pod's node is lost; `false` if the pod stops first.
     async fn node_reachable(&self) -> bool {
-        let Some(node) = self.entry.node.get() else { return true };
-        let mut lost = self.cluster.nodes.lost();
+        let reachable = self.cluster.nodes.reachable(self.entry.node.get().cloned());
         tokio::select! {
-            _ = lost.wait_for(|lost| !lost.contains(node)) => true,
-            _ = self.entry.stop.cancelled() => false,
+            () = reachable.wait() => true,
+            () = self.entry.stop.cancelled() => false,
         }
     }
 

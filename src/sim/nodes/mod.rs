@@ -55,11 +55,6 @@ impl SimNodes {
         self.lost.borrow().contains(name)
     }
 
-    /// The lost nodes, and their changes.
-    pub fn lost(&self) -> watch::Receiver<BTreeSet<String>> {
-        self.lost.subscribe()
-    }
-
     /// Marks `name` lost (or back); whether that changed anything.
     pub(crate) fn set_lost(&self, name: &str, lost: bool) -> bool {
         self.lost.send_if_modified(|set| if lost { set.insert(name.to_owned()) } else { set.remove(name) })
@@ -205,7 +200,7 @@ pub async fn run(cluster: Arc<Cluster>) {
         lifecycle::Lifecycle::new(lifecycle::Settings { grace: config.node_monitor_grace_period });
     let mut beats = tokio::time::interval(config.node_lease_renew_interval);
     let mut monitor = tokio::time::interval(config.node_monitor_period);
-    let mut lost = cluster.nodes.lost();
+    let mut lost = cluster.nodes.lost.subscribe();
     loop {
         tokio::select! {
             _ = beats.tick() => {}
