@@ -13,6 +13,7 @@ use crate::sim::SimConfig;
 use crate::sim::faults::Faults;
 use crate::sim::gc;
 use crate::sim::kubelet::Node;
+use crate::sim::nodes::SimNodes;
 use crate::sim::request_log::RequestLog;
 use crate::sim::state::State;
 
@@ -32,6 +33,8 @@ pub struct Cluster {
     pub shutdown: CancellationToken,
     /// The process kubelet's host side (its files, processes and pods' logs).
     pub node: Arc<Node>,
+    /// The process kubelet's simulated nodes.
+    pub nodes: Arc<SimNodes>,
     gc_wake: Notify,
     /// How far the controller manager's clock has been moved ahead of `tokio::time`, in ms.
     clock_ahead_ms: AtomicU64,
@@ -51,15 +54,19 @@ impl Cluster {
         let mut state = State::new(config.history_limit, config.kubernetes_version);
         state.graceful_pod_deletion = config.kubelet == crate::sim::KubeletKind::Process;
         state.owner_references_permission_enforcement = config.owner_references_permission_enforcement;
+        state.default_toleration_seconds = config.default_toleration_seconds;
         let state = Arc::new(Mutex::new(state));
+        let node = Arc::new(Node::default());
+        let nodes = Arc::new(SimNodes::new(config.nodes));
         Self {
-            faults: Faults::new(state.clone()),
+            faults: Faults::new(state.clone(), node.clone(), nodes.clone()),
+            nodes,
             state,
             log: RequestLog::default(),
             config,
             tokens: Default::default(),
             shutdown: CancellationToken::new(),
-            node: Arc::new(Node::default()),
+            node,
             gc_wake: Notify::new(),
             clock_ahead_ms: AtomicU64::new(0),
             controllers_wake: Notify::new(),

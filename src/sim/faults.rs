@@ -1,6 +1,7 @@
 //! Fault injection controlled by tests: end open watches, fail the next requests for a resource,
-//! answer the next watch with 410, add latency, forget the watch history, cordon the process
-//! kubelet's node.
+//! answer the next watch with 410, add latency, forget the watch history; and on the process
+//! kubelet's nodes: cordon them, lose one (its kubelet silent, its pods' processes frozen) and
+//! restore it, hang one pod's processes and resume them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::sim::kubelet::Node;
+use crate::sim::nodes::{self, SimNodes};
 use crate::sim::state::State;
 
 #[derive(Debug, Default)]
@@ -28,37 +31,90 @@ pub struct Faults {
     state: Arc<Mutex<State>>,
     /// Requests answered with an injected failure so far, by the resource the fault named.
     injected: Mutex<HashMap<String, u64>>,
-    /// Whether the process kubelet's node takes no new pods ([`Faults::cordon`]).
-    cordoned: watch::Sender<bool>,
+    /// The process kubelet's host side (its pods' processes).
+    node: Arc<Node>,
+    /// The process kubelet's nodes.
+    nodes: Arc<SimNodes>,
 }
 
 impl Faults {
-    pub(crate) fn new(state: Arc<Mutex<State>>) -> Self {
+    pub(crate) fn new(state: Arc<Mutex<State>>, node: Arc<Node>, nodes: Arc<SimNodes>) -> Self {
         Self {
             pending: Mutex::default(),
             close_watches: watch::Sender::new(0),
             state,
             injected: Mutex::default(),
-            cordoned: watch::Sender::new(false),
+            node,
+            nodes,
         }
     }
 
-    /// Cordons the process kubelet's node, as `kubectl cordon` would the only node: a pod created
-    /// from now on is not scheduled (`PodScheduled=False`, reason `Unschedulable`, no `Ready`
+    /// Cordons every node of the process kubelet, as `kubectl cordon` would: a pod created from
+    /// now on is not scheduled (`PodScheduled=False`, reason `Unschedulable`, no `Ready`
     /// condition, phase `Pending`, as 1.28's scheduler leaves it) until [`Faults::uncordon`];
     /// pods already scheduled keep running. What a lost node does to a pod that must be recreated.
     pub fn cordon(&self) {
-        self.cordoned.send_replace(true);
+        for name in self.nodes.names() {
+            self.cordon_node(name);
+        }
     }
 
     /// Undoes [`Faults::cordon`]: the pods waiting for a node are scheduled.
     pub fn uncordon(&self) {
-        self.cordoned.send_replace(false);
+        for name in self.nodes.names() {
+            self.uncordon_node(name);
+        }
     }
 
-    /// Whether the node is cordoned, and its changes.
-    pub(crate) fn cordoned(&self) -> watch::Receiver<bool> {
-        self.cordoned.subscribe()
+    /// Cordons node `name` (`spec.unschedulable`): the scheduler places no new pod there.
+    pub fn cordon_node(&self, name: &str) {
+        nodes::set_unschedulable(&mut self.state.lock(), name, true);
+    }
+
+    /// Uncordons node `name`.
+    pub fn uncordon_node(&self, name: &str) {
+        nodes::set_unschedulable(&mut self.state.lock(), name, false);
+    }
+
+    /// Loses node `name` as a machine that freezes or drops off the network: its kubelet stops
+    /// reporting (no Lease renewal, no pod status; it acts on nothing), and its pods' processes
+    /// are stopped (SIGSTOP), not killed. The node lifecycle controller does the rest, on its
+    /// timers (`SimConfig::node_monitor_grace_period`…). Returns how many pods were frozen.
+    pub fn lose_node(&self, name: &str) -> usize {
+        self.nodes.set_lost(name, true);
+        let frozen = self.node.freeze_pods(|pod| pod.node.get().is_some_and(|n| n == name), true);
+        tracing::info!(node = name, pods = frozen, "node lost");
+        frozen
+    }
+
+    /// Brings node `name` back: its pods' processes resume (SIGCONT), its kubelet reports again
+    /// (`Ready=True`, the latest pod status) and carries out what it missed (deletions).
+    pub fn restore_node(&self, name: &str) {
+        self.node.freeze_pods(|pod| pod.node.get().is_some_and(|n| n == name), false);
+        self.nodes.set_lost(name, false);
+        tracing::info!(node = name, "node restored");
+    }
+
+    /// Hangs pod `namespace/name`: every process of its running containers is stopped
+    /// (SIGSTOP) while its kubelet keeps probing it. Whether the pod runs on this kubelet.
+    pub fn hang_pod(&self, namespace: &str, name: &str) -> bool {
+        self.freeze_pod(namespace, name, true)
+    }
+
+    /// Resumes the processes of a pod hung by [`Faults::hang_pod`] (SIGCONT).
+    pub fn resume_pod(&self, namespace: &str, name: &str) -> bool {
+        self.freeze_pod(namespace, name, false)
+    }
+
+    fn freeze_pod(&self, namespace: &str, name: &str, stop: bool) -> bool {
+        let uid = self
+            .state
+            .lock()
+            .store
+            .get("pods", namespace, name)
+            .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_owned));
+        let Some(uid) = uid else { return false };
+        self.node.freeze_pods(|pod| pod.uid == uid, stop) > 0
     }
 
     /// Ends every open watch now (clients see the stream end and re-watch).

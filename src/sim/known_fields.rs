@@ -51,6 +51,7 @@ fn decoded(kind: &Kind, obj: &Value) -> Option<Result<Value, String>> {
         ("batch", "cronjobs") => round_trip::<CronJob>(obj),
         ("policy", "poddisruptionbudgets") => round_trip::<PodDisruptionBudget>(obj),
         ("coordination.k8s.io", "leases") => round_trip::<Lease>(obj),
+        ("", "nodes") => round_trip::<k8s_openapi::api::core::v1::Node>(obj),
         ("events.k8s.io", "events") => round_trip::<EventsEvent>(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") => round_trip::<CustomResourceDefinition>(obj),
         _ => return None,

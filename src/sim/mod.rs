@@ -37,6 +37,7 @@ mod known_fields;
 pub mod kubelet;
 mod meta;
 mod names;
+mod nodes;
 mod openapi;
 mod ops;
 mod owner_references;
@@ -99,6 +100,20 @@ pub struct SimConfig {
     /// volume's capacity, grown online when the claim grows), so that a volume can fill up.
     /// Off by default: the tests that fill a disk ask for it.
     pub sized_volumes: bool,
+    /// How many nodes the process kubelet runs pods on (`sim-node-0`…; the timer kubelet has
+    /// one, `sim-node`, and no Node objects).
+    pub nodes: usize,
+    /// How often each node's kubelet renews its Lease in `kube-node-lease` (1.28: 10 s).
+    pub node_lease_renew_interval: Duration,
+    /// How often the node lifecycle controller looks at the nodes (`--node-monitor-period`, 5 s).
+    pub node_monitor_period: Duration,
+    /// How long a node's kubelet may be silent before its node turns `Ready=Unknown`
+    /// (`--node-monitor-grace-period`, 40 s).
+    pub node_monitor_grace_period: Duration,
+    /// The `tolerationSeconds` the `DefaultTolerationSeconds` admission plugin gives each pod for
+    /// the `not-ready` and `unreachable` taints: how long a pod stays bound to a lost node before
+    /// it is evicted (300 s).
+    pub default_toleration_seconds: u64,
 }
 
 /// The simulator's two kubelets.
@@ -127,6 +142,11 @@ impl Default for SimConfig {
             kubelet: KubeletKind::Timer,
             owner_references_permission_enforcement: false,
             sized_volumes: false,
+            nodes: 3,
+            node_lease_renew_interval: Duration::from_secs(10),
+            node_monitor_period: Duration::from_secs(5),
+            node_monitor_grace_period: Duration::from_secs(40),
+            default_toleration_seconds: 300,
         }
     }
 }
@@ -183,6 +203,10 @@ impl SimServer {
             tokio::spawn(cluster.clone().run_gc()),
             tokio::spawn(controllers::run(cluster.clone())),
         ];
+        let mut tasks = tasks;
+        if cluster.config.kubelet == KubeletKind::Process {
+            tasks.push(tokio::spawn(nodes::run(cluster.clone())));
+        }
         tracing::info!(%addr, "simulated API server listening");
         Ok(SimServer { cluster, addr, tasks })
     }

@@ -158,6 +158,9 @@ pub fn create(
     } else {
         check_known_fields(kind, &mut obj, cx)?;
         defaults::apply(&kind.group, &kind.plural, &mut obj);
+        if kind.group.is_empty() && kind.plural == "pods" {
+            crate::sim::nodes::lifecycle::default_tolerations(&mut obj, state.default_toleration_seconds);
+        }
         if kind.group == "batch" && kind.plural == "jobs" {
             batch::generate_selector(&mut obj);
         }

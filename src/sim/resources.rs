@@ -115,6 +115,7 @@ const BUILT_INS: &[BuiltIn] = &[
     ("batch", "v1", "CronJob", "cronjobs", true, &["cj"], true),
     ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], true),
     ("coordination.k8s.io", "v1", "Lease", "leases", true, &[], false),
+    ("", "v1", "Node", "nodes", false, &["no"], true),
     // Create-only reviews (`reviews`): nothing stored, the answer in the response.
     ("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", false, &[], false),
     ("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", false, &[], false),

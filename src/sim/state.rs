@@ -31,6 +31,8 @@ pub struct State {
     pub owner_references_permission_enforcement: bool,
     /// Every authorization an admission plugin asked for, oldest first.
     pub authorizations: Vec<RequestRecord>,
+    /// The `DefaultTolerationSeconds` admission plugin's seconds, given to every pod created.
+    pub default_toleration_seconds: u64,
 }
 
 impl State {
@@ -46,6 +48,7 @@ impl State {
             graceful_pod_deletion: false,
             owner_references_permission_enforcement: false,
             authorizations: Vec::new(),
+            default_toleration_seconds: 300,
         }
     }
 }

@@ -363,7 +363,7 @@ async fn an_instance_no_node_can_take_says_so_in_the_status() {
     })
     .await;
     let status = failing.status.unwrap();
-    let unbound = "not scheduled: 0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims";
+    let unbound = "not scheduled: 0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims";
     assert!(status.instances[0].message.as_deref().unwrap_or_default().starts_with(unbound), "{status:?}");
     let condition = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert!(

@@ -48,7 +48,7 @@ fn stop_primary_processes(uri: &str, stall: Option<Duration>) -> std::process::C
 
 /// One write through `uri` that gives up after 2 s (a connection to a stopped server would
 /// otherwise wait for it), so that the time writes come back is seen to within about a second.
-fn write_once(uri: &str, id: u64) -> bool {
+pub(crate) fn write_once(uri: &str, id: u64) -> bool {
     std::process::Command::new("timeout")
         .args(["-s", "KILL", "2", "psql", uri, "-X", "-tA", "-v", "ON_ERROR_STOP=1"])
         .args(["-c", &format!("INSERT INTO after_hang (id) VALUES ({id})")])

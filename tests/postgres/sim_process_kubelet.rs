@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 mod containers;
 mod exec;
 mod lifecycle;
+mod nodes;
 mod sized;
 mod workloads;
 

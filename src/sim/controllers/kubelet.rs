@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::sim::controllers::statefulset::running_status;
-use crate::sim::controllers::{bind, is_deleting, write_status};
+use crate::sim::controllers::{NODE_NAME, bind, is_deleting, write_status};
 use crate::sim::meta;
 use crate::sim::state::State;
 use crate::sim::store::{ObjectName, object_name};
@@ -94,7 +94,7 @@ impl Kubelet {
             };
             if is_pending(pod) {
                 let pending = pod.clone();
-                let Some(pod) = bind(state, &pending) else { continue };
+                let Some(pod) = bind(state, &pending, NODE_NAME) else { continue };
                 let ip = uid.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
                 write_status(state, "", "pods", &pod, running_status(&pod, ip, &meta::now()));
             }

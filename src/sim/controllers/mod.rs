@@ -97,19 +97,19 @@ pub fn write_status(
     write(state, &kind, new, Some("status"))
 }
 
-/// The simulated cluster's one node, as the pods bound to it name it (`spec.nodeName`).
+/// The timer kubelet's one node, as the pods bound to it name it (`spec.nodeName`).
 pub const NODE_NAME: &str = "sim-node";
 
-/// Binds `pod` to [`NODE_NAME`] as the scheduler's `pods/binding` does: `spec.nodeName` set once,
+/// Binds `pod` to `node` as the scheduler's `pods/binding` does: `spec.nodeName` set once,
 /// before the pod runs. Returns the pod as stored after (unchanged when already bound, or `None`
 /// when the write failed, e.g. the pod is gone).
-pub fn bind(state: &mut State, pod: &Value) -> Option<Value> {
+pub fn bind(state: &mut State, pod: &Value, node: &str) -> Option<Value> {
     if pod["spec"]["nodeName"].is_string() {
         return Some(pod.clone());
     }
     let kind = state.registry.get("", "v1", "pods")?;
     let mut bound = pod.clone();
-    bound["spec"]["nodeName"] = Value::String(NODE_NAME.to_owned());
+    bound["spec"]["nodeName"] = Value::String(node.to_owned());
     write(state, &kind, bound, None)
 }
 

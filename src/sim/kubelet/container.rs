@@ -36,6 +36,7 @@ use crate::sim::kubelet::probes::{self, ExecContext, Probe, Tally};
 use crate::sim::kubelet::sandbox::Sandbox;
 use crate::sim::kubelet::status::ContainerState;
 use crate::sim::meta;
+use crate::sim::nodes::Reachable;
 
 /// Everything needed to start one run of a container, built fresh before each run.
 #[derive(Debug, Clone)]
@@ -202,7 +203,8 @@ pub enum Ending {
 }
 
 /// Watches a running container with its probes until it exits, fails a probe, or `stop` fires;
-/// `on_change(started, ready)` reports probe verdicts.
+/// `on_change(started, ready)` reports probe verdicts. No probe runs while the node is lost
+/// (`reachable`): its kubelet is as frozen as its pods.
 pub async fn watch_run(
     run: &mut Run,
     launch: &Launch,
@@ -210,9 +212,10 @@ pub async fn watch_run(
     grace: impl Fn() -> Duration,
     stop: &CancellationToken,
     on_change: &(dyn Fn(bool, bool) + Send + Sync),
+    reachable: &Reachable,
 ) -> Ending {
     let started_at = Instant::now();
-    let verdict = probe_until_unhealthy(launch, ctx, started_at, on_change);
+    let verdict = probe_until_unhealthy(launch, ctx, started_at, on_change, reachable);
     tokio::select! {
         code = run.wait() => Ending::Exited(code),
         (reason, probe_grace) = verdict => {
@@ -233,11 +236,13 @@ async fn probe_until_unhealthy(
     ctx: &ExecContext,
     started_at: Instant,
     on_change: &(dyn Fn(bool, bool) + Send + Sync),
+    reachable: &Reachable,
 ) -> (String, Option<Duration>) {
     if let Some(probe) = &launch.startup {
         tokio::time::sleep_until(started_at + probe.initial_delay).await;
         let mut tally = Tally::default();
         loop {
+            reachable.wait().await;
             let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
             match tally.record(result.is_ok(), probe) {
                 Some(true) => break,
@@ -257,6 +262,7 @@ async fn probe_until_unhealthy(
         let mut ticker = probes::ticker(probe.period);
         loop {
             ticker.tick().await;
+            reachable.wait().await;
             let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
             if let Some(ready) = tally.record(result.is_ok(), probe) {
                 on_change(true, ready);
@@ -273,6 +279,7 @@ async fn probe_until_unhealthy(
         let mut ticker = probes::ticker(probe.period);
         loop {
             ticker.tick().await;
+            reachable.wait().await;
             let result = probes::attempt(&probe.action, ctx, probe.timeout).await;
             if tally.record(result.is_ok(), probe) == Some(false) {
                 let reason = format!("Liveness probe failed: {}", result.err().unwrap_or_default());

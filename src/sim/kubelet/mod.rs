@@ -36,6 +36,7 @@ mod container;
 mod entrypoint;
 mod env;
 pub mod exec;
+pub mod freeze;
 mod hosts;
 pub mod images;
 pub mod logs;
@@ -151,6 +152,16 @@ impl Node {
     pub fn pod(&self, uid: &str) -> Option<Arc<PodEntry>> {
         self.pods.lock().get(uid).cloned()
     }
+
+    /// Stops (`freeze`) or resumes the processes of every pod `which` selects; how many pods.
+    pub fn freeze_pods(&self, which: impl Fn(&PodEntry) -> bool, stop: bool) -> usize {
+        let entries: Vec<Arc<PodEntry>> = self.pods.lock().values().filter(|e| which(e)).cloned().collect();
+        for entry in &entries {
+            let inits = entry.inits();
+            if stop { freeze::freeze(&inits) } else { freeze::thaw(&inits) }
+        }
+        entries.len()
+    }
 }
 
 /// The pid of the simulator that made the node directory called `name` (`dbcluster-sim-<pid>-<n>`).
@@ -224,6 +235,14 @@ impl ProcessKubelet {
             seen.insert(uid.clone());
             if let Some(tracked) = self.pods.get_mut(&uid) {
                 tracked.pod = pod.clone();
+                if tracked.entry.node.get().is_some_and(|node| self.cluster.nodes.is_lost(node)) {
+                    // A lost node's kubelet learns of nothing (rule 8 of `pod`).
+                    continue;
+                }
+                if tracked.entry.stale.swap(false, Ordering::Relaxed) {
+                    let status = tracked.entry.model.lock().to_status(true);
+                    crate::sim::controllers::write_status(state, "", "pods", pod, status);
+                }
                 if is_deleting(pod) && !tracked.entry.stop.is_cancelled() {
                     tracked.entry.grace.store(grace_of(pod), Ordering::Relaxed);
                     tracked.entry.stop.cancel();
@@ -245,7 +264,13 @@ impl ProcessKubelet {
             }
             self.start(pod, uid);
         }
-        let gone: Vec<String> = self.pods.keys().filter(|uid| !seen.contains(*uid)).cloned().collect();
+        let lost = |t: &Tracked| t.entry.node.get().is_some_and(|node| self.cluster.nodes.is_lost(node));
+        let gone: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(uid, t)| !seen.contains(*uid) && !lost(t))
+            .map(|(uid, _)| uid.clone())
+            .collect();
         for uid in gone {
             if let Some(tracked) = self.pods.remove(&uid) {
                 tracked.entry.stop.cancel();
@@ -254,8 +279,9 @@ impl ProcessKubelet {
         let cluster_ips = self.proxies.sync(state, &pods);
         let services = service_names(state, &pods, &cluster_ips);
         self.cluster.node.services.lock().clone_from(&services);
+        self.cluster.nodes.poke();
         for tracked in self.pods.values() {
-            if tracked.entry.done.is_cancelled() {
+            if tracked.entry.done.is_cancelled() || lost(tracked) {
                 continue;
             }
             let content = hosts::render(&tracked.names, &services);
@@ -300,6 +326,8 @@ impl ProcessKubelet {
             grace: AtomicU64::new(grace_of(pod)),
             done: CancellationToken::new(),
             running: Mutex::new(HashMap::new()),
+            node: OnceLock::new(),
+            stale: Default::default(),
         });
         node.pods.lock().insert(uid.clone(), entry.clone());
         let worker = PodWorker {

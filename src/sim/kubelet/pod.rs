@@ -17,9 +17,14 @@
 //!    as root) runs as its `postgres` user, uid 999, as the image's entrypoint drops to it.
 //! 6. Pods share the host's network, so a pod's loopback is its pod IP: the argument `127.0.0.1`
 //!    in a command, its args or an exec probe/hook is that pod's IP (and `localhost` resolves to it).
-//! 7. A pod created while the node is cordoned ([`crate::sim::Faults::cordon`]) is not
-//!    scheduled: `PodScheduled=False`, reason `Unschedulable`, with the scheduler's message, no
-//!    IP and no other condition, until the node is uncordoned; nothing of it runs meanwhile.
+//! 7. The scheduler (`nodes::scheduler`) binds the pod to a node (`spec.nodeName`). While no node
+//!    can take it (every node cordoned, [`crate::sim::Faults::cordon`], tainted, or holding a pod
+//!    its required anti-affinity excludes) it is not scheduled: `PodScheduled=False`, reason
+//!    `Unschedulable`, with the scheduler's message, no IP and no other condition; nothing of it
+//!    runs meanwhile, and it is looked at again after every change in the cluster.
+//! 8. While the pod's node is lost ([`crate::sim::Faults::lose_node`]) its kubelet is silent:
+//!    no status is written (the latest is written when the node is back), no probe runs and no
+//!    container starts.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -41,10 +46,9 @@ use crate::sim::kubelet::probes::ExecContext;
 use crate::sim::kubelet::status::{self, ContainerState, PodModel};
 use crate::sim::kubelet::volumes::PodDirs;
 use crate::sim::meta;
+use crate::sim::nodes::scheduler;
 use crate::sim::state::State;
 mod setup;
-
-use setup::no_node_for;
 
 /// The image's user when the spec names none: `postgres` (999) in the `postgres` image.
 const POSTGRES_IMAGE_UID: u32 = 999;
@@ -90,9 +94,18 @@ pub struct PodEntry {
     /// How to run a command in each container that is running now, by name (`kubectl exec`),
     /// with a token cancelled when that run ends.
     pub running: Mutex<HashMap<String, (ExecContext, CancellationToken)>>,
+    /// The node the pod is bound to, once scheduled.
+    pub node: std::sync::OnceLock<String>,
+    /// Whether a status change waits to be written (its node was lost, rule 8).
+    pub stale: std::sync::atomic::AtomicBool,
 }
 
 impl PodEntry {
+    /// The sandbox inits of the containers running now (`freeze`).
+    pub fn inits(&self) -> Vec<i32> {
+        self.running.lock().values().map(|(ctx, _)| ctx.init_pid).collect()
+    }
+
     /// Records that container `name` runs as `ctx` (until [`PodEntry::run_ended`]).
     fn run_started(&self, name: &str, ctx: &ExecContext) {
         self.running.lock().insert(name.to_owned(), (ctx.clone(), CancellationToken::new()));
@@ -154,6 +167,11 @@ fn security(pod: &Value, container: &Value, field: &str) -> Option<u64> {
     container["securityContext"][field].as_u64().or_else(|| pod["spec"]["securityContext"][field].as_u64())
 }
 
+/// How to run a command in a container while `run` runs (exec probes, hooks, `kubectl exec`).
+fn exec_context(run: &container::Run, launch: &container::Launch) -> ExecContext {
+    ExecContext { init_pid: run.init_pid, env: launch.env.clone(), identity: launch.sandbox.identity.clone() }
+}
+
 impl PodWorker {
     fn namespace(&self) -> &str {
         ns_of(&self.pod)
@@ -163,8 +181,13 @@ impl PodWorker {
         self.pod["spec"]["restartPolicy"].as_str().unwrap_or("Always")
     }
 
-    /// Writes the model's status to the pod, if the pod is still this one.
+    /// Writes the model's status to the pod, if the pod is still this one (rule 8: later, while
+    /// its node is lost).
     pub fn publish(&self) {
+        if self.entry.node.get().is_some_and(|node| self.cluster.nodes.is_lost(node)) {
+            self.entry.stale.store(true, Ordering::Relaxed);
+            return;
+        }
         let status = self.entry.model.lock().to_status(true);
         let (ns, name, uid) =
             (self.namespace().to_owned(), name_of(&self.pod).to_owned(), self.entry.uid.clone());
@@ -191,39 +214,69 @@ impl PodWorker {
         self.publish();
     }
 
-    /// Rule 7: waits for the node to take the pod, then binds it (`spec.nodeName`); `false` if
-    /// the pod is deleted first.
+    /// Rule 7: waits for a node to take the pod and binds it; `false` if the pod is deleted first.
     async fn schedule(&self) -> bool {
-        let mut cordoned = self.cluster.faults.cordoned();
-        if !*cordoned.borrow_and_update() {
-            self.bind();
-            return true;
+        let mut changes = self.cluster.nodes.scheduling();
+        loop {
+            changes.borrow_and_update();
+            match self.cluster.write(|s| self.bind(s)) {
+                Some(Ok(node)) => {
+                    if self.entry.model.lock().unschedulable.is_some() {
+                        self.update(|m| m.set_unschedulable(None, &meta::now()));
+                    }
+                    let _ = self.entry.node.set(node);
+                    return true;
+                }
+                Some(Err(why)) => {
+                    if self.entry.model.lock().unschedulable.as_ref() != Some(&why) {
+                        self.update(|m| m.set_unschedulable(Some(why), &meta::now()));
+                    }
+                }
+                None => return false,
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = self.entry.stop.cancelled() => return false,
+            }
         }
-        self.update(|m| m.set_unschedulable(Some(no_node_for("1 node(s) were unschedulable")), &meta::now()));
-        tokio::select! {
-            _ = cordoned.wait_for(|cordoned| !cordoned) => {}
-            _ = self.entry.stop.cancelled() => return false,
-        }
-        self.update(|m| m.set_unschedulable(None, &meta::now()));
-        self.bind();
-        true
     }
 
-    /// Sets the pod's `spec.nodeName`, as the scheduler's binding does.
-    fn bind(&self) {
-        let (ns, name, uid) =
-            (self.namespace().to_owned(), name_of(&self.pod).to_owned(), self.entry.uid.clone());
-        self.cluster.write(|s| {
-            let Some(current) = s.store.get("pods", &ns, &name).cloned() else { return };
-            if current["metadata"]["uid"] == uid.as_str() {
-                bind(s, &current);
-            }
-        });
+    /// Binds the pod to the node the scheduler chooses (or the one it is bound to): that node, or
+    /// why none fits; `None` when the pod is gone.
+    fn bind(&self, state: &mut State) -> Option<Result<String, String>> {
+        let current = state.store.get("pods", self.namespace(), name_of(&self.pod)).cloned()?;
+        if current["metadata"]["uid"] != self.entry.uid.as_str() {
+            return None;
+        }
+        if let Some(node) = current["spec"]["nodeName"].as_str() {
+            return Some(Ok(node.to_owned()));
+        }
+        let nodes: Vec<Value> = state.store.list("nodes", None).cloned().collect();
+        let placed: Vec<(&Value, &Value)> = state
+            .store
+            .list("pods", None)
+            .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+            .filter_map(|p| Some((p, nodes.iter().find(|n| n["metadata"]["name"] == p["spec"]["nodeName"])?)))
+            .collect();
+        let chosen = scheduler::choose(&current, &nodes, &placed).map(str::to_owned);
+        if let Ok(node) = &chosen {
+            bind(state, &current, node)?;
+        }
+        Some(chosen)
+    }
+
+    /// Rule 8: waits while the pod's node is lost; `false` if the pod stops first.
+    async fn node_reachable(&self) -> bool {
+        let reachable = self.cluster.nodes.reachable(self.entry.node.get().cloned());
+        tokio::select! {
+            () = reachable.wait() => true,
+            () = self.entry.stop.cancelled() => false,
+        }
     }
 
     /// Runs the pod until it is deleted and its containers have stopped.
     pub async fn run(&self) {
-        if !self.schedule().await {
+        if !self.schedule().await || !self.node_reachable().await {
             self.entry.done.cancel();
             self.finish();
             return;
@@ -319,7 +372,7 @@ impl PodWorker {
             let Some(image) = images.get(&name) else { return false };
             let mut restarts = 0u32;
             loop {
-                if self.entry.stop.is_cancelled() {
+                if self.entry.stop.is_cancelled() || !self.node_reachable().await {
                     return false;
                 }
                 let (launch, mut run) = match self.start_run(c, image, restarts) {
@@ -334,11 +387,7 @@ impl PodWorker {
                 };
                 let started_at = meta::now();
                 self.update(|m| m.init[i].state = ContainerState::Running { started_at: started_at.clone() });
-                let ctx = ExecContext {
-                    init_pid: run.init_pid,
-                    env: launch.env.clone(),
-                    identity: launch.sandbox.identity.clone(),
-                };
+                let ctx = exec_context(&run, &launch);
                 self.entry.run_started(&name, &ctx);
                 let code = tokio::select! {
                     code = run.wait() => code,
@@ -396,6 +445,9 @@ impl PodWorker {
                 self.update(|m| m.containers[i].finished = true);
                 return;
             }
+            if !self.node_reachable().await {
+                continue;
+            }
             let (launch, mut run) = match self.start_run(c, image, restarts) {
                 Ok(started) => started,
                 Err(waiting) => {
@@ -413,11 +465,7 @@ impl PodWorker {
                 model.started = false;
                 model.ready = false;
             });
-            let ctx = ExecContext {
-                init_pid: run.init_pid,
-                env: launch.env.clone(),
-                identity: launch.sandbox.identity.clone(),
-            };
+            let ctx = exec_context(&run, &launch);
             let on_change = |started: bool, ready: bool| {
                 self.update(|m| {
                     m.containers[i].started = started;
@@ -425,9 +473,17 @@ impl PodWorker {
                 });
             };
             self.entry.run_started(&name, &ctx);
-            let ending =
-                container::watch_run(&mut run, &launch, &ctx, || self.grace(), &self.entry.stop, &on_change)
-                    .await;
+            let reachable = self.cluster.nodes.reachable(self.entry.node.get().cloned());
+            let ending = container::watch_run(
+                &mut run,
+                &launch,
+                &ctx,
+                || self.grace(),
+                &self.entry.stop,
+                &on_change,
+                &reachable,
+            )
+            .await;
             self.entry.run_ended(&name);
             let (code, deleting) = match &ending {
                 Ending::Exited(code) => (*code, false),

@@ -25,10 +25,8 @@ use crate::sim::kubelet::volumes::{self, PlannedBind};
 use crate::sim::meta;
 use crate::sim::state::State;
 /// The scheduler's message for a pod no node can take, for `reason`.
-pub(super) fn no_node_for(reason: &str) -> String {
-    format!(
-        "0/1 nodes are available: {reason}. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
-    )
+fn no_node_for(state: &State, reason: &str) -> String {
+    crate::sim::nodes::scheduler::fit_error(state.store.list("nodes", None).count().max(1), reason)
 }
 
 /// Rule 2: the directory of the volume bound to claim `claim` (its PersistentVolume's
@@ -40,11 +38,11 @@ pub(super) fn claim_volume_dir(
 ) -> Result<PathBuf, VolumesNotReady> {
     let missing = format!("persistentvolumeclaim \"{claim}\" not found");
     let pvc = state.store.get("persistentvolumeclaims", namespace, claim).ok_or_else(|| {
-        VolumesNotReady::Unschedulable { scheduler: no_node_for(&missing), kubelet: missing.clone() }
+        VolumesNotReady::Unschedulable { scheduler: no_node_for(state, &missing), kubelet: missing.clone() }
     })?;
     let unbound = || VolumesNotReady::Unschedulable {
         kubelet: format!("persistentvolumeclaim \"{claim}\" is not bound"),
-        scheduler: no_node_for("pod has unbound immediate PersistentVolumeClaims"),
+        scheduler: no_node_for(state, "pod has unbound immediate PersistentVolumeClaims"),
     };
     let volume = pvc["spec"]["volumeName"].as_str().filter(|v| !v.is_empty()).ok_or_else(unbound)?;
     let pv = state.store.get("persistentvolumes", "", volume).ok_or_else(unbound)?;
