@@ -82,6 +82,8 @@ enum Verb {
         /// Where to write it.
         path: PathBuf,
     },
+    /// Take one base backup into the object store (the backup Job's program).
+    BaseBackup,
 }
 
 /// The log filter without `RUST_LOG`: the manager's events, the driver's warnings only.
@@ -112,6 +114,15 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             }
         };
     }
+    if let Verb::BaseBackup = &args.verb {
+        return match runtime() {
+            Ok(runtime) => ExitCode::from(runtime.block_on(archive::base_backup::command())),
+            Err(error) => {
+                tracing::error!(%error, "starting the async runtime failed");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let settings = match settings::Settings::from_env() {
         Ok(settings) => settings,
         Err(error) => {
@@ -119,7 +130,7 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
             tracing::error!(%error, "starting the async runtime failed");
@@ -140,7 +151,7 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             Verb::WalRestore { name, path } => {
                 Ok(archive::wal::restore_command(&settings, &name, &path).await)
             }
-            Verb::CopyBinary { .. } => Ok(0),
+            Verb::CopyBinary { .. } | Verb::BaseBackup => Ok(0),
         }
     });
     // Children still running (a killed clone) are not waited for.
@@ -152,6 +163,10 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
 }
 
 /// Copies the current executable to `<dir>/dbcluster-operator` (mode 0755, written whole, then

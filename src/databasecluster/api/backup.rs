@@ -147,6 +147,10 @@ pub struct BackupsStatus {
     /// When it was archived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_archived_time: Option<Time>,
+    /// With an object store: the earliest time a point-in-time restore can reach (the end of the
+    /// oldest complete base backup there), as the last backup Job found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_recoverability_point: Option<Time>,
 }
 
 /// One complete backup.

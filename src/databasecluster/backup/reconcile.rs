@@ -74,21 +74,12 @@ pub async fn ensure_backups<F: Forms>(
         return Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token });
     };
 
-    let owned = spec.pvc_retention == PvcRetention::Delete;
-    let pvc_key = ObjectKey::new(
-        Some(owner.namespace()),
-        &crate::databasecluster::backup::jobs::backup_pvc_name(owner.name()),
-    );
-    let cached = ctx.volumes.get(&pvc_key);
-    let (_, outcome) = ensure_child(ctx, owner, "PersistentVolumeClaim", cached, |live| {
-        let mut desired = build_backup_pvc(owner, backup, owned);
-        if let Some(live) = live {
-            keep_immutable_pvc_fields(&mut desired, live);
-        }
-        Ok(desired)
-    })
-    .await?;
-    report(ctx, cluster, "PersistentVolumeClaim", &pvc_key, &outcome, None).await;
+    // With an object store the base backups go there; the volume is kept only when asked for
+    // (`storageSize` set), e.g. for the backups taken before the store.
+    let volume_asked = cluster.spec.backup.as_ref().is_some_and(|b| b.storage_size.is_some());
+    if backup.object_store.is_none() || volume_asked {
+        ensure_backup_volume(ctx, cluster, owner, spec, backup).await?;
+    }
 
     match build_cronjob(owner, spec) {
         Some(desired) => {
@@ -108,6 +99,31 @@ pub async fn ensure_backups<F: Forms>(
         _ => None,
     };
     Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token })
+}
+
+async fn ensure_backup_volume<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    backup: &crate::databasecluster::api::backup::ValidBackup,
+) -> Result<(), Error> {
+    let owned = spec.pvc_retention == PvcRetention::Delete;
+    let pvc_key = ObjectKey::new(
+        Some(owner.namespace()),
+        &crate::databasecluster::backup::jobs::backup_pvc_name(owner.name()),
+    );
+    let cached = ctx.volumes.get(&pvc_key);
+    let (_, outcome) = ensure_child(ctx, owner, "PersistentVolumeClaim", cached, |live| {
+        let mut desired = build_backup_pvc(owner, backup, owned);
+        if let Some(live) = live {
+            keep_immutable_pvc_fields(&mut desired, live);
+        }
+        Ok(desired)
+    })
+    .await?;
+    report(ctx, cluster, "PersistentVolumeClaim", &pvc_key, &outcome, None).await;
+    Ok(())
 }
 
 /// The cluster's `backup-now` token when it is one not handled yet (not the status's
