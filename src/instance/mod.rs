@@ -84,6 +84,9 @@ enum Verb {
     },
     /// Take one base backup into the object store (the backup Job's program).
     BaseBackup,
+    /// Fill an empty data directory from the object store, replayed to the recovery target and
+    /// promoted (the recovery Job's program).
+    Recover,
 }
 
 /// The log filter without `RUST_LOG`: the manager's events, the driver's warnings only.
@@ -114,9 +117,16 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             }
         };
     }
-    if let Verb::BaseBackup = &args.verb {
+    if let Verb::BaseBackup | Verb::Recover = &args.verb {
+        let recover = matches!(args.verb, Verb::Recover);
         return match runtime() {
-            Ok(runtime) => ExitCode::from(runtime.block_on(archive::base_backup::command())),
+            Ok(runtime) => ExitCode::from(runtime.block_on(async move {
+                if recover {
+                    archive::recover::command().await
+                } else {
+                    archive::base_backup::command().await
+                }
+            })),
             Err(error) => {
                 tracing::error!(%error, "starting the async runtime failed");
                 ExitCode::FAILURE
@@ -151,7 +161,7 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             Verb::WalRestore { name, path } => {
                 Ok(archive::wal::restore_command(&settings, &name, &path).await)
             }
-            Verb::CopyBinary { .. } | Verb::BaseBackup => Ok(0),
+            Verb::CopyBinary { .. } | Verb::BaseBackup | Verb::Recover => Ok(0),
         }
     });
     // Children still running (a killed clone) are not waited for.

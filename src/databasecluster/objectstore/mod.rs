@@ -6,3 +6,4 @@
 pub mod archiving;
 pub mod manager_pod;
 pub mod pod;
+pub mod recovery_job;
