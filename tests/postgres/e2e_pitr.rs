@@ -8,6 +8,8 @@
 
 use crate::common;
 
+use std::time::Duration;
+
 use common::postgres::*;
 use common::s3::S3Server;
 use common::*;
@@ -166,4 +168,165 @@ async fn a_base_backup_streams_from_the_standby_into_the_store_with_its_manifest
         assert!(!text.contains(SECRET_ACCESS_KEY) && !text.contains(ACCESS_KEY_ID), "a credential shown");
     }
     assert!(serde_json::to_string(&jobs.items).unwrap().contains("base-backup"));
+}
+
+/// `sql` on the source as its superuser (for `pg_create_restore_point`), at the primary's pod.
+async fn superuser_uri(setup: &Setup) -> String {
+    let secret = setup.cluster.api::<Secret>().get(&format!("{SOURCE}-superuser")).await.unwrap();
+    let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    let pod = setup.cluster.api::<Pod>().get(&format!("{SOURCE}-0")).await.unwrap();
+    format!("postgresql://postgres:{password}@{}:5432/app", pod_ip(&pod))
+}
+
+/// Rows `from..=to` inserted one transaction each.
+fn insert_rows(uri: &str, from: u32, to: u32) {
+    let sql = format!(
+        "DO $$ BEGIN FOR i IN {from}..{to} LOOP INSERT INTO items (id) VALUES (i); COMMIT; END LOOP; END $$"
+    );
+    psql(uri, &sql).unwrap();
+}
+
+/// A cluster recovered from the source's store with `target` (and its own store when `own`).
+fn recovered(setup: &Setup, name: &str, target: serde_json::Value, own: Option<&str>) -> DatabaseCluster {
+    let recovery =
+        json!({"objectStore": store_spec(&setup.s3, SOURCE), "backup": "latest", "target": target});
+    let mut extra = json!({"bootstrap": {"recovery": recovery}});
+    if let Some(path) = own {
+        extra["backup"] =
+            json!({"objectStore": store_spec(&setup.s3, path), "walArchive": {"archiveTimeout": "1s"}});
+    }
+    database(name, 1, extra)
+}
+
+/// The restore pod's termination message and log (for a failure's message).
+async fn restore_output(setup: &Setup, name: &str) -> String {
+    let pods = setup.cluster.api::<Pod>();
+    let list = pods.list(&ListParams::default().labels(&format!("job-name={name}-restore"))).await.unwrap();
+    let mut text = String::new();
+    for pod in list.items {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let log = pods.logs(&pod_name, &Default::default()).await.unwrap_or_else(|e| e.to_string());
+        text.push_str(&format!("{pod_name}: {:?}\n{log}\n", pod.status.and_then(|s| s.container_statuses)));
+    }
+    text
+}
+
+/// Waits until `name`'s restore Job succeeded; panics with its output when it failed.
+async fn await_restored(setup: &Setup, name: &str) {
+    let jobs = setup.cluster.api::<Job>();
+    let job_name = format!("{name}-restore");
+    let outcome =
+        eventually_every(&format!("{job_name} finished"), REAL_WAIT, REAL_POLL_INTERVAL, || async {
+            let job = jobs.get(&job_name).await.map_err(|e| e.to_string())?;
+            let status = job.status.unwrap_or_default();
+            match (status.succeeded.unwrap_or(0), status.conditions.unwrap_or_default()) {
+                (1.., _) => Ok(true),
+                (_, conditions) if conditions.iter().any(|c| c.type_ == "Failed" && c.status == "True") => {
+                    Ok(false)
+                }
+                _ => Err("running".to_owned()),
+            }
+        })
+        .await;
+    assert!(outcome, "{job_name} failed: {}", restore_output(setup, name).await);
+}
+
+/// `SELECT count(*) || ' ' || max(id)` of `name`'s items, once it answers.
+async fn rows_of(setup: &Setup, name: &str) -> String {
+    await_restored(setup, name).await;
+    await_streaming(&setup.cluster, name, 1, None).await;
+    let uri = app_uri(&setup.cluster, name).await;
+    eventually_some(&format!("{name} answers"), || async {
+        psql(&uri, "SELECT count(*) || ' ' || coalesce(max(id), 0) FROM items").ok()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_end_of_its_archive() {
+    let setup = setup().await;
+    let api = setup.cluster.clusters();
+    let uri = create_source(&setup, 1).await;
+    let superuser = superuser_uri(&setup).await;
+    insert_rows(&uri, 1, 100);
+    let before_backup = psql(&uri, "SELECT clock_timestamp()").unwrap();
+    let db = backup_now(&setup, "base").await;
+    let first_point = db.status.unwrap().backups.unwrap().first_recoverability_point.unwrap();
+
+    // Rows one transaction each; between them a time, an xid, an lsn and a restore point.
+    insert_rows(&uri, 101, 150);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let time = psql(
+        &uri,
+        "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert_rows(&uri, 151, 174);
+    let xid = psql(&uri, "INSERT INTO items (id) VALUES (175) RETURNING txid_current()").unwrap();
+    let xid = xid.lines().next().unwrap().to_owned();
+    insert_rows(&uri, 176, 180);
+    let lsn = psql(&uri, "SELECT pg_current_wal_lsn()").unwrap();
+    insert_rows(&uri, 181, 190);
+    psql(&superuser, "SELECT pg_create_restore_point('after-190')").unwrap();
+    insert_rows(&uri, 191, 250);
+    // RPO: the last row, then the whole source gone a few seconds later (archiveTimeout 1s).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    api.delete(SOURCE, &Default::default()).await.unwrap();
+    eventually_some("the source's pods are gone", || async {
+        let pods = setup.cluster.api::<Pod>().list(&ListParams::default()).await.ok()?;
+        (!pods.items.iter().any(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(SOURCE))))
+            .then_some(())
+    })
+    .await;
+
+    // A recovered cluster may not archive into its source's archive: refused at the API.
+    let refused =
+        api.create(&PostParams::default(), &recovered(&setup, "pitr-own", json!({}), Some(SOURCE))).await;
+    assert!(refused.unwrap_err().to_string().contains("must archive somewhere else"));
+
+    let cases = [
+        ("pitr-time", json!({"time": time}), "150 150"),
+        ("pitr-xid", json!({"xid": xid}), "175 175"),
+        ("pitr-lsn", json!({"lsn": lsn}), "180 180"),
+        ("pitr-name", json!({"name": "after-190"}), "190 190"),
+    ];
+    for (name, target, _) in &cases {
+        api.create(&PostParams::default(), &recovered(&setup, name, target.clone(), None)).await.unwrap();
+    }
+    let latest = recovered(&setup, "pitr-latest", json!({}), Some("pitr-latest"));
+    api.create(&PostParams::default(), &latest).await.unwrap();
+    let early = recovered(&setup, "pitr-early", json!({"time": before_backup}), None);
+    api.create(&PostParams::default(), &early).await.unwrap();
+
+    for (name, _, expected) in &cases {
+        assert_eq!(rows_of(&setup, name).await, *expected, "{name}");
+    }
+    assert_eq!(rows_of(&setup, "pitr-latest").await, "250 250", "every row, the last 4 s before the loss");
+    let restored = api.get("pitr-latest").await.unwrap();
+    let from = restored.status.unwrap().restored_from.expect("status.restoredFrom");
+    assert_eq!(from.cluster, format!("s3://{BUCKET}/{SOURCE}"));
+    // It runs as a normal cluster: writes, archived into its own store.
+    let latest_uri = app_uri(&setup.cluster, "pitr-latest").await;
+    psql(&latest_uri, "INSERT INTO items (id) VALUES (1000)").unwrap();
+    eventually_every("the recovered cluster archives", REAL_WAIT, REAL_POLL_INTERVAL, || async {
+        let db = api.get("pitr-latest").await.map_err(|e| e.to_string())?;
+        match condition_of(&db, "ContinuousArchiving") {
+            Some((state, _, _)) if state == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(!store(&setup, "pitr-latest").list("wal").await.unwrap().is_empty());
+
+    // A target before the first backup ended: the restore fails and says why.
+    let event = eventually_some("RestoreFailed for the early target", || async {
+        let events = setup.cluster.events_about("pitr-early").await;
+        events.into_iter().find(|e| e.reason.as_deref() == Some("RestoreFailed"))
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains("first recoverability point"), "{note}");
+    eprintln!("first recoverability point {}", first_point.0);
 }

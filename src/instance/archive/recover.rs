@@ -9,7 +9,8 @@
 //!    `instance wal-restore %f %p`, reading the source's store from this pod's environment and
 //!    credentials), the target and `recovery_target_action = promote`.
 //! 3. PostgreSQL runs there without TCP (`listen_addresses=''`, a private socket directory, no
-//!    hot standby) until it has promoted (`pg_controldata` says `in production`); a server that
+//!    hot standby) until it has promoted (`recovery.signal` gone and `pg_controldata` says
+//!    `in production`); a server that
 //!    exits first (e.g. `recovery ended before configured recovery target was reached`) fails the
 //!    Job with its last log lines. `archive_mode=on` with no `archive_command` keeps the new
 //!    timeline's history file and last segment `.ready`, for the new primary to archive.
@@ -174,7 +175,11 @@ async fn replay(dir: &Path, run: &Path) -> Result<(), String> {
             let tail = log.await.unwrap_or_default();
             return Err(format!("PostgreSQL stopped during recovery ({status}): {tail}"));
         }
-        if controldata(dir).await.is_ok_and(|c| c.state == "in production") {
+        // The backup's own pg_control says `in production` too: promoted is when the server has
+        // also removed `recovery.signal`, which it does at the end of recovery, after which it
+        // writes `in production` again.
+        let ended = !dir.join("recovery.signal").exists();
+        if ended && controldata(dir).await.is_ok_and(|c| c.state == "in production") {
             break;
         }
         tokio::time::sleep(POLL).await;

@@ -69,7 +69,10 @@ impl Target {
     pub fn settings(&self) -> Vec<(&'static str, String)> {
         let mut settings = match self {
             Target::Latest => Vec::new(),
-            Target::Time(time) => vec![("recovery_target_time", time.to_string())],
+            // PostgreSQL's own form: its GUC check refuses RFC 3339's `T` and `Z`.
+            Target::Time(time) => {
+                vec![("recovery_target_time", time.strftime("%Y-%m-%d %H:%M:%S%.f+00").to_string())]
+            }
             Target::Lsn(lsn) => vec![("recovery_target_lsn", lsn.clone())],
             Target::Xid(xid) => vec![("recovery_target_xid", xid.clone())],
             Target::Name(name) => vec![("recovery_target_name", name.clone())],
@@ -181,10 +184,13 @@ mod tests {
     fn targets_come_from_the_environment_and_become_settings() {
         assert_eq!(Target::from_lookup(env(&[])).unwrap(), Target::Latest);
         let time = Target::from_lookup(env(&[(ENV_TARGET_TIME, "2026-12-07T10:00:00Z")])).unwrap();
+        let fraction =
+            Target::from_lookup(env(&[(ENV_TARGET_TIME, "2026-12-07T11:00:00.25+01:00")])).unwrap();
+        assert_eq!(fraction.settings()[0].1, "2026-12-07 10:00:00.25+00");
         assert_eq!(
             time.settings(),
             [
-                ("recovery_target_time", "2026-12-07T10:00:00Z".to_owned()),
+                ("recovery_target_time", "2026-12-07 10:00:00+00".to_owned()),
                 ("recovery_target_action", "promote".to_owned())
             ]
         );
