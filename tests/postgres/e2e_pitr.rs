@@ -15,6 +15,7 @@ use common::s3::S3Server;
 use common::*;
 use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::instance::archive::manifest::BackupManifest;
+use dbcluster_operator::instance::archive::retention::{self, Catalog};
 use dbcluster_operator::instance::archive::store::Store;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -111,6 +112,14 @@ pub async fn create_source(setup: &Setup, replicas: i32) -> String {
 /// Asks for a backup with `token` and waits for it to succeed; the cluster then.
 pub async fn backup_now(setup: &Setup, token: &str) -> DatabaseCluster {
     let api = setup.cluster.clusters();
+    let last_name = |db: &DatabaseCluster| {
+        db.status
+            .as_ref()
+            .and_then(|s| s.backups.as_ref())
+            .and_then(|b| b.last.as_ref())
+            .map(|l| l.name.clone())
+    };
+    let before = last_name(&api.get(SOURCE).await.unwrap());
     let patch = json!({"metadata": {"annotations": {"databases.madmmas.dev/backup-now": token}}});
     api.patch(SOURCE, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let job = dbcluster_operator::databasecluster::backup::jobs::on_demand_job_name(SOURCE, token);
@@ -118,7 +127,13 @@ pub async fn backup_now(setup: &Setup, token: &str) -> DatabaseCluster {
         let db = api.get(SOURCE).await.map_err(|e| e.to_string())?;
         let last_job = db.status.as_ref().and_then(|s| s.backups.as_ref()).and_then(|b| b.last_job.clone());
         match (condition_of(&db, "LastBackupSucceeded"), last_job) {
-            (Some((state, _, _)), Some(last)) if last.name == job && state == "True" => Ok(db),
+            (Some((state, _, _)), Some(last))
+                if last.name == job
+                    && state == "True"
+                    && last_name(&db).is_some_and(|n| Some(&n) != before.as_ref()) =>
+            {
+                Ok(db)
+            }
             (Some((state, _, message)), Some(last)) if last.name == job && state == "False" => {
                 panic!("backup {token} failed: {message}")
             }
@@ -188,8 +203,18 @@ fn insert_rows(uri: &str, from: u32, to: u32) {
 
 /// A cluster recovered from the source's store with `target` (and its own store when `own`).
 fn recovered(setup: &Setup, name: &str, target: serde_json::Value, own: Option<&str>) -> DatabaseCluster {
-    let recovery =
-        json!({"objectStore": store_spec(&setup.s3, SOURCE), "backup": "latest", "target": target});
+    recovered_from(setup, name, "latest", target, own)
+}
+
+/// A cluster recovered from the source's store from `backup` with `target`.
+fn recovered_from(
+    setup: &Setup,
+    name: &str,
+    backup: &str,
+    target: serde_json::Value,
+    own: Option<&str>,
+) -> DatabaseCluster {
+    let recovery = json!({"objectStore": store_spec(&setup.s3, SOURCE), "backup": backup, "target": target});
     let mut extra = json!({"bootstrap": {"recovery": recovery}});
     if let Some(path) = own {
         extra["backup"] =
@@ -251,7 +276,7 @@ async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_e
     insert_rows(&uri, 1, 100);
     let before_backup = psql(&uri, "SELECT clock_timestamp()").unwrap();
     let db = backup_now(&setup, "base").await;
-    let first_point = db.status.unwrap().backups.unwrap().first_recoverability_point.unwrap();
+    let first_point = db.status.clone().unwrap().backups.unwrap().first_recoverability_point.unwrap();
 
     // Rows one transaction each; between them a time, an xid, an lsn and a restore point.
     insert_rows(&uri, 101, 150);
@@ -270,7 +295,10 @@ async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_e
     insert_rows(&uri, 181, 190);
     psql(&superuser, "SELECT pg_create_restore_point('after-190')").unwrap();
     insert_rows(&uri, 191, 250);
+    // A second backup: `latest` for a time or an LSN before it still starts from the first.
+    let second = backup_now(&setup, "second").await.status.unwrap().backups.unwrap().last.unwrap();
     // RPO: the last row, then the whole source gone a few seconds later (archiveTimeout 1s).
+    insert_rows(&uri, 251, 260);
     tokio::time::sleep(Duration::from_secs(4)).await;
     api.delete(SOURCE, &Default::default()).await.unwrap();
     eventually_some("the source's pods are gone", || async {
@@ -291,8 +319,13 @@ async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_e
         ("pitr-lsn", json!({"lsn": lsn}), "180 180"),
         ("pitr-name", json!({"name": "after-190"}), "190 190"),
     ];
+    let first = db.status.clone().unwrap().backups.unwrap().last.unwrap().name;
     for (name, target, _) in &cases {
-        api.create(&PostParams::default(), &recovered(&setup, name, target.clone(), None)).await.unwrap();
+        // An xid or a restore point says nothing of when: the backup before it is named.
+        let backup =
+            if target.get("xid").or(target.get("name")).is_some() { first.as_str() } else { "latest" };
+        let db = recovered_from(&setup, name, backup, target.clone(), None);
+        api.create(&PostParams::default(), &db).await.unwrap();
     }
     let latest = recovered(&setup, "pitr-latest", json!({}), Some("pitr-latest"));
     api.create(&PostParams::default(), &latest).await.unwrap();
@@ -302,7 +335,7 @@ async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_e
     for (name, _, expected) in &cases {
         assert_eq!(rows_of(&setup, name).await, *expected, "{name}");
     }
-    assert_eq!(rows_of(&setup, "pitr-latest").await, "250 250", "every row, the last 4 s before the loss");
+    assert_eq!(rows_of(&setup, "pitr-latest").await, "260 260", "every row, the last 4 s before the loss");
     let restored = api.get("pitr-latest").await.unwrap();
     let from = restored.status.unwrap().restored_from.expect("status.restoredFrom");
     assert_eq!(from.cluster, format!("s3://{BUCKET}/{SOURCE}"));
@@ -329,4 +362,25 @@ async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_e
     let note = event.note.unwrap_or_default();
     assert!(note.contains("first recoverability point"), "{note}");
     eprintln!("first recoverability point {}", first_point.0);
+
+    // Retention with a window of a minute, a minute after the second backup ended: the first
+    // backup and the WAL only it needs go; the second and everything after it stay.
+    let source_store = store(&setup, SOURCE);
+    let catalog = Catalog::read(&source_store).await.unwrap();
+    let now = jiff::Timestamp::from_second(second.end_time.0.as_second() + 60).unwrap();
+    let deleted = retention::apply(&source_store, &catalog, Duration::from_secs(60), now).await.unwrap();
+    assert_eq!(deleted, [first.clone()]);
+    let kept = Catalog::read(&source_store).await.unwrap();
+    assert_eq!(kept.backups.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), [second.name.as_str()]);
+    assert_eq!(kept.first_recoverability_point(), Some(second.end_time.0.to_string()));
+    let start_wal = &kept.backups[0].start_wal;
+    let wal = source_store.list("wal").await.unwrap();
+    assert!(wal.iter().all(|n| !retention::wal_deletable(n, start_wal)), "{wal:?}");
+    assert!(wal.iter().any(|n| n.contains(start_wal.as_str())), "the kept backup's WAL stays: {wal:?}");
+    // The oldest point in the window, and everything after it, still restores.
+    let at_window_start = json!({"time": second.end_time.0.to_string()});
+    let kept_restore = recovered(&setup, "pitr-window", at_window_start, None);
+    api.create(&PostParams::default(), &kept_restore).await.unwrap();
+    let rows = rows_of(&setup, "pitr-window").await;
+    assert!(rows.starts_with("250 "), "the rows up to the second backup: {rows}");
 }
