@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::postgres::*;
 use common::s3::S3Server;
 use common::*;
+use dbcluster_operator::databasecluster::api::backup::BackupRecord;
 use dbcluster_operator::databasecluster::api::types::DatabaseCluster;
 use dbcluster_operator::instance::archive::manifest::BackupManifest;
 use dbcluster_operator::instance::archive::retention::{self, Catalog};
@@ -173,7 +174,11 @@ async fn a_base_backup_streams_from_the_standby_into_the_store_with_its_manifest
     // The Job's pod names the credentials' Secret, never a value; its command is the manager's.
     let pods = setup.cluster.api::<Pod>().list(&ListParams::default()).await.unwrap();
     let jobs = setup.cluster.api::<Job>().list(&ListParams::default()).await.unwrap();
+    let job = dbcluster_operator::databasecluster::backup::jobs::on_demand_job_name(SOURCE, "first");
+    let log = job_output(&setup, &job).await;
+    assert!(log.contains("base backup complete"), "{log}");
     let shown = [
+        log,
         serde_json::to_string(&pods.items).unwrap(),
         serde_json::to_string(&jobs.items).unwrap(),
         serde_json::to_string(&db.status).unwrap(),
@@ -223,10 +228,10 @@ fn recovered_from(
     database(name, 1, extra)
 }
 
-/// The restore pod's termination message and log (for a failure's message).
-async fn restore_output(setup: &Setup, name: &str) -> String {
+/// The statuses and logs of Job `job`'s pods (for a failure's message, and the secrets check).
+async fn job_output(setup: &Setup, job: &str) -> String {
     let pods = setup.cluster.api::<Pod>();
-    let list = pods.list(&ListParams::default().labels(&format!("job-name={name}-restore"))).await.unwrap();
+    let list = pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.unwrap();
     let mut text = String::new();
     for pod in list.items {
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -253,7 +258,7 @@ async fn await_restored(setup: &Setup, name: &str) {
             }
         })
         .await;
-    assert!(outcome, "{job_name} failed: {}", restore_output(setup, name).await);
+    assert!(outcome, "{job_name} failed: {}", job_output(setup, &job_name).await);
 }
 
 /// `SELECT count(*) || ' ' || max(id)` of `name`'s items, once it answers.
@@ -363,13 +368,18 @@ async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_e
     assert!(note.contains("first recoverability point"), "{note}");
     eprintln!("first recoverability point {}", first_point.0);
 
-    // Retention with a window of a minute, a minute after the second backup ended: the first
-    // backup and the WAL only it needs go; the second and everything after it stay.
-    let source_store = store(&setup, SOURCE);
+    retention_keeps_what_the_window_needs(&setup, &first, &second).await;
+}
+
+/// Retention with a window of a minute, a minute after the second backup ended: the first
+/// backup and the WAL only it needs go; the second and everything after it stay.
+async fn retention_keeps_what_the_window_needs(setup: &Setup, first: &str, second: &BackupRecord) {
+    let api = setup.cluster.clusters();
+    let source_store = store(setup, SOURCE);
     let catalog = Catalog::read(&source_store).await.unwrap();
     let now = jiff::Timestamp::from_second(second.end_time.0.as_second() + 60).unwrap();
     let deleted = retention::apply(&source_store, &catalog, Duration::from_secs(60), now).await.unwrap();
-    assert_eq!(deleted, [first.clone()]);
+    assert_eq!(deleted, [first]);
     let kept = Catalog::read(&source_store).await.unwrap();
     assert_eq!(kept.backups.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), [second.name.as_str()]);
     assert_eq!(kept.first_recoverability_point(), Some(second.end_time.0.to_string()));
@@ -379,8 +389,8 @@ async fn a_deleted_cluster_is_recovered_to_a_time_an_xid_an_lsn_a_name_and_the_e
     assert!(wal.iter().any(|n| n.contains(start_wal.as_str())), "the kept backup's WAL stays: {wal:?}");
     // The oldest point in the window, and everything after it, still restores.
     let at_window_start = json!({"time": second.end_time.0.to_string()});
-    let kept_restore = recovered(&setup, "pitr-window", at_window_start, None);
+    let kept_restore = recovered(setup, "pitr-window", at_window_start, None);
     api.create(&PostParams::default(), &kept_restore).await.unwrap();
-    let rows = rows_of(&setup, "pitr-window").await;
+    let rows = rows_of(setup, "pitr-window").await;
     assert!(rows.starts_with("250 "), "the rows up to the second backup: {rows}");
 }

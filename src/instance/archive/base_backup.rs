@@ -330,8 +330,8 @@ async fn stream_backup(
     if !status.success() {
         let message = log
             .lines()
-            .filter(|l| !l.contains("initiating") && !l.contains("checkpoint") && !l.contains("waiting"))
-            .last()
+            .rev()
+            .find(|l| !l.contains("initiating") && !l.contains("checkpoint") && !l.contains("waiting"))
             .unwrap_or("no message")
             .to_owned();
         if uploaded.is_ok() {
