@@ -3,7 +3,14 @@
 //!
 //! A source with a primary and a streaming standby archives WAL every second; `backup-now` takes a
 //! base backup from the standby, streamed into the store with its manifest written last, and the
-//! status names it with the first recoverability point.
+//! status names it with the first recoverability point. A source whose last rows are committed
+//! seconds before it is deleted whole is recovered into new clusters to a time, an xid, an LSN,
+//! a restore point and the end of its archive, each with exactly the rows before the target; a
+//! target before the first backup fails with the first recoverability point; a recovered cluster
+//! archives to its own store and may not name its source's. Retention by a one-minute window on a
+//! synthetic clock deletes the first backup and its WAL, and the window's oldest point still
+//! recovers. After a promotion (a switchover, onto timeline 2 as a failover would) the archive
+//! continues on the new timeline and a recovery from the timeline-1 backup follows it.
 #![cfg(feature = "sim")]
 
 use crate::common;
@@ -393,4 +400,54 @@ async fn retention_keeps_what_the_window_needs(setup: &Setup, first: &str, secon
     api.create(&PostParams::default(), &kept_restore).await.unwrap();
     let rows = rows_of(setup, "pitr-window").await;
     assert!(rows.starts_with("250 "), "the rows up to the second backup: {rows}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_promotion_the_archive_continues_on_the_new_timeline_and_recovers_past_it() {
+    let setup = setup().await;
+    let api = setup.cluster.clusters();
+    let uri = create_source(&setup, 2).await;
+    insert_rows(&uri, 1, 100);
+    backup_now(&setup, "timeline-1").await;
+
+    // A switchover promotes the standby onto timeline 2, as a failover does.
+    let patch = json!({"spec": {"primary": format!("{SOURCE}-1")}});
+    api.patch(SOURCE, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    eventually_every("the standby is the primary", REAL_WAIT, REAL_POLL_INTERVAL, || async {
+        let db = api.get(SOURCE).await.map_err(|e| e.to_string())?;
+        let primary = db.status.and_then(|s| s.current_primary);
+        (primary.as_deref() == Some("pitr-source-1")).then_some(()).ok_or(format!("{primary:?}"))
+    })
+    .await;
+    eventually_some("writes on the new primary", || async { psql(&uri, "SELECT 1").ok() }).await;
+    insert_rows(&uri, 101, 200);
+    let time = psql(
+        &uri,
+        "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert_rows(&uri, 201, 210);
+
+    // The new primary archives timeline 2: its history file, then its segments.
+    let store = store(&setup, SOURCE);
+    let names = eventually_some("timeline 2 in the archive", || async {
+        let names = store.list("wal").await.ok()?;
+        let on_2 = names.iter().any(|n| n.contains("/00000002") && !n.contains(".history"));
+        (names.iter().any(|n| n.ends_with("00000002.history.gz")) && on_2).then_some(names)
+    })
+    .await;
+    eprintln!("archive after the promotion: {names:?}");
+    // Everything up to the last row is archived (archiveTimeout 1s switches the segment).
+    let last_segment = psql(&uri, "SELECT pg_walfile_name(pg_current_wal_lsn())").unwrap();
+    eventually_some(&format!("{last_segment} archived"), || async {
+        let names = store.list("wal").await.ok()?;
+        names.iter().any(|n| n.contains(last_segment.as_str())).then_some(())
+    })
+    .await;
+
+    // A recovery from the timeline-1 backup to a time after the promotion follows timeline 2.
+    let db = recovered(&setup, "pitr-after-promotion", json!({"time": time}), None);
+    api.create(&PostParams::default(), &db).await.unwrap();
+    assert_eq!(rows_of(&setup, "pitr-after-promotion").await, "200 200");
 }

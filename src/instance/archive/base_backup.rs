@@ -186,7 +186,11 @@ async fn take() -> Result<String, BackupError> {
     let (transferred, wal) =
         stream_backup(&env, &store, &host, &format!("base/{name}/{data_object}"), compression).await?;
     let (start_wal, end_wal) = wal.segments();
-    await_wal(&store, &start_wal, &end_wal).await?;
+    if let Err(error) = await_wal(&store, &start_wal, &end_wal).await {
+        // Without its WAL the data is no backup: it gets no manifest and does not stay.
+        let _ = store.delete(&format!("base/{name}/{data_object}")).await;
+        return Err(error);
+    }
     let end = Timestamp::now();
     let manifest = BackupManifest {
         name: name.clone(),
