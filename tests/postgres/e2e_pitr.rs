@@ -162,6 +162,7 @@ async fn a_base_backup_streams_from_the_standby_into_the_store_with_its_manifest
     let (_, _, message) = condition_of(&db, "LastBackupSucceeded").unwrap();
     assert!(message.contains("pitr-source-ro."), "taken from the streaming standby: {message}");
     assert_eq!(backups.first_recoverability_point, Some(last.end_time.clone()), "the only backup");
+    await_event_reasons(&setup.cluster, SOURCE, &["BackupStarted", "BackupSucceeded"]).await;
 
     // In the store: the data and the manifest, whose checksum and size are the data's.
     let store = store(&setup, SOURCE);
