@@ -9,8 +9,8 @@
 //! target before the first backup fails with the first recoverability point; a recovered cluster
 //! archives to its own store and may not name its source's. Retention by a one-minute window on a
 //! synthetic clock deletes the first backup and its WAL, and the window's oldest point still
-//! recovers. After a promotion (a switchover, onto timeline 2 as a failover would) the archive
-//! continues on the new timeline and a recovery from the timeline-1 backup follows it.
+//! recovers. After a failover (the primary killed for good, the standby promoted onto timeline 2)
+//! the archive continues on the new timeline and a recovery from the timeline-1 backup follows it.
 #![cfg(feature = "sim")]
 
 use crate::common;
@@ -404,16 +404,18 @@ async fn retention_keeps_what_the_window_needs(setup: &Setup, first: &str, secon
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_promotion_the_archive_continues_on_the_new_timeline_and_recovers_past_it() {
+async fn after_a_failover_the_archive_continues_on_the_new_timeline_and_recovers_past_it() {
     let setup = setup().await;
     let api = setup.cluster.clusters();
     let uri = create_source(&setup, 2).await;
     insert_rows(&uri, 1, 100);
     backup_now(&setup, "timeline-1").await;
 
-    // A switchover promotes the standby onto timeline 2, as a failover does.
-    let patch = json!({"spec": {"primary": format!("{SOURCE}-1")}});
-    api.patch(SOURCE, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    // The primary dies for good (its pg_control hidden, so it cannot start again): a failover
+    // promotes the standby onto timeline 2.
+    let superuser = superuser_uri(&setup).await;
+    let program = r#"mv "$PGDATA/global/pg_control" "$PGDATA/global/pg_control.broken"; kill -9 $(head -1 "$PGDATA/postmaster.pid")"#;
+    let _ = psql(&superuser, &format!("COPY (SELECT 1) TO PROGRAM $${program}$$"));
     eventually_every("the standby is the primary", REAL_WAIT, REAL_POLL_INTERVAL, || async {
         let db = api.get(SOURCE).await.map_err(|e| e.to_string())?;
         let primary = db.status.and_then(|s| s.current_primary);
@@ -438,7 +440,7 @@ async fn after_a_promotion_the_archive_continues_on_the_new_timeline_and_recover
         (names.iter().any(|n| n.ends_with("00000002.history.gz")) && on_2).then_some(names)
     })
     .await;
-    eprintln!("archive after the promotion: {names:?}");
+    eprintln!("archive after the failover: {names:?}");
     // Everything up to the last row is archived (archiveTimeout 1s switches the segment).
     let last_segment = psql(&uri, "SELECT pg_walfile_name(pg_current_wal_lsn())").unwrap();
     eventually_some(&format!("{last_segment} archived"), || async {
@@ -447,8 +449,8 @@ async fn after_a_promotion_the_archive_continues_on_the_new_timeline_and_recover
     })
     .await;
 
-    // A recovery from the timeline-1 backup to a time after the promotion follows timeline 2.
-    let db = recovered(&setup, "pitr-after-promotion", json!({"time": time}), None);
+    // A recovery from the timeline-1 backup to a time after the failover follows timeline 2.
+    let db = recovered(&setup, "pitr-after-failover", json!({"time": time}), None);
     api.create(&PostParams::default(), &db).await.unwrap();
-    assert_eq!(rows_of(&setup, "pitr-after-promotion").await, "200 200");
+    assert_eq!(rows_of(&setup, "pitr-after-failover").await, "200 200");
 }
