@@ -7,6 +7,9 @@
 //!   this pod's role ([`prepare`]).
 //! - `instance wal-archive %p`, `instance wal-restore %f %p`: PostgreSQL's archive and restore
 //!   commands with an object store ([`archive`]).
+//! - `instance base-backup` (the backup Job's pod, with an object store) and `instance recover`
+//!   (the restore Job's pod of `spec.bootstrap.recovery`): base backups into the store and
+//!   point-in-time recovery from it ([`archive::base_backup`], [`archive::recover`]).
 //! - `instance run [-- postgres options]` (the `postgres` container): the same preparation, then
 //!   the server as its child, the probes, `/status` and the operator's commands ([`http`],
 //!   [`commands`]), `/metrics` ([`metrics`]), the record watcher ([`watcher`]: fencing, following,

@@ -189,7 +189,7 @@ pub struct BackupJobRecord {
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoredFrom {
-    /// The source cluster.
+    /// The source cluster (`fromBackup`), or the source's object store destination (`recovery`).
     pub cluster: String,
     /// The backup's name; `latest` when the source cluster was gone and instance 0 chose the
     /// newest complete backup in the volume itself.

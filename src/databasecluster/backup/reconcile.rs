@@ -207,7 +207,8 @@ pub enum RestoreGate {
     Failed,
 }
 
-/// Runs `spec.bootstrap.fromBackup` before the StatefulSet exists (see [`crate::databasecluster::backup::restore`]):
+/// Runs `spec.bootstrap.fromBackup` or `spec.bootstrap.recovery` (a Job running `instance
+/// recover`, [`crate::databasecluster::objectstore::recovery_job`]) before the StatefulSet exists (see [`crate::databasecluster::backup::restore`]):
 /// creates instance 0's data volume and the restore Job, and opens the gate, with the backup it
 /// restored, once the Job has succeeded. A failed restore is a Warning Event `RestoreFailed`; the
 /// gate stays shut (the cluster stays Provisioning).

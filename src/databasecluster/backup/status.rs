@@ -60,7 +60,8 @@ impl JobOutcome {
     }
 }
 
-/// What `scripts/backup.sh` reports about a complete backup (its manifest).
+/// What `scripts/backup.sh` (or, with an object store, `instance base-backup`) reports about a
+/// complete backup.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
