@@ -7,6 +7,9 @@
 //!   this pod's role ([`prepare`]).
 //! - `instance wal-archive %p`, `instance wal-restore %f %p`: PostgreSQL's archive and restore
 //!   commands with an object store ([`archive`]).
+//! - `instance base-backup` (the backup Job's pod, with an object store) and `instance recover`
+//!   (the restore Job's pod of `spec.bootstrap.recovery`): base backups into the store and
+//!   point-in-time recovery from it ([`archive::base_backup`], [`archive::recover`]).
 //! - `instance run [-- postgres options]` (the `postgres` container): the same preparation, then
 //!   the server as its child, the probes, `/status` and the operator's commands ([`http`],
 //!   [`commands`]), `/metrics` ([`metrics`]), the record watcher ([`watcher`]: fencing, following,
@@ -82,6 +85,11 @@ enum Verb {
         /// Where to write it.
         path: PathBuf,
     },
+    /// Take one base backup into the object store (the backup Job's program).
+    BaseBackup,
+    /// Fill an empty data directory from the object store, replayed to the recovery target and
+    /// promoted (the recovery Job's program).
+    Recover,
 }
 
 /// The log filter without `RUST_LOG`: the manager's events, the driver's warnings only.
@@ -112,6 +120,22 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             }
         };
     }
+    if let Verb::BaseBackup | Verb::Recover = &args.verb {
+        let recover = matches!(args.verb, Verb::Recover);
+        return match runtime() {
+            Ok(runtime) => ExitCode::from(runtime.block_on(async move {
+                if recover {
+                    archive::recover::command().await
+                } else {
+                    archive::base_backup::command().await
+                }
+            })),
+            Err(error) => {
+                tracing::error!(%error, "starting the async runtime failed");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let settings = match settings::Settings::from_env() {
         Ok(settings) => settings,
         Err(error) => {
@@ -119,7 +143,7 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
             tracing::error!(%error, "starting the async runtime failed");
@@ -140,7 +164,7 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             Verb::WalRestore { name, path } => {
                 Ok(archive::wal::restore_command(&settings, &name, &path).await)
             }
-            Verb::CopyBinary { .. } => Ok(0),
+            Verb::CopyBinary { .. } | Verb::BaseBackup | Verb::Recover => Ok(0),
         }
     });
     // Children still running (a killed clone) are not waited for.
@@ -152,6 +176,10 @@ pub fn main(args: InstanceArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
 }
 
 /// Copies the current executable to `<dir>/dbcluster-operator` (mode 0755, written whole, then

@@ -29,4 +29,5 @@ mod object_store_crd;
 mod pass_log;
 mod plugin;
 mod rbac;
+mod recovery_crd;
 mod status;

@@ -15,6 +15,7 @@ mod e2e_failover;
 mod e2e_logs;
 mod e2e_monitoring;
 mod e2e_node_loss;
+mod e2e_pitr;
 mod e2e_postgres;
 mod e2e_psql;
 mod e2e_restore;

@@ -27,6 +27,9 @@ use thiserror::Error;
 use crate::databasecluster::api::object_store::{
     ObjectStoreError, ObjectStoreSpec, ValidObjectStore, WalArchiveSpec, validate_object_store,
 };
+use crate::databasecluster::api::recovery::{
+    ONE_BOOTSTRAP_MESSAGE, ONE_BOOTSTRAP_RULE, RecoverySpec, RecoverySpecError, validate_recovery,
+};
 use crate::databasecluster::api::types::{DatabaseClusterSpec, STORAGE_CLASS_PATTERN};
 use crate::databasecluster::api::validation::{STORAGE_CLASS_PROBLEM, StorageSize, is_storage_class_name};
 
@@ -108,12 +111,17 @@ pub struct RetentionSpec {
 }
 
 /// How a new cluster gets its first data; read once, at creation.
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[derive(Deserialize, Serialize, kube::KubeSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(ONE_BOOTSTRAP_RULE).message(ONE_BOOTSTRAP_MESSAGE))]
 pub struct BootstrapSpec {
     /// Start the primary from a backup of another cluster in the same namespace instead of
     /// `initdb`.
-    pub from_backup: FromBackup,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_backup: Option<FromBackup>,
+    /// Start the primary from another cluster's object store, replayed to a point in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoverySpec>,
 }
 
 /// The backup a new cluster starts from.
@@ -147,6 +155,10 @@ pub struct BackupsStatus {
     /// When it was archived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_archived_time: Option<Time>,
+    /// With an object store: the earliest time a point-in-time restore can reach (the end of the
+    /// oldest complete base backup there), as the last backup Job found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_recoverability_point: Option<Time>,
 }
 
 /// One complete backup.
@@ -177,7 +189,7 @@ pub struct BackupJobRecord {
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoredFrom {
-    /// The source cluster.
+    /// The source cluster (`fromBackup`), or the source's object store destination (`recovery`).
     pub cluster: String,
     /// The backup's name; `latest` when the source cluster was gone and instance 0 chose the
     /// newest complete backup in the volume itself.
@@ -344,6 +356,9 @@ pub enum BackupSpecError {
         "spec.bootstrap.fromBackup.cluster {0:?} is this cluster: a cluster cannot start from its own backups"
     )]
     SelfRestore(String),
+    /// `spec.bootstrap.recovery` cannot be acted on.
+    #[error(transparent)]
+    Recovery(#[from] RecoverySpecError),
 }
 
 /// The effective backup configuration of a spec: `None` when neither `backup` nor
@@ -397,12 +412,15 @@ pub fn validate_backup(spec: &DatabaseClusterSpec) -> Result<Option<ValidBackup>
 
 /// Checks `spec.bootstrap` of the cluster named `name`.
 pub fn validate_bootstrap(name: &str, spec: &DatabaseClusterSpec) -> Result<(), BackupSpecError> {
-    match &spec.bootstrap {
-        Some(bootstrap) if bootstrap.from_backup.cluster == name => {
-            Err(BackupSpecError::SelfRestore(name.to_owned()))
-        }
-        _ => Ok(()),
+    let Some(bootstrap) = &spec.bootstrap else { return Ok(()) };
+    if bootstrap.from_backup.as_ref().is_some_and(|from| from.cluster == name) {
+        return Err(BackupSpecError::SelfRestore(name.to_owned()));
     }
+    if let Some(recovery) = &bootstrap.recovery {
+        let own = spec.backup.as_ref().and_then(|b| b.object_store.as_ref());
+        validate_recovery(recovery, own)?;
+    }
+    Ok(())
 }
 
 /// Seconds in `30m`, `12h` or `7d`.
@@ -547,8 +565,10 @@ mod tests {
     #[test]
     fn a_cluster_cannot_restore_from_itself() {
         let mut spec = spec_with(None, None);
-        spec.bootstrap =
-            Some(BootstrapSpec { from_backup: FromBackup { cluster: "pg".into(), backup: LATEST.into() } });
+        spec.bootstrap = Some(BootstrapSpec {
+            from_backup: Some(FromBackup { cluster: "pg".into(), backup: LATEST.into() }),
+            recovery: None,
+        });
         assert_eq!(validate_bootstrap("pg", &spec), Err(BackupSpecError::SelfRestore("pg".into())));
         assert_eq!(validate_bootstrap("restored", &spec), Ok(()));
     }

@@ -1,6 +1,6 @@
 //! What a user writes: the `DatabaseCluster` CRD's [`types`], the checks the CRD cannot make
 //! ([`validation`]), `spec.backup` / `spec.bootstrap` ([`backup`]), `spec.monitoring`
-//! ([`monitoring`]), `spec.backup.objectStore` and `walArchive` ([`object_store`]), and the schema's descriptions as `kubectl explain` shows them
+//! ([`monitoring`]), `spec.backup.objectStore` and `walArchive` ([`object_store`]), `spec.bootstrap.recovery` ([`recovery`]), and the schema's descriptions as `kubectl explain` shows them
 //! ([`descriptions`]).
 
 pub mod backup;
@@ -8,5 +8,6 @@ pub mod certificates;
 pub mod descriptions;
 pub mod monitoring;
 pub mod object_store;
+pub mod recovery;
 pub mod types;
 pub mod validation;

@@ -145,6 +145,8 @@ pub fn storage_no_shrink_rule() -> String {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap)").message(BOOTSTRAP_IMMUTABLE_MESSAGE))]
 #[x_kube(validation = Rule::new(SYNCHRONOUS_REPLICAS_RULE).message(SYNCHRONOUS_REPLICAS_MESSAGE))]
+#[x_kube(validation = Rule::new(crate::databasecluster::api::recovery::OWN_ARCHIVE_RULE)
+    .message(crate::databasecluster::api::recovery::OWN_ARCHIVE_MESSAGE))]
 pub struct DatabaseClusterSpec {
     /// Number of PostgreSQL instances (0 to 10): one primary and `replicas - 1` streaming standbys;
     /// `0` hibernates the cluster (no pods, volumes kept).

@@ -228,38 +228,36 @@ fn backup_pod_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Pod
         env("DBC_BACKUP_HOSTS", format!("{} {}", domain("ro"), domain("rw"))),
         env("DBC_PORT", POSTGRES_PORT.to_string()),
         env("DBC_SECRETS", SECRETS_PATH),
-        env("DBC_BACKUPS", BACKUPS_PATH),
         env("DBC_RUN", RUN_PATH),
     ];
+    use crate::databasecluster::tls::pods::{replication_secret, secret_volume, server_secrets};
+    let replication = replication_secret(owner.name(), spec.client_certificates.as_ref());
+    let certificate = secret_volume("replication-tls".to_owned(), replication);
+    let (_, server_ca) = server_secrets(owner.name(), spec.server_certificate.as_ref());
+    let server_ca = secret_volume("server-ca".to_owned(), server_ca);
+    let mut mounts = vec![
+        mount("replication-tls", &format!("{SECRETS_PATH}/replication-tls"), true),
+        mount("server-ca", &format!("{SECRETS_PATH}/server-ca"), true),
+        mount("run", RUN_PATH, false),
+    ];
+    let mut volumes = vec![certificate, server_ca, scratch_volume("run")];
+    if let Some(store) = &backup.object_store {
+        // With a store, every base backup goes to it (the manager's `instance base-backup`).
+        use crate::databasecluster::objectstore::manager_pod::manager_pod;
+        use crate::instance::archive::retention::ENV_RECOVERY_WINDOW;
+        env.extend(backup.recovery_window_seconds.map(|s| self::env(ENV_RECOVERY_WINDOW, s.to_string())));
+        return manager_pod("backup", spec, "base-backup", store, env, mounts, volumes);
+    }
+    env.push(self::env("DBC_BACKUPS", BACKUPS_PATH));
     if let Some(n) = backup.keep_last {
         env.push(self::env("DBC_KEEP_LAST", n.to_string()));
     }
     if let Some(seconds) = backup.keep_newer_than_seconds {
         env.push(self::env("DBC_KEEP_NEWER_THAN_SECONDS", seconds.to_string()));
     }
-    use crate::databasecluster::tls::pods::{replication_secret, secret_volume, server_secrets};
-    let replication = replication_secret(owner.name(), spec.client_certificates.as_ref());
-    let certificate = secret_volume("replication-tls".to_owned(), replication);
-    let (_, server_ca) = server_secrets(owner.name(), spec.server_certificate.as_ref());
-    let server_ca = secret_volume("server-ca".to_owned(), server_ca);
-    script_pod(
-        "backup",
-        spec,
-        BACKUP_SCRIPT,
-        env,
-        vec![
-            mount("backups", BACKUPS_PATH, false),
-            mount("replication-tls", &format!("{SECRETS_PATH}/replication-tls"), true),
-            mount("server-ca", &format!("{SECRETS_PATH}/server-ca"), true),
-            mount("run", RUN_PATH, false),
-        ],
-        vec![
-            pvc_volume("backups", backup_pvc_name(owner.name()), false),
-            certificate,
-            server_ca,
-            scratch_volume("run"),
-        ],
-    )
+    mounts.push(mount("backups", BACKUPS_PATH, false));
+    volumes.push(pvc_volume("backups", backup_pvc_name(owner.name()), false));
+    script_pod("backup", spec, BACKUP_SCRIPT, env, mounts, volumes)
 }
 
 /// A one-shot pod running `script` with `bash -c` in the cluster's `postgres` image, restricted,

@@ -20,6 +20,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
 use crate::databasecluster::api::backup::RestoredFrom;
+use crate::databasecluster::api::recovery::validate_recovery;
 use crate::databasecluster::api::types::{DatabaseCluster, PvcRetention};
 use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::backup::jobs::{
@@ -36,6 +37,7 @@ use crate::databasecluster::controller::events::{EventNote, EventType};
 use crate::databasecluster::controller::steps::child::{
     child_error, create_job_once, decode_cached, ensure_child, report,
 };
+use crate::databasecluster::objectstore::recovery_job::build_recovery_job;
 use crate::databasecluster::specs::resources::{FIELD_MANAGER, Owner, build_statefulset, statefulset_name};
 use crate::runtime::ObjectKey;
 use crate::runtime::cache::controller_uid;
@@ -76,21 +78,12 @@ pub async fn ensure_backups<F: Forms>(
         return Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token });
     };
 
-    let owned = spec.pvc_retention == PvcRetention::Delete;
-    let pvc_key = ObjectKey::new(
-        Some(owner.namespace()),
-        &crate::databasecluster::backup::jobs::backup_pvc_name(owner.name()),
-    );
-    let cached = ctx.volumes.get(&pvc_key);
-    let (_, outcome) = ensure_child(ctx, owner, "PersistentVolumeClaim", cached, |live| {
-        let mut desired = build_backup_pvc(owner, backup, owned);
-        if let Some(live) = live {
-            keep_immutable_pvc_fields(&mut desired, live);
-        }
-        Ok(desired)
-    })
-    .await?;
-    report(ctx, cluster, "PersistentVolumeClaim", &pvc_key, &outcome, None).await;
+    // With an object store the base backups go there; the volume is kept only when asked for
+    // (`storageSize` set), e.g. for the backups taken before the store.
+    let volume_asked = cluster.spec.backup.as_ref().is_some_and(|b| b.storage_size.is_some());
+    if backup.object_store.is_none() || volume_asked {
+        ensure_backup_volume(ctx, cluster, owner, spec, backup).await?;
+    }
 
     match build_cronjob(owner, spec) {
         Some(desired) => {
@@ -110,6 +103,31 @@ pub async fn ensure_backups<F: Forms>(
         _ => None,
     };
     Ok(BackupsObserved { jobs: backup_jobs(ctx, owner), token })
+}
+
+async fn ensure_backup_volume<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    backup: &crate::databasecluster::api::backup::ValidBackup,
+) -> Result<(), Error> {
+    let owned = spec.pvc_retention == PvcRetention::Delete;
+    let pvc_key = ObjectKey::new(
+        Some(owner.namespace()),
+        &crate::databasecluster::backup::jobs::backup_pvc_name(owner.name()),
+    );
+    let cached = ctx.volumes.get(&pvc_key);
+    let (_, outcome) = ensure_child(ctx, owner, "PersistentVolumeClaim", cached, |live| {
+        let mut desired = build_backup_pvc(owner, backup, owned);
+        if let Some(live) = live {
+            keep_immutable_pvc_fields(&mut desired, live);
+        }
+        Ok(desired)
+    })
+    .await?;
+    report(ctx, cluster, "PersistentVolumeClaim", &pvc_key, &outcome, None).await;
+    Ok(())
 }
 
 /// The cluster's `backup-now` token when it is one not handled yet (not the status's
@@ -178,7 +196,8 @@ pub enum RestoreGate {
     Failed,
 }
 
-/// Runs `spec.bootstrap.fromBackup` before the StatefulSet exists (see [`crate::databasecluster::backup::restore`]):
+/// Runs `spec.bootstrap.fromBackup` or `spec.bootstrap.recovery` (a Job running `instance
+/// recover`, [`crate::databasecluster::objectstore::recovery_job`]) before the StatefulSet exists (see [`crate::databasecluster::backup::restore`]):
 /// creates instance 0's data volume and the restore Job, and opens the gate, with the backup it
 /// restored, once the Job has succeeded. A failed restore is a Warning Event `RestoreFailed`; the
 /// gate stays shut (the cluster stays Provisioning).
@@ -196,7 +215,11 @@ pub async fn ensure_restore<F: Forms>(
         .statefulsets
         .get(&ObjectKey::new(Some(owner.namespace()), &statefulset_name(owner.name())))
         .is_some();
-    let from = &bootstrap.from_backup;
+    let source = match (&bootstrap.from_backup, &bootstrap.recovery) {
+        (Some(from), _) => from.cluster.clone(),
+        (None, Some(recovery)) => recovery.object_store.destination.clone(),
+        (None, None) => return Ok(RestoreGate::Open(None)),
+    };
     let job_key = ObjectKey::new(Some(owner.namespace()), &restore_job_name(owner.name()));
     let Some(job) = ctx.jobs.get(&job_key) else {
         if sts_exists {
@@ -207,37 +230,73 @@ pub async fn ensure_restore<F: Forms>(
             return Ok(RestoreGate::Closed);
         };
         create_once(ctx, owner, &claim).await?;
-        let backup = {
-            let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
-            let source = source
-                .map(|source| decode_cached::<DatabaseCluster, _>(&*source, "DatabaseCluster"))
-                .transpose()?;
-            resolve_backup(from, source.as_ref())
-        };
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
-        create_once(ctx, owner, &build_restore_job(owner, spec, from, &backup, &claim_name)).await?;
-        tracing::info!(source = %from.cluster, %backup, "restore started");
+        let Some(job) = restore_job(ctx, cluster, owner, spec, &claim_name)? else {
+            return Ok(RestoreGate::Failed);
+        };
+        create_once(ctx, owner, &job).await?;
+        tracing::info!(%source, "restore started");
         return Ok(RestoreGate::Closed);
     };
-    let view = job_view::<F::Pod>(&job, None);
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    let pods = ctx.pods.children_of(uid);
+    let pod = pods.iter().filter(|p| controller_uid(p.as_ref()) == Some(uid)).max_by_key(|p| p.created());
+    let view = job_view(&job, pod.map(Arc::as_ref));
     match view.outcome {
         JobOutcome::Succeeded => {
-            let backup = restored_backup_name(&job).unwrap_or_else(|| from.backup.clone());
-            tracing::info!(source = %from.cluster, %backup, "restore complete; creating the StatefulSet");
-            Ok(RestoreGate::Open(Some(RestoredFrom { cluster: from.cluster.clone(), backup })))
+            // The restore program reports the backup it restored (the one `latest` chose).
+            let backup = view
+                .message
+                .clone()
+                .filter(|m| m.len() < 64 && !m.contains(char::is_whitespace))
+                .or_else(|| restored_backup_name(&job))
+                .unwrap_or_else(|| "latest".to_owned());
+            tracing::info!(%source, %backup, "restore complete; creating the StatefulSet");
+            Ok(RestoreGate::Open(Some(RestoredFrom { cluster: source, backup })))
         }
         _ if sts_exists => Ok(RestoreGate::Open(None)),
         JobOutcome::Failed { reason, message } => {
+            let detail = view.message.clone().unwrap_or(message);
             let note = EventNote::new(
                 EventType::Warning,
                 "RestoreFailed",
                 "Restore",
-                format!("Restore Job {} failed ({reason}): {message}", view.name),
+                format!("Restore Job {} failed ({reason}): {detail}", view.name),
             );
             ctx.events.publish(cluster, &note).await;
             Ok(RestoreGate::Failed)
         }
         JobOutcome::Running => Ok(RestoreGate::Closed),
+    }
+}
+
+/// The restore Job for the cluster's bootstrap into `claim`: from a backup volume, or from an
+/// object store to a point in time; `None` when the recovery settings are invalid (the spec's
+/// validation reports them).
+fn restore_job<F: Forms>(
+    ctx: &Context<F>,
+    cluster: &DatabaseCluster,
+    owner: &Owner,
+    spec: &ValidSpec,
+    claim: &str,
+) -> Result<Option<Job>, Error> {
+    let Some(bootstrap) = cluster.spec.bootstrap.as_ref() else { return Ok(None) };
+    if let Some(from) = &bootstrap.from_backup {
+        let source = ctx.clusters.get(&ObjectKey::new(Some(owner.namespace()), &from.cluster));
+        let source = source
+            .map(|source| decode_cached::<DatabaseCluster, _>(&*source, "DatabaseCluster"))
+            .transpose()?;
+        let backup = resolve_backup(from, source.as_ref());
+        return Ok(Some(build_restore_job(owner, spec, from, &backup, claim)));
+    }
+    let Some(recovery) = &bootstrap.recovery else { return Ok(None) };
+    let own = cluster.spec.backup.as_ref().and_then(|b| b.object_store.as_ref());
+    match validate_recovery(recovery, own) {
+        Ok(valid) => Ok(Some(build_recovery_job(owner, spec, &valid, claim))),
+        Err(error) => {
+            tracing::warn!(%error, "spec.bootstrap.recovery is invalid");
+            Ok(None)
+        }
     }
 }
 

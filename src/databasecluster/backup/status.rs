@@ -60,7 +60,8 @@ impl JobOutcome {
     }
 }
 
-/// What `scripts/backup.sh` reports about a complete backup (its manifest).
+/// What `scripts/backup.sh` (or, with an object store, `instance base-backup`) reports about a
+/// complete backup.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
@@ -75,6 +76,9 @@ pub struct Manifest {
     /// The host it was taken from.
     #[serde(default)]
     pub source: String,
+    /// With an object store: the end of the oldest backup kept there after this one.
+    #[serde(default)]
+    pub first_recoverability_point: Option<Timestamp>,
 }
 
 /// One backup Job as far as status is concerned.
@@ -232,6 +236,9 @@ pub fn observe(old: &BackupsStatus, last_backup_time: Option<Time>, jobs: &[JobV
             && last_backup_time.as_ref().is_none_or(|t| t.0 < finished)
         {
             last_backup_time = Some(Time(finished));
+        }
+        if let Some(point) = manifest.as_ref().and_then(|m| m.first_recoverability_point) {
+            backups.first_recoverability_point = Some(Time(point));
         }
         if let Some(m) = manifest
             && backups.last.as_ref().is_none_or(|last| last.name < m.name)

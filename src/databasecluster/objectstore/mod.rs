@@ -4,4 +4,6 @@
 //! ([`archiving`]). The client itself runs in the pods (`crate::instance::archive`).
 
 pub mod archiving;
+pub mod manager_pod;
 pub mod pod;
+pub mod recovery_job;

@@ -14,10 +14,21 @@
 //! an error that PostgreSQL keeps retrying and the manager reports. A failure is recorded in the
 //! run directory ([`state`]) with the store's message, scrubbed of the credentials; `/status`
 //! reports it beside PostgreSQL's own `pg_stat_archiver` counters.
+//!
+//! Base backups go to the same store ([`base_backup`], `instance base-backup` in the backup Job's
+//! pod), described by a manifest written last ([`manifest`]) and pruned by the recovery window
+//! ([`retention`]); they stream through multipart uploads ([`stream`]). A new cluster recovers
+//! from them to a point in time with `instance recover` ([`recover`], [`target`]).
 
+pub mod base_backup;
 pub mod config;
+pub mod manifest;
+pub mod recover;
+pub mod retention;
 pub mod state;
 pub mod store;
+pub mod stream;
+pub mod target;
 pub mod wal;
 
 pub use config::{StoreConfig, server_options};

@@ -136,9 +136,14 @@ impl Store {
     /// A client for `config`. Needs a rustls crypto provider installed for the process
     /// ([`install_crypto_provider`]).
     pub fn new(config: &StoreConfig) -> Result<Store, StoreError> {
+        Store::with_request_timeout(config, REQUEST_TIMEOUT)
+    }
+
+    /// A client whose requests may take up to `timeout` each (a base backup's parts and its
+    /// download take longer than one WAL segment).
+    pub fn with_request_timeout(config: &StoreConfig, timeout: Duration) -> Result<Store, StoreError> {
         let secrets: Vec<String> = config.secrets().into_iter().map(str::to_owned).collect();
-        let mut options =
-            ClientOptions::new().with_timeout(REQUEST_TIMEOUT).with_connect_timeout(CONNECT_TIMEOUT);
+        let mut options = ClientOptions::new().with_timeout(timeout).with_connect_timeout(CONNECT_TIMEOUT);
         if let Some(pem) = &config.ca_pem {
             for certificate in
                 Certificate::from_pem_bundle(pem).map_err(|e| StoreError::Client(e.to_string()))?
@@ -186,7 +191,13 @@ impl Store {
         if self.prefix.is_empty() { name.to_owned() } else { format!("{}/{name}", self.prefix) }
     }
 
-    fn failed(&self, error: &object_store::Error) -> StoreError {
+    /// The client, for the streaming transfers of base backups (`super::stream`).
+    pub(crate) fn client(&self) -> &AmazonS3 {
+        &self.inner
+    }
+
+    /// `error` as a [`StoreError`], scrubbed of the credentials.
+    pub(crate) fn failed(&self, error: &object_store::Error) -> StoreError {
         StoreError::Store(scrub(&error.to_string(), &self.secrets))
     }
 
