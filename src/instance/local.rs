@@ -198,6 +198,49 @@ pub async fn observe_primary(
     recorded: &str,
     superuser: &Credential,
 ) -> Option<PrimaryFacts> {
+    let query = |c: Client| async move {
+        let row = c
+            .query_one(
+                "SELECT system_identifier::text, NOT pg_is_in_recovery() FROM pg_control_system()",
+                &[],
+            )
+            .await?;
+        Ok((row.get::<_, String>(0), row.get::<_, bool>(1)))
+    };
+    match on_primary(settings, recorded, superuser, PRIMARY_LIMIT, query).await {
+        Ok((id, writable)) => id.parse().ok().map(|system_id| PrimaryFacts { system_id, writable }),
+        Err(error) => {
+            tracing::debug!(%error, "the recorded primary did not answer");
+            None
+        }
+    }
+}
+
+/// Has the recorded primary `recorded` make a checkpoint (as [`observe_primary`] connects), so
+/// that its control file names the timeline it now writes: a server promoted moments ago still
+/// names the old one until its first checkpoint after the promotion ends (a spread one, minutes),
+/// and `pg_rewind` reads the source's timeline from there (it would find nothing to rewind).
+pub async fn checkpoint_primary(
+    settings: &Settings,
+    recorded: &str,
+    superuser: &Credential,
+) -> Result<(), String> {
+    let work = |c: Client| async move { c.batch_execute("CHECKPOINT").await };
+    on_primary(settings, recorded, superuser, super::commands::CHECKPOINT_LIMIT, work).await
+}
+
+/// Runs `work` in a session with the recorded primary as the superuser, over TLS verifying it.
+async fn on_primary<T, F, Fut>(
+    settings: &Settings,
+    recorded: &str,
+    superuser: &Credential,
+    limit: Duration,
+    work: F,
+) -> Result<T, String>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+{
     let mut config = Config::new();
     let host = settings.host_of(recorded);
     config
@@ -208,30 +251,12 @@ pub async fn observe_primary(
         .dbname("postgres")
         .application_name("dbcluster-instance")
         .connect_timeout(Duration::from_secs(5));
-    let query = |c: Client| async move {
-        let row = c
-            .query_one(
-                "SELECT system_identifier::text, NOT pg_is_in_recovery() FROM pg_control_system()",
-                &[],
-            )
-            .await?;
-        Ok((row.get::<_, String>(0), row.get::<_, bool>(1)))
-    };
-    let tls = match super::tls_connect::Verified::from_ca_file(&super::tls::ca_cert(settings)) {
-        Ok(tls) => tls,
-        Err(error) => {
-            tracing::warn!(%error, "the CA certificate is unreadable: the recorded primary cannot be verified");
-            return None;
-        }
-    };
+    let tls =
+        super::tls_connect::Verified::from_ca_file(&super::tls::ca_cert(settings)).map_err(|error| {
+            format!("the CA certificate is unreadable, the recorded primary cannot be verified: {error}")
+        })?;
     config.ssl_mode(tokio_postgres::config::SslMode::Require);
-    match session_with(&config, tls, &host, PRIMARY_LIMIT, query).await {
-        Ok((id, writable)) => id.parse().ok().map(|system_id| PrimaryFacts { system_id, writable }),
-        Err(error) => {
-            tracing::debug!(%error, "the recorded primary did not answer");
-            None
-        }
-    }
+    session_with(&config, tls, &host, limit, work).await.map_err(|error| error.to_string())
 }
 
 /// A loopback port that accepts connections and never answers (a hung server), for tests of

@@ -197,8 +197,13 @@ async fn prepare_standby(settings: &Settings, recorded: &str) -> Result<(), Prep
 async fn rewind_or_discard(settings: &Settings, recorded: &str) -> Result<(), PrepareError> {
     let host = settings.host_of(recorded);
     tracing::info!(primary = %host, "rewinding onto the recorded primary's timeline");
-    let superuser = secrets::read(settings, Login::Superuser)?.username;
-    match tools::rewind(&settings.pgdata, &superuser_conninfo(settings, recorded, &superuser)).await {
+    let superuser = secrets::read(settings, Login::Superuser)?;
+    // pg_rewind reads the source's timeline from its control file: make it current.
+    if let Err(error) = super::local::checkpoint_primary(settings, recorded, &superuser).await {
+        tracing::warn!(%error, "the recorded primary did not make a checkpoint before the rewind");
+    }
+    let conninfo = superuser_conninfo(settings, recorded, &superuser.username);
+    match tools::rewind(&settings.pgdata, &conninfo).await {
         Ok(()) => tracing::info!("rewound"),
         Err(error) => {
             tracing::warn!(%error, "pg_rewind failed: re-cloning");
