@@ -4,7 +4,7 @@
 //!
 //! 1. Source: the first of `$DBC_BACKUP_HOSTS` (the `-ro` Service, then `-rw`) that answers a
 //!    replication connection, so a streaming standby is preferred and the primary is the fallback;
-//!    over TLS (verify-full) with the operator's client certificate.
+//!    over TLS (verify-full) as the replication user, by its client certificate.
 //! 2. `pg_basebackup -Ft -D - -X fetch` (the WAL of its own span inside, so it is consistent on
 //!    its own as well; compressed by the server's client with `-z` unless the
 //!    store's compression is `none`), its output streamed straight into a multipart upload
