@@ -243,3 +243,20 @@ pub fn longest_outage(log: &[Write]) -> Duration {
     let acknowledged: Vec<Instant> = log.iter().filter(|w| w.acknowledged()).map(|w| w.at).collect();
     acknowledged.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }
+
+/// [`super::sample`] named `name`, with `replicas` instances and the spec fields in `extra` set.
+pub fn sample_with(name: &str, replicas: i32, extra: serde_json::Value) -> DatabaseCluster {
+    let mut value = serde_json::to_value(super::sample()).expect("the sample serializes");
+    value["metadata"]["name"] = serde_json::json!(name);
+    value["spec"]["replicas"] = serde_json::json!(replicas);
+    for (key, field) in extra.as_object().expect("the extra spec fields are an object") {
+        value["spec"][key] = field.clone();
+    }
+    serde_json::from_value(value).expect("a DatabaseCluster")
+}
+
+/// The condition `type_` of the cluster: (status, reason, message).
+pub fn condition_of(db: &DatabaseCluster, type_: &str) -> Option<(String, String, String)> {
+    let c = db.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}

@@ -27,11 +27,6 @@ const BUCKET: &str = "e2e-archive";
 const ACCESS_KEY_ID: &str = "AKIDE2EARCHIVING";
 const SECRET_ACCESS_KEY: &str = "e2e-secret-access-key-value";
 
-fn condition_of(db: &DatabaseCluster, type_: &str) -> Option<(String, String, String)> {
-    let c = db.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
 /// The app user's uri of the primary's pod, as the host reaches it.
 async fn app_uri(cluster: &TestCluster) -> String {
     let secrets: Api<Secret> = cluster.api();

@@ -45,26 +45,11 @@ pub fn store_spec(s3: &S3Server, path: &str) -> serde_json::Value {
     })
 }
 
-fn database(name: &str, replicas: i32, extra: serde_json::Value) -> DatabaseCluster {
-    let mut value = serde_json::to_value(sample()).unwrap();
-    value["metadata"]["name"] = json!(name);
-    value["spec"]["replicas"] = json!(replicas);
-    for (key, field) in extra.as_object().unwrap() {
-        value["spec"][key] = field.clone();
-    }
-    serde_json::from_value(value).unwrap()
-}
-
 /// The app user's uri of `name`'s primary, as the host reaches it.
 pub async fn app_uri(cluster: &TestCluster, name: &str) -> String {
     let secret = cluster.api::<Secret>().get(&format!("{name}-app")).await.unwrap();
     let uri = String::from_utf8(secret.data.unwrap()["uri"].0.clone()).unwrap();
     host_uri(cluster, NS, &uri)
-}
-
-fn condition_of(db: &DatabaseCluster, type_: &str) -> Option<(String, String, String)> {
-    let c = db.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// The started environment: the store, the simulated cluster with the operator, the credentials.
@@ -102,7 +87,7 @@ pub fn store(setup: &Setup, path: &str) -> Store {
 pub async fn create_source(setup: &Setup, replicas: i32) -> String {
     let backup =
         json!({"objectStore": store_spec(&setup.s3, SOURCE), "walArchive": {"archiveTimeout": "1s"}});
-    let db = database(SOURCE, replicas, json!({"backup": backup}));
+    let db = sample_with(SOURCE, replicas, json!({"backup": backup}));
     setup.cluster.clusters().create(&PostParams::default(), &db).await.unwrap();
     await_streaming(&setup.cluster, SOURCE, replicas as usize, None).await;
     let uri = app_uri(&setup.cluster, SOURCE).await;
@@ -233,7 +218,7 @@ fn recovered_from(
         extra["backup"] =
             json!({"objectStore": store_spec(&setup.s3, path), "walArchive": {"archiveTimeout": "1s"}});
     }
-    database(name, 1, extra)
+    sample_with(name, 1, extra)
 }
 
 /// The statuses and logs of Job `job`'s pods (for a failure's message, and the secrets check).

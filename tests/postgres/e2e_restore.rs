@@ -25,23 +25,8 @@ const SOURCE: &str = "source";
 const RESTORED: &str = "restored";
 const NS: &str = "default";
 
-fn database(name: &str, replicas: i32, extra: serde_json::Value) -> DatabaseCluster {
-    let mut value = serde_json::to_value(sample()).unwrap();
-    value["metadata"]["name"] = json!(name);
-    value["spec"]["replicas"] = json!(replicas);
-    for (key, field) in extra.as_object().unwrap() {
-        value["spec"][key] = field.clone();
-    }
-    serde_json::from_value(value).unwrap()
-}
-
 async fn patch(cluster: &TestCluster, name: &str, patch: serde_json::Value) {
     cluster.clusters().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-}
-
-fn condition_of(db: &DatabaseCluster, type_: &str) -> Option<(String, String, String)> {
-    let c = db.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 fn last_backup_name(db: &DatabaseCluster) -> Option<String> {
@@ -90,7 +75,7 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
 
     // The source: a primary and a streaming standby, backups on demand, keep the last 2.
     let backup = json!({"retention": {"keepLast": 2}, "storageSize": "1Gi"});
-    api.create(&PostParams::default(), &database(SOURCE, 2, json!({"backup": backup}))).await.unwrap();
+    api.create(&PostParams::default(), &sample_with(SOURCE, 2, json!({"backup": backup}))).await.unwrap();
     await_streaming(&cluster, SOURCE, 2, None).await;
     let source_rw = app_uri(&cluster, SOURCE, "rw").await;
     psql(
@@ -124,7 +109,7 @@ async fn a_backup_restores_exactly_its_rows_schedules_keep_n_and_an_unreachable_
 
     // Restored from `latest`: exactly the rows the backup holds; it takes writes and replicates.
     let bootstrap = json!({"fromBackup": {"cluster": SOURCE, "backup": "latest"}});
-    api.create(&PostParams::default(), &database(RESTORED, 2, json!({"bootstrap": bootstrap})))
+    api.create(&PostParams::default(), &sample_with(RESTORED, 2, json!({"bootstrap": bootstrap})))
         .await
         .unwrap();
     await_streaming(&cluster, RESTORED, 2, None).await;

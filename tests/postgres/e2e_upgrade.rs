@@ -97,12 +97,6 @@ async fn await_version(cluster: &TestCluster, version: &str, replicas: usize) ->
     await_streaming(cluster, NAME, replicas, None).await
 }
 
-/// The condition `type_` of the cluster: (status, reason, message).
-fn condition_of(db: &DatabaseCluster, type_: &str) -> Option<(String, String, String)> {
-    let c = db.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
 const DATA: &str = "CREATE TABLE items (id serial PRIMARY KEY, name text NOT NULL, price numeric);
 INSERT INTO items (name, price) SELECT 'item ' || g, g * 1.5 FROM generate_series(1, 5000) g;
 CREATE INDEX items_name ON items (name);

@@ -175,6 +175,35 @@ fn backup_job_spec(owner: &Owner, spec: &ValidSpec, backup: &ValidBackup) -> Job
     }
 }
 
+/// A Job owned by the cluster that runs `pod` once, retried at most `backoff_limit` times, with
+/// `labels` on the Job and its pod (the restore, recovery and upgrade Jobs).
+pub fn one_shot_job(
+    owner: &Owner,
+    name: String,
+    labels: BTreeMap<String, String>,
+    backoff_limit: i32,
+    pod: PodSpec,
+) -> Job {
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(owner.namespace().to_owned()),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![owner.reference().clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(backoff_limit),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
 /// An environment variable with a literal value.
 pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.to_owned(), value: Some(value.into()), ..EnvVar::default() }

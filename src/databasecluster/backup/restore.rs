@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::RESTORE_SCRIPT;
@@ -24,7 +24,7 @@ use crate::databasecluster::api::backup::{FromBackup, LATEST};
 use crate::databasecluster::api::types::DatabaseCluster;
 use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::backup::jobs::{
-    backup_labels, backup_pvc_name, bounded_name, env, mount, pvc_volume, script_pod,
+    backup_labels, backup_pvc_name, bounded_name, env, mount, one_shot_job, pvc_volume, script_pod,
 };
 use crate::databasecluster::specs::resources::{
     DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA, selector_labels,
@@ -96,24 +96,7 @@ pub fn build_restore_job(
             pvc_volume(DATA_VOLUME, claim.to_owned(), false),
         ],
     );
-    Job {
-        metadata: ObjectMeta {
-            name: Some(restore_job_name(owner.name())),
-            namespace: Some(owner.namespace().to_owned()),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![owner.reference().clone()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(JobSpec {
-            backoff_limit: Some(2),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
-                spec: Some(pod),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    }
+    one_shot_job(owner, restore_job_name(owner.name()), labels, 2, pod)
 }
 
 #[cfg(test)]

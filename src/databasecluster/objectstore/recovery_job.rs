@@ -7,14 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::batch::v1::Job;
 
 use super::manager_pod::{SECRETS_PATH, manager_pod};
 use crate::databasecluster::api::recovery::ValidRecovery;
 use crate::databasecluster::api::validation::ValidSpec;
-use crate::databasecluster::backup::jobs::{backup_labels, env, mount, pvc_volume, scratch_volume};
+use crate::databasecluster::backup::jobs::{
+    backup_labels, env, mount, one_shot_job, pvc_volume, scratch_volume,
+};
 use crate::databasecluster::backup::restore::restore_job_name;
 use crate::databasecluster::specs::resources::{DATA_MOUNT_PATH, DATA_VOLUME, Owner, PGDATA};
 use crate::instance::archive::target::{
@@ -56,25 +56,8 @@ pub fn build_recovery_job(owner: &Owner, spec: &ValidSpec, recovery: &ValidRecov
         vec![pvc_volume(DATA_VOLUME, claim.to_owned(), false), scratch_volume("run")],
     );
     let labels: BTreeMap<String, String> = backup_labels(owner);
-    Job {
-        metadata: ObjectMeta {
-            name: Some(restore_job_name(owner.name())),
-            namespace: Some(owner.namespace().to_owned()),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![owner.reference().clone()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(JobSpec {
-            // A target no backup reaches fails the same way each time: one attempt and a retry.
-            backoff_limit: Some(1),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
-                spec: Some(pod),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    }
+    // A target no backup reaches fails the same way each time: one attempt and a retry.
+    one_shot_job(owner, restore_job_name(owner.name()), labels, 1, pod)
 }
 
 #[cfg(test)]

@@ -15,13 +15,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Container;
 
 use crate::databasecluster::api::validation::ValidSpec;
 use crate::databasecluster::backup::jobs::{
-    backup_labels, bounded_name, env, mount, pvc_volume, scratch_volume, script_pod, tool_resources,
+    backup_labels, bounded_name, env, mount, one_shot_job, pvc_volume, scratch_volume, script_pod,
+    tool_resources,
 };
 use crate::databasecluster::specs::credentials::Login;
 use crate::databasecluster::specs::resources::{
@@ -94,24 +94,7 @@ pub fn build_upgrade_job(owner: &Owner, spec: &ValidSpec, job: &UpgradeJob) -> J
         ],
     );
     pod.init_containers = Some(vec![old_binaries(job)]);
-    Job {
-        metadata: ObjectMeta {
-            name: Some(upgrade_job_name(owner.name(), job.to_major)),
-            namespace: Some(owner.namespace().to_owned()),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![owner.reference().clone()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(JobSpec {
-            backoff_limit: Some(0),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
-                spec: Some(pod),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    }
+    one_shot_job(owner, upgrade_job_name(owner.name(), job.to_major), labels, 0, pod)
 }
 
 /// The init container copying the old version's files into [`OLD_ROOT`].
