@@ -62,6 +62,14 @@ pub enum ClientError {
         /// Why.
         source: tokio_postgres::Error,
     },
+    /// The CA that verifies the other instances could not be read: no TCP session is opened.
+    #[error("the CA certificate {path} is unreadable, so no instance can be verified: {source}")]
+    UnreadableCa {
+        /// The CA file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// This instance's server on its socket.
@@ -224,7 +232,7 @@ pub async fn checkpoint_primary(
     settings: &Settings,
     recorded: &str,
     superuser: &Credential,
-) -> Result<(), String> {
+) -> Result<(), ClientError> {
     let work = |c: Client| async move { c.batch_execute("CHECKPOINT").await };
     on_primary(settings, recorded, superuser, super::commands::CHECKPOINT_LIMIT, work).await
 }
@@ -236,7 +244,7 @@ async fn on_primary<T, F, Fut>(
     superuser: &Credential,
     limit: Duration,
     work: F,
-) -> Result<T, String>
+) -> Result<T, ClientError>
 where
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = Result<T, tokio_postgres::Error>>,
@@ -251,12 +259,11 @@ where
         .dbname("postgres")
         .application_name("dbcluster-instance")
         .connect_timeout(Duration::from_secs(5));
-    let tls =
-        super::tls_connect::Verified::from_ca_file(&super::tls::ca_cert(settings)).map_err(|error| {
-            format!("the CA certificate is unreadable, the recorded primary cannot be verified: {error}")
-        })?;
+    let path = super::tls::ca_cert(settings);
+    let tls = super::tls_connect::Verified::from_ca_file(&path)
+        .map_err(|source| ClientError::UnreadableCa { path: path.clone(), source })?;
     config.ssl_mode(tokio_postgres::config::SslMode::Require);
-    session_with(&config, tls, &host, limit, work).await.map_err(|error| error.to_string())
+    session_with(&config, tls, &host, limit, work).await
 }
 
 /// A loopback port that accepts connections and never answers (a hung server), for tests of
